@@ -1,0 +1,153 @@
+"""Compose one job's config from conf/ and overrides, turning Hydra's errors into messages for people.
+
+Used by every command: `race plan` composes each job of a sweep, `race train` composes (or reloads)
+one. Imports Hydra lazily so `race --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from race_cli.config import register_schema, validate
+from race_cli.errors import RaceError
+
+CONFIG_NAME = "config"
+
+
+def conf_dir() -> Path:
+    """The conf/ folder: $RACE_CONF_DIR, else the one beside the package (editable install)."""
+    env = os.environ.get("RACE_CONF_DIR")
+    path = Path(env) if env else Path(__file__).resolve().parent.parent / "conf"
+    if not (path / f"{CONFIG_NAME}.yaml").is_file():
+        raise RaceError(f"No {CONFIG_NAME}.yaml in {path}: expected race's conf/ folder there. "
+                        "Install race from its checkout (pip install -e .) or set RACE_CONF_DIR.")
+    return path
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group (model, reward, task, grid, ...) from conf/<group>/*.yaml."""
+    folder = conf_dir() / group
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def config_groups() -> list[str]:
+    return sorted(p.name for p in conf_dir().iterdir() if p.is_dir())
+
+
+def _all_keys(node: Any, prefix: str = "") -> list[str]:
+    from omegaconf import DictConfig
+
+    keys = []
+    if isinstance(node, DictConfig):
+        for k in node.keys():
+            full = f"{prefix}{k}"
+            keys.append(full)
+            try:
+                keys.extend(_all_keys(node._get_node(k), full + "."))
+            except Exception:  # noqa: BLE001 - a None child has no keys
+                pass
+    return keys
+
+
+def _explain(exc: Exception, override: str | None, known_keys: list[str]) -> str:
+    """One readable message for a Hydra/OmegaConf composition error."""
+    text = str(exc)
+    m = re.search(r"Could not find '([^/']+)/([^']+)'", text)
+    if m:
+        group, option = m.groups()
+        opts = group_options(group)
+        near = difflib.get_close_matches(option, opts, n=1)
+        hint = f" Did you mean {group}={near[0]}?" if near else ""
+        return f"Unknown {group} option '{option}'. Available: {', '.join(opts)}.{hint}"
+    m = re.search(r"Could not (?:override|append to|delete from) '([^']+)'", text) or re.search(
+        r"Key '([^']+)' (?:not in|is not in struct)", text)
+    if m:
+        key = m.group(1)
+        near = difflib.get_close_matches(key, known_keys, n=1, cutoff=0.6)
+        hint = f" Did you mean '{near[0]}'?" if near else " Use +KEY=VALUE only for keys the schema allows."
+        return f"Unknown config key '{key}'.{hint} (race flops / race plan --format json show every key.)"
+    cause = exc.__cause__ or exc
+    ctext = str(cause).split("\n")[0]
+    if "Value" in ctext and ("could not be converted" in ctext or "is not a valid" in ctext) or "Invalid value" in ctext:
+        key = override.split("=", 1)[0].lstrip("+~") if override else "a value"
+        m = re.search(r"full_key: (\S+)", str(cause))
+        key = m.group(1) if m else key
+        return f"Wrong type for {key}: {ctext}. Expected a value of the schema's type (see race_cli/config.py)."
+    if override:
+        return f"Cannot apply override '{override}': {ctext}"
+    return ctext
+
+
+def compose(overrides: Sequence[str] = ()) -> Any:
+    """Compose and validate one job config; raises RaceError listing every problem."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_schema()
+    overrides = list(overrides)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+        try:
+            cfg = hydra_compose(CONFIG_NAME, overrides=overrides)
+        except Exception as exc:  # noqa: BLE001 - Hydra raises many types; we explain each one
+            base = hydra_compose(CONFIG_NAME, overrides=[])
+            keys = _all_keys(base)
+            bad = _first_bad_override(overrides, exc)
+            raise RaceError(_explain(exc, bad, keys)) from None
+    cfg = _under_schema(cfg, "the composed config")
+    problems = validate(cfg)
+    if problems:
+        raise RaceError(*problems)
+    return cfg
+
+
+def _under_schema(cfg: Any, where: str) -> Any:
+    """Merge into the typed schema: catches keys added with +KEY that the schema does not know."""
+    from omegaconf import OmegaConf
+
+    from race_cli.config import RaceConfig
+
+    try:
+        return OmegaConf.merge(OmegaConf.structured(RaceConfig), cfg)
+    except Exception as exc:  # noqa: BLE001
+        msg = str(exc).splitlines()[0]
+        m = re.search(r"full_key: (\S+)", str(exc))
+        key = m.group(1) if m else "a key"
+        raise RaceError(f"{where} does not match the config schema at {key}: {msg}. "
+                        "Only keys listed in race_cli/config.py are allowed.") from None
+
+
+def _first_bad_override(overrides: list[str], exc: Exception) -> str | None:
+    text = str(exc)
+    for o in overrides:
+        if o in text:
+            return o
+    key_m = re.search(r"'([^']+)'", text)
+    if key_m:
+        for o in overrides:
+            if o.split("=", 1)[0].lstrip("+~") == key_m.group(1):
+                return o
+    return None
+
+
+def load_job_config(path: str | os.PathLike) -> Any:
+    """Reload a job's saved .hydra/config.yaml under the schema (race train --job-dir)."""
+    from omegaconf import OmegaConf
+
+    path = Path(path)
+    if not path.is_file():
+        raise RaceError(f"No job config at {path}: expected a job folder written by `race plan --out`.")
+    try:
+        raw = OmegaConf.load(path)
+    except Exception as exc:  # noqa: BLE001
+        raise RaceError(f"Cannot read {path}: {str(exc).splitlines()[0]}") from None
+    cfg = _under_schema(raw, str(path))
+    problems = validate(cfg)
+    if problems:
+        raise RaceError(*(f"{path}: {p}" for p in problems))
+    return cfg

@@ -1,0 +1,235 @@
+"""The configuration schema: typed dataclasses registered with Hydra's ConfigStore.
+
+`conf/config.yaml` lists `schema` first in its defaults, so every composed job config is
+checked against these types: `grpo.group_size=abc` fails with a type error, unknown keys
+fail, and `validate()` adds the range checks types cannot express (`group_size >= 2`).
+Field comments are the documentation of each key (their units and typical values).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class ArchConf:
+    """Architecture numbers the FLOP ledger needs (names as in transformers' Qwen2Config)."""
+
+    hidden_size: int = 64  # d
+    num_hidden_layers: int = 2  # L
+    num_attention_heads: int = 4  # h
+    num_key_value_heads: int = 2  # h_kv (grouped-query attention)
+    intermediate_size: int = 128  # f, MLP width
+    vocab_size: int = 257  # V
+    head_dim: Optional[int] = None  # d_h; None means hidden_size / num_attention_heads
+
+
+@dataclass
+class ModelConf:
+    name: str = "tiny-s"  # short name used in job ids and reports
+    path: str = "zoo:tiny-s"  # HF id, local folder, or zoo:<name> (built offline on first use)
+    arch: ArchConf = field(default_factory=ArchConf)
+    dtype: str = "auto"  # auto = bf16 on GPU, fp32 on CPU; or float32 / bfloat16 / float16
+    trust_remote_code: bool = False  # stays off unless the model needs it
+
+
+@dataclass
+class LoraConf:
+    enabled: bool = True  # False = full fine-tuning
+    r: int = 16  # adapter rank
+    alpha: int = 32  # scaling alpha / r
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+@dataclass
+class GrpoConf:
+    prompts_per_iter: int = 8  # B, prompts sampled per iteration
+    group_size: int = 8  # G, completions per prompt (search)
+    updates_per_batch: int = 1  # mu, gradient passes per rollout batch (learning)
+    lr: float = 1e-3  # LoRA lr; ~10x a full fine-tuning lr
+    weight_decay: float = 0.0
+    warmup_iters: int = 0  # linear lr warm-up, in iterations
+    clip_eps: float = 0.2  # PPO/GRPO ratio clip epsilon
+    beta: float = 0.0  # KL penalty to the reference (base model, adapter disabled); 0 = no reference forward
+    scale_rewards: bool = True  # divide advantages by the group's std (False = Dr. GRPO)
+    loss_agg: str = "token"  # token = mean over all completion tokens; sequence = mean per sequence, then over sequences
+    max_grad_norm: float = 1.0  # gradient clipping; 0 = off
+    grad_checkpointing: bool = False  # recompute activations in backward (executed FLOPs +1 forward)
+    micro_batch_size: int = 0  # sequences per forward/backward; 0 = the whole batch at once
+
+
+@dataclass
+class RolloutConf:
+    backend: str = "auto"  # auto | hf | vllm (auto: vllm when installed and on GPU, else hf)
+    max_new_tokens: int = 48  # completion cap, tokens
+    temperature: float = 1.0
+    top_p: float = 1.0
+    expected_completion_tokens: Optional[float] = None  # planning estimate; None = max_new_tokens (worst case)
+    gpu_memory_utilization: float = 0.3  # vLLM only
+
+
+@dataclass
+class RewardModelConf:
+    name: str = "tiny-prm"
+    path: str = "zoo:tiny-prm"  # HF id, local folder, or zoo:<name>
+    arch: ArchConf = field(default_factory=ArchConf)
+    format: str = "classifier"  # classifier (Qwen2.5-Math-PRM style) | token (Math-Shepherd style)
+    num_labels: int = 2  # classifier head outputs
+
+
+@dataclass
+class RewardConf:
+    type: str = "rule"  # rule (answer check, ~0 FLOPs) | prm (process reward model)
+    model: Optional[RewardModelConf] = None  # the reward model, for type=prm
+    aggregate: str = "min"  # prm: per-step scores -> reward: min | prod | last | mean
+    outcome_weight: float = 0.0  # prm: weight of the rule-based outcome reward mixed in
+    step_separator: str = "\n"
+    batch_size: int = 64  # prm scoring batch
+    use_math_verify: bool = False  # rule: use math-verify when installed (MATH-style answers)
+
+
+@dataclass
+class TaskConf:
+    name: str = "arithmetic"  # arithmetic | gsm8k
+    path: Optional[str] = None  # gsm8k: local folder/JSONL; None = openai/gsm8k through datasets
+    num_eval: int = 200  # held-out items per evaluation
+    num_train: Optional[int] = None  # None = all (gsm8k) / an unbounded stream (arithmetic)
+    prompt_tokens: float = 40.0  # planning estimate of the mean prompt length, tokens
+    min_ops: int = 2  # arithmetic: operations per problem
+    max_ops: int = 3
+    max_operand: int = 99
+    eval_seed: int = 1234  # the held-out set depends only on this: same items in every job
+
+
+@dataclass
+class BudgetConf:
+    flops: float = 1.0e12  # C, total training FLOPs per job (model convention)
+    free_knob: str = "iterations"  # the knob the solver sets to spend C
+    max_iterations: int = 100000  # refuse plans beyond this
+
+
+@dataclass
+class EvalConf:
+    every: int = 5  # evaluate every K iterations (and at start and end); never charged to the budget
+    greedy: bool = True  # greedy decoding for the target; false = sampled at rollout.temperature
+    batch_size: int = 200
+    targets: list[str] = field(default_factory=lambda: ["accuracy"])
+
+
+@dataclass
+class CheckpointConf:
+    every: int = 5  # checkpoint every K iterations and at the end
+
+
+@dataclass
+class GridConf:
+    """A named pilot grid: sweep axes (Hydra sweep strings) and overrides applied to every job."""
+
+    name: str = "none"
+    description: str = ""
+    axes: dict[str, str] = field(default_factory=dict)  # e.g. {"grpo.group_size": "4,8"}
+    fixed: dict[str, Any] = field(default_factory=dict)  # e.g. {"budget.flops": 2e12}
+
+
+@dataclass
+class RaceConfig:
+    model: ModelConf = field(default_factory=ModelConf)
+    lora: LoraConf = field(default_factory=LoraConf)
+    grpo: GrpoConf = field(default_factory=GrpoConf)
+    rollout: RolloutConf = field(default_factory=RolloutConf)
+    reward: RewardConf = field(default_factory=RewardConf)
+    task: TaskConf = field(default_factory=TaskConf)
+    budget: BudgetConf = field(default_factory=BudgetConf)
+    eval: EvalConf = field(default_factory=EvalConf)
+    checkpoint: CheckpointConf = field(default_factory=CheckpointConf)
+    grid: GridConf = field(default_factory=GridConf)
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # torch CPU threads; 0 = leave torch's default
+
+
+_registered = False
+
+
+def register_schema() -> None:
+    """Register RaceConfig as `schema` in Hydra's ConfigStore (once per process)."""
+    global _registered
+    if _registered:
+        return
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="schema", node=RaceConfig)
+    _registered = True
+
+
+# --- range checks the type system cannot express -------------------------------------------------
+
+CHOICES = {
+    "rollout.backend": ("auto", "hf", "vllm"),
+    "reward.type": ("rule", "prm"),
+    "reward.aggregate": ("min", "prod", "last", "mean"),
+    "grpo.loss_agg": ("token", "sequence"),
+    "task.name": ("arithmetic", "gsm8k"),
+    "budget.free_knob": ("iterations",),
+    "model.dtype": ("auto", "float32", "bfloat16", "float16"),
+}
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    node = cfg
+    for part in dotted.split("."):
+        node = node[part] if isinstance(node, dict) else getattr(node, part)
+    return node
+
+
+def validate(cfg: Any) -> list[str]:
+    """Every range problem of one composed config, as messages (empty list = valid)."""
+    problems: list[str] = []
+
+    def need(key: str, ok: bool, expected: str) -> None:
+        if not ok:
+            problems.append(f"{key}={_get(cfg, key)!r} is out of range: expected {expected}.")
+
+    need("grpo.group_size", _get(cfg, "grpo.group_size") >= 2, "an integer >= 2 (GRPO normalises within a group)")
+    need("grpo.prompts_per_iter", _get(cfg, "grpo.prompts_per_iter") >= 1, "an integer >= 1")
+    need("grpo.updates_per_batch", _get(cfg, "grpo.updates_per_batch") >= 1, "an integer >= 1")
+    need("grpo.lr", _get(cfg, "grpo.lr") > 0, "a positive learning rate such as 1e-3")
+    need("grpo.clip_eps", 0 < _get(cfg, "grpo.clip_eps") < 1, "a value in (0, 1), typically 0.2")
+    need("grpo.beta", _get(cfg, "grpo.beta") >= 0, "a KL coefficient >= 0")
+    need("grpo.micro_batch_size", _get(cfg, "grpo.micro_batch_size") >= 0, "0 (whole batch) or a positive size")
+    need("rollout.max_new_tokens", _get(cfg, "rollout.max_new_tokens") >= 1, "at least 1 completion token")
+    need("rollout.temperature", _get(cfg, "rollout.temperature") > 0, "a sampling temperature > 0")
+    need("rollout.top_p", 0 < _get(cfg, "rollout.top_p") <= 1, "a value in (0, 1]")
+    ect = _get(cfg, "rollout.expected_completion_tokens")
+    if ect is not None:
+        need("rollout.expected_completion_tokens", 0 < ect <= _get(cfg, "rollout.max_new_tokens"),
+             "a mean completion length in (0, rollout.max_new_tokens]")
+    need("budget.flops", _get(cfg, "budget.flops") > 0, "a positive FLOP budget such as 1e12")
+    need("lora.r", _get(cfg, "lora.r") >= 1, "a LoRA rank >= 1")
+    need("task.num_eval", _get(cfg, "task.num_eval") >= 1, "at least one held-out item")
+    need("task.prompt_tokens", _get(cfg, "task.prompt_tokens") > 0, "a positive mean prompt length")
+    need("eval.every", _get(cfg, "eval.every") >= 1, "an integer >= 1")
+    need("checkpoint.every", _get(cfg, "checkpoint.every") >= 1, "an integer >= 1")
+    for key, options in CHOICES.items():
+        value = _get(cfg, key)
+        if value not in options:
+            problems.append(f"{key}={value!r} is not one of {', '.join(options)}.")
+    if _get(cfg, "reward.type") == "prm" and _get(cfg, "reward.model") is None:
+        problems.append("reward.type=prm needs reward.model (its path and architecture): use reward=prm.")
+    for key in ("model.arch", "reward.model.arch"):
+        try:
+            arch = _get(cfg, key)
+        except (AttributeError, KeyError, TypeError):
+            continue
+        if arch is None:
+            continue
+        h, kv = arch.num_attention_heads, arch.num_key_value_heads
+        if kv < 1 or h % kv:
+            problems.append(f"{key}: num_attention_heads={h} must be a multiple of num_key_value_heads={kv}.")
+        if arch.head_dim is None and arch.hidden_size % h:
+            problems.append(f"{key}: hidden_size={arch.hidden_size} is not divisible by num_attention_heads={h}; set head_dim.")
+    return problems

@@ -1,0 +1,300 @@
+"""Read finished (and unfinished) sweeps into one pandas table of jobs, never from logs.
+
+`read_sweeps([runs/a, runs/b])` walks `jobs/<job_id>/` of each sweep and reads
+status.json, summary.json, ledger.json, metrics.jsonl (and .hydra/overrides.yaml when
+there is no summary), exactly as docs/files.md defines them. It returns a `SweepData`:
+
+- `jobs`   one row per job: sweep, job_id, state, readable, problem, condition columns
+           (model, budget_flops, reward, task), knobs, seed, eval/<target> values, actual and
+           planned shares, FLOPs per phase and the fraction of the budget spent;
+- `items`  per (sweep, job_id, target): the per-item ids and scores of the final evaluation;
+- `curves` long table of (job_id, iteration, flops_total, target, value) from metrics.jsonl.
+
+A job whose files are missing or corrupt gets `readable=False` and a one-line `problem`;
+the reading goes on. Only a folder that is not a sweep, or a sweep with no jobs at all, is
+an error (RaceError), because then there is nothing to report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from race_cli.errors import RaceError
+from race_cli.io import read_json, read_jsonl
+
+CONDITION_COLS = ["model", "budget_flops", "reward", "task"]  # what a condition is (DESIGN.md)
+SHARE_NAMES = ["search", "learning", "feedback"]  # rollout, update, reward phases
+PHASES = ["rollout", "update", "reward"]
+# Summary knobs that are outcomes of the budget solver, not allocation choices.
+DERIVED_KNOBS = {"iterations"}
+
+
+@dataclass
+class SweepData:
+    """Everything the report computes from: a job table plus per-item scores and curves."""
+
+    jobs: pd.DataFrame
+    items: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = field(default_factory=dict)
+    curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    knob_cols: list[str] = field(default_factory=list)  # allocation knobs seen in summaries
+    targets: list[str] = field(default_factory=list)  # eval targets any job recorded
+
+
+# --- small parsers ---------------------------------------------------------------------
+
+
+def parse_overrides(text: str) -> list[str]:
+    """The override strings of a Hydra `.hydra/overrides.yaml` (a YAML list of strings).
+
+    Hydra writes one `- key=value` per line; quoted values are unquoted. Anything else falls
+    back to a real YAML parser (imported only then).
+    """
+    out: list[str] = []
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        if not s.startswith("- "):
+            import yaml  # rare: flow-style list or other YAML
+
+            data = yaml.safe_load(text)
+            if not isinstance(data, list):
+                raise ValueError("overrides.yaml is not a list of strings")
+            return [str(x) for x in data]
+        s = s[2:].strip()
+        if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
+            s = s[1:-1]
+        out.append(s)
+    return out
+
+
+def _coerce(value: str) -> Any:
+    """'4' -> 4, '1e12' -> 1e12, 'rule' -> 'rule' (override values are typed loosely)."""
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def fields_from_overrides(overrides: list[str]) -> dict[str, Any]:
+    """Condition, knob and seed fields from overrides, for jobs that never wrote a summary.
+
+    `model=tiny-s` -> model, `budget.flops=1e12` -> budget_flops, `grpo.group_size=4` ->
+    group_size (the last dotted component), `seed=0` -> seed.
+    """
+    out: dict[str, Any] = {}
+    for ov in overrides:
+        if "=" not in ov:
+            continue
+        key, value = ov.split("=", 1)
+        key = key.lstrip("+~")
+        if key == "budget.flops":
+            out["budget_flops"] = _coerce(value)
+        else:
+            out[key.split(".")[-1]] = _coerce(value)
+    return out
+
+
+def _shares(flops: dict[str, float]) -> dict[str, float]:
+    """Fractions of the model-convention total per phase; p = learning share."""
+    total = float(flops.get("total") or 0.0)
+    if total <= 0:
+        return {f"share_{n}": np.nan for n in SHARE_NAMES} | {"p": np.nan}
+    s = {f"share_{n}": float(flops.get(ph, 0.0)) / total for n, ph in zip(SHARE_NAMES, PHASES)}
+    s["p"] = s["share_learning"]
+    return s
+
+
+# --- one job ---------------------------------------------------------------------------
+
+
+def _read_metrics(path: Path) -> tuple[list[dict], int | None]:
+    """Rows of metrics.jsonl that carry an eval/<target> value, and the last iteration."""
+    rows = read_jsonl(path)
+    last = int(rows[-1].get("iteration", len(rows) - 1)) if rows else None
+    evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
+    return evals, last
+
+
+def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
+    """One job folder -> (table row, {target: (ids, scores)}, eval curve rows).
+
+    Never raises for a bad job: a missing or corrupt file sets readable=False and `problem`.
+    """
+    row: dict[str, Any] = {"sweep": sweep, "job_id": job_dir.name, "state": "unknown",
+                           "readable": True, "problem": ""}
+    items: dict[str, tuple[list[str], np.ndarray]] = {}
+    curve: list[dict] = []
+    problems: list[str] = []
+
+    def load(name: str) -> Any:
+        try:
+            return read_json(job_dir / name)
+        except FileNotFoundError:
+            problems.append(f"{name} missing")
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
+            problems.append(f"{name} corrupt ({type(e).__name__})")
+        return None
+
+    status = load("status.json") if (job_dir / "status.json").exists() else None
+    if isinstance(status, dict):
+        row["state"] = str(status.get("state", "unknown"))
+        row["attempts"] = status.get("attempts")
+        row["stop_reason"] = status.get("stop_reason")
+        row["error"] = status.get("error") or ""
+    elif status is not None:
+        problems.append("status.json is not an object")
+
+    has_summary = (job_dir / "summary.json").exists()
+    if row["state"] == "done" or has_summary:
+        summary, ledger = load("summary.json"), load("ledger.json")
+        try:
+            evals, last_it = _read_metrics(job_dir / "metrics.jsonl")
+            row["last_iteration"] = last_it
+        except FileNotFoundError:
+            problems.append("metrics.jsonl missing")
+            evals = []
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
+            problems.append(f"metrics.jsonl corrupt ({type(e).__name__})")
+            evals = []
+        if summary is not None:
+            try:
+                items = _fill_from_summary(row, summary)
+            except (TypeError, ValueError, AttributeError, KeyError) as e:
+                problems.append(f"summary.json malformed ({e})")
+        if ledger is not None:
+            try:
+                _fill_from_ledger(row, ledger)
+            except (TypeError, ValueError, AttributeError, KeyError) as e:
+                problems.append(f"ledger.json malformed ({e})")
+        for r in evals:
+            for k, v in r.items():
+                if k.startswith("eval/") and isinstance(v, (int, float)):
+                    curve.append({"job_id": row["job_id"], "sweep": sweep,
+                                  "iteration": r.get("iteration"),
+                                  "flops_total": float(r.get("flops/total", np.nan)),
+                                  "target": k[5:], "value": float(v)})
+    if "model" not in row:  # no summary: take what the overrides say
+        try:
+            text = (job_dir / ".hydra" / "overrides.yaml").read_text(encoding="utf-8")
+            for k, v in fields_from_overrides(parse_overrides(text)).items():
+                row.setdefault(k, v)
+        except FileNotFoundError:
+            pass
+        except (ValueError, UnicodeDecodeError, OSError) as e:
+            problems.append(f"overrides.yaml unreadable ({e})")
+    if problems:
+        row["readable"] = False
+        row["problem"] = "; ".join(problems)
+    return row, items, curve
+
+
+def _fill_from_summary(row: dict, s: dict) -> dict[str, tuple[list[str], np.ndarray]]:
+    row["state"] = row["state"] if row["state"] != "unknown" else str(s.get("state", "unknown"))
+    row.setdefault("stop_reason", s.get("stop_reason"))
+    for k, v in (s.get("condition") or {}).items():
+        row[k] = v
+    for k, v in (s.get("knobs") or {}).items():
+        row[k] = v
+    row["seed"] = s.get("seed")
+    for k, v in (s.get("eval") or {}).items():
+        row[f"eval/{k}"] = float(v) if v is not None else np.nan
+    for k, v in (s.get("eval_initial") or {}).items():
+        row[f"eval_initial/{k}"] = float(v) if v is not None else np.nan
+    for k, v in (s.get("seconds") or {}).items():
+        row[f"seconds_{k}"] = v
+    row["_knobs"] = list((s.get("knobs") or {}).keys())
+    items = {}
+    for target, d in (s.get("eval_items") or {}).items():
+        ids, scores = list(d["ids"]), np.asarray(d["scores"], dtype=float)
+        if len(ids) != len(scores):
+            raise ValueError(f"eval_items.{target}: {len(ids)} ids but {len(scores)} scores")
+        items[target] = (ids, scores)
+    return items
+
+
+def _fill_from_ledger(row: dict, ledger: dict) -> None:
+    """Actual and planned FLOPs per phase, shares, and the budget actually spent."""
+    actual, planned = ledger["actual"]["flops"], ledger["planned"]["flops"]
+    row["budget_ledger"] = float(ledger.get("budget_flops") or np.nan)
+    for ph in PHASES + ["total"]:
+        row[f"flops_{ph}"] = float(actual.get(ph, 0.0))
+        row[f"planned_flops_{ph}"] = float(planned.get(ph, 0.0))
+    row.update(_shares(actual))
+    row.update({f"planned_{k}": v for k, v in _shares(planned).items()})
+    row["budget_spent"] = row["flops_total"] / row["budget_ledger"] if row["budget_ledger"] else np.nan
+    row["iterations_actual"] = ledger["actual"].get("iterations")
+    row["iterations_planned"] = ledger["planned"].get("iterations")
+    row["eval_flops"] = float((ledger.get("eval") or {}).get("flops", 0.0))
+
+
+# --- sweeps ----------------------------------------------------------------------------
+
+
+def _planned_job_ids(sweep_dir: Path) -> list[str]:
+    """Job ids listed in plan.json (a list of rows, or {"jobs": [...]}) — for jobs with no folder."""
+    try:
+        plan = read_json(sweep_dir / "plan.json")
+    except (FileNotFoundError, json.JSONDecodeError, OSError, UnicodeDecodeError):
+        return []
+    rows = plan.get("jobs", []) if isinstance(plan, dict) else plan
+    return [str(r["job_id"]) for r in rows if isinstance(r, dict) and "job_id" in r] if isinstance(rows, list) else []
+
+
+def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
+    """Read every job of every sweep into one SweepData (see the module docstring)."""
+    if not sweep_dirs:
+        raise RaceError("no sweep folder given.",
+                        "Expected: race report runs/<sweep> [runs/<other> ...].")
+    bad = []
+    for d in sweep_dirs:
+        if not d.is_dir():
+            bad.append(f"{d}: no such folder. Expected a sweep folder made by `race plan` (runs/<sweep>).")
+        elif not (d / "jobs").is_dir():
+            bad.append(f"{d}: not a sweep (no jobs/ folder inside). Expected runs/<sweep> with "
+                       "jobs/<job_id>/; try `race plan --out {d}` first, or point at the sweep, not a job.")
+    if bad:
+        raise RaceError(*bad)
+
+    rows, curves = [], []
+    items: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = {}
+    knob_cols: list[str] = []
+    for d in sweep_dirs:
+        sweep = d.resolve().name
+        job_dirs = sorted(p for p in (d / "jobs").iterdir() if p.is_dir())
+        seen = set()
+        for jd in job_dirs:
+            row, its, curve = read_job(jd, sweep)
+            for k in row.pop("_knobs", []):
+                if k not in knob_cols:
+                    knob_cols.append(k)
+            rows.append(row)
+            curves.extend(curve)
+            seen.add(jd.name)
+            for t, v in its.items():
+                items[(sweep, row["job_id"], t)] = v
+        for jid in _planned_job_ids(d):
+            if jid not in seen:
+                rows.append({"sweep": sweep, "job_id": jid, "state": "missing", "readable": False,
+                             "problem": "planned in plan.json but jobs/<job_id>/ is missing"})
+    if not rows:
+        raise RaceError(f"{', '.join(map(str, sweep_dirs))}: the sweep has no jobs (jobs/ is empty).",
+                        "Expected jobs/<job_id>/ folders written by `race plan --out`; run `race run` "
+                        "and then report.")
+    jobs = pd.DataFrame(rows)
+    for c in CONDITION_COLS + ["seed"]:
+        if c not in jobs:
+            jobs[c] = np.nan
+    targets = sorted(c[5:] for c in jobs.columns if c.startswith("eval/"))
+    curves_df = pd.DataFrame(curves, columns=["job_id", "sweep", "iteration", "flops_total",
+                                              "target", "value"])
+    return SweepData(jobs=jobs, items=items, curves=curves_df,
+                     knob_cols=[k for k in knob_cols if k not in DERIVED_KNOBS], targets=targets)
