@@ -112,14 +112,44 @@ def _under_schema(cfg: Any, where: str) -> Any:
 
     from race_cli.config import RaceConfig
 
+    schema = OmegaConf.structured(RaceConfig)
+    unknown = _unknown_keys(schema, cfg)
+    if unknown:
+        known = _all_keys(schema)
+        msgs = []
+        for key in unknown:
+            near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            msgs.append(f"Unknown config key '{key}' in {where}." + (f" Did you mean '{near[0]}'?" if near else
+                        " Only keys listed in race_cli/config.py are allowed."))
+        raise RaceError(*msgs)
     try:
-        return OmegaConf.merge(OmegaConf.structured(RaceConfig), cfg)
+        return OmegaConf.merge(schema, cfg)
     except Exception as exc:  # noqa: BLE001
         msg = str(exc).splitlines()[0]
         m = re.search(r"full_key: (\S+)", str(exc))
         key = m.group(1) if m else "a key"
         raise RaceError(f"{where} does not match the config schema at {key}: {msg}. "
                         "Only keys listed in race_cli/config.py are allowed.") from None
+
+
+def _unknown_keys(schema: Any, cfg: Any, prefix: str = "") -> list[str]:
+    """Keys of cfg the schema lacks; free-form dict fields (grid.axes, grid.fixed) take any key."""
+    from omegaconf import DictConfig
+
+    if not isinstance(cfg, DictConfig) or not isinstance(schema, DictConfig):
+        return []
+    if schema._metadata.object_type in (None, dict):  # a plain dict field
+        return []
+    out = []
+    for k in cfg.keys():
+        if k not in schema:
+            out.append(f"{prefix}{k}")
+            continue
+        sub = schema._get_node(k)
+        if isinstance(sub, DictConfig) and sub._is_none():
+            continue  # Optional dataclass field left None (reward.model): its own merge checks it
+        out.extend(_unknown_keys(sub, cfg._get_node(k), f"{prefix}{k}."))
+    return out
 
 
 def _first_bad_override(overrides: list[str], exc: Exception) -> str | None:
