@@ -1,0 +1,189 @@
+"""Rank allocation regimes within each condition, with paired bootstrap intervals (no I/O).
+
+A *condition* is a group of jobs that share the `by` columns (default: model, budget,
+reward system, task; the evaluation target is chosen per report). Within it a *regime* is
+one setting of the allocation knobs (group_size G, updates_per_batch μ, prompts per
+iteration, and any condition column left out of `by`); seeds are repeats of a regime.
+
+The bootstrap resamples evaluation items *paired across regimes* (one draw of item
+indices is shared by every job of the condition, since every job scored the same item
+ids) and, independently per regime, its seeds. From B draws it reports per regime:
+
+- a percentile interval for the regime's mean target;
+- P(best): the fraction of draws in which the regime is best (ties split);
+- `tied_best`: whether the paired interval of (best − regime) reaches 0, i.e. the regime is
+  statistically indistinguishable from the pilot-best one.
+
+Two-stage resampling (items, then seeds) counts the per-item noise twice, so intervals
+lean conservative; tests/test_report_rank.py measures their coverage on synthetic sweeps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from race_cli.report.table import CONDITION_COLS, SweepData
+
+SHORT = {"group_size": "G", "updates_per_batch": "μ", "prompts_per_iter": "B",
+         "budget_flops": "C", "model": "model", "reward": "reward"}
+
+
+# --- regimes ---------------------------------------------------------------------------
+
+
+def regime_columns(jobs: pd.DataFrame, knob_cols: list[str], by: list[str]) -> list[str]:
+    """Allocation columns that vary: the knobs, plus condition columns not grouped by, minus `by`."""
+    cols = [k for k in knob_cols if k not in by and k in jobs and jobs[k].nunique(dropna=True) > 1]
+    cols += [c for c in CONDITION_COLS if c not in by and c not in cols and c in jobs
+             and jobs[c].nunique(dropna=True) > 1]
+    return cols
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e6:
+        return str(int(v))
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def label(values: dict[str, object]) -> str:
+    """{'group_size': 4, 'updates_per_batch': 2} -> 'G=4 μ=2'."""
+    return " ".join(f"{SHORT.get(k, k)}={_fmt(v)}" for k, v in values.items()) or "(one regime)"
+
+
+def condition_label(values: dict[str, object]) -> str:
+    return " ".join(f"{k}={_fmt(v)}" for k, v in values.items()) or "(all jobs)"
+
+
+# --- the bootstrap ---------------------------------------------------------------------
+
+
+def bootstrap_regimes(regime_of_job: np.ndarray, values: np.ndarray, scores: np.ndarray | None,
+                      n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap draws of every regime's mean target: array [n_boot, R].
+
+    regime_of_job [J] ints 0..R-1; values [J] job-level targets (used when scores is None);
+    scores [J, n] per-item scores on the same item order for every job, or None.
+    One draw: item weights shared by all jobs (paired), then each regime's seeds resampled.
+    """
+    n_reg = int(regime_of_job.max()) + 1
+    if scores is not None:
+        n = scores.shape[1]
+        w = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(float)  # [B, n] counts
+        job_means = w @ scores.T / n  # [B, J]
+    else:
+        job_means = np.broadcast_to(values, (n_boot, len(values)))  # [B, J]
+    out = np.empty((n_boot, n_reg))
+    rows = np.arange(n_boot)[:, None]
+    for r in range(n_reg):
+        idx = np.flatnonzero(regime_of_job == r)
+        pick = rng.integers(0, len(idx), size=(n_boot, len(idx)))  # seeds with replacement
+        out[:, r] = job_means[:, idx][rows, pick].mean(axis=1)
+    return out
+
+
+def summarize_draws(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
+                    maximize: bool = True) -> pd.DataFrame:
+    """Per regime: interval, P(best), rank and whether it is indistinguishable from the best.
+
+    point [R] point estimates; draws [B, R] bootstrap draws (higher is better unless
+    maximize=False).
+    """
+    sign = 1.0 if maximize else -1.0
+    a = (1 - level) / 2
+    lo, hi = np.quantile(draws, [a, 1 - a], axis=0)
+    d = sign * draws
+    top = d.max(axis=1, keepdims=True)
+    is_top = d >= top - 1e-12  # [B, R]
+    p_best = (is_top / is_top.sum(axis=1, keepdims=True)).mean(axis=0)
+    best = int(np.argmax(sign * point))
+    gap = d[:, [best]] - d  # [B, R] best minus regime, in the "better" direction
+    gap_lo = np.quantile(gap, a, axis=0)
+    ranks = pd.Series(sign * point).rank(ascending=False, method="min").astype(int).to_numpy()
+    return pd.DataFrame({"mean": point, "ci_lo": lo, "ci_hi": hi, "p_best": p_best,
+                         "gap_to_best": sign * (point[best] - point), "gap_ci_lo": gap_lo,
+                         "tied_best": gap_lo <= 0, "rank": ranks, "is_best": np.arange(len(point)) == best})
+
+
+# --- one condition, then all -------------------------------------------------------------
+
+
+def _item_matrix(keys: list[tuple[str, str]], target: str,
+                 items: dict) -> tuple[np.ndarray | None, str]:
+    """Stack per-item scores of these jobs on a shared item order, or (None, why not)."""
+    got = [items.get((s, j, target)) for s, j in keys]
+    if any(g is None for g in got):
+        return None, "seeds only (some jobs lack per-item scores)"
+    ids0 = got[0][0]
+    if all(g[0] == ids0 for g in got):
+        return np.vstack([g[1] for g in got]), f"items (paired, n={len(ids0)}) × seeds"
+    common = set(ids0).intersection(*[set(g[0]) for g in got[1:]])
+    if not common:
+        return None, "seeds only (jobs share no item ids)"
+    order = sorted(common)
+    mat = np.vstack([pd.Series(g[1], index=g[0]).loc[order].to_numpy() for g in got])
+    return mat, f"items (paired, {len(order)} common ids of {len(ids0)}) × seeds"
+
+
+def rank_condition(jobs: pd.DataFrame, reg_cols: list[str], target: str, items: dict,
+                   n_boot: int, rng: np.random.Generator, maximize: bool = True,
+                   level: float = 0.95) -> pd.DataFrame:
+    """Rank the regimes of one condition's ranked jobs (done, readable, target recorded)."""
+    col = f"eval/{target}"
+    keys = list(zip(jobs["sweep"], jobs["job_id"]))
+    scores, method = _item_matrix(keys, target, items)
+    values = jobs[col].to_numpy(float) if scores is None else scores.mean(axis=1)
+    if reg_cols:
+        codes, uniq = pd.factorize(pd.MultiIndex.from_frame(jobs[reg_cols].astype(object)))
+        regs = [dict(zip(reg_cols, u)) for u in uniq]
+    else:
+        codes, regs = np.zeros(len(jobs), dtype=int), [{}]
+    point = np.array([values[codes == r].mean() for r in range(len(regs))])
+    draws = bootstrap_regimes(codes, values, scores, n_boot, rng)
+    out = summarize_draws(point, draws, level, maximize)
+    n_seeds = np.bincount(codes, minlength=len(regs))
+    out.insert(0, "regime", [label(r) for r in regs])
+    for c in reg_cols:
+        out.insert(len(out.columns), c, [r[c] for r in regs])
+    out["n_seeds"] = n_seeds
+    out["n_items"] = 0 if scores is None else scores.shape[1]
+    out["method"] = method
+    if scores is None and (n_seeds < 2).any():  # one value and nothing to resample
+        one = n_seeds < 2
+        out.loc[one, ["ci_lo", "ci_hi"]] = np.nan
+        out.loc[one, "method"] = method + "; one seed, no interval"
+    for c in ["p", "share_search", "share_learning", "share_feedback", "budget_spent", "flops_total"]:
+        if c in jobs:
+            out[c] = [jobs[c].to_numpy(float)[codes == r].mean() for r in range(len(regs))]
+    return out.sort_values(["rank", "regime"]).reset_index(drop=True)
+
+
+def rankable(jobs: pd.DataFrame, target: str) -> pd.Series:
+    """Jobs the ranking uses: done, readable, with a finite eval/<target>."""
+    col = f"eval/{target}"
+    if col not in jobs:
+        return pd.Series(False, index=jobs.index)
+    return (jobs["state"] == "done") & jobs["readable"].astype(bool) & np.isfinite(
+        pd.to_numeric(jobs[col], errors="coerce"))
+
+
+def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, seed: int = 0,
+             maximize: bool = True, level: float = 0.95) -> pd.DataFrame:
+    """The ranking table of every condition: condition columns, then one row per regime."""
+    jobs = data.jobs[rankable(data.jobs, target)]
+    reg_cols = regime_columns(jobs, data.knob_cols, by)
+    rng = np.random.default_rng(seed)
+    parts = []
+    groups = jobs.groupby(by, dropna=False, sort=True) if by else [((), jobs)]
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        cond = dict(zip(by, key))
+        r = rank_condition(g, reg_cols, target, data.items, n_boot, rng, maximize, level)
+        for i, (c, v) in enumerate(cond.items()):
+            r.insert(i, c, v)
+        r.insert(0, "condition", condition_label(cond))
+        r.insert(1, "target", target)
+        parts.append(r)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
