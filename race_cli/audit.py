@@ -132,11 +132,13 @@ def audit_arch(arch: Arch, *, lora_r: int | None, batch: int, prompt_len: int, c
     rel_err None). The batch has `batch` rows of different lengths, left-padded: row i has
     prompt_len - i prompt tokens (at least 1) and completion_len completion tokens.
     `lora_r=None` skips the LoRA case. On `device="meta"` generate is skipped and every row
-    has equal lengths (shape-only tensors cannot build a padding mask), so no padding there.
+    has equal lengths (shape-only tensors cannot build a padding mask), so no padding there,
+    and SDPA runs its math path (a 2x attention backward instead of the fused kernels' 2.5x).
     """
     import torch
 
     meta = device == "meta"
+    kernel = "math" if meta else "fused"  # SDPA on meta tensors takes the math path (plain bmm)
     prompts = [prompt_len if meta else max(prompt_len - i, 1) for i in range(batch)]
     seqs = [p + completion_len for p in prompts]
     model = build_model(arch, device=device, seed=seed)
@@ -153,14 +155,14 @@ def audit_arch(arch: Arch, *, lora_r: int | None, batch: int, prompt_len: int, c
                                     LoraConfig(r=lora_r, lora_alpha=2 * lora_r, lora_dropout=0.0,
                                                target_modules=list(lora.target_modules)))
         rows.append(_row("lora fwd+bwd", measure_train_step(peft_model, ids, mask),
-                         train_step_flops(arch, seqs, lora=lora)))
+                         train_step_flops(arch, seqs, lora=lora, attn_kernel=kernel)))
         del peft_model
 
     for p in model.parameters():
         p.requires_grad_(True)
     model.train()  # dropout is 0 in Qwen2; train() only mirrors a real update
     rows.append(_row("full fwd+bwd", measure_train_step(model, ids, mask),
-                     train_step_flops(arch, seqs, lora=None)))
+                     train_step_flops(arch, seqs, lora=None, attn_kernel=kernel)))
     model.eval()
 
     completions = [completion_len] * batch

@@ -40,7 +40,10 @@ LAYER_MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"
 # layer; a forward has two: scores and weighted values).
 _ATTN_FWD = 2  # forward: Q K^T and P V
 _ATTN_BWD_MODEL = 4  # dS = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q
-_ATTN_BWD_EXECUTED = 5  # SDPA/flash backward also recomputes S = Q K^T (FlopCounterMode's formula)
+# Executed attention backward by kernel: fused SDPA kernels (flash, memory-efficient, cuDNN,
+# CPU flash) also recompute S = Q K^T (FlopCounterMode's formula); "math" is autograd through
+# two bmm (eager attention, or SDPA's math fallback, which meta tensors take).
+_ATTN_BWD_EXECUTED = {"fused": 5, "math": 4}
 
 
 # --- architecture and adapters ------------------------------------------------------
@@ -290,10 +293,27 @@ def _lora_backward_per_token(arch: Arch, lora: Lora,
     return total, attn_bwd_layers, stream
 
 
+def _recompute_skipped_per_token(arch: Arch, lora: Lora | None) -> int:
+    """Forward FLOPs per token and layer that checkpointing's recompute never re-runs.
+
+    transformers checkpoints each decoder layer with non-reentrant `torch.utils.checkpoint`,
+    which stops recomputing as soon as every tensor the backward saved is back. The last
+    saved tensor of a layer is the input of the last matmul that needs it for a weight
+    gradient, so the layer's tail is skipped: the down projection under full fine-tuning or
+    when down_proj is frozen and unadapted, only its adapter's B matmul when it is adapted
+    (peft runs base, then A, then B; B's input, A's output, is the last saved tensor).
+    """
+    d, f = arch.hidden_size, arch.intermediate_size
+    if lora is not None and "down_proj" in lora.target_modules:
+        return 2 * lora.r * d
+    return 2 * f * d
+
+
 def train_step_flops(arch: Arch, seq_lens: Sequence[int], *, lora: Lora | None,
                      grad_checkpointing: bool = False, padded_len: int | None = None,
                      logit_positions: int | None = None,
-                     executed_logit_positions: int | None = None) -> Flops:
+                     executed_logit_positions: int | None = None,
+                     attn_kernel: str = "fused") -> Flops:
     """One forward + backward over a batch (a policy-gradient step, optimizer not counted).
 
     Model: full fine-tuning is 3x `forward_flops`; LoRA is 2x the base's forward (forward +
@@ -302,9 +322,15 @@ def train_step_flops(arch: Arch, seq_lens: Sequence[int], *, lora: Lora | None,
     logit position (plus a weight gradient under full FT); LoRA skips gradients for matmuls
     whose input does not require grad (layer 0's q/k/v); the SDPA backward costs 2.5x its
     forward; gradient checkpointing re-runs each decoder layer's forward (not the head).
+    `attn_kernel`: "fused" (SDPA flash / memory-efficient / cuDNN / CPU flash: backward 2.5x
+    the forward, scores recomputed) or "math" (eager attention or SDPA's math path: 2x).
     With LoRA and checkpointing, the input embeddings are made to require grad (transformers /
     peft call `enable_input_require_grads`), so layer 0's gradients are computed too.
     """
+    if attn_kernel not in _ATTN_BWD_EXECUTED:
+        raise RaceError(f"attn_kernel {attn_kernel!r} is unknown; expected 'fused' (SDPA flash / "
+                        "efficient kernels) or 'math' (eager attention).")
+    attn_bwd = _ATTN_BWD_EXECUTED[attn_kernel]
     lens = _lengths("seq_lens", seq_lens)
     pad = _padded(lens, padded_len)
     rows = len(lens)
@@ -320,17 +346,18 @@ def train_step_flops(arch: Arch, seq_lens: Sequence[int], *, lora: Lora | None,
         body_bwd = 4 * arch.n_body  # activation + weight gradients, every matrix
         model_bwd = body_bwd * tokens + 4 * arch.n_head * logits + _ATTN_BWD_MODEL * arch.attn_pair * pairs
         executed_bwd = (body_bwd * ex_tokens + 4 * arch.n_head * ex_logits
-                        + _ATTN_BWD_EXECUTED * arch.attn_pair * ex_pairs)
+                        + attn_bwd * arch.attn_pair * ex_pairs)
     else:
         a = lora.forward_per_token(arch)
         model_bwd = ((2 * arch.n_body + 2 * a) * tokens + 2 * arch.n_head * logits
                      + _ATTN_BWD_MODEL * arch.attn_pair * pairs)
         per_token, attn_layers, head_rg = _lora_backward_per_token(arch, lora, grad_checkpointing)
         executed_bwd = (per_token * ex_tokens + (2 * arch.n_head * ex_logits if head_rg else 0)
-                        + _ATTN_BWD_EXECUTED * arch.attn_pair * ex_pairs * attn_layers / L)
+                        + attn_bwd * arch.attn_pair * ex_pairs * attn_layers / L)
     executed_recompute = 0.0
     if grad_checkpointing:
         per_token = 2 * arch.n_body + (lora.forward_per_token(arch) if lora else 0)
+        per_token -= L * _recompute_skipped_per_token(arch, lora)
         executed_recompute = per_token * ex_tokens + _ATTN_FWD * arch.attn_pair * ex_pairs
     return fwd + Flops(model_bwd, executed_bwd + executed_recompute)
 
