@@ -57,6 +57,16 @@ def condition_label(values: dict[str, object]) -> str:
     return " ".join(f"{k}={_fmt(v)}" for k, v in values.items()) or "(all jobs)"
 
 
+def label_jobs(jobs: pd.DataFrame, by: list[str], reg_cols: list[str]) -> pd.DataFrame:
+    """A copy of `jobs` with `condition` and `regime` label columns (as the ranking names them)."""
+    out = jobs.copy()
+    cond_vals = out[by].astype(object).to_numpy() if by else np.empty((len(out), 0))
+    reg_vals = out[reg_cols].astype(object).to_numpy() if reg_cols else np.empty((len(out), 0))
+    out["condition"] = [condition_label(dict(zip(by, v))) for v in cond_vals]
+    out["regime"] = [label(dict(zip(reg_cols, v))) for v in reg_vals]
+    return out
+
+
 # --- the bootstrap ---------------------------------------------------------------------
 
 

@@ -1,0 +1,148 @@
+"""`race report`: read finished sweeps, rank allocation regimes, fit the response to p, write it up.
+
+    race report runs/<sweep> [runs/<other> ...] --target accuracy --format table
+
+Reads only the files docs/files.md defines (never logs), so it runs while a sweep is still
+going: unfinished jobs are listed with their state. Writes under <first sweep>/report/
+(or --out): runs.csv, ranking.csv, recommendations.csv, report.json, summary.md and PNGs.
+Imports neither torch nor transformers; matplotlib only when plots are drawn.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from race_cli.errors import RaceError
+from race_cli.io import atomic_write_text
+from race_cli.report.table import CONDITION_COLS, read_sweeps
+
+FORMATS = ("table", "csv", "json", "markdown")
+LOWER_IS_BETTER = ("loss", "error", "perplexity", "ppl", "regret")  # name fragments
+
+
+def maximize_target(target: str) -> bool:
+    """Higher is better unless the target's name says it is a loss or an error rate."""
+    return not any(w in target.lower() for w in LOWER_IS_BETTER)
+
+
+def _validate_args(sweep_dirs: list[Path], target: str, fmt: str, bootstrap: int) -> None:
+    problems = []
+    if not sweep_dirs:
+        problems.append("no sweep folder given. Expected: race report runs/<sweep> [runs/<other> ...].")
+    if fmt not in FORMATS:
+        problems.append(f"--format {fmt!r} is not one of {', '.join(FORMATS)}.")
+    if bootstrap < 100:
+        problems.append(f"--bootstrap {bootstrap} is too few draws for a 95% interval; use at least 100 "
+                        "(1000 is the default).")
+    if not target or "/" in target:
+        problems.append(f"--target {target!r}: give the name after eval/, e.g. --target accuracy.")
+    if problems:
+        raise RaceError(*problems)
+
+
+def _check_target(jobs, target: str, targets: list[str]) -> None:
+    col = f"eval/{target}"
+    if col in jobs and ((jobs["state"] == "done") & jobs[col].notna()).any():
+        return
+    counts = ", ".join(f"{k} {v}" for k, v in jobs["state"].value_counts().items())
+    if targets:
+        raise RaceError(f"no finished job recorded eval/{target} (jobs: {counts}).",
+                        f"Targets the jobs recorded: {', '.join(targets)}; try --target {targets[0]}.")
+    raise RaceError(f"no finished job recorded any evaluation target (jobs: {counts}).",
+                    "Expected summary.json with an `eval` block in jobs/<job_id>/; run `race run` to "
+                    "finish the sweep, then report again.")
+
+
+def _check_by(jobs, by: list[str], knob_cols: list[str]) -> None:
+    known = list(dict.fromkeys(CONDITION_COLS + knob_cols + [c for c in ("seed",) if c in jobs]))
+    bad = [c for c in by if c not in jobs.columns or c == "seed"]
+    if bad:
+        raise RaceError(f"--by {', '.join(bad)}: not a column a condition can be grouped by.",
+                        f"Expected some of: {', '.join(c for c in known if c != 'seed')}.")
+
+
+def run_report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] | None = None,
+               fmt: str = "table", out: Path | None = None, plots: bool = True,
+               bootstrap: int = 1000, seed: int = 0, console=None) -> dict:
+    """Do the report; raise RaceError on bad input (before anything is written).
+
+    Returns {"out_dir": Path, "files": [names], "ranking": DataFrame, "recommendations": DataFrame}.
+    """
+    from race_cli.report import recommend as R
+    from race_cli.report import render
+    from race_cli.report.rank import label_jobs, rank_all, rankable, regime_columns
+
+    sweep_dirs = [Path(d) for d in sweep_dirs]
+    _validate_args(sweep_dirs, target, fmt, bootstrap)
+    data = read_sweeps(sweep_dirs)
+    by = list(CONDITION_COLS if by is None else by)
+    _check_by(data.jobs, by, data.knob_cols)
+    _check_target(data.jobs, target, data.targets)
+    maximize = maximize_target(target)
+
+    # --- compute (pure)
+    ranked = rankable(data.jobs, target)
+    ranking = rank_all(data, target, by, n_boot=bootstrap, seed=seed, maximize=maximize)
+    fits = R.fit_all(ranking, maximize)
+    rec = R.recommend(ranking, fits, by)
+    moves = R.frontier_moves(rec, by)
+    totals = R.compute_totals(data.jobs)
+    reg_cols = regime_columns(data.jobs[ranked], data.knob_cols, by)
+    jobs = label_jobs(data.jobs, by, reg_cols)
+    jobs["ranked"] = ranked
+
+    # --- write (plots into a temp folder first, then moved in: nothing half-written)
+    out_dir = Path(out) if out is not None else sweep_dirs[0] / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figs: list[str] = []
+    if plots:
+        from race_cli.report.plots import write_plots
+
+        tmp = Path(tempfile.mkdtemp(dir=out_dir, prefix=".plots."))
+        try:
+            figs = write_plots(tmp, jobs, ranking, rec, fits, data.curves, target, reg_cols, by)
+            for f in figs:
+                os.replace(tmp / f, out_dir / f)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    md = render.markdown_summary(jobs, ranked, ranking, rec, moves, totals, target, maximize,
+                                 bootstrap, figs)
+    doc = render.to_json(jobs, ranking, rec, fits, moves, totals, target)
+    texts = {"runs.csv": jobs.to_csv(index=False), "ranking.csv": ranking.to_csv(index=False),
+             "recommendations.csv": rec.to_csv(index=False), "report.json": doc, "summary.md": md}
+    for name, text in texts.items():
+        atomic_write_text(out_dir / name, text)
+    files = list(texts) + figs
+
+    # --- print
+    if fmt == "table":
+        if console is None:
+            from rich.console import Console
+
+            console = Console()
+        render.print_report(console, jobs, ranked, ranking, rec, moves, totals, target, maximize)
+        console.print(f"Wrote {', '.join(files)} to {out_dir}")
+    else:
+        sys.stdout.write({"csv": texts["ranking.csv"], "json": doc, "markdown": md}[fmt])
+        sys.stderr.write(f"Wrote {', '.join(files)} to {out_dir}\n")
+    return {"out_dir": out_dir, "files": files, "ranking": ranking, "recommendations": rec,
+            "fits": fits, "jobs": jobs}
+
+
+def report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] | None = None,
+           fmt: str = "table", out: Path | None = None, plots: bool = True,
+           bootstrap: int = 1000, seed: int = 0) -> int:
+    """Rank the allocation regimes of finished sweeps; return the exit code (0, or 2 on bad input)."""
+    try:
+        run_report(sweep_dirs, target, by, fmt, out, plots, bootstrap, seed)
+    except RaceError as e:
+        from rich.console import Console
+
+        err = Console(stderr=True)
+        err.print("[bold red]race report:[/] " + "\n".join(e.problems), highlight=False)
+        return e.exit_code
+    return 0

@@ -1,0 +1,180 @@
+"""PNG figures of a report; matplotlib is imported inside `write_plots` only (Agg backend).
+
+- shares.png    stacked compute shares (search / learning / feedback) per job, from the actual
+                ledger, with the planned learning share marked; per regime when jobs are many;
+- response.png  target against update fraction p per condition: jobs, regime means with 95%
+                intervals, the chosen response fit and the recommended point;
+- curves.png    eval/<target> against training FLOPs spent, one colour per regime;
+- frontier.png  the recommended p of every condition (only when there are several).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+MAX_PANELS = 12  # conditions drawn per figure
+MAX_JOB_BARS = 60  # above this, shares are drawn per regime
+
+
+def _grid(plt, n: int, w: float = 4.6, h: float = 3.4):
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, axes.flat
+
+
+def _shares(plt, jobs: pd.DataFrame, ranking: pd.DataFrame, path: Path) -> None:
+    colors = {"search": "#4C72B0", "learning": "#DD8452", "feedback": "#55A868"}
+    ok = jobs[jobs["readable"].astype(bool) & jobs["p"].notna()] if "p" in jobs else jobs.iloc[:0]
+    if len(ok) <= MAX_JOB_BARS:
+        df = ok.sort_values(["condition", "p"]) if "condition" in ok else ok.sort_values("p")
+        labels = list(df["job_id"])
+        planned = df["planned_share_search"].to_numpy(float) if "planned_share_search" in df else None
+        title = "Compute shares per job (actual ledger)"
+    else:
+        df = ranking.sort_values(["condition", "p"])
+        labels = list(df["condition"] + " · " + df["regime"])
+        planned = None
+        title = f"Compute shares per regime (mean over seeds; {len(ok)} jobs)"
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.28 * max(len(df), 1)))
+    y = np.arange(len(df))
+    left = np.zeros(len(df))
+    for name, c in colors.items():
+        v = 100 * df[f"share_{name}"].to_numpy(float)
+        ax.barh(y, v, left=left, color=c, label=name, height=0.75)
+        left += np.nan_to_num(v)
+    if planned is not None:  # where the plan put the search | learning boundary
+        ax.scatter(100 * planned, y, marker="|", s=120, color="black",
+                   label="planned search | learning", zorder=3)
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_ylim(len(df) - 0.5, -0.5)  # first job on top
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the job's training FLOPs (%, model convention)")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _response(plt, jobs, ranking, fits, target, path: Path) -> None:
+    conds = list(dict.fromkeys(ranking["condition"]))[:MAX_PANELS]
+    fig, axes = _grid(plt, len(conds))
+    for ax, cond in zip(axes, conds):
+        g = ranking[ranking["condition"] == cond]
+        logx = g["p"].min() > 0 and g["p"].max() / g["p"].min() > 4
+        cmap = plt.get_cmap("tab10")
+        for i, (_, r) in enumerate(g.iterrows()):
+            err = np.array([[r["mean"] - r["ci_lo"]], [r["ci_hi"] - r["mean"]]])
+            ax.errorbar(r["p"], r["mean"], yerr=None if np.isnan(err).any() else err, fmt="o",
+                        color=cmap(i % 10), capsize=3, label=r["regime"])
+        fit = fits.get(cond)
+        if fit is not None and fit.curve_p:
+            ax.plot(fit.curve_p, fit.curve_y, color="0.3", lw=1.5, ls="--", label=f"fit: {fit.model}")
+        if fit is not None and np.isfinite(fit.p_star):
+            what = "fallback: pilot best" if fit.fallback else "fit optimum p*"
+            ax.plot(fit.p_star, fit.y_star, marker="*", ms=14, color="crimson", ls="none",
+                    label=f"{what} (p={fit.p_star:.2f})")
+        if logx:  # label the grid's own p values; log-axis default labels collide
+            from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+            ax.set_xscale("log")
+            ticks = sorted(set(np.round(g["p"].to_numpy(float), 2)))
+            ax.xaxis.set_major_locator(FixedLocator(ticks))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2f}"))
+            ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("update fraction p = learning FLOPs / total")
+        ax.set_ylabel(f"eval {target} (mean, 95% CI)")
+        ax.set_title(cond, fontsize=8)
+        ax.legend(fontsize=6, loc="best")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{target} against the update fraction p, per condition", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _curves(plt, jobs, ranking, curves, target, reg_cols, path: Path) -> None:
+    c = curves[curves["target"] == target]
+    conds = list(dict.fromkeys(ranking["condition"]))[:MAX_PANELS]
+    fig, axes = _grid(plt, len(conds))
+    cmap = plt.get_cmap("tab10")
+    meta = jobs.set_index(["sweep", "job_id"])
+    for ax, cond in zip(axes, conds):
+        regimes = list(ranking.loc[ranking["condition"] == cond, "regime"])
+        seen = set()
+        for (sw, jid), jc in c.groupby(["sweep", "job_id"], sort=False):
+            if (sw, jid) not in meta.index or not meta.loc[(sw, jid), "ranked"] \
+                    or meta.loc[(sw, jid), "condition"] != cond:
+                continue
+            reg = meta.loc[(sw, jid), "regime"]
+            i = regimes.index(reg) if reg in regimes else 0
+            jc = jc.sort_values("flops_total")
+            ax.plot(jc["flops_total"], jc["value"], color=cmap(i % 10), lw=1, alpha=0.8,
+                    marker=".", label=None if reg in seen else reg)
+            seen.add(reg)
+        h, lab = ax.get_legend_handles_labels()  # legend in ranking order, best first
+        order = sorted(range(len(lab)), key=lambda k: regimes.index(lab[k]) if lab[k] in regimes else 99)
+        ax.set_xlabel("training FLOPs spent (model convention)")
+        ax.set_ylabel(f"eval {target}")
+        ax.set_title(cond, fontsize=8)
+        ax.legend([h[k] for k in order], [lab[k] for k in order], fontsize=6, loc="best")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{target} during training, one line per job, coloured by regime", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _frontier(plt, rec: pd.DataFrame, by: list[str], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.5 * len(rec)))
+    y = np.arange(len(rec))
+    ax.scatter(rec["best_p"], y, marker="o", color="#4C72B0", label="pilot-best regime's p", zorder=3)
+    if "p_star" in rec:
+        fitted = ~rec["fit_fallback"].astype(bool)
+        ax.scatter(rec.loc[fitted, "p_star"], y[fitted.to_numpy()], marker="*", s=150,
+                   color="crimson", label="fit optimum p*", zorder=4)
+    vary = [c for c in by if c in rec and rec[c].nunique(dropna=False) > 1]  # what tells rows apart
+    names = [" ".join(f"{c}={v:.3g}" if isinstance(v, float) else f"{c}={v}" for c, v in zip(vary, vals))
+             for vals in rec[vary].itertuples(index=False)] if vary else list(rec["condition"])
+    ax.set_yticks(y, [f"{n}\nbest: {r}" for n, r in zip(names, rec["best_regime"])], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("update fraction p = learning FLOPs / total")
+    ax.set_title("Conditional frontier: the best split per condition", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_plots(out_dir: Path, jobs: pd.DataFrame, ranking: pd.DataFrame, rec: pd.DataFrame,
+                fits: dict, curves: pd.DataFrame, target: str, reg_cols: list[str],
+                by: list[str]) -> list[str]:
+    """Draw every figure into out_dir; return the file names written.
+
+    `jobs` must carry `condition` and `regime` columns for ranked jobs (command.py adds them).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    _shares(plt, jobs, ranking, out_dir / "shares.png")
+    written.append("shares.png")
+    if len(ranking) and "p" in ranking:
+        _response(plt, jobs, ranking, fits, target, out_dir / "response.png")
+        written.append("response.png")
+    if len(curves) and (curves["target"] == target).any():
+        _curves(plt, jobs, ranking, curves, target, reg_cols, out_dir / "curves.png")
+        written.append("curves.png")
+    if len(rec) > 1:
+        _frontier(plt, rec, by, out_dir / "frontier.png")
+        written.append("frontier.png")
+    return written
