@@ -183,6 +183,8 @@ def _get(cfg: Any, dotted: str) -> Any:
     node = cfg
     for part in dotted.split("."):
         node = node[part] if isinstance(node, dict) else getattr(node, part)
+        if node is None:
+            break
     return node
 
 
@@ -227,9 +229,10 @@ def validate(cfg: Any) -> list[str]:
             continue
         if arch is None:
             continue
-        h, kv = arch.num_attention_heads, arch.num_key_value_heads
-        if kv < 1 or h % kv:
+        h, kv = _get(arch, "num_attention_heads"), _get(arch, "num_key_value_heads")
+        d = _get(arch, "hidden_size")
+        if kv < 1 or h < 1 or h % kv:
             problems.append(f"{key}: num_attention_heads={h} must be a multiple of num_key_value_heads={kv}.")
-        if arch.head_dim is None and arch.hidden_size % h:
-            problems.append(f"{key}: hidden_size={arch.hidden_size} is not divisible by num_attention_heads={h}; set head_dim.")
+        elif _get(arch, "head_dim") is None and d % h:
+            problems.append(f"{key}: hidden_size={d} is not divisible by num_attention_heads={h}; set head_dim.")
     return problems

@@ -1,0 +1,3 @@
+from race_cli.cli import main
+
+main()

@@ -1,0 +1,139 @@
+"""The `race` command line: plan, run, report (and flops, train, zoo), as typed Typer functions.
+
+Each command's docstring is its help. Implementations are imported inside the commands, so
+`race --help`, `race plan` and `race report` never import torch or transformers.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from race_cli.errors import RaceError
+
+app = typer.Typer(
+    name="race",
+    help="Run RACE pilot grids: budget-matched GRPO jobs that show where RL post-training compute should go "
+    "(a bigger policy, more rollouts, more updates, or stronger feedback). Flow: race plan -> race run -> race report.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+OVERRIDES_HELP = ("Hydra overrides and sweeps, e.g. model=tiny-s,tiny-m grpo.group_size=4,8 "
+                  "grpo.updates_per_batch=range(1,3) budget.flops=5e11 grid=none.")
+
+
+class PlanFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def _fail(exc: RaceError) -> None:
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    for p in exc.problems or [str(exc)]:
+        err.print(f"[bold red]error:[/] {p}", highlight=False, soft_wrap=True)
+    raise typer.Exit(exc.exit_code)
+
+
+@app.command()
+def plan(
+    overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+    fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f", help="table, csv or json."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the sweep folder here (multirun.yaml, "
+                                       "plan.csv, plan.json, jobs/<id>/.hydra/)."),
+    max_jobs: int = typer.Option(512, help="Refuse sweeps larger than this unless --yes."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Plan sweeps larger than --max-jobs."),
+) -> None:
+    """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split.
+
+    With no overrides: the embedded tiny grid (grid=tiny). [bold]race plan grid=pilot[/] shows the
+    paper-like Qwen2.5 grid. Nothing is written unless --out is given.
+    """
+    from race_cli.plan import build_plan, write_sweep
+    from race_cli.render import print_plan
+
+    try:
+        p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes)
+        if out is not None:
+            written = write_sweep(p, out)
+    except RaceError as exc:
+        _fail(exc)
+    print_plan(p, fmt.value)
+    if out is not None:
+        from rich.console import Console
+
+        Console(stderr=True).print(
+            f"{'wrote' if written else 'unchanged (same plan already there)'}: {out}  ({len(p.jobs)} jobs)")
+
+
+@app.command()
+def flops(
+    overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False),
+    audit: bool = typer.Option(False, "--audit", help="Also measure the real architecture with torch's "
+                               "FlopCounterMode and compare with the ledger (imports torch)."),
+    batch: int = typer.Option(2, help="--audit: sequences per measured batch."),
+) -> None:
+    """Print one job's per-phase FLOP ledger (model and executed conventions), optionally audited."""
+    from race_cli.render import print_flops
+
+    try:
+        print_flops(overrides or [], audit=audit, batch=batch)
+    except RaceError as exc:
+        _fail(exc)
+
+
+@app.command()
+def train(
+    overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Job folder to create (or resume) for these overrides."),
+    job_dir: Optional[Path] = typer.Option(None, "--job-dir", help="Run or resume a job folder written by "
+                                           "`race plan --out` (reads its .hydra/config.yaml)."),
+) -> None:
+    """Run one budget-matched GRPO job: rollout -> reward -> update until the budget is spent.
+
+    Writes metrics.jsonl, ledger.json, summary.json, adapter/ and checkpoint/ into the job folder;
+    rerunning on the same folder resumes from the last checkpoint.
+    """
+    from race_cli.engine.command import train_main
+
+    try:
+        code = train_main(overrides or [], out=out, job_dir=job_dir)
+    except RaceError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+@app.command()
+def zoo(
+    names: Optional[List[str]] = typer.Argument(None, help="Entries to show or build (default: all).", show_default=False),
+    build: bool = typer.Option(False, "--build", help="Build missing entries (tiny policies, tiny PRM)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when cached."),
+) -> None:
+    """List (and build) the embedded tiny model zoo: tiny-s/m/l policies and the tiny PRM."""
+    from race_cli.zoo import zoo_main
+
+    try:
+        code = zoo_main(names or None, build=build, force=force)
+    except RaceError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

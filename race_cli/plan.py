@@ -1,0 +1,353 @@
+"""`race plan`: expand a sweep into budget-matched jobs and preview their planned FLOP split.
+
+    race plan                                  # the embedded tiny grid (grid=tiny)
+    race plan grid=pilot                       # the paper-like Qwen2.5 grid
+    race plan grid=none model=tiny-m grpo.group_size=4,8,16 budget.flops=5e11 --out runs/g
+
+Each job fixes everything but one free knob, the number of GRPO iterations T, which the
+solver sets so the planned total is as close to `budget.flops` as possible without exceeding
+it: T = floor(C / planned cost of one iteration) (DESIGN.md "The grid"). Every job is
+composed and validated before anything is printed or written. No torch import here.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from race_cli.errors import RaceError
+
+MAX_JOBS = 512  # a larger sweep needs --yes
+
+
+@dataclass
+class Job:
+    job_id: str
+    overrides: list[str]  # all concrete overrides of this job (grid fixed, axes, yours)
+    axis_overrides: list[str]  # the swept ones only (they name the job)
+    config: dict  # the fully composed config, plain containers
+    iterations: int = 0  # T, solved
+    per_iteration: dict = field(default_factory=dict)  # phase -> ledger.Flops, one iteration
+
+    def planned(self) -> dict[str, Any]:
+        """Planned ledger: FLOPs and tokens of all T iterations (model and executed conventions)."""
+        t = self.iterations
+        flops = {k: v.model * t for k, v in self.per_iteration.items()}
+        executed = {k: v.executed * t for k, v in self.per_iteration.items()}
+        flops["total"] = sum(flops.values())
+        executed["total"] = sum(executed.values())
+        n = self.config["grpo"]["prompts_per_iter"] * self.config["grpo"]["group_size"]
+        return {
+            "iterations": t,
+            "flops": flops,
+            "executed_flops": executed,
+            "tokens": {"prompt": t * n * self.config["task"]["prompt_tokens"],
+                       "completion": t * n * completion_estimate(self.config)},
+        }
+
+    def row(self) -> dict[str, Any]:
+        """One line of plan.csv / plan.json / the table."""
+        c, pl = self.config, self.planned()
+        total = pl["flops"]["total"]
+        share = {k: (pl["flops"][k] / total if total else 0.0) for k in ("rollout", "update", "reward")}
+        return {
+            "job_id": self.job_id,
+            "model": c["model"]["name"],
+            "group_size": c["grpo"]["group_size"],
+            "updates_per_batch": c["grpo"]["updates_per_batch"],
+            "prompts_per_iter": c["grpo"]["prompts_per_iter"],
+            "reward": reward_name(c),
+            "task": c["task"]["name"],
+            "seed": c["seed"],
+            "budget_flops": c["budget"]["flops"],
+            "iterations": self.iterations,
+            "planned_flops_total": total,
+            "planned_flops_rollout": pl["flops"]["rollout"],
+            "planned_flops_update": pl["flops"]["update"],
+            "planned_flops_reward": pl["flops"]["reward"],
+            "planned_executed_flops_total": pl["executed_flops"]["total"],
+            "share_search": share["rollout"],
+            "share_learning": share["update"],
+            "share_feedback": share["reward"],
+            "update_fraction": share["update"],
+            "budget_used": total / c["budget"]["flops"],
+            "tokens_prompt": pl["tokens"]["prompt"],
+            "tokens_completion": pl["tokens"]["completion"],
+            "overrides": " ".join(self.overrides),
+        }
+
+
+@dataclass
+class Plan:
+    typed: list[str]  # the overrides as typed
+    grid: dict  # name, description, axes, fixed of the chosen grid
+    axes: dict[str, list[str]]  # swept key -> values
+    jobs: list[Job]
+
+    def rows(self) -> list[dict]:
+        return [j.row() for j in self.jobs]
+
+
+def reward_name(cfg: dict) -> str:
+    r = cfg["reward"]
+    return "rule" if r["type"] == "rule" else f"prm:{(r.get('model') or {}).get('name', '?')}"
+
+
+def completion_estimate(cfg: dict) -> float:
+    ect = cfg["rollout"].get("expected_completion_tokens")
+    return float(ect if ect is not None else cfg["rollout"]["max_new_tokens"])
+
+
+# --- the budget solver (pure) --------------------------------------------------------------------
+
+def iteration_cost(cfg: dict) -> dict:
+    """Planned FLOPs of one GRPO iteration of this job, per phase (ledger.Flops)."""
+    from race_cli import ledger
+
+    g, lora_cfg = cfg["grpo"], cfg["lora"]
+    lora = ledger.Lora(r=lora_cfg["r"], target_modules=tuple(lora_cfg["target_modules"])) if lora_cfg["enabled"] else None
+    reward = None
+    if cfg["reward"]["type"] == "prm":
+        reward = ledger.Arch.from_config(cfg["reward"]["model"]["arch"])
+    return ledger.iteration_flops(
+        ledger.Arch.from_config(cfg["model"]["arch"]),
+        prompts=g["prompts_per_iter"], group_size=g["group_size"],
+        prompt_len=float(cfg["task"]["prompt_tokens"]), completion_len=completion_estimate(cfg),
+        updates_per_batch=g["updates_per_batch"], lora=lora, beta=g["beta"],
+        grad_checkpointing=g["grad_checkpointing"], share_prefix=cfg["rollout"]["backend"] == "vllm",
+        reward=reward, reward_head="token" if (cfg["reward"].get("model") or {}).get("format") == "token" else "classifier",
+    )
+
+
+def solve_iterations(budget: float, per_iteration_total: float) -> int:
+    """Largest T with T * cost <= budget (0 when one iteration does not fit)."""
+    if per_iteration_total <= 0:
+        raise RaceError("An iteration was planned at 0 FLOPs: the model architecture looks empty.")
+    t = int(math.floor(budget / per_iteration_total))
+    while t > 0 and t * per_iteration_total > budget:  # float rounding at the boundary
+        t -= 1
+    return t
+
+
+# --- building a plan ---------------------------------------------------------------------------
+
+def default_grid() -> str:
+    """The grid chosen in conf/config.yaml's defaults list."""
+    import yaml
+
+    from race_cli.compose import CONFIG_NAME, conf_dir
+
+    with open(conf_dir() / f"{CONFIG_NAME}.yaml", encoding="utf-8") as f:
+        root = yaml.safe_load(f) or {}
+    for entry in root.get("defaults", []):
+        if isinstance(entry, dict) and "grid" in entry:
+            return str(entry["grid"])
+    return "none"
+
+
+def load_grid(name: str) -> dict:
+    import yaml
+
+    from race_cli.compose import conf_dir, group_options
+
+    path = conf_dir() / "grid" / f"{name}.yaml"
+    if not path.is_file():
+        raise RaceError(f"Unknown grid option '{name}'. Available: {', '.join(group_options('grid'))}.")
+    with open(path, encoding="utf-8") as f:
+        grid = yaml.safe_load(f) or {}
+    return {"name": grid.get("name", name), "description": grid.get("description", ""),
+            "axes": dict(grid.get("axes") or {}), "fixed": dict(grid.get("fixed") or {})}
+
+
+def _fixed_override(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        value = str(value).lower()
+    elif value is None:
+        value = "null"
+    return f"{key}={value}"
+
+
+def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool = False) -> Plan:
+    """Expand, compose, validate and budget-match every job; RaceError lists every problem."""
+    from race_cli.compose import config_groups, group_options
+    from race_cli.sweep import Axis, job_id, parse_sweep, unique_ids
+
+    groups = {g: group_options(g) for g in config_groups()}
+    typed = parse_sweep(overrides, groups)
+
+    # The grid: chosen by a fixed grid=NAME override (sweeping grids is refused), else the default.
+    if any(a.key == "grid" for a in typed.axes):
+        raise RaceError("grid= selects a whole sweep; plan one grid at a time (race plan grid=tiny, then grid=pilot).")
+    grid_name = default_grid()
+    for text in typed.fixed:
+        key, _, value = text.lstrip("+").partition("=")
+        if key == "grid":
+            grid_name = value
+    grid = load_grid(grid_name)
+    grid_axes = parse_sweep([f"{k}={v}" for k, v in grid["axes"].items()], groups).axes
+    for a in grid_axes:
+        if not a.values:
+            raise RaceError(f"grid '{grid_name}' axis {a.key} has no values.")
+
+    # Axes: the grid's, replaced by a command-line sweep or fixed value of the same key.
+    user_keys = {a.key for a in typed.axes} | {t.lstrip("+").partition("=")[0] for t in typed.fixed}
+    axes: list[Axis] = [a for a in grid_axes if a.key not in user_keys] + typed.axes
+    fixed = [_fixed_override(k, v) for k, v in grid["fixed"].items() if k not in user_keys] + typed.fixed
+
+    n_jobs = math.prod(len(a.values) for a in axes) if axes else 1
+    if n_jobs > max_jobs and not yes:
+        raise RaceError(f"The sweep expands to {n_jobs} jobs, more than the maximum of {max_jobs}. "
+                        "Check the axes, or pass --yes to plan it anyway.")
+    combos = [list(c) for c in itertools.product(*[a.overrides() for a in axes])]
+
+    jobs, problems = _compose_jobs(fixed, combos, set(groups))
+    if problems:
+        raise RaceError(*problems)
+
+    ids = unique_ids([job_id(c) for c in combos], [j.overrides for j in jobs])
+    short = []
+    for jid, job, combo in zip(ids, jobs, combos):
+        job.job_id, job.axis_overrides = jid, combo
+        job.per_iteration = iteration_cost(job.config)
+        total = sum(f.model for f in job.per_iteration.values())
+        job.iterations = solve_iterations(job.config["budget"]["flops"], total)
+        budget = job.config["budget"]["flops"]
+        if job.iterations < 1:
+            short.append(f"Job {jid}: budget.flops={budget:.3g} is smaller than one iteration "
+                         f"({total:.3g} FLOPs), short by {total - budget:.3g} ({total / budget:.1f}x the budget). "
+                         "Raise budget.flops or shrink grpo.prompts_per_iter / grpo.group_size / rollout.max_new_tokens.")
+        elif job.iterations > job.config["budget"]["max_iterations"]:
+            short.append(f"Job {jid}: the budget buys {job.iterations} iterations, more than "
+                         f"budget.max_iterations={job.config['budget']['max_iterations']}. Lower budget.flops.")
+    if short:
+        raise RaceError(*short)
+    return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs)
+
+
+def _compose_jobs(fixed: list[str], combos: list[list[str]], groups: set[str]) -> tuple[list[Job], list[str]]:
+    """Compose every job: Hydra once per distinct group choice, typed dict updates for the rest."""
+    from omegaconf import OmegaConf
+
+    from race_cli.compose import compose
+    from race_cli.config import validate
+    from race_cli.sweep import apply_value, schema_types
+
+    types = schema_types()
+    bases: dict[tuple, dict | RaceError] = {}
+    jobs, problems = [], []
+    seen_problems: dict[str, list[str]] = {}
+    for combo in combos:
+        overrides = fixed + combo
+        is_group = [o.lstrip("+").partition("=")[0] in groups for o in overrides]
+        group_part = tuple(o for o, g in zip(overrides, is_group) if g)
+        if group_part not in bases:
+            try:
+                bases[group_part] = OmegaConf.to_container(compose(list(group_part)), resolve=True)
+            except RaceError as exc:
+                bases[group_part] = exc
+        base = bases[group_part]
+        try:
+            if isinstance(base, RaceError):
+                raise base
+            cfg = copy.deepcopy(base)
+            for o, g in zip(overrides, is_group):
+                if not g:
+                    apply_value(cfg, o, types)
+            msgs = validate(cfg)
+            if msgs:
+                raise RaceError(*msgs)
+        except RaceError as exc:
+            for p in exc.problems:
+                seen_problems.setdefault(p, []).append(" ".join(combo) or "(the single job)")
+            continue
+        jobs.append(Job(job_id="", overrides=overrides, axis_overrides=combo, config=cfg))
+    for p, where in seen_problems.items():
+        more = f" (and {len(where) - 1} more jobs)" if len(where) > 1 else ""
+        problems.append(f"{p}  [job: {where[0]}{more}]" if where[0] != "(the single job)" else p)
+    return jobs, problems
+
+
+# --- writing the sweep folder ------------------------------------------------------------------
+
+def _plan_identity(rows: list[dict]) -> list[tuple]:
+    return [(r["job_id"], r["overrides"]) for r in rows]
+
+
+def write_sweep(plan: Plan, sweep_dir: str | os.PathLike) -> bool:
+    """Write the sweep folder of DESIGN.md atomically; False when it already holds this plan.
+
+    The folder is built under a temporary name beside the target and renamed into place, so
+    an interrupted write leaves nothing. An existing folder with the same jobs is kept as it is
+    (its status files carry progress); one with different jobs is refused.
+    """
+    import yaml
+
+    from race_cli.io import atomic_write_json, read_json
+
+    sweep_dir = Path(sweep_dir)
+    rows = plan.rows()
+    if sweep_dir.exists():
+        existing = sweep_dir / "plan.json"
+        if not existing.is_file():
+            if sweep_dir.is_dir() and not any(sweep_dir.iterdir()):
+                sweep_dir.rmdir()
+            else:
+                raise RaceError(f"{sweep_dir} exists and is not a race sweep (no plan.json). "
+                                "Choose another --out / --sweep-dir, or remove the folder.")
+        else:
+            try:
+                same = _plan_identity(read_json(existing)) == _plan_identity(rows)
+            except (ValueError, KeyError, TypeError):
+                same = False
+            if same:
+                return False
+            raise RaceError(f"{sweep_dir} already holds a different plan (other jobs or overrides). "
+                            "Choose another --out / --sweep-dir, or remove the folder to replan.")
+
+    sweep_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{sweep_dir.name}.", suffix=".tmp", dir=sweep_dir.parent))
+    try:
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        multirun = {
+            "overrides": plan.typed,
+            "grid": {"name": plan.grid["name"], "description": plan.grid["description"]},
+            "axes": plan.axes,
+            "num_jobs": len(plan.jobs),
+            "budget_flops": sorted({j.config["budget"]["flops"] for j in plan.jobs}),
+            "created": created,
+        }
+        (tmp / "multirun.yaml").write_text(yaml.safe_dump(multirun, sort_keys=False), encoding="utf-8")
+        atomic_write_json(tmp / "plan.json", rows)
+        _write_csv(tmp / "plan.csv", rows)
+        for job in plan.jobs:
+            hydra = tmp / "jobs" / job.job_id / ".hydra"
+            hydra.mkdir(parents=True)
+            (hydra / "config.yaml").write_text(yaml.safe_dump(job.config, sort_keys=False), encoding="utf-8")
+            (hydra / "overrides.yaml").write_text(yaml.safe_dump(job.overrides), encoding="utf-8")
+            atomic_write_json(hydra.parent / "status.json",
+                              {"job_id": job.job_id, "state": "pending", "attempts": 0, "created": created})
+        os.replace(tmp, sweep_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return True
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    if rows:
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    path.write_text(buf.getvalue(), encoding="utf-8")

@@ -1,0 +1,151 @@
+"""Terminal output of `race plan` and `race flops`: rich tables, CSV and JSON (no torch here)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from typing import Any, Sequence
+
+from race_cli.errors import RaceError
+
+
+def fmt_flops(x: float) -> str:
+    """1.96e+11 -> '1.96e11' (short, still exact enough for a table)."""
+    text = f"{x:.3g}"
+    mant, _, exp = text.partition("e")
+    return f"{mant}e{int(exp)}" if exp else mant
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
+    """Print the plan rows as a rich table with totals, or as CSV / JSON on stdout."""
+    out = file or sys.stdout
+    rows = plan.rows()
+    if fmt == "json":
+        out.write(json.dumps({"grid": plan.grid["name"], "axes": plan.axes, "jobs": rows}, indent=2) + "\n")
+        return
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+        out.write(buf.getvalue())
+        return
+
+    from rich.console import Console
+    from rich.table import Table
+
+    swept = [k for k in plan.axes if k not in ("model", "grpo.group_size", "grpo.updates_per_batch", "reward")]
+    table = Table(title=f"race plan: grid '{plan.grid['name']}', {len(rows)} jobs", title_justify="left",
+                  caption="search / learning / feedback = planned shares of the job's FLOPs (rollout / update / "
+                  "reward); p = update fraction. Model-convention FLOPs; evaluation is not charged.",
+                  caption_justify="left")
+    cols = [("job id", "left"), ("model", "left"), ("G", "right"), ("μ", "right"), ("reward", "left")]
+    cols += [(k, "right") for k in swept]
+    cols += [("budget", "right"), ("T", "right"), ("planned", "right"), ("search", "right"),
+             ("learning", "right"), ("feedback", "right"), ("p", "right"), ("tokens", "right")]
+    for name, justify in cols:
+        table.add_column(name, justify=justify, no_wrap=name == "job id")
+    for job, r in zip(plan.jobs, rows):
+        extra = [str(_lookup(job.config, k)) for k in swept]
+        table.add_row(r["job_id"], r["model"], str(r["group_size"]), str(r["updates_per_batch"]), r["reward"],
+                      *extra, fmt_flops(r["budget_flops"]), str(r["iterations"]), fmt_flops(r["planned_flops_total"]),
+                      _pct(r["share_search"]), _pct(r["share_learning"]), _pct(r["share_feedback"]),
+                      f"{r['update_fraction']:.2f}", fmt_flops(r["tokens_prompt"] + r["tokens_completion"]))
+    total = sum(r["planned_flops_total"] for r in rows)
+    budget = sum(r["budget_flops"] for r in rows)
+    tokens = sum(r["tokens_prompt"] + r["tokens_completion"] for r in rows)
+    table.add_section()
+    table.add_row("total", "", "", "", "", *[""] * len(swept), fmt_flops(budget),
+                  str(sum(r["iterations"] for r in rows)), fmt_flops(total),
+                  _pct(sum(r["planned_flops_rollout"] for r in rows) / total),
+                  _pct(sum(r["planned_flops_update"] for r in rows) / total),
+                  _pct(sum(r["planned_flops_reward"] for r in rows) / total), "", fmt_flops(tokens))
+    Console(file=out, width=max(160, Console(file=out).width)).print(table)
+
+
+def _lookup(cfg: dict, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return node if isinstance(node, (str, int, float)) else ""
+        node = node[part]
+    if isinstance(node, dict):
+        return node.get("name", "")
+    return node
+
+
+def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2, file=None) -> None:
+    """`race flops`: one job's per-phase ledger, one iteration and the planned whole job."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from race_cli.plan import build_plan
+
+    plan = build_plan(["grid=none", *overrides], max_jobs=1)
+    if len(plan.jobs) != 1:
+        raise RaceError(f"race flops shows ONE job, but the overrides sweep {len(plan.jobs)} jobs. "
+                        "Drop the comma lists / range() (race plan previews sweeps).")
+    job = plan.jobs[0]
+    pl = job.planned()
+    console = Console(file=file or sys.stdout, width=120)
+    c = job.config
+    console.print(f"[bold]{c['model']['name']}[/] G={c['grpo']['group_size']} μ={c['grpo']['updates_per_batch']} "
+                  f"B={c['grpo']['prompts_per_iter']} reward={job.row()['reward']} "
+                  f"lora={'r=' + str(c['lora']['r']) if c['lora']['enabled'] else 'off (full FT)'} "
+                  f"budget={fmt_flops(c['budget']['flops'])} -> T={job.iterations} iterations", highlight=False)
+    table = Table(title="planned ledger (FLOPs)", title_justify="left")
+    for name in ("phase", "per iteration (model)", "per iteration (executed)", "job (model)", "job (executed)", "share"):
+        table.add_column(name, justify="left" if name == "phase" else "right")
+    total = pl["flops"]["total"]
+    names = {"rollout": "rollout / search", "update": "update / learning", "reward": "reward / feedback"}
+    for k, label in names.items():
+        f = job.per_iteration[k]
+        table.add_row(label, fmt_flops(f.model), fmt_flops(f.executed), fmt_flops(pl["flops"][k]),
+                      fmt_flops(pl["executed_flops"][k]), _pct(pl["flops"][k] / total if total else 0))
+    per_it = sum(f.model for f in job.per_iteration.values())
+    per_it_x = sum(f.executed for f in job.per_iteration.values())
+    table.add_section()
+    table.add_row("total", fmt_flops(per_it), fmt_flops(per_it_x), fmt_flops(total),
+                  fmt_flops(pl["executed_flops"]["total"]), _pct(total / c["budget"]["flops"]) + " of budget")
+    console.print(table)
+    console.print(f"planning lengths: prompt {c['task']['prompt_tokens']:g} tokens, completion "
+                  f"{pl['tokens']['completion'] / max(1, job.iterations * c['grpo']['prompts_per_iter'] * c['grpo']['group_size']):g} "
+                  "tokens (rollout.expected_completion_tokens); the job's live ledger uses real counts.", highlight=False)
+    if audit:
+        _print_audit(job, batch, console)
+
+
+def _print_audit(job: Any, batch: int, console: Any) -> None:
+    """Measured (FlopCounterMode on the real architecture) against the ledger's executed figure."""
+    from rich.table import Table
+
+    from race_cli import audit, ledger
+
+    c = job.config
+    arch = ledger.Arch.from_config(c["model"]["arch"])
+    big = arch.n_body > 50_000_000  # real Qwen2.5 shapes: count on the meta device, no memory
+    prompt = max(2, min(int(c["task"]["prompt_tokens"]), 64))
+    completion = max(1, min(int(c["rollout"]["max_new_tokens"]), 16))
+    rows = audit.audit_arch(arch, lora_r=c["lora"]["r"] if c["lora"]["enabled"] else None, batch=batch,
+                            prompt_len=prompt, completion_len=completion, device="meta" if big else "cpu")
+    table = Table(title=f"audit: torch FlopCounterMode vs ledger (executed), batch {batch}, prompt ≤{prompt}, "
+                  f"completion {completion}{', meta device' if big else ''}", title_justify="left")
+    for name in ("case", "measured", "ledger executed", "ledger model", "rel. error"):
+        table.add_column(name, justify="left" if name == "case" else "right")
+    worst = 0.0
+    for r in rows:
+        if r["measured"] is None:
+            table.add_row(r["what"], "—", fmt_flops(r["ledger_executed"]), fmt_flops(r["ledger_model"]),
+                          r.get("note", "skipped"))
+            continue
+        worst = max(worst, abs(r["rel_err"]))
+        table.add_row(r["what"], fmt_flops(r["measured"]), fmt_flops(r["ledger_executed"]),
+                      fmt_flops(r["ledger_model"]), f"{100 * r['rel_err']:+.3f}%")
+    console.print(table)
+    console.print(f"largest |error|: {100 * worst:.3f}% ({'within' if worst <= 0.01 else 'OUTSIDE'} the 1% target)")
