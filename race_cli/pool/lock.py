@@ -1,0 +1,168 @@
+"""The sweep lock `.race.lock`: one `race run` per sweep folder, stale locks taken over.
+
+The lock file holds the owner's pid, host, boot id and process start time (JSON). It is
+created with O_CREAT|O_EXCL, so two processes cannot both create it. A lock is stale when
+its owner is provably gone: same host and a different boot id (the machine rebooted), or
+same boot and no live process with that pid and start time (pid reuse is not mistaken for
+the owner). A lock held from another host cannot be checked from here: it is refused with
+a message saying how to remove it by hand.
+
+    with SweepLock(sweep_dir, say=print):
+        ...  # run the sweep
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from race_cli.errors import RaceError
+
+LOCK_NAME = ".race.lock"
+
+
+def boot_id() -> str:
+    """This boot of this machine (Linux), '' where the kernel does not say."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_start(pid: int) -> str:
+    """Start time of process `pid` in clock ticks since boot (Linux /proc), '' when unknown or gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    # the command name (field 2) may hold spaces and parentheses: split after the last ')'
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else ""  # field 22 of stat = index 19 after ')'
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def owner_record() -> dict[str, Any]:
+    pid = os.getpid()
+    return {"pid": pid, "host": socket.gethostname(), "boot_id": boot_id(),
+            "process_start": process_start(pid), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def stale_reason(record: dict[str, Any]) -> str | None:
+    """Why the lock's owner is surely gone, or None when it may still be running."""
+    if record.get("host") != socket.gethostname():
+        return None
+    if record.get("boot_id") and boot_id() and record["boot_id"] != boot_id():
+        return "its machine has rebooted since"
+    pid = record.get("pid")
+    if not isinstance(pid, int) or not pid_alive(pid):
+        return f"process {pid} is no longer running"
+    start = record.get("process_start")
+    if start and process_start(pid) and process_start(pid) != start:
+        return f"process {pid} is gone (the pid now belongs to another process)"
+    return None
+
+
+class SweepLock:
+    """Hold `<sweep_dir>/.race.lock` for the life of a `race run`; see the module docstring."""
+
+    def __init__(self, sweep_dir: Path, say: Callable[[str], None] = print):
+        self.path = Path(sweep_dir) / LOCK_NAME
+        self.say = say
+        self.held = False
+
+    def _create(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            json.dump(owner_record(), f)
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+
+    def acquire(self) -> "SweepLock":
+        for _ in range(5):  # a few rounds: another process may take over a stale lock at the same time
+            if self._create():
+                self.held = True
+                return self
+            try:
+                record = json.loads(self.path.read_text() or "{}")
+            except FileNotFoundError:
+                continue  # released meanwhile: try again
+            except (OSError, json.JSONDecodeError):
+                record = {}
+            if not record:
+                # empty or torn: the owner died between create and write, or is writing right now
+                time.sleep(0.2)
+                try:
+                    record = json.loads(self.path.read_text() or "{}")
+                except (OSError, json.JSONDecodeError):
+                    record = {}
+                if not record:
+                    self.say(f"Taking over a lock file that is empty or unreadable: {self.path}")
+                    self._take_over({})
+                    continue
+            reason = stale_reason(record)
+            if reason is None:
+                raise RaceError(
+                    f"Another race run (pid {record.get('pid')} on {record.get('host')}, started "
+                    f"{record.get('started')}) is running this sweep: {self.path.parent}. "
+                    "Wait for it to finish or stop it (Ctrl-C) first. If you are sure it is gone "
+                    f"(e.g. it ran on another machine that died), delete {self.path} and rerun.")
+            self.say(f"Taking over the lock of a race run that is gone ({reason}): {self.path}")
+            self._take_over(record)
+        raise RaceError(f"Could not take the sweep lock {self.path}: other processes keep taking it. "
+                        "Is another race run starting on this sweep? Retry in a moment.")
+
+    def _take_over(self, judged: dict[str, Any]) -> None:
+        """Move the stale file aside (an atomic rename) and drop it.
+
+        If another process took the lock over between our reading and our rename, what we
+        moved is its fresh lock: put it back (a hard link, which fails if the path is taken).
+        """
+        aside = self.path.with_name(f"{LOCK_NAME}.stale.{os.getpid()}")
+        try:
+            os.replace(self.path, aside)
+        except FileNotFoundError:
+            return
+        try:
+            moved = json.loads(aside.read_text() or "{}")
+        except (OSError, json.JSONDecodeError):
+            moved = {}
+        if moved and moved != judged and stale_reason(moved) is None:
+            try:
+                os.link(aside, self.path)
+            except OSError:
+                pass
+        aside.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        try:
+            record = json.loads(self.path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return
+        if record.get("pid") == os.getpid() and record.get("host") == socket.gethostname():
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "SweepLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

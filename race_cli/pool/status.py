@@ -1,0 +1,155 @@
+"""status.json of one job, from the pool's side: read it, start an attempt, close an attempt.
+
+`race train` writes `running` at start and `done` / `failed` at the end (docs/files.md).
+The pool completes the record around each attempt: before the child starts it increments
+`attempts` and records host, device and start time; after the child is gone it records the
+exit code and the tail of log.txt, and decides the final state when the child did not
+(died, was killed, ran out of memory: `failed`; stopped by the pool or the scheduler:
+`interrupted`). Every write is atomic (race_cli.io), so a crash leaves the old or the new file.
+Shared by the local pool and the SLURM task, so both leave identical records.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+from race_cli.io import atomic_write_json, read_json
+
+STATES = ("pending", "running", "done", "failed", "interrupted")
+FINAL = ("done", "failed")
+LOG_TAIL_LINES = 20  # lines of log.txt kept in status.json after an attempt
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_path(job_dir: Path) -> Path:
+    return Path(job_dir) / "status.json"
+
+
+def read_status(job_dir: Path) -> dict[str, Any]:
+    """The job's status.json; a missing or unreadable one reads as pending (never written yet)."""
+    path = status_path(job_dir)
+    try:
+        data = read_json(path)
+        if isinstance(data, dict) and data.get("state") in STATES:
+            return data
+    except (OSError, json.JSONDecodeError):
+        pass
+    return {"job_id": Path(job_dir).name, "state": "pending", "attempts": 0}
+
+
+def write_status(job_dir: Path, status: dict[str, Any]) -> None:
+    atomic_write_json(status_path(job_dir), status)
+
+
+def update_status(job_dir: Path, **fields: Any) -> dict[str, Any]:
+    """Read, change the given fields, write back atomically; returns the new record."""
+    status = read_status(job_dir)
+    status.update(fields)
+    write_status(job_dir, status)
+    return status
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 16_384) -> str:
+    """The last `lines` lines of a (possibly large) log file, reading only its last `max_bytes`."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def last_metric(job_dir: Path, key: str = "flops/total", max_bytes: int = 65_536) -> float | None:
+    """`key` from the last complete line of metrics.jsonl that has it (None when there is none).
+
+    Reads only the end of the file; a torn last line (a write in progress) is skipped.
+    """
+    path = Path(job_dir) / "metrics.jsonl"
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in reversed(data.split("\n")):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get(key), (int, float)):
+            return float(row[key])
+    return None
+
+
+def begin_attempt(job_dir: Path, *, device: str, host: str | None = None, **extra: Any) -> dict[str, Any]:
+    """Mark the job running before its process starts: attempts + 1, host, device, start time.
+
+    Fields of the previous attempt that no longer hold (exit code, error, finish time) are cleared.
+    """
+    status = read_status(job_dir)
+    for stale in ("exit_code", "error", "finished", "log_tail", "stop_reason", "pid"):
+        status.pop(stale, None)
+    status.update(job_id=status.get("job_id") or Path(job_dir).name, state="running",
+                  attempts=int(status.get("attempts") or 0) + 1, started=now_iso(),
+                  host=host or socket.gethostname(), device=device, **extra)
+    write_status(job_dir, status)
+    return status
+
+
+def describe_exit(returncode: int) -> str:
+    """A one-line reason for a non-zero exit: the signal's name, and the usual cause of a SIGKILL."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        if -returncode == signal.SIGKILL:
+            return f"killed by {name} (out of memory, or killed by hand)"
+        return f"killed by {name}"
+    if returncode == 2:
+        return "exit code 2: bad input (see log.txt)"
+    return f"exit code {returncode}"
+
+
+def end_attempt(job_dir: Path, returncode: int, *, stopped: bool) -> dict[str, Any]:
+    """Close an attempt once the child is gone, from its exit code and what it wrote itself.
+
+    - `stopped`: the pool (Ctrl-C, SIGTERM) or the scheduler (preemption) stopped the child:
+      `interrupted`, unless the child still managed to finish (`done`).
+    - exit 0 and the child wrote `done`: `done`.
+    - anything else: `failed`, with the exit code, a one-line error and the log tail.
+    """
+    status = read_status(job_dir)
+    log = log_tail(Path(job_dir) / "log.txt")
+    child_state = status.get("state")
+    status.update(exit_code=returncode, log_tail=log, finished=now_iso())
+    if returncode == 0 and child_state == "done":
+        status["state"] = "done"
+    elif stopped:
+        status.update(state="interrupted", stop_reason="signal",
+                      error="stopped before the end; the next race run resumes it from its checkpoint")
+    else:
+        status["state"] = "failed"
+        if returncode == 0:
+            status["error"] = f"exited 0 without marking itself done (state was {child_state!r})"
+        elif child_state != "failed" or not status.get("error"):
+            status["error"] = describe_exit(returncode)
+        if child_state != "failed" or not status.get("stop_reason"):
+            status["stop_reason"] = "error"
+    write_status(job_dir, status)
+    return status
