@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from race_cli.errors import RaceError
 from race_cli.ledger import Arch, Flops, Lora, forward_flops, generate_flops, train_step_flops
 
 
@@ -135,7 +136,13 @@ def audit_arch(arch: Arch, *, lora_r: int | None, batch: int, prompt_len: int, c
     has equal lengths (shape-only tensors cannot build a padding mask), so no padding there,
     and SDPA runs its math path (a 2x attention backward instead of the fused kernels' 2.5x).
     """
-    import torch
+    problems = [f"{name} must be a positive integer, got {v!r}." for name, v in
+                (("batch", batch), ("prompt_len", prompt_len), ("completion_len", completion_len))
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+    if lora_r is not None and (isinstance(lora_r, bool) or not isinstance(lora_r, int) or lora_r < 1):
+        problems.append(f"lora_r must be a positive integer or None (skip LoRA), got {lora_r!r}.")
+    if problems:
+        raise RaceError(*problems, "Try e.g. --batch 4 --prompt-len 32 --completion-len 16.")
 
     meta = device == "meta"
     kernel = "math" if meta else "fused"  # SDPA on meta tensors takes the math path (plain bmm)
@@ -173,6 +180,4 @@ def audit_arch(arch: Arch, *, lora_r: int | None, batch: int, prompt_len: int, c
         p_ids, p_mask = _batch(prompts, arch.vocab_size, device, seed + 1)
         rows.append(_row("generate", measure_generate(model, p_ids, p_mask, completion_len),
                          generate_flops(arch, prompts, completions)))
-    del model
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return rows
