@@ -1,0 +1,63 @@
+"""Every shipped config composes against the schema; bad values are refused with clear messages."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from race_cli.compose import compose, conf_dir, config_groups, group_options, load_job_config
+from race_cli.errors import RaceError
+
+
+def test_every_group_option_composes_and_validates():
+    assert {"model", "reward", "task", "grid"} <= set(config_groups())
+    for group in config_groups():
+        for option in group_options(group):
+            cfg = compose([f"{group}={option}"])
+            if group == "model":
+                assert cfg.model.name == option
+
+
+def test_every_config_file_opens_with_a_purpose_line():
+    for path in conf_dir().rglob("*.yaml"):
+        first = path.read_text().splitlines()[0]
+        assert first.startswith("# ") and len(first) > 20, f"{path} should open with a one-line purpose comment"
+
+
+def test_model_groups_carry_real_qwen_shapes():
+    # Qwen2.5-7B-Instruct config.json: hidden 3584, 28 layers, 28 heads, 4 kv heads, mlp 18944, vocab 152064.
+    arch = compose(["model=qwen2.5-7b"]).model.arch
+    assert (arch.hidden_size, arch.num_hidden_layers, arch.num_attention_heads, arch.num_key_value_heads,
+            arch.intermediate_size, arch.vocab_size) == (3584, 28, 28, 4, 18944, 152064)
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("grpo.group_size=abc", "Wrong type for grpo.group_size"),
+    ("grpo.group_size=1", "grpo.group_size=1 is out of range"),
+    ("grpo.group_sise=4", "Did you mean 'grpo.group_size'"),
+    ("model=tiny-x", "Available: qwen2.5-0.5b"),
+    ("+grpo.foo=1", "Unknown config key 'grpo.foo'"),
+    ("rollout.backend=tgi", "rollout.backend='tgi' is not one of auto, hf, vllm"),
+    ("rollout.top_p=1.5", "rollout.top_p=1.5 is out of range"),
+])
+def test_bad_values_are_refused(override, fragment):
+    with pytest.raises(RaceError) as err:
+        compose([override])
+    assert fragment in str(err.value)
+
+
+def test_several_problems_are_reported_at_once():
+    with pytest.raises(RaceError) as err:
+        compose(["grpo.lr=0", "budget.flops=-1"])
+    assert len(err.value.problems) == 2
+
+
+def test_saved_job_config_reloads_under_the_schema(tmp_path):
+    cfg = compose(["model=tiny-m", "grpo.group_size=4"])
+    path = tmp_path / "config.yaml"
+    path.write_text(OmegaConf.to_yaml(cfg))
+    again = load_job_config(path)
+    assert again.grpo.group_size == 4 and again.model.name == "tiny-m"
+    path.write_text(OmegaConf.to_yaml(cfg).replace("group_size: 4", "group_size: four"))
+    with pytest.raises(RaceError, match="group_size"):
+        load_job_config(path)

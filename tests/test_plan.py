@@ -1,0 +1,182 @@
+"""race plan: sweep expansion, job ids, the budget solver and the sweep folder."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from race_cli import ledger
+from race_cli.compose import compose
+from race_cli.errors import RaceError
+from race_cli.plan import build_plan, solve_iterations, write_sweep
+from race_cli.sweep import job_id
+
+
+def test_default_plan_is_the_tiny_grid():
+    plan = build_plan([])
+    assert plan.grid["name"] == "tiny"
+    assert len(plan.jobs) == 2 * 2 * 2  # model x G x mu of conf/grid/tiny.yaml
+    assert plan.jobs[0].job_id == "tiny-s_G4_mu1"
+    assert len({j.job_id for j in plan.jobs}) == len(plan.jobs)
+
+
+def test_pilot_grid_is_paper_like():
+    plan = build_plan(["grid=pilot"])
+    assert len(plan.jobs) == 4 * 3 * 2 * 2
+    models = {j.config["model"]["name"] for j in plan.jobs}
+    assert models == {"qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b"}
+    assert {j.config["task"]["name"] for j in plan.jobs} == {"gsm8k"}  # grid.fixed applied
+    prm = [j for j in plan.jobs if j.config["reward"]["type"] == "prm"]
+    assert prm and all(j.row()["share_feedback"] > 0 for j in prm)
+
+
+def test_sweep_forms_range_glob_and_plus():
+    plan = build_plan(["grid=none", "grpo.group_size=range(4,13,4)", "model=glob(tiny-*)", "seed=0,1"])
+    assert len(plan.jobs) == 3 * 3 * 2
+    assert sorted({j.config["grpo"]["group_size"] for j in plan.jobs}) == [4, 8, 12]
+    assert {j.config["model"]["name"] for j in plan.jobs} == {"tiny-s", "tiny-m", "tiny-l"}
+
+
+def test_command_line_axis_replaces_the_grid_axis():
+    plan = build_plan(["grpo.group_size=16"])  # grid=tiny sweeps G; a fixed value wins
+    assert {j.config["grpo"]["group_size"] for j in plan.jobs} == {16}
+    assert len(plan.jobs) == 4
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (["grpo.group_size=shuffle(4,8)"], "shuffle()"),
+    (["grpo.lr=interval(0.1,1.0)"], "interval()"),
+    (["model=glob(nothing*)"], "expands to no values"),
+    (["grid=tiny,pilot"], "one grid at a time"),
+    (["model=tiny-s,tiny-x"], "Unknown model option 'tiny-x'"),
+    (["grpo.group_size=4,abc"], "Wrong type for grpo.group_size"),
+    (["budget.flops=1e9"], "smaller than one iteration"),
+    (["grid=none", "seed=range(0,600)"], "more than the maximum"),
+])
+def test_bad_sweeps_are_refused(overrides, fragment):
+    with pytest.raises(RaceError) as err:
+        build_plan(overrides)
+    assert fragment in str(err.value)
+
+
+def test_budget_error_names_the_job_and_the_shortfall():
+    with pytest.raises(RaceError) as err:
+        build_plan(["grid=none", "model=tiny-s", "budget.flops=1e9"])
+    msg = str(err.value)
+    assert "Job job" in msg and "short by" in msg
+
+
+def test_fast_path_equals_hydra_composition():
+    """The plain-dict override path must give exactly what Hydra composes for the same overrides."""
+    overrides = ["grid=none", "model=tiny-m", "reward=prm", "grpo.group_size=4", "grpo.lr=3e-4",
+                 "rollout.expected_completion_tokens=20", "lora.enabled=false", "eval.targets=[accuracy]",
+                 "reward.model.arch.num_hidden_layers=3", "device=cpu", "budget.flops=5e12"]
+    (job,) = build_plan(overrides).jobs
+    reference = OmegaConf.to_container(compose(overrides), resolve=True)
+    assert job.config == reference
+
+
+def test_solver_matches_a_hand_count():
+    plan = build_plan(["grid=none", "model=tiny-s", "budget.flops=1e11"])
+    (job,) = plan.jobs
+    per_it = sum(f.model for f in job.per_iteration.values())
+    assert job.iterations == math.floor(1e11 / per_it)
+    assert job.iterations * per_it <= 1e11 < (job.iterations + 1) * per_it
+    # the rollout phase by hand, tiny-s (d=64, L=2, h=4, kv=2, f=128, V=257), B*G=64 sequences,
+    # prompt 40 + completion 32 tokens, LoRA r=16 on all 7 projections, no prefix sharing:
+    d, L, f, V, r = 64, 2, 128, 257, 16
+    n_body = L * (d * (64 + 2 * 32) + 64 * d + 3 * d * f)  # q + k,v (2 kv heads x 16) + o + mlp
+    lora = L * 2 * r * ((d + 64) + 2 * (d + 32) + (64 + d) + 2 * (d + f) + (f + d))  # 2r(in+out) per matrix
+    prefill = 40 * (2 * n_body + lora) + 4 * L * 4 * 16 * (40 * 41 / 2) + 2 * d * V  # logits at last prompt pos
+    decode = sum(2 * n_body + lora + 4 * L * 4 * 16 * t + 2 * d * V for t in range(41, 41 + 31))
+    # 32 sampled tokens = prefill's logits + 31 decode forwards (the last token is never fed back)
+    assert job.per_iteration["rollout"].model == pytest.approx(64 * (prefill + decode), rel=1e-9)
+
+
+def test_solver_edge_cases():
+    assert solve_iterations(10.0, 3.0) == 3
+    assert solve_iterations(9.0, 3.0) == 3
+    assert solve_iterations(2.9, 3.0) == 0
+    with pytest.raises(RaceError):
+        solve_iterations(1.0, 0.0)
+
+
+def test_job_ids_are_readable_and_safe():
+    assert job_id(["model=tiny-s", "grpo.group_size=4", "grpo.updates_per_batch=2", "reward=prm", "seed=1"]) \
+        == "tiny-s_G4_mu2_prm_s1"
+    assert job_id(["task.path=/data/gsm 8k"]) == "path--data-gsm-8k"
+    assert job_id([]) == "job"
+    long = job_id([f"grpo.lr={i}" for i in range(40)])
+    assert len(long) <= 120
+
+
+def test_write_sweep_layout_and_idempotence(tmp_path):
+    plan = build_plan(["model=tiny-s"])
+    out = tmp_path / "sweep"
+    assert write_sweep(plan, out) is True
+    assert (out / "multirun.yaml").is_file() and (out / "plan.csv").is_file()
+    rows = json.loads((out / "plan.json").read_text())
+    assert [r["job_id"] for r in rows] == [j.job_id for j in plan.jobs]
+    for job in plan.jobs:
+        hydra = out / "jobs" / job.job_id / ".hydra"
+        cfg = yaml.safe_load((hydra / "config.yaml").read_text())
+        assert cfg == job.config
+        assert yaml.safe_load((hydra / "overrides.yaml").read_text()) == job.overrides
+        assert json.loads((hydra.parent / "status.json").read_text())["state"] == "pending"
+    multirun = yaml.safe_load((out / "multirun.yaml").read_text())
+    assert multirun["overrides"] == ["model=tiny-s"] and multirun["grid"]["name"] == "tiny"
+    (out / "jobs" / plan.jobs[0].job_id / "marker").write_text("progress")
+    assert write_sweep(plan, out) is False  # same plan: untouched
+    assert (out / "jobs" / plan.jobs[0].job_id / "marker").is_file()
+    with pytest.raises(RaceError, match="different plan"):
+        write_sweep(build_plan(["model=tiny-m"]), out)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folders left
+
+
+def test_write_sweep_leaves_nothing_when_interrupted(tmp_path, monkeypatch):
+    plan = build_plan([])
+    import race_cli.plan as plan_mod
+
+    def boom(path, obj):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("race_cli.io.atomic_write_json", boom)
+    with pytest.raises(OSError):
+        plan_mod.write_sweep(plan, tmp_path / "sweep")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _race(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "race_cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def test_cli_plan_formats_and_exit_codes(tmp_path):
+    res = _race("plan", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    assert len(json.loads(res.stdout)["jobs"]) == 8
+    res = _race("plan", "--format", "csv", "model=tiny-s")
+    assert res.returncode == 0 and res.stdout.splitlines()[0].startswith("job_id,model,group_size")
+    res = _race("plan")
+    assert "tiny-s_G4_mu1" in res.stdout and "total" in res.stdout
+    res = _race("plan", "grpo.group_size=abc", "--out", str(tmp_path / "s"))
+    assert res.returncode == 2 and "Wrong type for grpo.group_size" in res.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_plan_and_help_do_not_import_torch():
+    code = ("import sys; from race_cli.cli import app; from typer.testing import CliRunner; "
+            "r = CliRunner().invoke(app, {args}); assert r.exit_code == 0, r.output; "
+            "heavy = [m for m in ('torch', 'transformers', 'peft', 'vllm', 'matplotlib') if m in sys.modules]; "
+            "print(heavy); sys.exit(1 if heavy else 0)")
+    for args in (["--help"], ["plan"], ["plan", "grid=pilot", "--format", "json"]):
+        res = subprocess.run([sys.executable, "-c", code.format(args=args)], capture_output=True, text=True)
+        assert res.returncode == 0, f"race {' '.join(args)} imported {res.stdout} {res.stderr[-500:]}"
