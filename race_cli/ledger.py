@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from race_cli.errors import RaceError
 
@@ -194,12 +194,12 @@ class Flops:
 # --- validation helpers -----------------------------------------------------------------
 
 
-def _lengths(name: str, values: Sequence[float], *, allow_empty: bool = False) -> list[float]:
+def _lengths(name: str, values: Sequence[float]) -> list[float]:
     """Check a list of token counts: non-negative finite numbers (means may be fractional)."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise RaceError(f"{name} must be a list of token counts, got {type(values).__name__}.")
     out = list(values)
-    if not out and not allow_empty:
+    if not out:
         raise RaceError(f"{name} is empty; expected at least one sequence length.")
     bad = [v for v in out if isinstance(v, bool) or not isinstance(v, (int, float))
            or not math.isfinite(v) or v < 0]
@@ -320,9 +320,9 @@ def train_step_flops(arch: Arch, seq_lens: Sequence[int], *, lora: Lora | None,
     activation gradients), attention 3x its forward, adapters 3x theirs. Recompute excluded.
     Executed (as autograd runs it): the LM head gets an activation gradient at every executed
     logit position (plus a weight gradient under full FT); LoRA skips gradients for matmuls
-    whose input does not require grad (layer 0's q/k/v); the SDPA backward costs 2.5x its
-    forward; gradient checkpointing re-runs each decoder layer's forward (not the head).
-    `attn_kernel`: "fused" (SDPA flash / memory-efficient / cuDNN / CPU flash: backward 2.5x
+    whose input does not require grad (layer 0's q/k/v); gradient checkpointing re-runs each
+    decoder layer's forward up to its last saved tensor (`_recompute_skipped_per_token`; never
+    the head). `attn_kernel`: "fused" (SDPA flash / memory-efficient / cuDNN / CPU flash: backward 2.5x
     the forward, scores recomputed) or "math" (eager attention or SDPA's math path: 2x).
     With LoRA and checkpointing, the input embeddings are made to require grad (transformers /
     peft call `enable_input_require_grads`), so layer 0's gradients are computed too.
