@@ -112,6 +112,37 @@ def train(
     raise typer.Exit(code)
 
 
+class ReportFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    markdown = "markdown"
+
+
+@app.command()
+def report(
+    sweep_dirs: List[Path] = typer.Argument(..., help="Sweep folders written by race run (several are combined).",
+                                            show_default=False),
+    target: str = typer.Option("accuracy", "--target", "-t", help="Evaluation target to rank by (eval/<target>)."),
+    by: Optional[List[str]] = typer.Option(None, "--by", help="Condition columns (repeatable); default: model, "
+                                           "budget, reward, task."),
+    fmt: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f", help="table, csv, json or markdown."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for runs.csv, ranking.csv, summary.md and "
+                                       "plots (default: <first sweep>/report)."),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the PNG plots."),
+    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the confidence intervals."),
+    seed: int = typer.Option(0, help="Seed of the bootstrap."),
+) -> None:
+    """Rank the compute-allocation regimes of finished sweeps, with intervals, fits and plots.
+
+    A pilot grid is a diagnostic, not a promise of held-out gains: validate the named regimes.
+    """
+    from race_cli.report.command import report as report_main
+
+    raise typer.Exit(report_main(list(sweep_dirs), target=target, by=by or None, fmt=fmt.value, out=out,
+                                 plots=plots, bootstrap=bootstrap, seed=seed))
+
+
 @app.command()
 def zoo(
     names: Optional[List[str]] = typer.Argument(None, help="Entries to show or build (default: all).", show_default=False),
