@@ -113,6 +113,20 @@ def write_job(jobs_dir: Path, cond: dict, reg: Regime, seed: int, scores: np.nda
     return jid
 
 
+def simulate_scores(accs: list[float], n_seeds: int, n_items: int, item_sd: float, seed_sd: float,
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """In-memory version of the truth above: (regime_of_job [J], scores [J, n_items] of 0/1)."""
+    d_items = rng.uniform(-item_sd, item_sd, n_items)  # item difficulty, shared (paired)
+    regime, rows = [], []
+    for r, a in enumerate(accs):
+        for _ in range(n_seeds):
+            prob = a + d_items + rng.uniform(-seed_sd, seed_sd)
+            assert prob.min() >= 0 and prob.max() <= 1, "fixture ranges would clip"
+            rows.append((rng.random(n_items) < prob).astype(int))
+            regime.append(r)
+    return np.array(regime), np.vstack(rows)
+
+
 def build_sweep(root: Path, acc: Callable[[float, dict], float] | None = None,
                 conditions: list[dict] | None = None, regimes: list[Regime] | None = None,
                 seeds: tuple[int, ...] = (0, 1, 2), n_items: int = 200, item_sd: float = 0.2,
@@ -128,18 +142,14 @@ def build_sweep(root: Path, acc: Callable[[float, dict], float] | None = None,
     jobs_dir.mkdir(parents=True, exist_ok=True)
     plan = []
     for cond in conditions:
-        d_items = rng.uniform(-item_sd, item_sd, n_items)  # item difficulty, shared (paired)
-        for reg in regimes:
-            a = acc(reg.p, cond)
-            for s in seeds:
-                e = rng.uniform(-seed_sd, seed_sd)
-                prob = a + d_items + e
-                assert prob.min() >= 0 and prob.max() <= 1, "fixture ranges would clip"
-                scores = (rng.random(n_items) < prob).astype(int)
-                jid = write_job(jobs_dir, cond, reg, s, scores, rng,
-                                feedback=feedback.get(cond["reward"], 0.0), iterations=iterations)
-                plan.append({"job_id": jid, **cond, "group_size": reg.group_size,
-                             "updates_per_batch": reg.updates_per_batch, "seed": s})
+        regime_of_job, all_scores = simulate_scores([acc(r.p, cond) for r in regimes], len(seeds),
+                                                    n_items, item_sd, seed_sd, rng)
+        for j, (ri, scores) in enumerate(zip(regime_of_job, all_scores)):
+            reg, s = regimes[ri], seeds[j % len(seeds)]
+            jid = write_job(jobs_dir, cond, reg, s, scores, rng,
+                            feedback=feedback.get(cond["reward"], 0.0), iterations=iterations)
+            plan.append({"job_id": jid, **cond, "group_size": reg.group_size,
+                         "updates_per_batch": reg.updates_per_batch, "seed": s})
     _dump(root / "plan.json", plan)
     return root
 

@@ -8,7 +8,8 @@ A curve needs at least (parameters + 1) points so that every LOO fit is determin
 The fit's optimum is used only when it is trustworthy. Otherwise the report falls back to
 the pilot-best point (the regime with the best mean) and says why:
 - fewer than 3 distinct p (a curve through 2 points says nothing about curvature);
-- the chosen design matrix is ill-conditioned (condition number > 1e8 after scaling);
+- the chosen design matrix is ill-conditioned (condition number > 1e4 with p scaled to [-1, 1];
+  a well-spread grid gives < 100);
 - the chosen curve is constant (the target does not respond to p within the grid);
 - its optimum lies on the edge of the grid (within 2% of the p range of min p or max p):
   the real optimum may be outside the pilot grid.
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-MAX_COND = 1e8  # condition number above which a least-squares fit is called unstable
+MAX_COND = 1e4  # condition number (design scaled to [-1, 1]) above which a fit is unstable
 EDGE_FRAC = 0.02  # an optimum within this fraction of the p range from an end is "on the edge"
 MIN_DISTINCT_P = 3
 
