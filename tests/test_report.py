@@ -1,0 +1,211 @@
+"""`race report` end to end on synthetic sweeps: reading, listing bad jobs, outputs, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from race_cli.errors import RaceError
+from race_cli.report.command import report, run_report
+from race_cli.report.table import parse_overrides, read_sweeps
+from report_fixtures import DEFAULT_CONDITION, Regime, add_unfinished, build_sweep, peaked, rising, write_job
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    root = build_sweep(tmp_path_factory.mktemp("s") / "sweep", acc=peaked(0.25))
+    add_unfinished(root)
+    return root
+
+
+def _quiet(**kw):
+    from rich.console import Console
+
+    return run_report(console=Console(file=StringIO(), width=200), **kw)
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+def test_every_job_is_listed_with_its_state(sweep):
+    data = read_sweeps([sweep])
+    j = data.jobs.set_index("job_id")
+    assert len(j) == 5 * 3 + 3  # 5 regimes × 3 seeds, plus failed, pending, corrupt
+    assert j.loc["tiny-s_G2_mu1_rule_failed", "state"] == "failed"
+    assert j.loc["tiny-s_G2_mu1_rule_failed", "error"] == "CUDA out of memory"
+    assert j.loc["tiny-s_G2_mu1_rule_pending", "state"] == "pending"
+    torn = j.loc["tiny-s_G2_mu8_rule_C1e+12_s7"]
+    assert not torn["readable"] and "summary.json corrupt" in torn["problem"]
+    # no summary: condition and knobs come from .hydra/overrides.yaml
+    assert j.loc["tiny-s_G2_mu1_rule_failed", "model"] == "tiny-s"
+    assert j.loc["tiny-s_G2_mu1_rule_failed", "group_size"] == 2
+    assert data.knob_cols == ["group_size", "updates_per_batch", "prompts_per_iter"]
+    assert data.targets == ["accuracy"]
+
+
+def test_shares_come_from_the_actual_ledger(tmp_path):
+    # Hand-made ledger: actual rollout 6e11, update 3e11, reward 1e11 of total 1e12, budget
+    # 1.25e12 -> search 0.6, learning 0.3 (= p), feedback 0.1, budget spent 1e12/1.25e12 = 0.8.
+    root = build_sweep(tmp_path / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=20)
+    jd = next((root / "jobs").iterdir())
+    led = json.loads((jd / "ledger.json").read_text())
+    led["budget_flops"] = 1.25e12
+    led["actual"]["flops"] = {"rollout": 6e11, "update": 3e11, "reward": 1e11, "total": 1e12}
+    led["planned"]["flops"] = {"rollout": 8e11, "update": 4e11, "reward": 0.0, "total": 1.2e12}
+    (jd / "ledger.json").write_text(json.dumps(led))
+    row = read_sweeps([root]).jobs.iloc[0]
+    assert (row["share_search"], row["share_learning"], row["share_feedback"]) == pytest.approx((0.6, 0.3, 0.1))
+    assert row["p"] == pytest.approx(0.3) and row["budget_spent"] == pytest.approx(0.8)
+    assert row["planned_p"] == pytest.approx(4 / 12) and row["planned_share_feedback"] == 0.0
+
+
+def test_metrics_torn_last_line_is_fine_but_a_corrupt_line_is_not(tmp_path):
+    root = build_sweep(tmp_path / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0, 1), n_items=20)
+    a, b = sorted((root / "jobs").iterdir())
+    with open(a / "metrics.jsonl", "a") as f:
+        f.write('{"iteration": 11, "flops/to')  # crash mid-append
+    lines = (b / "metrics.jsonl").read_text().splitlines()
+    lines[3] = "{not json"
+    (b / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    j = read_sweeps([root]).jobs.set_index("job_id")
+    assert j.loc[a.name, "readable"] and j.loc[a.name, "last_iteration"] == 10
+    assert not j.loc[b.name, "readable"] and "metrics.jsonl corrupt" in j.loc[b.name, "problem"]
+
+
+def test_missing_files_mark_the_job_unreadable_and_reading_goes_on(tmp_path):
+    root = build_sweep(tmp_path / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0, 1, 2), n_items=20)
+    a, b, c = sorted((root / "jobs").iterdir())
+    (a / "ledger.json").unlink()
+    (b / "metrics.jsonl").unlink()
+    j = read_sweeps([root]).jobs.set_index("job_id")
+    assert "ledger.json missing" in j.loc[a.name, "problem"]
+    assert "metrics.jsonl missing" in j.loc[b.name, "problem"]
+    assert j.loc[c.name, "readable"]
+
+
+def test_planned_job_without_a_folder_is_listed_as_missing(tmp_path):
+    root = build_sweep(tmp_path / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=20)
+    plan = json.loads((root / "plan.json").read_text()) + [{"job_id": "never-started"}]
+    (root / "plan.json").write_text(json.dumps(plan))
+    j = read_sweeps([root]).jobs.set_index("job_id")
+    assert j.loc["never-started", "state"] == "missing"
+
+
+def test_parse_overrides():
+    assert parse_overrides("- model=tiny-s\n- 'grpo.group_size=4'\n") == ["model=tiny-s", "grpo.group_size=4"]
+    assert parse_overrides("[model=tiny-s, seed=1]") == ["model=tiny-s", "seed=1"]
+
+
+# --- the report ----------------------------------------------------------------------------
+
+
+def test_report_recovers_the_known_best_and_writes_everything(sweep, tmp_path):
+    out = tmp_path / "rep"
+    res = _quiet(sweep_dirs=[sweep], out=out, bootstrap=500)
+    # truth: acc peaks at p = 0.25, the regime G=8 μ=2 (p 0.25) is the true best
+    rec = res["recommendations"].iloc[0]
+    assert rec["best_regime"] == "G=8 μ=2"
+    assert not rec["fit_fallback"] and rec["fit_model"] == "quadratic in log p"
+    assert 0.18 < rec["p_star"] < 0.33
+    for f in ["runs.csv", "ranking.csv", "recommendations.csv", "report.json", "summary.md",
+              "shares.png", "response.png", "curves.png"]:
+        assert (out / f).stat().st_size > 0, f
+    runs = pd.read_csv(out / "runs.csv")
+    assert set(runs["state"]) == {"done", "failed", "pending"} and len(runs) == 18
+    assert (~runs["readable"]).sum() == 1
+    assert not any(p.name.startswith(".plots.") for p in out.iterdir())  # temp folder gone
+    md = (out / "summary.md").read_text()
+    assert "a diagnostic, not a promise of held-out gains" in md
+    assert "Total training compute" in md and "FLOPs" in md
+    ranking = pd.read_csv(out / "ranking.csv")
+    assert ranking.loc[ranking["rank"] == 1, "regime"].item() == "G=8 μ=2"
+
+
+def test_default_out_is_the_sweeps_report_folder_and_stdout_formats(sweep, capsys):
+    assert report([sweep], fmt="json", plots=False, bootstrap=200) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["caveat"].startswith("A pilot grid is a diagnostic")
+    assert {r["job_id"] for r in doc["jobs"]} >= {"tiny-s_G2_mu1_rule_failed"}
+    assert (sweep / "report" / "ranking.csv").exists()
+    assert report([sweep], fmt="csv", plots=False, bootstrap=200) == 0
+    csv = pd.read_csv(StringIO(capsys.readouterr().out))
+    assert list(csv["rank"])[:1] == [1] and "ci_lo" in csv
+    assert report([sweep], fmt="markdown", plots=False, bootstrap=200) == 0
+    assert capsys.readouterr().out.startswith("# RACE pilot-grid report")
+
+
+def test_edge_optimum_takes_the_fallback_and_says_so(tmp_path):
+    root = build_sweep(tmp_path / "edge", acc=rising(0.35, 0.5))
+    res = _quiet(sweep_dirs=[root], plots=False, bootstrap=300)
+    rec = res["recommendations"].iloc[0]
+    assert rec["fit_fallback"] and "edge" in rec["fit_reason"]
+    assert rec["p_star"] == pytest.approx(rec["best_p"])  # the pilot-best point
+    md = (root / "report" / "summary.md").read_text()
+    assert "fell back to the pilot-best point" in md
+
+
+def test_several_sweeps_and_the_conditional_frontier(tmp_path):
+    # Two sweeps: rule reward peaks at p = 0.14, PRM reward at p = 0.25. Neighbouring grid points
+    # sit ≥ 0.06 accuracy below each peak (0.2·ln(0.25/0.14)² = 0.067), ~3 sd of a paired gap.
+    kw = dict(n_items=500, item_sd=0.1)
+    a = build_sweep(tmp_path / "rule", acc=peaked(0.14, top=0.75, width=0.2), rng_seed=1, **kw)
+    b = build_sweep(tmp_path / "prm", acc=peaked(0.25, top=0.75, width=0.2), rng_seed=2,
+                    conditions=[dict(DEFAULT_CONDITION, reward="prm")], **kw)
+    res = _quiet(sweep_dirs=[a, b], plots=False, bootstrap=300, by=["reward"])
+    rec = res["recommendations"].set_index("reward")
+    assert rec.loc["rule", "best_regime"] == "G=8 μ=1" and rec.loc["prm", "best_regime"] == "G=8 μ=2"
+    assert rec.loc["rule", "p_star"] < rec.loc["prm", "p_star"]
+    assert rec.loc["prm", "best_share_feedback"] == pytest.approx(0.15)  # the fixture's PRM share
+    assert (a / "report" / "summary.md").exists() and not (b / "report").exists()
+    assert "Along reward" in (a / "report" / "summary.md").read_text()
+
+
+# --- bad input: one clear message, exit 2, nothing written ---------------------------------
+
+
+@pytest.mark.parametrize("make, args, words", [
+    (lambda t: t, {}, "not a sweep"),
+    (lambda t: (t / "jobs").mkdir() or t, {}, "has no jobs"),
+    (lambda t: build_sweep(t / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=5), {"target": "pass_at_8"},
+     "no finished job recorded eval/pass_at_8"),
+    (lambda t: build_sweep(t / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=5), {"by": ["colour"]},
+     "--by colour"),
+    (lambda t: build_sweep(t / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=5), {"fmt": "xml"},
+     "--format 'xml'"),
+])
+def test_bad_input_is_one_clear_message_and_exit_2(tmp_path, capsys, make, args, words):
+    d = make(tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(RaceError) as e:
+        _quiet(sweep_dirs=[d], **args)
+    assert words in str(e.value)
+    assert report([d], plots=False, **args) == 2
+    assert words.split()[0] in capsys.readouterr().err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_no_finished_jobs_says_what_states_there_are(tmp_path):
+    root = tmp_path / "s"
+    (root / "jobs" / "j1").mkdir(parents=True)
+    (root / "jobs" / "j1" / "status.json").write_text('{"state": "pending"}')
+    with pytest.raises(RaceError, match="pending 1"):
+        _quiet(sweep_dirs=[root])
+
+
+def test_report_imports_no_torch(sweep, tmp_path):
+    code = ("import sys; from race_cli.report.command import report; "
+            "assert 'matplotlib' not in sys.modules and 'scipy' not in sys.modules; "
+            f"rc = report([{str(sweep)!r}], fmt='csv', out={str(tmp_path)!r}, bootstrap=200); "
+            "bad = [m for m in ('torch', 'transformers', 'peft', 'scipy') if m in sys.modules]; "
+            "print('RC', rc, 'BAD', bad)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert "RC 0 BAD []" in r.stdout, r.stderr
