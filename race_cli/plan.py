@@ -175,7 +175,8 @@ def _fixed_override(key: str, value: Any) -> str:
     return f"{key}={value}"
 
 
-def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool = False) -> Plan:
+def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool = False,
+               check_budget: bool = True) -> Plan:
     """Expand, compose, validate and budget-match every job; RaceError lists every problem."""
     from race_cli.compose import config_groups, group_options
     from race_cli.sweep import Axis, job_id, parse_sweep, unique_ids
@@ -220,12 +221,15 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
         total = sum(f.model for f in job.per_iteration.values())
         job.iterations = solve_iterations(job.config["budget"]["flops"], total)
         budget = job.config["budget"]["flops"]
+        who = "This job" if jid == "job" else f"Job {jid}"
+        if not check_budget:
+            continue
         if job.iterations < 1:
-            short.append(f"Job {jid}: budget.flops={budget:.3g} is smaller than one iteration "
+            short.append(f"{who}: budget.flops={budget:.3g} is smaller than one iteration "
                          f"({total:.3g} FLOPs), short by {total - budget:.3g} ({total / budget:.1f}x the budget). "
                          "Raise budget.flops or shrink grpo.prompts_per_iter / grpo.group_size / rollout.max_new_tokens.")
         elif job.iterations > job.config["budget"]["max_iterations"]:
-            short.append(f"Job {jid}: the budget buys {job.iterations} iterations, more than "
+            short.append(f"{who}: the budget buys {job.iterations} iterations, more than "
                          f"budget.max_iterations={job.config['budget']['max_iterations']}. Lower budget.flops.")
     if short:
         raise RaceError(*short)

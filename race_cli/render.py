@@ -85,9 +85,9 @@ def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2
     from rich.console import Console
     from rich.table import Table
 
-    from race_cli.plan import build_plan
+    from race_cli.plan import build_plan, completion_estimate
 
-    plan = build_plan(["grid=none", *overrides], max_jobs=1)
+    plan = build_plan(["grid=none", *overrides], max_jobs=1, yes=True, check_budget=False)
     if len(plan.jobs) != 1:
         raise RaceError(f"race flops shows ONE job, but the overrides sweep {len(plan.jobs)} jobs. "
                         "Drop the comma lists / range() (race plan previews sweeps).")
@@ -114,9 +114,11 @@ def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2
     table.add_row("total", fmt_flops(per_it), fmt_flops(per_it_x), fmt_flops(total),
                   fmt_flops(pl["executed_flops"]["total"]), _pct(total / c["budget"]["flops"]) + " of budget")
     console.print(table)
+    if job.iterations < 1:
+        console.print(f"[bold red]budget.flops={c['budget']['flops']:.3g} buys no iteration[/]: one costs "
+                      f"{per_it:.3g} FLOPs. race plan and race run refuse this job.", highlight=False)
     console.print(f"planning lengths: prompt {c['task']['prompt_tokens']:g} tokens, completion "
-                  f"{pl['tokens']['completion'] / max(1, job.iterations * c['grpo']['prompts_per_iter'] * c['grpo']['group_size']):g} "
-                  "tokens (rollout.expected_completion_tokens); the job's live ledger uses real counts.", highlight=False)
+                  f"{completion_estimate(c):g} tokens (rollout.expected_completion_tokens); the job's live ledger uses real counts.", highlight=False)
     if audit:
         _print_audit(job, batch, console)
 
@@ -132,8 +134,12 @@ def _print_audit(job: Any, batch: int, console: Any) -> None:
     big = arch.n_body > 50_000_000  # real Qwen2.5 shapes: count on the meta device, no memory
     prompt = max(2, min(int(c["task"]["prompt_tokens"]), 64))
     completion = max(1, min(int(c["rollout"]["max_new_tokens"]), 16))
-    rows = audit.audit_arch(arch, lora_r=c["lora"]["r"] if c["lora"]["enabled"] else None, batch=batch,
-                            prompt_len=prompt, completion_len=completion, device="meta" if big else "cpu")
+    import warnings
+
+    with warnings.catch_warnings():  # transformers' deprecation notices are not the user's concern here
+        warnings.simplefilter("ignore", FutureWarning)
+        rows = audit.audit_arch(arch, lora_r=c["lora"]["r"] if c["lora"]["enabled"] else None, batch=batch,
+                                prompt_len=prompt, completion_len=completion, device="meta" if big else "cpu")
     table = Table(title=f"audit: torch FlopCounterMode vs ledger (executed), batch {batch}, prompt ≤{prompt}, "
                   f"completion {completion}{', meta device' if big else ''}", title_justify="left")
     for name in ("case", "measured", "ledger executed", "ledger model", "rel. error"):
