@@ -1,0 +1,69 @@
+"""`race train`: run (or resume) one GRPO job in a job folder.
+
+    race train model=tiny-s grpo.group_size=4 --out runs/one/jobs/try1   # compose, write .hydra/, run
+    race train --job-dir runs/sweep/jobs/<job_id>                         # what `race run` calls
+
+`--out` composes the overrides and writes DIR/.hydra/config.yaml and overrides.yaml before
+running; running the same command again resumes the job from its checkpoint. `--job-dir` reloads
+a folder written by `race plan --out` (and resumes it when it has a checkpoint).
+Exit codes: 0 done, 1 failed run (status.json says why), 2 bad input (RaceError).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from race_cli.errors import RaceError
+
+
+def _write_job_config(job_dir: Path, cfg, overrides: list[str]) -> None:
+    import yaml
+    from omegaconf import OmegaConf
+
+    from race_cli.io import atomic_write_text
+
+    hydra = job_dir / ".hydra"
+    hydra.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(hydra / "config.yaml", OmegaConf.to_yaml(cfg))
+    atomic_write_text(hydra / "overrides.yaml", yaml.safe_dump(list(overrides), default_flow_style=False))
+
+
+def _saved_overrides(job_dir: Path) -> list[str]:
+    import yaml
+
+    path = job_dir / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return []
+    return [str(o) for o in (yaml.safe_load(path.read_text(encoding="utf-8")) or [])]
+
+
+def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | None = None) -> int:
+    """Compose (`out`) or reload (`job_dir`) one job's config and run or resume it; returns the exit code."""
+    from race_cli.compose import compose, load_job_config
+    from race_cli.engine.job import Job
+
+    if (out is None) == (job_dir is None):
+        raise RaceError("race train needs exactly one of --out DIR (compose these overrides into a new job folder) "
+                        "or --job-dir DIR (a job folder written by race plan --out).")
+    overrides = list(overrides or [])
+    if out is not None:
+        folder = Path(out)
+        saved = folder / ".hydra" / "config.yaml"
+        if saved.is_file():
+            before = _saved_overrides(folder)
+            if before != overrides:
+                raise RaceError(f"{folder} already holds a job with overrides {before}, not {overrides}: "
+                                "rerun with the same overrides to resume it, or choose another --out folder.")
+            cfg = load_job_config(saved)
+        else:
+            cfg = compose(overrides)  # RaceError before anything is written
+            _write_job_config(folder, cfg, overrides)
+    else:
+        folder = Path(job_dir)
+        if overrides:
+            raise RaceError(f"--job-dir takes no overrides (got {' '.join(overrides)}): the job's config is "
+                            f"{folder}/.hydra/config.yaml. Use --out DIR to compose a new job instead.")
+        cfg = load_job_config(folder / ".hydra" / "config.yaml")
+        overrides = _saved_overrides(folder)
+    return Job(cfg, folder, overrides).run()
+

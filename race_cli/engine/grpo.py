@@ -1,0 +1,132 @@
+"""GRPO as small pure tensor functions: group advantages, per-token log-probs, the clipped loss.
+
+No model, no I/O: `job.py` calls these with tensors it got from the policy. Every function
+states the shapes it takes (`# [B*G, T]`: B prompts x G completions, T completion positions).
+
+Follows DeepSeekMath's GRPO with TRL's numerics (trl/trainer/grpo_trainer.py) as the reference:
+- advantages are the group-centred rewards divided by the group's *unbiased* std + 1e-4
+  (`scale_rewards=False` drops the division, as in Dr. GRPO);
+- the surrogate is PPO's clipped ratio objective per token, with the old policy's log-probs
+  (the current ones, detached, when there is a single update pass);
+- the KL penalty to the reference is the k3 estimator exp(ref - logp) - (ref - logp) - 1;
+- `loss_agg="token"` averages over every completion token of the batch (TRL's "bnpo"),
+  `"sequence"` averages each sequence's tokens, then the sequences (TRL's "grpo").
+Departure: a completion is masked after its first EOS (EOS included), like TRL; no
+truncated-completion masking, no asymmetric clip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+STD_EPS = 1e-4  # added to the group std before dividing (TRL's value)
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """Group-normalised advantages of one rollout batch."""
+
+    advantages: torch.Tensor  # [B*G] one scalar per completion, broadcast over its tokens
+    group_mean: torch.Tensor  # [B]
+    group_std: torch.Tensor  # [B] unbiased std of each group's rewards
+    frac_zero_std: float  # share of groups whose rewards are all equal (no learning signal)
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = True) -> Advantages:
+    """Advantages A_i = (r_i - mean_group) / (std_group + 1e-4), or r_i - mean_group without `scale`.
+
+    `rewards` [B*G] holds the G completions of each prompt consecutively.
+    """
+    if rewards.dim() != 1 or rewards.numel() % group_size or group_size < 2:
+        raise ValueError(f"rewards of shape {tuple(rewards.shape)} do not split into groups of {group_size}")
+    grouped = rewards.float().view(-1, group_size)  # [B, G]
+    mean = grouped.mean(dim=1)  # [B]
+    std = grouped.std(dim=1)  # [B] unbiased (divides by G-1), as torch and TRL default
+    adv = grouped - mean[:, None]  # [B, G]
+    if scale:
+        adv = adv / (std[:, None] + STD_EPS)
+    zero = torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+    return Advantages(adv.reshape(-1), mean, std, zero)
+
+
+def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """1 for every completion token up to and including the first EOS, 0 after it.
+
+    completion_ids [N, T] (right-padded after EOS) -> mask [N, T] float.
+    """
+    is_eos = completion_ids == eos_id  # [N, T]
+    T = completion_ids.size(1)
+    first = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1), torch.full_like(is_eos[:, 0], T, dtype=torch.long))
+    positions = torch.arange(T, device=completion_ids.device)[None, :]  # [1, T]
+    return (positions <= first[:, None]).float()  # [N, T]
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log p(token) under softmax(logits / temperature): logits [N, T, V], tokens [N, T] -> [N, T].
+
+    Dividing by the sampling temperature makes the trained policy the one that was sampled
+    (TRL does the same); top-p is not re-applied.
+    """
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logz = torch.logsumexp(logits, dim=-1)  # [N, T]
+    picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [N, T]
+    return picked - logz
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi || ref): exp(ref - logp) - (ref - logp) - 1 >= 0. [N, T] -> [N, T]."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1
+
+
+@dataclass(frozen=True)
+class GrpoLoss:
+    """The loss of one (micro-)batch and the statistics the metrics report."""
+
+    loss: torch.Tensor  # scalar with grad, already divided by the whole batch's normaliser
+    kl: float | None  # mean k3 KL per completion token (None when beta == 0 and no ref given)
+    clip_frac: float  # share of completion tokens whose ratio was clipped in the active direction
+    tokens: int  # completion tokens in this micro-batch (weights for averaging kl / clip_frac)
+
+
+def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+              clip_eps: float, beta: float = 0.0, ref_logp: torch.Tensor | None = None, loss_agg: str = "token",
+              num_tokens: float | None = None, num_seqs: int | None = None) -> GrpoLoss:
+    """Clipped GRPO surrogate (+ beta * k3 KL), aggregated per token or per sequence.
+
+    logp, old_logp, ref_logp, mask: [N, T]; advantages: [N]. For micro-batches pass the whole
+    batch's `num_tokens` (token agg) or `num_seqs` (sequence agg) so the micro-batch losses
+    sum to the whole batch's loss; by default this batch is the whole batch.
+    """
+    if loss_agg not in ("token", "sequence"):
+        raise ValueError(f"loss_agg={loss_agg!r}: expected 'token' or 'sequence'")
+    if beta > 0 and ref_logp is None:
+        raise ValueError("beta > 0 needs the reference log-probs")
+    ratio = torch.exp(logp - old_logp)  # [N, T]
+    adv = advantages[:, None]  # [N, 1]
+    unclipped = ratio * adv  # [N, T]
+    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv  # [N, T]
+    per_token = -torch.min(unclipped, clipped)  # [N, T]
+    kl_tok = None
+    if ref_logp is not None:
+        kl_tok = k3_kl(logp, ref_logp)  # [N, T]
+        if beta > 0:
+            per_token = per_token + beta * kl_tok
+    tokens = mask.sum()
+    if loss_agg == "token":
+        denom = tokens.clamp(min=1.0) if num_tokens is None else max(float(num_tokens), 1.0)
+        loss = (per_token * mask).sum() / denom
+    else:
+        per_seq = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # [N]
+        loss = per_seq.sum() / (per_seq.numel() if num_seqs is None else num_seqs)
+    with torch.no_grad():
+        low = (ratio < 1 - clip_eps) & (adv < 0)  # [N, T] clipped where it would push further down
+        high = (ratio > 1 + clip_eps) & (adv > 0)
+        n = max(tokens.item(), 1.0)
+        clip_frac = ((low | high).float() * mask).sum().item() / n
+        kl = None if kl_tok is None else (kl_tok * mask).sum().item() / n
+    return GrpoLoss(loss, kl, clip_frac, int(tokens.item()))

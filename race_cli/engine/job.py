@@ -1,0 +1,434 @@
+"""One budget-matched GRPO job, end to end: setup -> (evaluate) -> iterate -> finish.
+
+    job = Job(cfg, job_dir, overrides); code = job.run()   # 0 done, 1 failed; RaceError = bad input
+
+Each iteration: take B prompts (stateless draw from (seed, iteration), see setup.batch_indices),
+sample G completions each, score them, update the policy mu times with the clipped GRPO loss
+(grpo.py). The FLOP ledger is charged from the real token counts and padded shapes that ran.
+Before every iteration the job predicts its worst case (those prompts, max_new_tokens
+completions, `ledger.iteration_flops`) and stops cleanly (stop_reason "budget") when it would
+overrun budget.flops. Held-out evaluation runs at the start, every eval.every iterations and at
+the end; it has its own ledger entry and is never charged to the budget.
+
+Files (docs/files.md): status.json, metrics.jsonl (one line per iteration, iteration 0 = the
+initial evaluation), ledger.json, summary.json, adapter/, checkpoint/ (see checkpoint.py).
+Resume: the last checkpoint is restored (weights, optimizer, scheduler, RNG states) and
+metrics.jsonl is cut back to its iteration, so a killed-and-resumed CPU run ends bitwise equal
+to an uninterrupted one.
+
+Departures from TRL's trainer: prompts are drawn without replacement per epoch from (seed,
+iteration); one optimizer step per update pass over the whole batch (micro-batches accumulate).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from race_cli.engine import checkpoint as ckpt_io
+from race_cli.engine.grpo import GrpoLoss, group_advantages, grpo_loss, token_logprobs
+from race_cli.errors import RaceError
+from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+from race_cli.ledger import Arch, Flops, forward_flops, iteration_flops, train_step_flops
+
+PHASES = ("rollout", "update", "reward")
+
+
+class NanLoss(RuntimeError):
+    """The loss or the gradient norm was not finite: the update is skipped and the job fails."""
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _fresh_ledger() -> dict:
+    return {"iterations": 0, "flops": {p: Flops() for p in PHASES}, "tokens": {"prompt": 0, "completion": 0},
+            "seconds": {p: 0.0 for p in PHASES} | {"total": 0.0},
+            "eval": {"flops": Flops(), "seconds": 0.0, "runs": 0}}
+
+
+def _ledger_to_json(led: dict) -> dict:
+    d = dict(led)
+    d["flops"] = {p: led["flops"][p].to_dict() for p in PHASES}
+    d["eval"] = dict(led["eval"], flops=led["eval"]["flops"].to_dict())
+    return d
+
+
+def _ledger_from_json(d: dict) -> dict:
+    led = dict(d)
+    led["flops"] = {p: Flops(**d["flops"][p]) for p in PHASES}
+    led["eval"] = dict(d["eval"], flops=Flops(**d["eval"]["flops"]))
+    return led
+
+
+def _shares(flops: dict) -> dict:
+    total = sum(flops[p] for p in PHASES)
+    if total <= 0:
+        return {"search": 0.0, "learning": 0.0, "feedback": 0.0, "update_fraction": 0.0}
+    s = {"search": flops["rollout"] / total, "learning": flops["update"] / total, "feedback": flops["reward"] / total}
+    return s | {"update_fraction": s["learning"]}
+
+
+class Job:
+    """One GRPO job in `job_dir` from a composed (validated) config."""
+
+    def __init__(self, cfg: Any, job_dir: Path, overrides: list[str], log: Callable[[str], None] | None = None):
+        from omegaconf import OmegaConf
+
+        self.cfg, self.job_dir, self.overrides = cfg, Path(job_dir), list(overrides)
+        self.cfg_dict = OmegaConf.to_container(cfg, resolve=True)
+        self.log = log or (lambda msg: print(msg, flush=True))
+        self.job_id = self.job_dir.name
+        self.metrics_path = self.job_dir / "metrics.jsonl"
+
+    # --- setup ------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Device, RNGs, task, policy, rollout backend, reward, optimizer, plan; refuses impossible budgets."""
+        import torch
+
+        from race_cli.engine import setup as S
+
+        c = self.cfg
+        self.device = S.resolve_device(c.device)
+        self.dtype = S.resolve_dtype(c.model.dtype, self.device)
+        S.configure_torch(c.seed, c.threads, self.device)
+        for target in c.eval.targets:
+            if target != "accuracy":
+                raise RaceError(f"eval.targets has {target!r}; the engine evaluates 'accuracy' (rule-checked final answers).")
+        self.task = S.build_task(c)
+        self.train_items, self.eval_items = self.task.train_items(), self.task.eval_items()
+        self.policy = S.load_policy(c, self.device, self.dtype, self.log)
+        self.train_prompts = S.PromptCache(self.train_items, self.policy.tokenizer)
+        self.eval_prompts = S.PromptCache(self.eval_items, self.policy.tokenizer)
+        self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype)
+        self.reward = S.build_reward(c, self.device, self.dtype)
+        self.reward_arch = Arch.from_config(c.reward.model.arch) if c.reward.type == "prm" else None
+        self.ref_model = None
+        if c.grpo.beta > 0 and not c.lora.enabled:  # full FT: the reference needs its own frozen copy
+            import copy
+
+            self.ref_model = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
+        params = [p for p in self.policy.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=c.grpo.lr, weight_decay=c.grpo.weight_decay)
+        warm = c.grpo.warmup_iters
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda it: min(1.0, (it + 1) / warm) if warm > 0 else 1.0)
+        self.planned = S.planned_ledger(self.cfg_dict)
+        self.max_iterations = int(c.budget.max_iterations)
+        if os.environ.get("RACE_MAX_ITERATIONS"):
+            self.max_iterations = min(self.max_iterations, int(os.environ["RACE_MAX_ITERATIONS"]))
+        first = self.worst_case(1)
+        if first > c.budget.flops:
+            raise RaceError(
+                f"budget.flops={c.budget.flops:.3g} is smaller than one iteration: the worst case of iteration 1 "
+                f"(B={c.grpo.prompts_per_iter} prompts x G={c.grpo.group_size} completions of "
+                f"rollout.max_new_tokens={c.rollout.max_new_tokens} tokens, mu={c.grpo.updates_per_batch}) is "
+                f"{first:.3g} FLOPs. Raise budget.flops to at least {first:.3g}, or lower the batch or max_new_tokens.")
+
+    def worst_case(self, iteration: int) -> float:
+        """Model FLOPs iteration `iteration` can cost at most: its real prompts, max_new_tokens completions."""
+        c = self.cfg
+        idx = self.batch(iteration)
+        longest = max(len(self.train_prompts.ids(j)) for j in idx)
+        head = "token" if c.reward.type == "prm" and c.reward.model.format == "token" else "classifier"
+        cost = iteration_flops(self.policy.arch, prompts=c.grpo.prompts_per_iter, group_size=c.grpo.group_size,
+                               prompt_len=longest, completion_len=c.rollout.max_new_tokens,
+                               updates_per_batch=c.grpo.updates_per_batch, lora=self.policy.lora, beta=c.grpo.beta,
+                               grad_checkpointing=c.grpo.grad_checkpointing, share_prefix=self.rollout.share_prefix,
+                               reward=self.reward_arch, reward_head=head)
+        return sum(v.model for v in cost.values())
+
+    def batch(self, iteration: int) -> list[int]:
+        from race_cli.engine.setup import batch_indices
+
+        return batch_indices(self.cfg.seed, iteration, self.cfg.grpo.prompts_per_iter, len(self.train_items))
+
+    # --- evaluation --------------------------------------------------------------------------
+
+    def evaluate(self) -> dict:
+        """Held-out accuracy (greedy unless eval.greedy=false); charged to the eval ledger only."""
+        from race_cli.rewards.rule import rule_reward
+
+        t0 = time.perf_counter()
+        scores: list[float] = []
+        flops = Flops()
+        n, bs = len(self.eval_items), max(1, self.cfg.eval.batch_size)
+        for start in range(0, n, bs):
+            idx = list(range(start, min(n, start + bs)))
+            ro = self.rollout.generate([self.eval_prompts.ids(i) for i in idx], group_size=1,
+                                       greedy=self.cfg.eval.greedy)
+            flops = flops + ro.flops
+            scores += [rule_reward(t, self.eval_items[i].answer) for i, t in zip(idx, ro.texts)]
+        ev = self.ledger["eval"]
+        ev["flops"], ev["seconds"], ev["runs"] = ev["flops"] + flops, ev["seconds"] + time.perf_counter() - t0, ev["runs"] + 1
+        acc = sum(scores) / len(scores)
+        return {"accuracy": acc, "items": {"accuracy": {"ids": [it.id for it in self.eval_items],
+                                                         "scores": [int(s) for s in scores]}}}
+
+    # --- one GRPO iteration ----------------------------------------------------------------
+
+    def _logprobs(self, model: Any, ids, attn, comp, rows: slice, C: int):
+        """Completion log-probs [n, C] of rows; logits only at the C positions that predict them."""
+        out = model(input_ids=ids[rows], attention_mask=attn[rows], logits_to_keep=C + 1, use_cache=False)
+        return token_logprobs(out.logits[:, :-1], comp[rows], self.cfg.rollout.temperature)  # [n, C]
+
+    def update(self, ro: Any, advantages) -> dict:
+        """mu clipped-GRPO passes over the rollout batch; returns loss stats and the FLOPs that ran."""
+        import torch
+
+        g, model, dev = self.cfg.grpo, self.policy.model, self.device
+        comp = ro.completion_ids.to(dev)  # [N, C]
+        mask = ro.completion_mask.to(dev)  # [N, C]
+        ids = torch.cat([ro.prompt_ids.to(dev), comp], dim=1)  # [N, P+C]
+        attn = torch.cat([ro.prompt_mask.to(dev), mask.long()], dim=1)  # [N, P+C]
+        adv = advantages.to(dev)  # [N]
+        N, C, P = comp.size(0), comp.size(1), ro.prompt_ids.size(1)
+        mb = g.micro_batch_size or N
+        chunks = [slice(s, min(N, s + mb)) for s in range(0, N, mb)]
+        total_tokens = float(mask.sum().item())
+        seq = [p + c for p, c in zip(ro.prompt_lens, ro.completion_lens)]
+        arch, lora = self.policy.arch, self.policy.lora
+
+        def shape(s: slice) -> dict:  # the real and padded shapes one micro-batch runs
+            return dict(padded_len=P + C, logit_positions=sum(ro.completion_lens[s]),
+                        executed_logit_positions=(s.stop - s.start) * (C + 1))
+
+        flops = Flops()
+        old = ref = None
+        with torch.no_grad():
+            if g.updates_per_batch > 1:  # the old policy's log-probs (mu = 1: the current ones, detached)
+                old = torch.cat([self._logprobs(model, ids, attn, comp, s, C) for s in chunks])
+                flops = flops + sum((forward_flops(arch, seq[s], lora=lora, **shape(s)) for s in chunks), Flops())
+            if g.beta > 0:  # the reference: the base with the adapter disabled (no second copy for LoRA)
+                if self.ref_model is None:
+                    with model.disable_adapter():
+                        ref = torch.cat([self._logprobs(model, ids, attn, comp, s, C) for s in chunks])
+                else:
+                    ref = torch.cat([self._logprobs(self.ref_model, ids, attn, comp, s, C) for s in chunks])
+                flops = flops + sum((forward_flops(arch, seq[s], **shape(s)) for s in chunks), Flops())
+        losses, kls, clips = [], [], []
+        for _ in range(g.updates_per_batch):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss_sum, kl_sum, clip_sum = 0.0, 0.0, 0.0
+            for s in chunks:
+                logp = self._logprobs(model, ids, attn, comp, s, C)  # [n, C]
+                out: GrpoLoss = grpo_loss(logp, (old[s] if old is not None else logp.detach()), adv[s], mask[s],
+                                          clip_eps=g.clip_eps, beta=g.beta,
+                                          ref_logp=None if ref is None else ref[s], loss_agg=g.loss_agg,
+                                          num_tokens=total_tokens, num_seqs=N)
+                if not torch.isfinite(out.loss):
+                    raise NanLoss(f"the GRPO loss is {out.loss.item()} at iteration {self.iteration + 1}")
+                out.loss.backward()
+                flops = flops + train_step_flops(arch, seq[s], lora=lora, grad_checkpointing=g.grad_checkpointing,
+                                                 **shape(s))
+                loss_sum += out.loss.item()
+                clip_sum += out.clip_frac * out.tokens
+                kl_sum += (out.kl or 0.0) * out.tokens
+            params = [p for p in model.parameters() if p.requires_grad]
+            if g.max_grad_norm > 0:
+                norm = torch.nn.utils.clip_grad_norm_(params, g.max_grad_norm)
+                if not torch.isfinite(norm):
+                    raise NanLoss(f"the gradient norm is {norm.item()} at iteration {self.iteration + 1}")
+            self.optimizer.step()
+            losses.append(loss_sum)
+            clips.append(clip_sum / max(total_tokens, 1.0))
+            kls.append(kl_sum / max(total_tokens, 1.0))
+        self.scheduler.step()
+        self.rollout.sync(model)
+        return {"loss": sum(losses) / len(losses), "clip_frac": sum(clips) / len(clips),
+                "kl": (sum(kls) / len(kls)) if ref is not None else None, "flops": flops}
+
+    def iterate(self, iteration: int) -> dict:
+        """One GRPO iteration; updates the ledger, returns the metrics line (without eval)."""
+        import torch
+
+        c, led = self.cfg, self.ledger
+        t_start = time.perf_counter()
+        idx = self.batch(iteration)
+        items = [self.train_items[j] for j in idx for _ in range(c.grpo.group_size)]  # [B*G], groups consecutive
+        ro = self.rollout.generate([self.train_prompts.ids(j) for j in idx], group_size=c.grpo.group_size, greedy=False)
+        t_rollout = time.perf_counter() - t_start
+        rr = self.reward(items, ro.texts)
+        rewards = torch.tensor(rr.rewards, dtype=torch.float32)  # [B*G]
+        t0 = time.perf_counter()
+        adv = group_advantages(rewards, c.grpo.group_size, scale=c.grpo.scale_rewards)
+        up = self.update(ro, adv.advantages)
+        t_update = time.perf_counter() - t0
+        for phase, f in (("rollout", ro.flops), ("update", up["flops"]), ("reward", rr.flops)):
+            led["flops"][phase] = led["flops"][phase] + f
+        secs = {"rollout": t_rollout, "update": t_update, "reward": rr.seconds}
+        for phase, s in secs.items():
+            led["seconds"][phase] += s
+        led["seconds"]["total"] += time.perf_counter() - t_start
+        tp, tc = sum(ro.prompt_lens), sum(ro.completion_lens)
+        led["tokens"]["prompt"] += tp
+        led["tokens"]["completion"] += tc
+        led["iterations"] = iteration
+        cum = {p: led["flops"][p].model for p in PHASES}
+        return {"iteration": iteration, "train/reward_mean": rewards.mean().item(),
+                "train/reward_std": rewards.std(unbiased=False).item(), "train/frac_zero_std_groups": adv.frac_zero_std,
+                "train/kl": up["kl"], "train/clip_frac": up["clip_frac"], "train/loss": up["loss"],
+                "train/completion_len": tc / len(ro.completion_lens),
+                **{f"flops/{p}": cum[p] for p in PHASES}, "flops/total": sum(cum.values()),
+                **{f"time/{p}": secs[p] for p in PHASES}, "tokens/prompt": tp, "tokens/completion": tc}
+
+    # --- files -------------------------------------------------------------------------------
+
+    def spent(self) -> float:
+        return sum(self.ledger["flops"][p].model for p in PHASES)
+
+    def ledger_json(self) -> dict:
+        led = self.ledger
+        flops = {p: led["flops"][p].model for p in PHASES}
+        executed = {p: led["flops"][p].executed for p in PHASES}
+        return {"convention": "model", "budget_flops": float(self.cfg.budget.flops), "planned": self.planned,
+                "actual": {"iterations": led["iterations"], "flops": flops | {"total": sum(flops.values())},
+                           "executed_flops": executed | {"total": sum(executed.values())},
+                           "tokens": dict(led["tokens"]), "seconds": dict(led["seconds"])},
+                "eval": {"flops": led["eval"]["flops"].model, "executed_flops": led["eval"]["flops"].executed,
+                         "seconds": led["eval"]["seconds"], "runs": led["eval"]["runs"]}}
+
+    def summary_json(self, stop_reason: str) -> dict:
+        from race_cli.plan import reward_name
+
+        c, led = self.cfg, self.ledger
+        flops = {p: led["flops"][p].model for p in PHASES}
+        secs = {p: led["seconds"][p] for p in PHASES}
+        secs |= {"eval": led["eval"]["seconds"], "total": led["seconds"]["total"] + led["eval"]["seconds"]}
+        final = self.state["eval_last"]
+        return {"job_id": self.job_id, "state": "done", "stop_reason": stop_reason,
+                "condition": {"model": c.model.name, "budget_flops": float(c.budget.flops),
+                              "reward": reward_name(self.cfg_dict), "task": c.task.name},
+                "knobs": {"group_size": c.grpo.group_size, "updates_per_batch": c.grpo.updates_per_batch,
+                          "prompts_per_iter": c.grpo.prompts_per_iter, "iterations": led["iterations"]},
+                "seed": c.seed, "overrides": self.overrides,
+                "eval": {"accuracy": final["accuracy"]}, "eval_initial": {"accuracy": self.state["eval_initial"]["accuracy"]},
+                "eval_items": final["items"], "shares": _shares(flops),
+                "planned_shares": _shares(self.planned["flops"]),
+                "flops": flops | {"total": sum(flops.values())}, "seconds": secs}
+
+    def set_status(self, **fields: Any) -> None:
+        from race_cli.pool.status import update_status
+
+        update_status(self.job_dir, **fields)
+
+    def save_checkpoint(self) -> None:
+        state = dict(self.state, iteration=self.iteration, ledger=_ledger_to_json(self.ledger))
+        ckpt_io.save(self.job_dir, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler,
+                     state=state)
+
+    # --- the job ------------------------------------------------------------------------------
+
+    def start_or_resume(self) -> None:
+        """Restore the last checkpoint (cutting metrics.jsonl back to it), or start fresh with an evaluation."""
+        found = ckpt_io.find(self.job_dir)
+        if found is not None:
+            ckpt_io.restore(found, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler)
+            self.rollout.sync(self.policy.model)
+            self.iteration = int(found.state["iteration"])
+            self.ledger = _ledger_from_json(found.state["ledger"])
+            self.state = {k: v for k, v in found.state.items() if k not in ("iteration", "ledger")}
+            rows = read_jsonl(self.metrics_path) if self.metrics_path.exists() else []
+            keep = [r for r in rows if r.get("iteration", 0) <= self.iteration]
+            atomic_write_text(self.metrics_path, "".join(_line(r) for r in keep))
+            self.log(f"resumed from checkpoint at iteration {self.iteration} ({len(rows) - len(keep)} metric lines dropped)")
+            return
+        self.iteration, self.ledger = 0, _fresh_ledger()
+        if self.metrics_path.exists():
+            self.metrics_path.unlink()
+        ev = self.evaluate()
+        self.state = {"eval_initial": ev, "eval_last": ev}
+        append_jsonl(self.metrics_path, [{"iteration": 0, **{f"flops/{p}": 0.0 for p in PHASES}, "flops/total": 0.0,
+                                          "eval/accuracy": ev["accuracy"]}])
+        self.log(f"initial eval: accuracy {ev['accuracy']:.3f} on {len(self.eval_items)} held-out items")
+
+    def train(self) -> str:
+        """Iterate until the budget or the iteration cap stops the job; returns the stop reason."""
+        c = self.cfg
+        budget = float(c.budget.flops)
+
+        def fits(i: int) -> bool:
+            return i <= self.max_iterations and self.spent() + self.worst_case(i) <= budget
+
+        while fits(self.iteration + 1):
+            i = self.iteration + 1
+            line = self.iterate(i)
+            self.iteration = i
+            last = not fits(i + 1)
+            if i % c.eval.every == 0 or last:
+                ev = self.evaluate()
+                self.state["eval_last"] = ev
+                line["eval/accuracy"] = ev["accuracy"]
+            append_jsonl(self.metrics_path, [line])
+            atomic_write_json(self.job_dir / "ledger.json", self.ledger_json())
+            self.log(f"iter {i}: reward {line['train/reward_mean']:.3f} loss {line['train/loss']:+.4f} "
+                     f"len {line['train/completion_len']:.1f} flops {line['flops/total']:.3g}/{budget:.3g}"
+                     + (f" eval {line['eval/accuracy']:.3f}" if "eval/accuracy" in line else ""))
+            if i % c.checkpoint.every == 0 or last:
+                self.save_checkpoint()
+        return "iterations" if self.iteration + 1 > self.max_iterations else "budget"
+
+    def run(self) -> int:
+        """The whole job; returns 0 (done) or 1 (failed). Bad input raises RaceError after marking the status."""
+        from race_cli.pool.status import read_status
+
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        prior = read_status(self.job_dir)
+        fields: dict[str, Any] = dict(job_id=self.job_id, state="running", pid=os.getpid(), host=socket.gethostname())
+        if prior.get("state") != "running":  # started by hand, not by the pool (which already counted the attempt)
+            fields |= dict(started=_now(), attempts=int(prior.get("attempts") or 0) + 1)
+        for stale in ("error", "stop_reason", "finished", "exit_code"):
+            prior.pop(stale, None)
+        from race_cli.pool.status import write_status
+
+        write_status(self.job_dir, prior | fields)
+        try:
+            self.setup()
+            self.set_status(device=self.device)
+            self.start_or_resume()
+            stop = self.train()
+            final = ckpt_io.find(self.job_dir)
+            if final is None or int(final.state["iteration"]) != self.iteration:
+                self.save_checkpoint()
+                final = ckpt_io.find(self.job_dir)
+            ckpt_io.publish_adapter(final.path, self.job_dir)
+            atomic_write_json(self.job_dir / "ledger.json", self.ledger_json())
+            atomic_write_json(self.job_dir / "summary.json", self.summary_json(stop))
+        except RaceError as exc:
+            self.set_status(state="failed", stop_reason="error", error=str(exc).splitlines()[0], finished=_now(),
+                            exit_code=2)
+            raise
+        except NanLoss as exc:
+            return self._failed("nan_loss", f"{exc}; the update was not applied and the last good checkpoint was kept")
+        except OSError as exc:
+            return self._failed("error", f"{type(exc).__name__}: {exc} (while writing to {self.job_dir}; "
+                                         "files already written, including the last complete checkpoint, are intact)")
+        except Exception as exc:  # noqa: BLE001 - any crash becomes a failed status with a one-line reason
+            return self._failed("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        self.set_status(state="done", stop_reason=stop, finished=_now(), exit_code=0)
+        self.log(f"done ({stop}): {self.iteration} iterations, {self.spent():.3g} FLOPs, "
+                 f"accuracy {self.state['eval_initial']['accuracy']:.3f} -> {self.state['eval_last']['accuracy']:.3f}")
+        return 0
+
+    def _failed(self, reason: str, message: str) -> int:
+        import traceback
+
+        self.log(traceback.format_exc())
+        self.log(f"error: {message}")
+        self.set_status(state="failed", stop_reason=reason, error=message.splitlines()[0], finished=_now(), exit_code=1)
+        return 1
+
+
+def _line(row: dict) -> str:
+    import json
+
+    from race_cli.io import _jsonable
+
+    return json.dumps(_jsonable(row)) + "\n"

@@ -1,0 +1,226 @@
+"""Rollout backends: sample G completions per prompt and say what the sampling cost.
+
+One small interface, two backends (`rollout.backend=auto|hf|vllm`):
+
+- `HFRollout`: batched `model.generate` on the training model itself (CPU or GPU), prompts
+  left-padded, every group's prompt repeated G times, sampling with temperature / top-p
+  (top-k off), stops at EOS. The ledger charges padded HF generation: every row prefilled
+  (share_prefix=1) and decoded until the longest completion (`generate_flops(padded=True)`).
+- `VLLMRollout` (GPU boxes, `pip install race-cli[vllm]`, imported lazily): the base model in
+  a vLLM engine with prefix caching, the current LoRA adapter handed over after every update
+  as a `LoRARequest` with a NEW integer id (a reused id/name serves stale prefix-cache blocks).
+  One prefill per group (`n=G` samples of one prompt): charged with share_prefix=G, unpadded.
+
+`choose_backend` resolves `auto`: vLLM only when it is installed and the device is a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from race_cli.errors import RaceError
+from race_cli.ledger import Arch, Flops, Lora, generate_flops
+
+
+@dataclass
+class Rollout:
+    """One sampling call's results, one row per completion (groups consecutive)."""
+
+    prompt_ids: Any  # [N, P] torch.long, left-padded with pad_id
+    prompt_mask: Any  # [N, P] torch.long, 1 on real prompt tokens
+    completion_ids: Any  # [N, C] torch.long, right-padded after the first EOS
+    completion_mask: Any  # [N, C] float, 1 up to and including the first EOS
+    prompt_lens: list[int]  # real prompt tokens per row
+    completion_lens: list[int]  # sampled tokens per row, EOS included
+    texts: list[str]  # decoded completions (special tokens dropped)
+    flops: Flops  # what this call cost (ledger conventions)
+    seconds: float  # wall seconds inside the backend's generate call
+
+
+def choose_backend(requested: str, device: str, *, vllm_installed: bool | None = None) -> str:
+    """`auto` -> `vllm` when vLLM is importable and the device is CUDA, else `hf`; checks explicit choices."""
+    if vllm_installed is None:
+        vllm_installed = importlib.util.find_spec("vllm") is not None
+    on_gpu = device.startswith("cuda")
+    if requested == "auto":
+        return "vllm" if (vllm_installed and on_gpu) else "hf"
+    if requested == "vllm":
+        problems = []
+        if not on_gpu:
+            problems.append(f"rollout.backend=vllm needs a CUDA device, but the job runs on {device}.")
+        if not vllm_installed:
+            problems.append("rollout.backend=vllm needs vLLM: pip install 'race-cli[vllm]' on a GPU box.")
+        if problems:
+            raise RaceError(*problems, "Use rollout.backend=hf (or auto) to sample with transformers instead.")
+        return "vllm"
+    if requested == "hf":
+        return "hf"
+    raise RaceError(f"rollout.backend={requested!r} is unknown: expected auto, hf or vllm.")
+
+
+class RolloutBackend(Protocol):
+    name: str
+    share_prefix: bool  # does one prefill serve a whole group (vLLM prefix caching)?
+
+    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool) -> Rollout: ...
+
+    def sync(self, model: Any) -> None:
+        """Make the next `generate` sample from the model's current weights."""
+
+
+def left_pad(rows: list[list[int]], pad_id: int):
+    """Token lists -> (ids [N, P], mask [N, P]) left-padded to the longest row."""
+    import torch
+
+    P = max(len(r) for r in rows)
+    ids = torch.full((len(rows), P), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), P), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, P - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, P - len(r):] = 1
+    return ids, mask
+
+
+def right_pad(rows: list[list[int]], pad_id: int):
+    """Completion token lists -> ids [N, C] right-padded to the longest row."""
+    import torch
+
+    C = max(max(len(r) for r in rows), 1)
+    ids = torch.full((len(rows), C), pad_id, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+    return ids
+
+
+def _finish(prompt_rows, comp_ids, *, eos_id, pad_id, tokenizer, flops_fn, seconds) -> Rollout:
+    from race_cli.engine.grpo import completion_mask
+
+    ids, mask = left_pad(prompt_rows, pad_id)
+    cmask = completion_mask(comp_ids, eos_id)  # [N, C]
+    comp_ids = comp_ids.masked_fill(cmask == 0, pad_id)
+    clens = [int(x) for x in cmask.sum(dim=1).tolist()]
+    plens = [len(r) for r in prompt_rows]
+    texts = tokenizer.batch_decode([row[:n].tolist() for row, n in zip(comp_ids, clens)], skip_special_tokens=True)
+    return Rollout(ids, mask, comp_ids, cmask, plens, clens, texts, flops_fn(plens, clens), seconds)
+
+
+class HFRollout:
+    """Sampling with transformers' `generate` on the policy being trained (adapter unmerged)."""
+
+    name = "hf"
+    share_prefix = False
+
+    def __init__(self, model: Any, tokenizer: Any, *, arch: Arch, lora: Lora | None, eos_id: int, pad_id: int,
+                 max_new_tokens: int, temperature: float, top_p: float, device: str):
+        self.model, self.tokenizer, self.arch, self.lora = model, tokenizer, arch, lora
+        self.eos_id, self.pad_id, self.device = eos_id, pad_id, device
+        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+
+    def _config(self, greedy: bool):
+        from transformers import GenerationConfig
+
+        common = dict(max_new_tokens=self.max_new_tokens, eos_token_id=self.eos_id, pad_token_id=self.pad_id)
+        if greedy:
+            return GenerationConfig(do_sample=False, **common)
+        # top_k=0 turns off transformers' default top-50 cut, so the sampled policy is softmax(logits/T)
+        return GenerationConfig(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0, **common)
+
+    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool = False) -> Rollout:
+        import torch
+
+        rows = [p for p in prompts for _ in range(group_size)]  # groups consecutive
+        ids, mask = left_pad(rows, self.pad_id)
+        was_training = self.model.training
+        self.model.eval()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                      generation_config=self._config(greedy))
+        seconds = time.perf_counter() - t0
+        if was_training:
+            self.model.train()
+        comp = out[:, ids.size(1):].cpu()  # [N, S]
+
+        def flops(plens, clens):
+            # padded HF generate: every row prefilled, decoded to the longest completion
+            return generate_flops(self.arch, plens, clens, lora=self.lora, share_prefix=1, padded=True)
+
+        return _finish(rows, comp, eos_id=self.eos_id, pad_id=self.pad_id, tokenizer=self.tokenizer,
+                       flops_fn=flops, seconds=seconds)
+
+    def sync(self, model: Any) -> None:
+        """Nothing to do: generation runs on the training model itself."""
+
+
+class VLLMRollout:
+    """Sampling with vLLM (GPU only); the LoRA adapter is re-registered after every update."""
+
+    name = "vllm"
+    share_prefix = True
+
+    def __init__(self, model_path: str, tokenizer: Any, *, arch: Arch, lora: Lora | None, eos_id: int, pad_id: int,
+                 max_new_tokens: int, temperature: float, top_p: float, dtype: str, seed: int,
+                 gpu_memory_utilization: float, trust_remote_code: bool = False):
+        if lora is None:
+            raise RaceError("rollout.backend=vllm supports LoRA policies only (lora.enabled=true): "
+                            "full fine-tuning would need the weights copied into vLLM after every update. "
+                            "Use rollout.backend=hf for full fine-tuning.")
+        from vllm import LLM  # optional extra: imported only here
+
+        self.tokenizer, self.arch, self.lora = tokenizer, arch, lora
+        self.eos_id, self.pad_id = eos_id, pad_id
+        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.llm = LLM(model=model_path, dtype=dtype, seed=seed, enable_lora=True, max_lora_rank=max(lora.r, 8),
+                       enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
+                       trust_remote_code=trust_remote_code)
+        self._dir = Path(tempfile.mkdtemp(prefix="race-vllm-lora-"))
+        self._lora_id = 0  # a new integer id per update
+        self._request = None
+
+    def sync(self, model: Any) -> None:
+        from vllm.lora.request import LoRARequest
+
+        self._lora_id += 1
+        path = self._dir / f"adapter-{self._lora_id}"
+        model.save_pretrained(str(path))
+        old = self._dir / f"adapter-{self._lora_id - 1}"
+        self._request = LoRARequest(f"policy-{self._lora_id}", self._lora_id, str(path))
+        if old.exists():
+            shutil.rmtree(old, ignore_errors=True)
+
+    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool = False) -> Rollout:
+        from vllm import SamplingParams
+
+        if greedy:
+            params = SamplingParams(n=group_size, temperature=0.0, max_tokens=self.max_new_tokens)
+        else:
+            params = SamplingParams(n=group_size, temperature=self.temperature, top_p=self.top_p, top_k=-1,
+                                    max_tokens=self.max_new_tokens)
+        t0 = time.perf_counter()
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
+                                 lora_request=self._request, use_tqdm=False)
+        seconds = time.perf_counter() - t0
+        rows, comps = [], []
+        for p, out in zip(prompts, outs):
+            for o in out.outputs:
+                rows.append(p)
+                comps.append(list(o.token_ids))
+        comp = right_pad(comps, self.pad_id)
+        share = group_size  # the n samples of one prompt share its prefill
+
+        def flops(plens, clens):
+            # prefix caching: one prefill per group; paged kernels run no padding
+            return generate_flops(self.arch, plens, clens, lora=self.lora, share_prefix=share, padded=False)
+
+        return _finish(rows, comp, eos_id=self.eos_id, pad_id=self.pad_id, tokenizer=self.tokenizer,
+                       flops_fn=flops, seconds=seconds)
+
+    def close(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)

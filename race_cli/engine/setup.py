@@ -1,0 +1,258 @@
+"""Build what one job needs from its composed config: device, task, prompts, reward, policy, plan.
+
+Each piece is its own function (torchtune's setup habit) so tests and `scripts/gpu_smoke.py`
+can build one at a time. Every mistake a person can fix (a model path that does not exist,
+`device=cuda` on a machine without a GPU, an unknown eval target) is a `RaceError` (exit 2).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from race_cli.errors import RaceError
+from race_cli.ledger import Arch, Flops, Lora
+
+
+# --- device and dtype ------------------------------------------------------------------------
+
+
+def resolve_device(requested: str) -> str:
+    """`auto` -> `cuda:0` when CUDA is available, else `cpu`; `cuda`/`cuda:N` are checked."""
+    import torch
+
+    if requested == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        return "cpu"
+    if requested.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise RaceError(f"device={requested} but this machine has no CUDA GPU visible to torch; "
+                            "use device=cpu or device=auto.")
+        index = int(requested.split(":")[1]) if ":" in requested else 0
+        if index >= torch.cuda.device_count():
+            raise RaceError(f"device={requested} but only {torch.cuda.device_count()} CUDA device(s) exist.")
+        return f"cuda:{index}"
+    raise RaceError(f"device={requested!r} is unknown: expected auto, cpu, cuda or cuda:N.")
+
+
+def resolve_dtype(requested: str, device: str):
+    """`auto` = bfloat16 on a GPU, float32 on CPU; otherwise the named torch dtype."""
+    import torch
+
+    if requested == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[requested]
+
+
+def configure_torch(seed: int, threads: int, device: str) -> None:
+    """Seed every RNG, set CPU threads, and ask for deterministic kernels (CPU runs repeat bitwise)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if device == "cpu":
+        torch.use_deterministic_algorithms(True)
+
+
+# --- task and prompts -------------------------------------------------------------------------
+
+
+def build_task(cfg: Any):
+    """The task of `task.name` with the job's seed (training order) and the shared eval items."""
+    t = cfg.task
+    if t.name == "arithmetic":
+        from race_cli.tasks.arithmetic import ArithmeticTask
+
+        return ArithmeticTask(seed=cfg.seed, num_train=t.num_train if t.num_train is not None else 20000,
+                              num_eval=t.num_eval, min_ops=t.min_ops, max_ops=t.max_ops,
+                              max_operand=t.max_operand, eval_seed=t.eval_seed)
+    if t.name == "gsm8k":
+        from race_cli.tasks.gsm8k import GSM8KTask
+
+        return GSM8KTask(path=t.path, num_eval=t.num_eval, num_train=t.num_train, seed=cfg.seed)
+    raise RaceError(f"task.name={t.name!r} is unknown: expected arithmetic or gsm8k.")
+
+
+class PromptCache:
+    """Prompt token ids of items, computed once each (format_prompt + tokenizer, no special tokens)."""
+
+    def __init__(self, items: list, tokenizer: Any):
+        from race_cli.tasks.prompting import format_prompt
+
+        self.items, self.tokenizer, self._format = items, tokenizer, format_prompt
+        self._ids: dict[int, list[int]] = {}
+
+    def ids(self, index: int) -> list[int]:
+        if index not in self._ids:
+            text = self._format(self.items[index], self.tokenizer)
+            self._ids[index] = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self._ids[index]
+
+
+def batch_indices(seed: int, iteration: int, batch: int, n_items: int) -> list[int]:
+    """The training items of iteration `iteration` (1-based): epoch-wise shuffles drawn from (seed, epoch).
+
+    Stateless on purpose: iteration i's prompts depend only on (seed, i), so a resumed job
+    samples exactly the prompts the uninterrupted one would, and the budget check can look at
+    the next iteration's prompts before running it. Each epoch visits every item once.
+    """
+    import numpy as np
+
+    if n_items < 1:
+        raise RaceError("The task has no training items; check task.num_train / task.path.")
+    out, perms = [], {}
+    for k in range((iteration - 1) * batch, iteration * batch):  # global draw positions
+        epoch = k // n_items
+        if epoch not in perms:
+            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(n_items)
+        out.append(int(perms[epoch][k % n_items]))
+    return out
+
+
+# --- reward ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RewardResult:
+    rewards: list[float]  # one per completion
+    flops: Flops  # what scoring cost (0 for the rule reward)
+    seconds: float
+
+
+def build_reward(cfg: Any, device: str, dtype: Any) -> Callable[[list, list[str]], RewardResult]:
+    """`reward(items, completions) -> RewardResult`: rule (answer check) or a process reward model."""
+    r = cfg.reward
+    if r.type == "rule":
+        from race_cli.rewards.rule import score_batch
+
+        def rule(items: list, completions: list[str]) -> RewardResult:
+            rewards, seconds = score_batch(completions, [it.answer for it in items], use_math_verify=r.use_math_verify)
+            return RewardResult(rewards, Flops(), seconds)
+
+        return rule
+    if r.type == "prm":
+        from race_cli.rewards.prm import ProcessRewardModel
+
+        path = resolve_model_path(r.model.path, what="reward.model.path")
+        prm = ProcessRewardModel.from_pretrained(path, format=r.model.format, device=device, dtype=dtype)
+
+        def process(items: list, completions: list[str]) -> RewardResult:
+            t0 = time.perf_counter()
+            rewards, info = prm.reward([it.question for it in items], completions, [it.answer for it in items],
+                                       outcome_weight=r.outcome_weight)
+            return RewardResult([float(x) for x in rewards], info["flops"], time.perf_counter() - t0)
+
+        return process
+    raise RaceError(f"reward.type={r.type!r} is unknown: expected rule or prm.")
+
+
+# --- policy ------------------------------------------------------------------------------------
+
+
+def resolve_model_path(path: str, *, what: str = "model.path") -> str:
+    """`zoo:<name>` -> the built zoo folder; an existing local folder as is; `org/name` as a hub id."""
+    if path.startswith("zoo:"):
+        from race_cli import zoo
+
+        return str(zoo.resolve(path))
+    p = Path(path).expanduser()
+    if p.exists():
+        if not (p / "config.json").is_file():
+            raise RaceError(f"{what}={path} exists but holds no config.json: expected a transformers model folder "
+                            "(save_pretrained output), a hub id such as Qwen/Qwen2.5-0.5B, or zoo:tiny-s.")
+        return str(p)
+    if path.startswith(("/", ".", "~")) or path.count("/") != 1:
+        raise RaceError(f"{what}={path} does not exist: expected a local model folder, a hub id such as "
+                        "Qwen/Qwen2.5-0.5B-Instruct, or a zoo name such as zoo:tiny-s.")
+    return path  # a hub id: transformers resolves (and may fail with its own message, turned into RaceError)
+
+
+@dataclass
+class Policy:
+    model: Any  # PeftModel (LoRA) or the plain model (full fine-tuning)
+    tokenizer: Any
+    path: str  # resolved model folder / hub id
+    arch: Arch  # read from the loaded model's config (not the planning config)
+    lora: Lora | None  # the ledger's view of the adapter (None = full fine-tuning)
+    eos_id: int
+    pad_id: int
+
+
+def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = print) -> Policy:
+    """Tokenizer + causal LM + LoRA adapter (or full fine-tuning), on `device` in `dtype`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    path = resolve_model_path(cfg.model.path)
+    trust = bool(cfg.model.trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust)
+    except (OSError, ValueError) as exc:
+        raise RaceError(f"Cannot load model.path={cfg.model.path} ({path}): {str(exc).splitlines()[0]}. "
+                        "Expected a transformers causal-LM folder or hub id (no network here: use a local folder "
+                        "or a zoo: model).") from None
+    if tokenizer.eos_token_id is None:
+        raise RaceError(f"The tokenizer of {path} has no EOS token: completions could never end. "
+                        "Use a tokenizer with eos_token set.")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+        log(f"note: the tokenizer of {path} has no pad token; using its EOS token {tokenizer.eos_token!r} as pad.")
+    model.to(device)
+    arch = Arch.from_config(model.config)
+    lora = None
+    if cfg.lora.enabled:
+        from peft import LoraConfig, get_peft_model
+
+        targets = list(cfg.lora.target_modules)
+        model = get_peft_model(model, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                                                 target_modules=targets, task_type="CAUSAL_LM"))
+        lora = Lora(r=cfg.lora.r, target_modules=tuple(targets))
+    if cfg.grpo.grad_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.lora.enabled:
+            model.enable_input_require_grads()
+    model.train()
+    return Policy(model, tokenizer, path, arch, lora, int(tokenizer.eos_token_id), int(tokenizer.pad_token_id))
+
+
+def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any):
+    """The rollout backend `rollout.backend` resolves to on this device (see rollout.choose_backend)."""
+    from race_cli.engine.rollout import HFRollout, VLLMRollout, choose_backend
+
+    r = cfg.rollout
+    name = choose_backend(r.backend, device)
+    common = dict(arch=policy.arch, lora=policy.lora, eos_id=policy.eos_id, pad_id=policy.pad_id,
+                  max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
+    if name == "hf":
+        return HFRollout(policy.model, policy.tokenizer, device=device, **common)
+    dtype_name = str(dtype).replace("torch.", "")
+    backend = VLLMRollout(policy.path, policy.tokenizer, dtype=dtype_name, seed=cfg.seed,
+                          gpu_memory_utilization=r.gpu_memory_utilization,
+                          trust_remote_code=bool(cfg.model.trust_remote_code), **common)
+    backend.sync(policy.model)
+    return backend
+
+
+# --- the plan ----------------------------------------------------------------------------------
+
+
+def planned_ledger(cfg_dict: dict) -> dict:
+    """The planned ledger of docs/files.md, computed exactly as `race plan` does (race_cli.plan)."""
+    from race_cli.plan import Job, iteration_cost, solve_iterations
+
+    per_iter = iteration_cost(cfg_dict)
+    total = sum(v.model for v in per_iter.values())
+    t = min(solve_iterations(float(cfg_dict["budget"]["flops"]), total), int(cfg_dict["budget"]["max_iterations"]))
+    return Job(job_id="", overrides=[], axis_overrides=[], config=cfg_dict, iterations=t,
+               per_iteration=per_iter).planned()
