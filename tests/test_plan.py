@@ -71,7 +71,7 @@ def test_budget_error_names_the_job_and_the_shortfall():
     with pytest.raises(RaceError) as err:
         build_plan(["grid=none", "model=tiny-s", "budget.flops=1e9"])
     msg = str(err.value)
-    assert "Job job" in msg and "short by" in msg
+    assert "This job" in msg and "short by" in msg
 
 
 def test_fast_path_equals_hydra_composition():
@@ -180,3 +180,12 @@ def test_plan_and_help_do_not_import_torch():
     for args in (["--help"], ["plan"], ["plan", "grid=pilot", "--format", "json"]):
         res = subprocess.run([sys.executable, "-c", code.format(args=args)], capture_output=True, text=True)
         assert res.returncode == 0, f"race {' '.join(args)} imported {res.stdout} {res.stderr[-500:]}"
+
+
+def test_cli_flops_prints_the_ledger_and_an_exact_audit():
+    res = _race("flops", "model=tiny-s", "--audit")
+    assert res.returncode == 0, res.stderr
+    assert "rollout / search" in res.stdout and "update / learning" in res.stdout
+    assert "within the 1% target" in res.stdout
+    res = _race("flops", "grpo.group_size=4,8")
+    assert res.returncode == 2 and "ONE job" in res.stderr
