@@ -1,0 +1,327 @@
+"""Process reward model (PRM) scoring: one score per reasoning step, aggregated into a reward.
+
+A completion is cut into steps at a separator string (default a newline; blank steps dropped,
+as `race_cli.tasks.prompting.split_steps` does). The PRM reads one forward pass over
+
+    template with {question} and {completion} filled in      (default "{question}\\n{completion}")
+
+and each step's score is read at one token that ends it:
+
+- `step_tag=None` (default): the completion is used as written; a step is read at the last token
+  of the separator that ends it, and a last step without a trailing separator at the
+  completion's last token.
+- `step_tag="<extra_0>"`, `" ки"`, ...: the completion is rebuilt as `step + step_tag` for every
+  step, joined by `step_joiner` (default: the separator, or nothing when the tag already ends
+  with the separator); each step is read at the last token of its tag.
+
+Two ways to turn the model's output at those tokens into P(step is correct):
+
+- `format="classifier"`: a token-classification model (`AutoModelForTokenClassification`, the
+  Qwen2.5-Math-PRM style). num_labels=2: softmax probability of label 1; num_labels=1: sigmoid
+  of the single logit.
+- `format="token"`: a causal LM (`AutoModelForCausalLM`, the Math-Shepherd style): p(good) /
+  (p(good) + p(bad)) from the next-token distribution at the tag, for the configured good and
+  bad tokens ("+" and "-" by default), i.e. the softmax over those two logits.
+
+Presets: Qwen2.5-Math-PRM-7B is `format="classifier", separator="\\n\\n", step_tag="<extra_0>",
+step_joiner=""` with its chat template written into `template` (load the model with its own
+`trust_remote_code` class and pass it to the constructor). Math-Shepherd is `format="token",
+step_tag=" ки", template="{question} {completion}"`. The embedded byte-level tiny PRM reads
+at each newline with the default template.
+
+Scoring runs under `torch.no_grad()` (not `inference_mode`, so FlopCounterMode can audit it),
+batches of `batch_size` sequences sorted by length, right-padded, one forward per batch. The
+cost goes to the feedback phase: `reward()` returns the FLOPs of those forwards from
+`race_cli.ledger.reward_model_flops`, with the real and padded token counts it used.
+torch and transformers are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from race_cli.errors import RaceError
+from race_cli.rewards.rule import rule_reward
+from race_cli.tasks.prompting import split_steps
+
+FORMATS = ("classifier", "token")
+AGGREGATIONS = ("min", "prod", "last", "mean")
+
+
+def aggregate(step_scores: Sequence[float], how: str = "min") -> float:
+    """One reward from per-step scores: min | prod | last | mean. No steps -> 0.0."""
+    if how not in AGGREGATIONS:
+        raise RaceError(f"PRM aggregation {how!r} is unknown; expected one of {', '.join(AGGREGATIONS)}.")
+    if not step_scores:
+        return 0.0
+    if how == "min":
+        return float(min(step_scores))
+    if how == "prod":
+        return float(math.prod(step_scores))
+    if how == "last":
+        return float(step_scores[-1])
+    return float(sum(step_scores) / len(step_scores))
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What one `score_detailed` call did: scores plus the token counts its forwards ran on."""
+
+    step_scores: list[list[float]]  # per completion, per step, P(step correct) in [0, 1]
+    seq_lens: list[int]  # real tokens of every scored sequence, in input order (0 = no steps, not run)
+    batch_seq_lens: list[list[int]]  # real lengths per forward batch
+    padded_lens: list[int]  # padded length of each forward batch
+    flops: Any  # race_cli.ledger.Flops of all forwards (model and executed conventions)
+    seconds: float  # wall seconds of tokenising, forwards and read-out
+
+
+def _owner_of_chars(offsets: Sequence[tuple[int, int]], n_chars: int) -> list[int]:
+    """For every character, the index of the LAST token covering it (-1 if none: e.g. stripped)."""
+    owner = [-1] * n_chars
+    for t, (start, end) in enumerate(offsets):
+        for c in range(start, min(end, n_chars)):
+            owner[c] = t
+    return owner
+
+
+class ProcessRewardModel:
+    """Scores completions step by step with a PRM (see the module docstring for the input layout).
+
+    model: a token-classification model (format="classifier") or a causal LM (format="token").
+    tokenizer: a fast tokenizer of the same model (character offsets are used to find steps).
+    separator: the string that separates steps in a completion ("\\n"; "\\n\\n" for Qwen-style).
+    step_tag: a string written after every step and read at (None = read at the separator).
+    step_joiner: between a tag and the next step (None = separator, or "" if the tag ends with it).
+    template: the PRM's input, with {question} and {completion}; "{question}\\n{completion}".
+    good_token, bad_token: format="token": the label tokens (a string of one token, or an id).
+    aggregation: per-step scores -> reward, min | prod | last | mean.
+    batch_size: sequences per forward.
+    add_special_tokens: let the tokenizer add its BOS/EOS as in training (most Qwen add none).
+    """
+
+    def __init__(self, model, tokenizer, *, format: str = "classifier", separator: str = "\n",
+                 step_tag: str | None = None, step_joiner: str | None = None,
+                 template: str = "{question}\n{completion}", good_token: str | int = "+",
+                 bad_token: str | int = "-", aggregation: str = "min", batch_size: int = 16,
+                 add_special_tokens: bool = True):
+        from race_cli.ledger import Arch
+
+        problems = []
+        if format not in FORMATS:
+            problems.append(f"PRM format {format!r} is unknown; expected 'classifier' (token-classification "
+                            "head, Qwen2.5-Math-PRM style) or 'token' (causal LM label tokens, Math-Shepherd style).")
+        if not separator:
+            problems.append("The PRM step separator is empty; expected a string such as '\\n'.")
+        if step_tag == "":
+            problems.append("step_tag is empty; give a string such as ' ки' or '<extra_0>', or None to read at the separator.")
+        if template.count("{completion}") != 1:
+            problems.append(f"PRM template {template!r} must contain '{{completion}}' exactly once "
+                            "(and usually '{question}'), e.g. '{question}\\n{completion}'.")
+        if aggregation not in AGGREGATIONS:
+            problems.append(f"PRM aggregation {aggregation!r} is unknown; expected one of {', '.join(AGGREGATIONS)}.")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            problems.append(f"PRM batch_size={batch_size!r}: expected a positive integer such as 16.")
+        if not getattr(tokenizer, "is_fast", False):
+            problems.append(f"The PRM tokenizer ({type(tokenizer).__name__}) gives no character offsets; "
+                            "load a fast tokenizer (AutoTokenizer.from_pretrained(..., use_fast=True)).")
+        if problems:
+            raise RaceError(*problems)
+        self.model, self.tokenizer, self.format = model, tokenizer, format
+        self.separator, self.step_tag, self.template = separator, step_tag, template
+        if step_joiner is None and step_tag is not None:
+            step_joiner = "" if step_tag.endswith(separator) else separator
+        self.step_joiner = step_joiner
+        self.aggregation, self.batch_size, self.add_special_tokens = aggregation, batch_size, add_special_tokens
+        self.arch = Arch.from_config(model.config)  # shapes for the ledger; refuses unknown configs
+        self.num_labels = int(getattr(model.config, "num_labels", 2)) if format == "classifier" else 0
+        self.label_ids = (self._token_id(good_token, "good_token"), self._token_id(bad_token, "bad_token")) \
+            if format == "token" else None
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = 0 if pad is None else int(pad)  # right padding: masked, never read
+
+    @classmethod
+    def from_pretrained(cls, path: str, *, format: str = "classifier", device: str = "cpu",
+                        dtype: str | None = None, **kwargs) -> "ProcessRewardModel":
+        """Load a PRM and its tokenizer from a local folder or hub id; kwargs go to the constructor.
+
+        format="classifier" loads AutoModelForTokenClassification, "token" AutoModelForCausalLM.
+        dtype: None (the checkpoint's), "float32", "bfloat16", "float16".
+        """
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+        if format not in FORMATS:
+            raise RaceError(f"PRM format {format!r} is unknown; expected one of {', '.join(FORMATS)}.")
+        if dtype is not None and not isinstance(getattr(torch, str(dtype), None), torch.dtype):
+            raise RaceError(f"PRM dtype {dtype!r} is unknown; expected float32, bfloat16 or float16.")
+        auto = AutoModelForTokenClassification if format == "classifier" else AutoModelForCausalLM
+        major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+        dtype_key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
+        load_kw = {dtype_key: getattr(torch, dtype)} if dtype else {}
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = auto.from_pretrained(path, **load_kw)
+        except (OSError, ValueError) as e:
+            raise RaceError(f"Could not load the reward model from {path!r}: {str(e).splitlines()[0]}",
+                            "Expected a local folder with config.json, weights and tokenizer files, or a hub id "
+                            "(needs network); check reward.model.path.") from None
+        model.to(device).eval()
+        return cls(model, tokenizer, format=format, **kwargs)
+
+    # --- building inputs -------------------------------------------------------------
+
+    def _token_id(self, token: str | int, name: str) -> int:
+        if isinstance(token, int) and not isinstance(token, bool):
+            return token
+        ids = self.tokenizer.encode(token, add_special_tokens=False)
+        if len(ids) != 1:
+            raise RaceError(f"PRM {name}={token!r} is {len(ids)} tokens for this tokenizer ({ids}); "
+                            "expected a string of exactly one token, or pass its token id.")
+        return ids[0]
+
+    def build_input(self, question: str, completion: str) -> tuple[str, list[int]]:
+        """The PRM's input text and, per step, the character index its score is read at."""
+        head, _, tail = self.template.partition("{completion}")
+        head, tail = head.replace("{question}", question), tail.replace("{question}", question)
+        ends: list[int] = []
+        if self.step_tag is None:
+            body, pos, sep = completion, 0, self.separator
+            while True:
+                idx = completion.find(sep, pos)
+                if idx < 0:
+                    if completion[pos:].strip():
+                        ends.append(len(head) + len(completion) - 1)  # last step: last character
+                    break
+                if completion[pos:idx].strip():
+                    ends.append(len(head) + idx + len(sep) - 1)  # last character of its separator
+                pos = idx + len(sep)
+        else:
+            steps = split_steps(completion, self.separator)
+            body = ""
+            for i, step in enumerate(steps):
+                body += step + self.step_tag
+                ends.append(len(head) + len(body) - 1)  # last character of its tag
+                if i < len(steps) - 1:
+                    body += self.step_joiner
+        return head + body + tail, ends
+
+    def encode(self, question: str, completion: str) -> tuple[list[int], list[int]]:
+        """(token ids, token index of each step's score) for one question and completion."""
+        text, ends = self.build_input(question, completion)
+        enc = self.tokenizer(text, add_special_tokens=self.add_special_tokens, return_offsets_mapping=True)
+        owner = _owner_of_chars(enc["offset_mapping"], len(text))
+        positions = []
+        for c in ends:
+            while c >= 0 and owner[c] < 0:  # a character the tokenizer dropped: read the token before
+                c -= 1
+            positions.append(owner[c] if c >= 0 else len(enc["input_ids"]) - 1)
+        return list(enc["input_ids"]), positions
+
+    # --- scoring ---------------------------------------------------------------------
+
+    def _read_scores(self, logits, rows, positions):
+        """P(step correct) at the given (row, position) pairs of a [B, T, *] logits tensor."""
+        import torch
+
+        picked = logits[rows, positions].float()  # [n_steps, num_labels or V]
+        if self.format == "token":
+            two = picked[:, list(self.label_ids)]  # [n_steps, 2]: good, bad
+            return torch.softmax(two, dim=-1)[:, 0]
+        if picked.shape[-1] == 1:
+            return torch.sigmoid(picked[:, 0])
+        return torch.softmax(picked, dim=-1)[:, 1]
+
+    def score_detailed(self, questions: Sequence[str], completions: Sequence[str]) -> Scored:
+        """Per-step scores of every completion and what the forwards cost (see `Scored`)."""
+        if len(questions) != len(completions):
+            raise RaceError(f"PRM scoring got {len(questions)} questions but {len(completions)} completions; "
+                            "pass the question of every completion (repeat it for each rollout of a group).")
+        start = time.perf_counter()
+        encoded = [self.encode(q, c) for q, c in zip(questions, completions)]
+        seq_lens = [len(ids) if pos else 0 for ids, pos in encoded]
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()  # no dropout while scoring; the caller's mode is restored below
+        try:
+            return self._forward_batches(encoded, seq_lens, device, start)
+        finally:
+            self.model.train(was_training)
+
+    def _forward_batches(self, encoded, seq_lens, device, start) -> Scored:
+        import torch
+
+        from race_cli.ledger import Flops, reward_model_flops
+
+        scores: list[list[float]] = [[] for _ in encoded]
+        todo = sorted((i for i, (_, pos) in enumerate(encoded) if pos), key=lambda i: seq_lens[i])
+        batch_lens, padded, flops = [], [], []
+        head = "token" if self.format == "token" else "classifier"
+        for b in range(0, len(todo), self.batch_size):
+            idx = todo[b: b + self.batch_size]
+            lens = [seq_lens[i] for i in idx]
+            width = max(lens)
+            ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            rows, cols = [], []
+            for r, i in enumerate(idx):
+                tokens, pos = encoded[i]
+                ids[r, : len(tokens)] = torch.tensor(tokens)
+                mask[r, : len(tokens)] = 1
+                rows += [r] * len(pos)
+                cols += pos
+            with torch.no_grad():
+                out = self.model(input_ids=ids.to(device), attention_mask=mask.to(device))
+                logits = out.logits if hasattr(out, "logits") else out[0]  # [B, T, num_labels or V]
+                values = self._read_scores(logits, torch.tensor(rows, device=logits.device),
+                                           torch.tensor(cols, device=logits.device)).tolist()
+            k = 0
+            for i in idx:
+                n = len(encoded[i][1])
+                scores[i] = values[k: k + n]
+                k += n
+            batch_lens.append(lens)
+            padded.append(width)
+            flops.append(reward_model_flops(self.arch, lens, padded_len=width, head=head,
+                                            num_labels=max(self.num_labels, 1)))
+        return Scored(step_scores=scores, seq_lens=seq_lens, batch_seq_lens=batch_lens, padded_lens=padded,
+                      flops=sum(flops, Flops()), seconds=time.perf_counter() - start)
+
+    def score(self, questions: Sequence[str], completions: Sequence[str]) -> list[list[float]]:
+        """Per-step P(step correct) for every completion ([] for a completion with no steps)."""
+        return self.score_detailed(questions, completions).step_scores
+
+    def reward(self, questions: Sequence[str], completions: Sequence[str], golds: Sequence[str], *,
+               outcome_weight: float = 0.0, how: str | None = None,
+               use_math_verify: bool = False) -> tuple[list[float], dict]:
+        """Rewards (1 - w) * aggregate(step scores) + w * rule_reward(completion, gold), w = outcome_weight.
+
+        Returns (rewards, info) with info keys: step_scores, prm (aggregated), outcome (rule
+        rewards), seq_lens (real tokens per completion, 0 when not scored), batch_seq_lens and
+        padded_lens (per forward batch), flops (race_cli.ledger.Flops), seconds (whole call).
+        """
+        start = time.perf_counter()
+        how = self.aggregation if how is None else how
+        problems = []
+        if isinstance(outcome_weight, bool) or not isinstance(outcome_weight, (int, float)) \
+                or not 0.0 <= outcome_weight <= 1.0:
+            problems.append(f"outcome_weight={outcome_weight!r}: expected a number in [0, 1] "
+                            "(0 = PRM only, 1 = rule-based outcome only).")
+        if how not in AGGREGATIONS:
+            problems.append(f"PRM aggregation {how!r} is unknown; expected one of {', '.join(AGGREGATIONS)}.")
+        if len(golds) != len(completions):
+            problems.append(f"PRM reward got {len(completions)} completions but {len(golds)} gold answers.")
+        if problems:
+            raise RaceError(*problems)
+        scored = self.score_detailed(questions, completions)
+        prm = [aggregate(s, how) for s in scored.step_scores]
+        outcome = [rule_reward(c, g, use_math_verify=use_math_verify) for c, g in zip(completions, golds)]
+        rewards = [(1.0 - outcome_weight) * p + outcome_weight * o for p, o in zip(prm, outcome)]
+        info = {"step_scores": scored.step_scores, "prm": prm, "outcome": outcome,
+                "seq_lens": scored.seq_lens, "batch_seq_lens": scored.batch_seq_lens,
+                "padded_lens": scored.padded_lens, "flops": scored.flops,
+                "seconds": time.perf_counter() - start}
+        return rewards, info
