@@ -148,7 +148,8 @@ def end_attempt(job_dir: Path, returncode: int, *, stopped: bool) -> dict[str, A
         if returncode == 0:
             status["error"] = f"exited 0 without marking itself done (state was {child_state!r})"
         elif child_state != "failed" or not status.get("error"):
-            status["error"] = describe_exit(returncode)
+            last = next((ln.strip() for ln in reversed(log.splitlines()) if ln.strip()), "")
+            status["error"] = describe_exit(returncode) + (f": {last[:300]}" if last and not last.startswith("=====") else "")
         if child_state != "failed" or not status.get("stop_reason"):
             status["stop_reason"] = "error"
     write_status(job_dir, status)

@@ -1,0 +1,254 @@
+"""`race run`: plan the sweep (or reopen it), run every job not yet done, report.
+
+    race run                                     # the embedded grid (grid=tiny) on CPU workers
+    race run model=tiny-s grpo.group_size=4,8    # same overrides as race plan
+    race run --sweep-dir runs/tiny-1a2b3c4d       # resume a sweep folder (race plan --out wrote it)
+    race run --launcher slurm --partition gpu --time-min 240 --setup "module load cuda"
+
+The same overrides always name the same folder, runs/<grid>-<8 hex of the plan's identity>,
+so rerunning the command resumes: done jobs are skipped, interrupted ones resume from their
+checkpoints, failed ones are left alone unless --retry-failed. A folder that holds a different
+plan is refused. Exit code: 0 all done, 1 some job failed (named), 2 bad input, 128+signal
+when stopped by Ctrl-C / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+from pathlib import Path
+from typing import Callable, Sequence
+
+from race_cli.errors import RaceError
+from race_cli.io import read_json
+from race_cli.pool import status as st
+
+LAUNCHERS = ("local", "slurm")
+TOP_SHOWN = 3  # regimes per condition printed at the end (the report has them all)
+
+
+# --- the sweep folder --------------------------------------------------------------------------
+
+def plan_hash(plan) -> str:
+    """8 hex digits naming the plan: sha1 over each job's id and concrete overrides, in order."""
+    ident = [[j.job_id, list(j.overrides)] for j in plan.jobs]
+    return hashlib.sha1(json.dumps(ident).encode()).hexdigest()[:8]
+
+
+def default_sweep_dir(plan, runs_root: Path = Path("runs")) -> Path:
+    """runs/<grid name>-<plan hash>: the same overrides give the same folder, so a rerun resumes."""
+    return Path(runs_root) / f"{plan.grid.get('name') or 'sweep'}-{plan_hash(plan)}"
+
+
+def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool, max_jobs: int,
+                  runs_root: Path = Path("runs"), say: Callable[[str], None] = print) -> Path:
+    """The sweep folder to run: an existing one as it is (--sweep-dir, no overrides), else the plan
+    of `overrides` written (or found unchanged) at --sweep-dir or the default folder."""
+    if sweep_dir is not None and not overrides and (Path(sweep_dir) / "plan.json").is_file():
+        say(f"sweep: {sweep_dir} (resuming the plan already there)")
+        return Path(sweep_dir)
+    from race_cli.plan import build_plan, write_sweep
+
+    plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes)
+    target = Path(sweep_dir) if sweep_dir is not None else default_sweep_dir(plan, runs_root)
+    try:
+        written = write_sweep(plan, target)
+    except RaceError as exc:
+        if sweep_dir is None:
+            raise RaceError(*exc.problems, f"(race run names its folder after the plan; {target} should "
+                            "hold this plan. Remove it, or pass --sweep-dir to run elsewhere.)") from None
+        raise
+    say(f"sweep: {target} ({len(plan.jobs)} jobs, {'new' if written else 'resuming'})")
+    return target
+
+
+def read_plan_rows(sweep_dir: Path) -> dict[str, dict]:
+    """plan.json as job_id -> row, checking every job folder is there."""
+    try:
+        rows = read_json(Path(sweep_dir) / "plan.json")
+        by_id = {r["job_id"]: r for r in rows}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RaceError(f"{sweep_dir}/plan.json is missing or unreadable ({exc}). Expected a sweep folder "
+                        "written by race plan --out or race run; give the overrides instead to plan a new one.")
+    missing = [j for j in by_id if not (Path(sweep_dir) / "jobs" / j / ".hydra" / "config.yaml").is_file()]
+    if missing:
+        raise RaceError(f"{len(missing)} job folder(s) of {sweep_dir} lack .hydra/config.yaml (e.g. {missing[0]}). "
+                        "The folder is damaged: replan it into a new folder (race plan --out).")
+    return by_id
+
+
+# --- which jobs to run -------------------------------------------------------------------------
+
+def select_jobs(states: dict[str, str], retry_failed: bool) -> list[str]:
+    """Jobs to (re)run: everything not done; failed ones only with retry_failed."""
+    return [j for j, s in states.items() if s != "done" and (s != "failed" or retry_failed)]
+
+
+def adopt_orphans(sweep_dir: Path, states: dict[str, str]) -> list[str]:
+    """Jobs still marked running while we hold the lock: their race run died. Mark them interrupted."""
+    orphans = [j for j, s in states.items() if s == "running"]
+    for j in orphans:
+        st.update_status(Path(sweep_dir) / "jobs" / j, state="interrupted", stop_reason="signal",
+                         error="the race run that ran it stopped without closing it; resumed by the next run")
+        states[j] = "interrupted"
+    return orphans
+
+
+def read_states(sweep_dir: Path, job_ids: Sequence[str]) -> dict[str, str]:
+    return {j: st.read_status(Path(sweep_dir) / "jobs" / j)["state"] for j in job_ids}
+
+
+# --- the command -------------------------------------------------------------------------------
+
+def validate_args(*, launcher: str, workers: int | None, gpus_per_job: int, time_min: int,
+                  array_parallelism: int | None, cpus_per_task: int | None, grace_s: float) -> None:
+    problems = []
+    if launcher not in LAUNCHERS:
+        problems.append(f"--launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}.")
+    if workers is not None and workers < 1:
+        problems.append(f"--workers {workers}: expected at least 1 CPU worker.")
+    if gpus_per_job < 0 or (launcher == "local" and gpus_per_job < 1):
+        problems.append(f"--gpus-per-job {gpus_per_job}: expected at least 1 (0 is allowed with "
+                        "--launcher slurm for CPU-only tasks).")
+    if time_min < 1:
+        problems.append(f"--time-min {time_min}: expected a SLURM time limit of at least 1 minute.")
+    if array_parallelism is not None and array_parallelism < 1:
+        problems.append(f"--array-parallelism {array_parallelism}: expected at least 1 task at a time.")
+    if cpus_per_task is not None and cpus_per_task < 1:
+        problems.append(f"--cpus-per-task {cpus_per_task}: expected at least 1.")
+    if grace_s < 0:
+        problems.append(f"grace {grace_s} s: expected >= 0.")
+    if problems:
+        raise RaceError(*problems)
+
+
+def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers: int | None = None,
+             gpus_per_job: int = 1, launcher: str = "local", retry_failed: bool = False, yes: bool = False,
+             max_jobs: int = 512, partition: str | None = None, time_min: int = 60,
+             array_parallelism: int | None = None, setup: Sequence[str] = (), cpus_per_task: int | None = None,
+             wait: bool = True, grace_s: float = 10.0, live: bool | None = None, report: bool = True,
+             job_command: Callable[[Path], list[str]] | None = None, runs_root: Path = Path("runs"),
+             say: Callable[[str], None] = print) -> int:
+    """Plan (or reopen) the sweep, run what is not done, print the outcome; returns the exit code.
+
+    Raises RaceError (exit 2) on bad input before anything runs. See the module docstring.
+    """
+    from race_cli.pool.local import default_job_command
+
+    validate_args(launcher=launcher, workers=workers, gpus_per_job=gpus_per_job, time_min=time_min,
+                  array_parallelism=array_parallelism, cpus_per_task=cpus_per_task, grace_s=grace_s)
+    job_command = job_command or default_job_command
+    sweep = prepare_sweep(overrides, sweep_dir, yes=yes, max_jobs=max_jobs, runs_root=runs_root, say=say)
+    rows = read_plan_rows(sweep)
+
+    if launcher == "slurm":
+        from race_cli.pool.slurm import run_slurm
+
+        code = run_slurm(sweep, rows, retry_failed=retry_failed, partition=partition, time_min=time_min,
+                         gpus_per_job=gpus_per_job, array_parallelism=array_parallelism, setup=list(setup),
+                         cpus_per_task=cpus_per_task, wait=wait, job_command=job_command, say=say)
+        if code is not None:
+            return code
+    else:
+        stopped = run_local(sweep, rows, workers=workers, gpus_per_job=gpus_per_job, retry_failed=retry_failed,
+                            grace_s=grace_s, live=live, job_command=job_command, say=say)
+        if stopped:
+            say(f"Stopped by {signal.Signals(stopped).name}: running jobs are marked interrupted. "
+                f"Resume with the same command, or: race run --sweep-dir {sweep}")
+            return 128 + stopped
+    return finish(sweep, list(rows), retry_failed=retry_failed, report=report, say=say)
+
+
+def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_per_job: int,
+              retry_failed: bool, grace_s: float, live: bool | None, job_command, say) -> int | None:
+    """Run the jobs not yet done on this machine under the sweep lock; returns the stopping signal or None."""
+    from race_cli.pool.display import Progress, make_display
+    from race_cli.pool.local import LocalPool, make_slots, visible_gpus
+    from race_cli.pool.lock import SweepLock
+
+    with SweepLock(sweep, say=say):
+        from race_cli.pool.slurm import refuse_if_live_on_slurm
+
+        refuse_if_live_on_slurm(sweep)
+        states = read_states(sweep, list(rows))
+        orphans = adopt_orphans(sweep, states)
+        if orphans:
+            say(f"{len(orphans)} job(s) were left running by a race run that is gone; resuming them: "
+                + ", ".join(orphans[:5]) + (" ..." if len(orphans) > 5 else ""))
+        todo = select_jobs(states, retry_failed)
+        counts = {s: sum(1 for v in states.values() if v == s) for s in st.STATES}
+        skipped_failed = counts["failed"] if not retry_failed else 0
+        if not todo:
+            say(f"nothing to run: {counts['done']} done, {counts['failed']} failed"
+                + (" (--retry-failed reruns them)" if skipped_failed else ""))
+            return None
+        slots = make_slots(gpus=visible_gpus(), gpus_per_job=gpus_per_job, workers=workers, n_jobs=len(todo))
+        where = (f"{len(slots)} GPU slot(s) of {gpus_per_job} GPU(s)" if slots[0].name.startswith("cuda")
+                 else f"{len(slots)} CPU worker(s), {slots[0].env['OMP_NUM_THREADS']} thread(s) each")
+        say(f"running {len(todo)} job(s) on {where}; {counts['done']} already done"
+            + (f", {skipped_failed} failed left alone (--retry-failed reruns them)" if skipped_failed else ""))
+        progress = Progress(sweep, planned={j: float(r.get("planned_flops_total") or 0.0) for j, r in rows.items()},
+                            states=dict(states))
+        display = make_display(progress, live=live)
+        pool = LocalPool(sweep, todo, slots, plan_rows=rows, job_command=job_command, display=display,
+                         grace_s=grace_s)
+        try:
+            pool.run()
+        finally:
+            display.close()
+        return pool.stopped_by
+
+
+def finish(sweep: Path, job_ids: list[str], *, retry_failed: bool, report: bool, say) -> int:
+    """Say how the sweep stands, report it when something is done; 1 when any job failed."""
+    statuses = {j: st.read_status(sweep / "jobs" / j) for j in job_ids}
+    by_state: dict[str, list[str]] = {}
+    for j, s in statuses.items():
+        by_state.setdefault(s["state"], []).append(j)
+    say("sweep " + str(sweep) + ": " + ", ".join(f"{len(v)} {k}" for k, v in sorted(by_state.items())))
+    if report and by_state.get("done"):
+        print_report_top(sweep, say)
+    failed = by_state.get("failed", [])
+    if failed:
+        say(f"{len(failed)} job(s) failed:")
+        for j in failed:
+            s = statuses[j]
+            say(f"  {j}: {s.get('error') or 'no error recorded'} (log: {sweep / 'jobs' / j / 'log.txt'})")
+        say("Fix the cause, then rerun with --retry-failed to run them again.")
+        return 1
+    unfinished = [j for k, v in by_state.items() if k != "done" for j in v]
+    return 0 if not unfinished else 1
+
+
+def print_report_top(sweep: Path, say) -> None:
+    """The top of each condition's ranking and where the full report is; a report problem never
+    hides the run's own result (it is printed as a warning)."""
+    import io
+
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        from race_cli.report.command import run_report
+        from race_cli.report.render import RANK_HEAD, ranking_rows
+
+        quiet = Console(file=io.StringIO(), width=160)
+        res = run_report([sweep], console=quiet)
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=max(console.width, 130))  # logs: room for the table's 9 columns
+        ranking = res["ranking"]
+        if len(ranking):
+            for cond, g in ranking.groupby("condition", sort=False):
+                t = Table(title=f"top of the ranking: {cond}", title_justify="left")
+                for h in RANK_HEAD:
+                    t.add_column(h, justify="left" if h == "regime" else "right")
+                for row in ranking_rows(g.head(TOP_SHOWN)):
+                    t.add_row(*row)
+                console.print(t)
+        say(f"full report: {res['out_dir'] / 'summary.md'} (and {', '.join(f for f in res['files'] if f != 'summary.md')})")
+    except RaceError as exc:
+        say("report not written: " + " ".join(exc.problems) + f" (race report {sweep} to retry)")
+    except Exception as exc:  # noqa: BLE001 - the run's result must still be printed
+        say(f"report failed ({type(exc).__name__}: {exc}); the jobs are unaffected: race report {sweep}")

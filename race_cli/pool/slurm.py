@@ -1,0 +1,240 @@
+"""`race run --launcher slurm`: the grid as one SLURM job array through submitit, requeued on preemption.
+
+Each array task runs one job by its id (`SlurmTask(job_id)`): the same child process, log.txt and
+status.json records as the local pool. On preemption or time-out SLURM (through submitit) sends
+USR2; `SlurmTask.checkpoint` stops the child (SIGTERM, then SIGKILL), marks the job interrupted and
+returns a DelayedSubmission, so submitit requeues the task and the job resumes from its checkpoint/.
+The child ignores USR2 itself (an ignored signal stays ignored across exec), so only the task
+decides. A scancel (SIGTERM to every process of the task) marks the job interrupted too.
+
+`race run --launcher slurm` again on the same sweep submits only jobs not done (failed ones with
+--retry-failed) and not still queued or running: the SLURM ids of earlier submissions are kept in
+<sweep>/.submitit/submitted.json and checked with squeue. Needs submitit (pip install race-cli[slurm]).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from race_cli.errors import RaceError
+from race_cli.io import atomic_write_json, read_json
+from race_cli.pool import status as st
+
+SUBMITIT_DIR = ".submitit"
+SUBMITTED = "submitted.json"  # job_id -> SLURM job id of its latest submission
+PLACEHOLDER = "{job_dir}"
+INTERRUPTED_STATES = ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "REQUEUED")  # scheduler stopped it
+
+
+class SlurmTask:
+    """One array task: run job `job_id` of `sweep_dir` with `argv_template` ({job_dir} substituted).
+
+    Picklable (submitit sends it to the node); the running child is dropped when pickled.
+    """
+
+    def __init__(self, sweep_dir: str, argv_template: list[str], grace_s: float = 30.0):
+        self.sweep_dir = str(sweep_dir)
+        self.argv_template = list(argv_template)
+        self.grace_s = grace_s
+        self._proc: subprocess.Popen | None = None
+        self._closed = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"sweep_dir": self.sweep_dir, "argv_template": self.argv_template, "grace_s": self.grace_s}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)
+
+    def job_dir(self, job_id: str) -> Path:
+        return Path(self.sweep_dir) / "jobs" / job_id
+
+    def __call__(self, job_id: str) -> dict[str, Any]:
+        from race_cli.pool.local import attempt_header, child_env, spawn
+
+        job_dir = self.job_dir(job_id)
+        current = st.read_status(job_dir)
+        if current["state"] == "done":  # a requeue after the job had finished: nothing to do
+            return current
+        cvd = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        status = st.begin_attempt(job_dir, device=f"cuda:{cvd}" if cvd else "cpu",
+                                  slurm_job_id=_slurm_task_id())
+        threads = os.environ.get("SLURM_CPUS_PER_TASK", "1")
+        env = child_env({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "RACE_THREADS": threads})
+        argv = [a.replace(PLACEHOLDER, str(job_dir)) for a in self.argv_template]
+        self._closed = False
+        self._proc = spawn(job_dir, argv, env, header=attempt_header(status, argv),
+                           ignore_signals=(signal.SIGUSR2,))
+        st.update_status(job_dir, pid=self._proc.pid)
+        rc = self._proc.wait()  # a USR2 lands in checkpoint() from here, which closes the attempt
+        if self._closed:
+            return st.read_status(job_dir)
+        self._closed = True
+        stopped = rc in (-signal.SIGTERM, -signal.SIGINT)  # scancel / the scheduler, not the job
+        return st.end_attempt(job_dir, rc, stopped=stopped)
+
+    def checkpoint(self, job_id: str):
+        """Preempted or timed out: stop the child, mark it interrupted, requeue this same task."""
+        import submitit
+
+        from race_cli.pool.local import terminate
+
+        proc = self._proc
+        if proc is not None and not self._closed:
+            terminate([proc], self.grace_s)
+            self._closed = True
+            st.end_attempt(self.job_dir(job_id), proc.returncode, stopped=True)
+        return submitit.helpers.DelayedSubmission(SlurmTask(self.sweep_dir, self.argv_template, self.grace_s), job_id)
+
+
+def _slurm_task_id() -> str | None:
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
+
+
+# --- bookkeeping of submissions ----------------------------------------------------------------
+
+def submitted(sweep: Path) -> dict[str, str]:
+    path = Path(sweep) / SUBMITIT_DIR / SUBMITTED
+    try:
+        return dict(read_json(path))
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def live_slurm_ids() -> set[str] | None:
+    """Ids of the tasks SLURM still holds (pending, running, requeued), arrays expanded; None without squeue."""
+    if shutil.which("squeue") is None:
+        return None
+    try:
+        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {line.strip() for line in out.stdout.splitlines() if line.strip()} if out.returncode == 0 else None
+
+
+def live_jobs(sweep: Path) -> dict[str, str]:
+    """job_id -> SLURM id for this sweep's jobs still queued or running on SLURM."""
+    subs = submitted(sweep)
+    if not subs:
+        return {}
+    live = live_slurm_ids()
+    return {j: s for j, s in subs.items() if live and s in live}
+
+
+def refuse_if_live_on_slurm(sweep: Path) -> None:
+    live = live_jobs(sweep)
+    if live:
+        ids = sorted(set(live.values()))
+        raise RaceError(f"{len(live)} job(s) of {sweep} are still queued or running on SLURM "
+                        f"({', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}). Running them here too would "
+                        "make two processes write one job folder. Wait for them (race run --launcher slurm "
+                        f"--sweep-dir {sweep}) or cancel them (scancel), then rerun.")
+
+
+# --- submit and wait -------------------------------------------------------------------------
+
+def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partition: str | None, time_min: int,
+              gpus_per_job: int, array_parallelism: int | None, setup: Sequence[str], cpus_per_task: int | None,
+              wait: bool, job_command: Callable[[Path], list[str]], say=print, poll_s: float = 2.0) -> int | None:
+    """Submit what is not done as one job array, then (unless not `wait`) follow it to the end.
+
+    Returns an exit code to stop with (130 on Ctrl-C while waiting, 0 after --no-wait), or None
+    when every task has ended and the caller should summarise the sweep.
+    """
+    try:
+        import submitit
+    except ImportError:
+        raise RaceError("--launcher slurm needs submitit: pip install 'race-cli[slurm]' (or pip install submitit).") from None
+    if shutil.which("sbatch") is None:
+        raise RaceError("--launcher slurm: sbatch is not on PATH here. Run race run on a SLURM login node, "
+                        "or use the local pool (--launcher local).")
+    from race_cli.pool.command import adopt_orphans, read_states, select_jobs
+    from race_cli.pool.local import longest_first, package_root
+    from race_cli.pool.lock import SweepLock
+
+    sweep = Path(sweep).resolve()
+    folder = sweep / SUBMITIT_DIR
+    with SweepLock(sweep, say=say):
+        states = read_states(sweep, list(rows))
+        live = live_jobs(sweep)
+        adopt_orphans(sweep, {j: s for j, s in states.items() if j not in live})
+        states = read_states(sweep, list(rows))
+        todo = [j for j in select_jobs(states, retry_failed) if j not in live]
+        if live:
+            say(f"{len(live)} job(s) still queued or running on SLURM from an earlier submission: not resubmitted")
+        handles: dict[str, Any] = {j: submitit.SlurmJob(folder=folder / "%j", job_id=s) for j, s in live.items()}
+        if todo:
+            template = job_command(Path(PLACEHOLDER))
+            executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
+            params: dict[str, Any] = {
+                "timeout_min": time_min, "cpus_per_task": cpus_per_task or 1, "name": f"race-{sweep.name}",
+                "slurm_array_parallelism": array_parallelism or len(todo),
+                "slurm_setup": [f"export PYTHONPATH={package_root()}${{PYTHONPATH:+:$PYTHONPATH}}", *setup],
+            }
+            if partition:
+                params["slurm_partition"] = partition
+            if gpus_per_job:
+                params["gpus_per_node"] = gpus_per_job
+            executor.update_parameters(**params)
+            order = longest_first(todo, rows)
+            jobs = executor.map_array(SlurmTask(str(sweep), template), order)
+            record = submitted(sweep)
+            record.update({j: job.job_id for j, job in zip(order, jobs)})
+            atomic_write_json(folder / SUBMITTED, record)
+            handles.update(zip(order, jobs))
+            say(f"submitted {len(order)} job(s) as SLURM array {jobs[0].job_id.split('_')[0]} "
+                f"(partition {partition or 'default'}, {time_min} min, {gpus_per_job} GPU(s) per task)")
+        elif not live:
+            say("nothing to submit: every job is done" + ("" if retry_failed else " or failed (--retry-failed reruns failed ones)"))
+            return None
+        if not wait:
+            say(f"not waiting (--no-wait). Follow with squeue; rerun race run --launcher slurm --sweep-dir {sweep} "
+                "to wait, or to resubmit what did not finish.")
+            return 0
+        try:
+            wait_for(sweep, handles, say=say, poll_s=poll_s)
+        except KeyboardInterrupt:
+            say(f"stopped waiting; the tasks keep running on SLURM. race run --launcher slurm --sweep-dir {sweep} "
+                "waits again (scancel stops them).")
+            return 130
+    return None
+
+
+def wait_for(sweep: Path, handles: dict[str, Any], *, say=print, poll_s: float = 2.0) -> None:
+    """Follow every task to its end; close status.json for tasks SLURM ended before the job could."""
+    pending = dict(handles)
+    while pending:
+        for job_id, job in list(pending.items()):
+            if not job.done():
+                continue
+            del pending[job_id]
+            error = ""
+            try:
+                job.result()
+            except Exception as exc:  # noqa: BLE001 - reported through status.json
+                error = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            status = close_from_slurm(sweep / "jobs" / job_id, job.state, error)
+            extra = f": {status.get('error')}" if status["state"] != "done" else ""
+            say(f"[{time.strftime('%H:%M:%S')}] {status['state']:<11} {job_id} (SLURM {job.job_id}, "
+                f"{job.state}){extra}")
+        if pending:
+            time.sleep(poll_s)
+
+
+def close_from_slurm(job_dir: Path, slurm_state: str, error: str) -> dict[str, Any]:
+    """A task SLURM ended while status.json still says pending/running: interrupted when the scheduler
+    stopped it (cancel, time-out, preemption), else failed; with the SLURM state and the log tail."""
+    status = st.read_status(job_dir)
+    if status["state"] not in ("running", "pending"):
+        return status
+    stopped = any(slurm_state.upper().startswith(s) for s in INTERRUPTED_STATES)
+    return st.update_status(job_dir, state="interrupted" if stopped else "failed", finished=st.now_iso(),
+                            stop_reason="signal" if stopped else "error",
+                            error=f"SLURM task ended {slurm_state}" + (f": {error}" if error else ""),
+                            log_tail=st.log_tail(job_dir / "log.txt"))
