@@ -72,6 +72,9 @@ GOLDS = ["92", "3", "7", "14", "77", "10"]
     # a template with text after the completion: the last step is read at the completion's end
     # "<q>" 0-2, "Q" 3, "</q>" 4-7, "ab" 8-9, "\n" 10 -> 10, "cd" 11-12 -> 12, then "<end>"
     ({"template": "<q>{question}</q>{completion}<end>"}, "ab\ncd", "<q>Q</q>ab\ncd<end>", [10, 12]),
+    # literal braces in a template (a chat system prompt asking for \boxed{}) are kept as written:
+    # "Put it in \boxed{}.\n" is bytes 0-19, "Q\n" 20-21, "ab" 22-23 -> the one step at 23
+    ({"template": "Put it in \\boxed{}.\n{question}\n{completion}"}, "ab", "Put it in \\boxed{}.\nQ\nab", [23]),
     ({}, "", "Q\n", []),
     ({}, " \n \n", "Q\n \n \n", []),
 ])

@@ -209,17 +209,27 @@ class ProcessRewardModel:
                     body += self.step_joiner
         return head + body + tail, ends
 
+    def encode_many(self, questions: Sequence[str], completions: Sequence[str]) -> list[tuple[list[int], list[int]]]:
+        """(token ids, token index of each step's score) per pair; one tokenizer call for all."""
+        built = [self.build_input(q, c) for q, c in zip(questions, completions)]
+        if not built:
+            return []
+        enc = self.tokenizer([text for text, _ in built], add_special_tokens=self.add_special_tokens,
+                             return_offsets_mapping=True)
+        out = []
+        for (text, ends), ids, offsets in zip(built, enc["input_ids"], enc["offset_mapping"]):
+            owner = _owner_of_chars(offsets, len(text))
+            positions = []
+            for c in ends:
+                while c >= 0 and owner[c] < 0:  # a character the tokenizer dropped: read the token before
+                    c -= 1
+                positions.append(owner[c] if c >= 0 else len(ids) - 1)
+            out.append((list(ids), positions))
+        return out
+
     def encode(self, question: str, completion: str) -> tuple[list[int], list[int]]:
         """(token ids, token index of each step's score) for one question and completion."""
-        text, ends = self.build_input(question, completion)
-        enc = self.tokenizer(text, add_special_tokens=self.add_special_tokens, return_offsets_mapping=True)
-        owner = _owner_of_chars(enc["offset_mapping"], len(text))
-        positions = []
-        for c in ends:
-            while c >= 0 and owner[c] < 0:  # a character the tokenizer dropped: read the token before
-                c -= 1
-            positions.append(owner[c] if c >= 0 else len(enc["input_ids"]) - 1)
-        return list(enc["input_ids"]), positions
+        return self.encode_many([question], [completion])[0]
 
     # --- scoring ---------------------------------------------------------------------
 
@@ -241,7 +251,7 @@ class ProcessRewardModel:
             raise RaceError(f"PRM scoring got {len(questions)} questions but {len(completions)} completions; "
                             "pass the question of every completion (repeat it for each rollout of a group).")
         start = time.perf_counter()
-        encoded = [self.encode(q, c) for q, c in zip(questions, completions)]
+        encoded = self.encode_many(questions, completions)
         seq_lens = [len(ids) if pos else 0 for ids, pos in encoded]
         device = next(self.model.parameters()).device
         was_training = self.model.training
