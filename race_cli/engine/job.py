@@ -75,6 +75,18 @@ def _shares(flops: dict) -> dict:
     return s | {"update_fraction": s["learning"]}
 
 
+def completion_logprobs(model: Any, ids, attn, comp, temperature: float = 1.0):
+    """Log-probs [N, C] of the completion tokens under `model`, as sampled at `temperature`.
+
+    ids, attn [N, P+C]: left-padded prompts followed by the completions comp [N, C]. Logits are
+    computed only at the C+1 last positions (`logits_to_keep`): position P-1+t predicts token t.
+    RoPE attention depends on relative positions only, so left padding needs no position ids.
+    """
+    C = comp.size(1)
+    out = model(input_ids=ids, attention_mask=attn, logits_to_keep=C + 1, use_cache=False)
+    return token_logprobs(out.logits[:, :-1], comp, temperature)  # [N, C]
+
+
 class Job:
     """One GRPO job in `job_dir` from a composed (validated) config."""
 
@@ -175,9 +187,7 @@ class Job:
     # --- one GRPO iteration ----------------------------------------------------------------
 
     def _logprobs(self, model: Any, ids, attn, comp, rows: slice, C: int):
-        """Completion log-probs [n, C] of rows; logits only at the C positions that predict them."""
-        out = model(input_ids=ids[rows], attention_mask=attn[rows], logits_to_keep=C + 1, use_cache=False)
-        return token_logprobs(out.logits[:, :-1], comp[rows], self.cfg.rollout.temperature)  # [n, C]
+        return completion_logprobs(model, ids[rows], attn[rows], comp[rows], self.cfg.rollout.temperature)
 
     def update(self, ro: Any, advantages) -> dict:
         """mu clipped-GRPO passes over the rollout batch; returns loss stats and the FLOPs that ran."""
