@@ -252,6 +252,11 @@ def test_from_pretrained_round_trip(tmp_path, classifier, causal_lm):
     want = ProcessRewardModel(classifier, byte_tokenizer()).score(QUESTIONS, COMPLETIONS)
     for a, b in zip(loaded.score(QUESTIONS, COMPLETIONS), want):
         assert a == pytest.approx(b, abs=1e-5)
+    as_dtype = ProcessRewardModel.from_pretrained(str(tmp_path / "cls"), dtype=torch.bfloat16)
+    assert as_dtype.model.dtype == torch.bfloat16  # the engine passes torch dtypes
+    assert ProcessRewardModel.from_pretrained(str(tmp_path / "cls"), dtype="auto").model.dtype == torch.float32
+    with pytest.raises(RaceError, match="dtype 'float8' is unknown"):
+        ProcessRewardModel.from_pretrained(str(tmp_path / "cls"), dtype="float8")
     lm = ProcessRewardModel.from_pretrained(str(tmp_path / "lm"), format="token", step_tag="\n")
     lm_want = ProcessRewardModel(causal_lm, byte_tokenizer(), format="token", step_tag="\n")
     for a, b in zip(lm.score(QUESTIONS, COMPLETIONS), lm_want.score(QUESTIONS, COMPLETIONS)):

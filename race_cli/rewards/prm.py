@@ -148,7 +148,7 @@ class ProcessRewardModel:
         """Load a PRM and its tokenizer from a local folder or hub id; kwargs go to the constructor.
 
         format="classifier" loads AutoModelForTokenClassification, "token" AutoModelForCausalLM.
-        dtype: None (the checkpoint's), "float32", "bfloat16", "float16".
+        dtype: None or "auto" (the checkpoint's), "float32", "bfloat16", "float16", or a torch.dtype.
         """
         import torch
         import transformers
@@ -156,12 +156,16 @@ class ProcessRewardModel:
 
         if format not in FORMATS:
             raise RaceError(f"PRM format {format!r} is unknown; expected one of {', '.join(FORMATS)}.")
-        if dtype is not None and not isinstance(getattr(torch, str(dtype), None), torch.dtype):
-            raise RaceError(f"PRM dtype {dtype!r} is unknown; expected float32, bfloat16 or float16.")
+        if isinstance(dtype, str) and dtype != "auto":
+            if not isinstance(getattr(torch, dtype, None), torch.dtype):
+                raise RaceError(f"PRM dtype {dtype!r} is unknown; expected auto, float32, bfloat16 or float16.")
+            dtype = getattr(torch, dtype)
+        elif dtype is not None and not isinstance(dtype, (str, torch.dtype)):
+            raise RaceError(f"PRM dtype {dtype!r} is unknown; expected auto, float32, bfloat16 or float16.")
         auto = AutoModelForTokenClassification if format == "classifier" else AutoModelForCausalLM
         major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
         dtype_key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
-        load_kw = {dtype_key: getattr(torch, dtype)} if dtype else {}
+        load_kw = {dtype_key: dtype} if dtype is not None else {}
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = auto.from_pretrained(path, **load_kw)
