@@ -79,6 +79,12 @@ class RewardModelConf:
     arch: ArchConf = field(default_factory=ArchConf)
     format: str = "classifier"  # classifier (Qwen2.5-Math-PRM style) | token (Math-Shepherd style)
     num_labels: int = 2  # classifier head outputs
+    template: str = "{question}\n{completion}"  # the text the PRM reads
+    step_tag: Optional[str] = None  # appended after each step and read there (e.g. <extra_0>); None = read at the separator
+    step_joiner: Optional[str] = None  # joins tagged steps; None = the separator (or nothing if the tag ends with it)
+    good_token: str = "+"  # token format: p(good) / (p(good) + p(bad)) at the tag
+    bad_token: str = "-"
+    trust_remote_code: bool = False  # Qwen2.5-Math-PRM ships its two-layer head as remote code
 
 
 @dataclass
