@@ -81,26 +81,28 @@ def bootstrap_regimes(regime_of_job: np.ndarray, values: np.ndarray, scores: np.
     n_reg = int(regime_of_job.max()) + 1
     if scores is not None:
         n = scores.shape[1]
-        w = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(float)  # [B, n] counts
-        job_means = w @ scores.T / n  # [B, J]
+        pick = rng.integers(0, n, size=(n_boot, n)) + n * np.arange(n_boot)[:, None]
+        w = np.bincount(pick.ravel(), minlength=n_boot * n).reshape(n_boot, n)  # [B, n] counts
+        # float32 halves the cost; exact for 0/1 scores (integer sums < 2^24), ~1e-7 relative otherwise
+        job_means = (w.astype(np.float32) @ scores.T.astype(np.float32)).astype(float) / n  # [B, J]
     else:
         job_means = np.broadcast_to(values, (n_boot, len(values)))  # [B, J]
     out = np.empty((n_boot, n_reg))
-    rows = np.arange(n_boot)[:, None]
-    for r in range(n_reg):
-        idx = np.flatnonzero(regime_of_job == r)
-        pick = rng.integers(0, len(idx), size=(n_boot, len(idx)))  # seeds with replacement
-        out[:, r] = job_means[:, idx][rows, pick].mean(axis=1)
+    n_seeds = np.bincount(regime_of_job, minlength=n_reg)
+    order = np.argsort(regime_of_job, kind="stable")  # job indices grouped by regime
+    starts = np.concatenate([[0], np.cumsum(n_seeds)[:-1]])
+    for k in np.unique(n_seeds):  # regimes with k seeds are resampled together
+        regs = np.flatnonzero(n_seeds == k)
+        jobs_of = order[starts[regs][:, None] + np.arange(k)]  # [R_k, k] job indices
+        pick = rng.integers(0, k, size=(n_boot, len(regs), k))  # seeds with replacement
+        chosen = jobs_of[np.arange(len(regs))[None, :, None], pick]  # [B, R_k, k]
+        out[:, regs] = job_means[np.arange(n_boot)[:, None, None], chosen].mean(axis=2)
     return out
 
 
-def summarize_draws(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
-                    maximize: bool = True) -> pd.DataFrame:
-    """Per regime: interval, P(best), rank and whether it is indistinguishable from the best.
-
-    point [R] point estimates; draws [B, R] bootstrap draws (higher is better unless
-    maximize=False).
-    """
+def _draw_stats(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
+                maximize: bool = True) -> dict[str, np.ndarray]:
+    """Column arrays of summarize_draws (no DataFrame: the report calls this per condition)."""
     sign = 1.0 if maximize else -1.0
     a = (1 - level) / 2
     lo, hi = np.quantile(draws, [a, 1 - a], axis=0)
@@ -111,10 +113,20 @@ def summarize_draws(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
     best = int(np.argmax(sign * point))
     gap = d[:, [best]] - d  # [B, R] best minus regime, in the "better" direction
     gap_lo = np.quantile(gap, a, axis=0)
-    ranks = pd.Series(sign * point).rank(ascending=False, method="min").astype(int).to_numpy()
-    return pd.DataFrame({"mean": point, "ci_lo": lo, "ci_hi": hi, "p_best": p_best,
-                         "gap_to_best": sign * (point[best] - point), "gap_ci_lo": gap_lo,
-                         "tied_best": gap_lo <= 0, "rank": ranks, "is_best": np.arange(len(point)) == best})
+    ranks = 1 + (sign * point[None, :] > sign * point[:, None]).sum(axis=1)  # "min" ranks, 1 = best
+    return {"mean": point, "ci_lo": lo, "ci_hi": hi, "p_best": p_best,
+            "gap_to_best": sign * (point[best] - point), "gap_ci_lo": gap_lo,
+            "tied_best": gap_lo <= 0, "rank": ranks, "is_best": np.arange(len(point)) == best}
+
+
+def summarize_draws(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
+                    maximize: bool = True) -> pd.DataFrame:
+    """Per regime: interval, P(best), rank and whether it is indistinguishable from the best.
+
+    point [R] point estimates; draws [B, R] bootstrap draws (higher is better unless
+    maximize=False).
+    """
+    return pd.DataFrame(_draw_stats(point, draws, level, maximize))
 
 
 # --- one condition, then all -------------------------------------------------------------
@@ -141,6 +153,11 @@ def rank_condition(jobs: pd.DataFrame, reg_cols: list[str], target: str, items: 
                    n_boot: int, rng: np.random.Generator, maximize: bool = True,
                    level: float = 0.95) -> pd.DataFrame:
     """Rank the regimes of one condition's ranked jobs (done, readable, target recorded)."""
+    return pd.DataFrame(_condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, level))
+
+
+def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, level) -> dict:
+    """rank_condition's table as column arrays, rows sorted best first."""
     col = f"eval/{target}"
     keys = list(zip(jobs["sweep"], jobs["job_id"]))
     scores, method = _item_matrix(keys, target, items)
@@ -150,24 +167,26 @@ def rank_condition(jobs: pd.DataFrame, reg_cols: list[str], target: str, items: 
         regs = [dict(zip(reg_cols, u)) for u in uniq]
     else:
         codes, regs = np.zeros(len(jobs), dtype=int), [{}]
-    point = np.array([values[codes == r].mean() for r in range(len(regs))])
+    n_reg = len(regs)
+    n_seeds = np.bincount(codes, minlength=n_reg)
+    mean_of = lambda v: np.bincount(codes, weights=v, minlength=n_reg) / n_seeds  # per regime
+    point = mean_of(values)
     draws = bootstrap_regimes(codes, values, scores, n_boot, rng)
-    out = summarize_draws(point, draws, level, maximize)
-    n_seeds = np.bincount(codes, minlength=len(regs))
-    out.insert(0, "regime", [label(r) for r in regs])
-    for c in reg_cols:
-        out.insert(len(out.columns), c, [r[c] for r in regs])
-    out["n_seeds"] = n_seeds
-    out["n_items"] = 0 if scores is None else scores.shape[1]
-    out["method"] = method
-    if scores is None and (n_seeds < 2).any():  # one value and nothing to resample
-        one = n_seeds < 2
-        out.loc[one, ["ci_lo", "ci_hi"]] = np.nan
-        out.loc[one, "method"] = method + "; one seed, no interval"
+    cols: dict[str, np.ndarray] = {"regime": np.array([label(r) for r in regs], dtype=object)}
+    cols.update(_draw_stats(point, draws, level, maximize))
+    cols.update({c: np.array([r[c] for r in regs], dtype=object) for c in reg_cols})
+    cols["n_seeds"] = n_seeds
+    cols["n_items"] = np.full(n_reg, 0 if scores is None else scores.shape[1])
+    cols["method"] = np.full(n_reg, method, dtype=object)
     for c in ["p", "share_search", "share_learning", "share_feedback", "budget_spent", "flops_total"]:
         if c in jobs:
-            out[c] = [jobs[c].to_numpy(float)[codes == r].mean() for r in range(len(regs))]
-    return out.sort_values(["rank", "regime"]).reset_index(drop=True)
+            cols[c] = mean_of(jobs[c].to_numpy(float))
+    if scores is None and (n_seeds < 2).any():  # one value and nothing to resample
+        one = n_seeds < 2
+        cols["ci_lo"][one] = cols["ci_hi"][one] = np.nan
+        cols["method"][one] = method + "; one seed, no interval"
+    order = np.lexsort((cols["regime"].astype(str), cols["rank"]))
+    return {k: v[order] for k, v in cols.items()}
 
 
 def rankable(jobs: pd.DataFrame, target: str) -> pd.Series:
@@ -185,15 +204,18 @@ def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, se
     jobs = data.jobs[rankable(data.jobs, target)]
     reg_cols = regime_columns(jobs, data.knob_cols, by)
     rng = np.random.default_rng(seed)
-    parts = []
+    parts: list[dict] = []  # column arrays per condition, joined once at the end (fast)
     groups = jobs.groupby(by, dropna=False, sort=True) if by else [((), jobs)]
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
         cond = dict(zip(by, key))
-        r = rank_condition(g, reg_cols, target, data.items, n_boot, rng, maximize, level)
-        for i, (c, v) in enumerate(cond.items()):
-            r.insert(i, c, v)
-        r.insert(0, "condition", condition_label(cond))
-        r.insert(1, "target", target)
-        parts.append(r)
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        cols = _condition_columns(g, reg_cols, target, data.items, n_boot, rng, maximize, level)
+        n = len(cols["regime"])
+        head = {"condition": [condition_label(cond)] * n, "target": [target] * n}
+        head.update({c: [v] * n for c, v in cond.items()})
+        parts.append(head | cols)
+    if not parts:
+        return pd.DataFrame()
+    return pd.DataFrame({k: np.concatenate([np.asarray(p[k], dtype=object if isinstance(p[k], list)
+                                                       else None) for p in parts])
+                         for k in parts[0]}).infer_objects()

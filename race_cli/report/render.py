@@ -152,8 +152,14 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
            f"Intervals: {n_boot} bootstrap draws over evaluation items (paired across regimes) and "
            "seeds, 95% percentile. P(best): fraction of draws in which the regime is best. "
            "≈ best: the paired 95% interval of the gap to the best regime reaches zero.", ""]
+    from race_cli.report.recommend import compute_totals
+
     for cond, g in ranking.groupby("condition", sort=False):
-        out += [f"### {cond}", "", md_table(RANK_HEAD, ranking_rows(g)), ""]
+        t = compute_totals(jobs[jobs["condition"] == cond]) if "condition" in jobs else None
+        flops = (f"Training compute of this condition's readable jobs: {_flops(t['total'])} FLOPs "
+                 f"(search {_share(t, 'rollout')}, learning {_share(t, 'update')}, feedback "
+                 f"{_share(t, 'reward')}).") if t else ""
+        out += [f"### {cond}", "", flops, "", md_table(RANK_HEAD, ranking_rows(g)), ""]
         r = rec[rec["condition"] == cond]
         if len(r):
             out += [recommendation_text(r.iloc[0]), ""]

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from race_cli.errors import RaceError
-from race_cli.io import read_json, read_jsonl
+from race_cli.io import read_json
 
 CONDITION_COLS = ["model", "budget_flops", "reward", "task"]  # what a condition is (DESIGN.md)
 SHARE_NAMES = ["search", "learning", "feedback"]  # rollout, update, reward phases
@@ -117,11 +117,26 @@ def _shares(flops: dict[str, float]) -> dict[str, float]:
 
 
 def _read_metrics(path: Path) -> tuple[list[dict], int | None]:
-    """Rows of metrics.jsonl that carry an eval/<target> value, and the last iteration."""
-    rows = read_jsonl(path)
-    last = int(rows[-1].get("iteration", len(rows) - 1)) if rows else None
-    evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
-    return evals, last
+    """Rows of metrics.jsonl that carry an eval/<target> value, and the last iteration.
+
+    Every line is parsed (a corrupt line in the middle raises, marking the job unreadable);
+    a torn last line is ignored, as race_cli.io.read_jsonl does.
+    """
+    lines = path.read_text(encoding="utf-8").split("\n")
+    evals, last = [], None
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # torn final write
+                break
+            raise
+        last = row.get("iteration", last)
+        if '"eval/' in line:
+            evals.append(row)
+    return evals, (int(last) if last is not None else None)
 
 
 def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
@@ -293,6 +308,11 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
     for c in CONDITION_COLS + ["seed"]:
         if c not in jobs:
             jobs[c] = np.nan
+    for c in knob_cols + ["seed"]:  # whole-number knobs stay integers despite missing values
+        if c in jobs and jobs[c].dtype.kind == "f":
+            v = jobs[c].dropna()
+            if len(v) and (v == v.round()).all():
+                jobs[c] = jobs[c].astype("Int64")
     targets = sorted(c[5:] for c in jobs.columns if c.startswith("eval/"))
     curves_df = pd.DataFrame(curves, columns=["job_id", "sweep", "iteration", "flops_total",
                                               "target", "value"])
