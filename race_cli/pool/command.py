@@ -95,6 +95,17 @@ def adopt_orphans(sweep_dir: Path, states: dict[str, str]) -> list[str]:
     return orphans
 
 
+def sweep_temp_files(sweep_dir: Path) -> int:
+    """Remove temp files of atomic writes cut short by a kill (.NAME.XXXX.tmp, race_cli.io's pattern)
+    from the job folders; safe only under the sweep lock, when no process of this sweep is writing."""
+    n = 0
+    for pattern in ("jobs/*/.*.tmp", "jobs/*/*/.*.tmp"):
+        for tmp in Path(sweep_dir).glob(pattern):
+            tmp.unlink(missing_ok=True)
+            n += 1
+    return n
+
+
 def read_states(sweep_dir: Path, job_ids: Sequence[str]) -> dict[str, str]:
     return {j: st.read_status(Path(sweep_dir) / "jobs" / j)["state"] for j in job_ids}
 
@@ -171,6 +182,7 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
         from race_cli.pool.slurm import refuse_if_live_on_slurm
 
         refuse_if_live_on_slurm(sweep)
+        sweep_temp_files(sweep)
         states = read_states(sweep, list(rows))
         orphans = adopt_orphans(sweep, states)
         if orphans:

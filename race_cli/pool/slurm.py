@@ -154,7 +154,7 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
     if shutil.which("sbatch") is None:
         raise RaceError("--launcher slurm: sbatch is not on PATH here. Run race run on a SLURM login node, "
                         "or use the local pool (--launcher local).")
-    from race_cli.pool.command import adopt_orphans, read_states, select_jobs
+    from race_cli.pool.command import adopt_orphans, read_states, select_jobs, sweep_temp_files
     from race_cli.pool.local import longest_first, package_root
     from race_cli.pool.lock import SweepLock
 
@@ -163,6 +163,8 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
     with SweepLock(sweep, say=say):
         states = read_states(sweep, list(rows))
         live = live_jobs(sweep)
+        if not live:
+            sweep_temp_files(sweep)
         adopt_orphans(sweep, {j: s for j, s in states.items() if j not in live})
         states = read_states(sweep, list(rows))
         todo = [j for j in select_jobs(states, retry_failed) if j not in live]
