@@ -8,6 +8,7 @@ can build one at a time. Every mistake a person can fix (a model path that does 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -143,12 +144,14 @@ def build_reward(cfg: Any, device: str, dtype: Any) -> Callable[[list, list[str]
         from race_cli.rewards.prm import ProcessRewardModel
 
         path = resolve_model_path(r.model.path, what="reward.model.path")
-        prm = ProcessRewardModel.from_pretrained(path, format=r.model.format, device=device, dtype=dtype)
+        prm = ProcessRewardModel.from_pretrained(path, format=r.model.format, device=device,
+                                                 dtype=str(dtype).replace("torch.", ""), separator=r.step_separator,
+                                                 aggregation=r.aggregate, batch_size=r.batch_size)
 
         def process(items: list, completions: list[str]) -> RewardResult:
             t0 = time.perf_counter()
             rewards, info = prm.reward([it.question for it in items], completions, [it.answer for it in items],
-                                       outcome_weight=r.outcome_weight)
+                                       outcome_weight=r.outcome_weight, use_math_verify=r.use_math_verify)
             return RewardResult([float(x) for x in rewards], info["flops"], time.perf_counter() - t0)
 
         return process
@@ -193,6 +196,7 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # transformers 5 inside save_pretrained
     path = resolve_model_path(cfg.model.path)
     trust = bool(cfg.model.trust_remote_code)
     try:

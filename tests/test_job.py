@@ -1,0 +1,324 @@
+"""`race train` end to end on a tiny random Qwen2 (race_cli/engine): files, determinism, resume, faults.
+
+The policy is a 2-layer random Qwen2 whose first sampled token is usually a digit (layer outputs
+zeroed, LM head rows of '0'..'9' pointed at the hidden state after "A:", small digits favoured), so on one-step
+arithmetic with operands 0..4 the rule reward is 1 for some completions and 0 for others: the
+GRPO updates are real, not zero.
+"""
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from race_cli.engine import checkpoint as ckpt_io
+from race_cli.engine.command import train_main
+from race_cli.errors import RaceError
+from race_cli.io import read_json, read_jsonl
+
+REPO = Path(__file__).resolve().parent.parent
+METRIC_KEYS = {"iteration", "train/reward_mean", "train/reward_std", "train/frac_zero_std_groups", "train/kl",
+               "train/clip_frac", "train/loss", "train/completion_len", "flops/rollout", "flops/update", "flops/reward",
+               "flops/total", "time/rollout", "time/update", "time/reward", "tokens/prompt", "tokens/completion"}
+
+
+def build_model(path: Path, *, pad: bool = True) -> Path:
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from race_cli.zoo import byte_tokenizer
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=64, vocab_size=257, eos_token_id=256, bos_token_id=256,
+                      tie_word_embeddings=False)
+    m = AutoModelForCausalLM.from_config(cfg)
+    with torch.no_grad():
+        for layer in m.model.layers:  # residual stream = token embedding: the next token depends on the last one
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        u = m.model.norm(m.model.embed_tokens.weight[ord(":")])  # hidden state after the prompt's "A:"
+        m.lm_head.weight.zero_()
+        noise = 0.3 * torch.randn(10, 32) / 32 ** 0.5
+        m.lm_head.weight[48:53] = 6 * u / u.dot(u) + noise[:5]  # '0'..'4' at logit ~6: the usual answers
+        m.lm_head.weight[53:58] = 3 * u / u.dot(u) + noise[5:]  # '5'..'9' at ~3; other tokens at 0
+    m.save_pretrained(path)
+    tok = byte_tokenizer()
+    if not pad:
+        tok.pad_token = None
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def overrides(model_dir: Path, **extra) -> list[str]:
+    base = {"model.path": str(model_dir), "model.name": "tiny-rand", "grid": "none",
+            "model.arch.hidden_size": 32, "model.arch.intermediate_size": 64,
+            "grpo.prompts_per_iter": 2, "grpo.group_size": 4, "rollout.max_new_tokens": 3,
+            "rollout.expected_completion_tokens": 3, "task.num_eval": 8, "task.num_train": 16,
+            "task.max_operand": 4, "task.min_ops": 1, "task.max_ops": 1, "eval.every": 2, "eval.batch_size": 8,
+            "checkpoint.every": 2, "threads": 1, "budget.flops": 1e12, "budget.max_iterations": 3}
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+def weights(job: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(job / "checkpoint" / "trainable.safetensors"))
+
+
+def strip_time(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+# --- a whole job: files as docs/files.md says ------------------------------------------------------
+
+
+def test_job_writes_the_documented_files(model_dir, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from race_cli.compose import compose
+    from race_cli.plan import iteration_cost, solve_iterations
+
+    job = tmp_path / "job"
+    ov = overrides(model_dir)
+    assert train_main(ov, out=job) == 0
+    status = read_json(job / "status.json")
+    assert status["state"] == "done" and status["stop_reason"] == "iterations" and status["exit_code"] == 0
+    assert status["job_id"] == "job" and status["device"] == "cpu" and status["attempts"] == 1
+
+    rows = read_jsonl(job / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
+    assert rows[0] == {"iteration": 0, "flops/rollout": 0.0, "flops/update": 0.0, "flops/reward": 0.0,
+                       "flops/total": 0.0, "eval/accuracy": rows[0]["eval/accuracy"]}
+    assert set(rows[1]) == METRIC_KEYS and set(rows[2]) == METRIC_KEYS | {"eval/accuracy"}
+    assert set(rows[3]) == METRIC_KEYS | {"eval/accuracy"}  # the final evaluation
+    assert rows[1]["train/kl"] is None  # beta = 0: no reference forward, nothing to report
+    assert rows[1]["tokens/prompt"] > 0 and rows[1]["tokens/completion"] <= 2 * 4 * 3
+    assert any(r["train/reward_std"] > 0 for r in rows[1:])  # the task gives this policy a signal
+
+    ledger = read_json(job / "ledger.json")
+    assert ledger["convention"] == "model" and ledger["budget_flops"] == 1e12
+    act = ledger["actual"]
+    assert act["iterations"] == 3
+    assert act["flops"]["total"] == pytest.approx(rows[-1]["flops/total"])
+    assert act["flops"]["total"] == pytest.approx(sum(act["flops"][p] for p in ("rollout", "update", "reward")))
+    assert act["flops"]["reward"] == 0.0 and act["flops"]["update"] > 0 and act["flops"]["rollout"] > 0
+    assert act["tokens"]["completion"] == sum(r["tokens/completion"] for r in rows[1:])
+    assert set(act["seconds"]) == {"rollout", "update", "reward", "total"}
+    assert ledger["eval"]["runs"] == 3 and ledger["eval"]["flops"] > 0  # start, iteration 2, end
+    # planned: floor(C / planned per-iteration total) exactly as race plan computes it, capped at max_iterations
+    cfg = compose(ov)
+    from omegaconf import OmegaConf
+
+    per = iteration_cost(OmegaConf.to_container(cfg, resolve=True))
+    t = min(solve_iterations(1e12, sum(v.model for v in per.values())), 3)
+    assert ledger["planned"]["iterations"] == t
+    assert ledger["planned"]["flops"]["update"] == pytest.approx(per["update"].model * t)
+
+    summary = read_json(job / "summary.json")
+    assert summary["state"] == "done" and summary["knobs"] == {"group_size": 4, "updates_per_batch": 1,
+                                                                "prompts_per_iter": 2, "iterations": 3}
+    assert summary["condition"] == {"model": "tiny-rand", "budget_flops": 1e12, "reward": "rule", "task": "arithmetic"}
+    assert summary["overrides"] == ov and summary["seed"] == 0
+    assert summary["eval"]["accuracy"] == rows[3]["eval/accuracy"]
+    assert summary["eval_initial"]["accuracy"] == rows[0]["eval/accuracy"]
+    items = summary["eval_items"]["accuracy"]
+    assert len(items["ids"]) == 8 and items["ids"][0] == "arith-eval-0"
+    assert sum(items["scores"]) / 8 == summary["eval"]["accuracy"]
+    sh = summary["shares"]
+    assert sh["search"] + sh["learning"] + sh["feedback"] == pytest.approx(1.0)
+    assert sh["update_fraction"] == sh["learning"] == pytest.approx(act["flops"]["update"] / act["flops"]["total"])
+    assert set(summary["seconds"]) == {"rollout", "update", "reward", "eval", "total"}
+
+    # adapter/: PeftModel-loadable, equal to the trained weights, which moved away from LoRA's B = 0 start
+    base = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    loaded = PeftModel.from_pretrained(base, str(job / "adapter"))
+    trained = weights(job)
+    params = dict(loaded.named_parameters())
+    for name, value in trained.items():
+        assert torch.equal(params[name], value), name
+    assert any("lora_B" in n and v.abs().sum() > 0 for n, v in trained.items())
+    assert not list(job.glob(".checkpoint*")) and not list(job.glob(".adapter*"))
+
+
+def test_same_config_twice_gives_the_same_metrics_and_weights(model_dir, tmp_path):
+    ov = overrides(model_dir, **{"grpo.updates_per_batch": 2, "grpo.beta": 0.05})
+    assert train_main(ov, out=tmp_path / "a") == 0
+    assert train_main(ov, out=tmp_path / "b") == 0
+    a, b = read_jsonl(tmp_path / "a" / "metrics.jsonl"), read_jsonl(tmp_path / "b" / "metrics.jsonl")
+    assert strip_time(a) == strip_time(b)
+    assert all(r["train/kl"] is not None for r in a[1:])  # beta > 0: the adapter-disabled reference ran
+    wa, wb = weights(tmp_path / "a"), weights(tmp_path / "b")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+# --- resume after SIGKILL --------------------------------------------------------------------------
+
+
+def test_sigkill_and_resume_ends_like_the_uninterrupted_run(model_dir, tmp_path):
+    ov = overrides(model_dir, **{"budget.max_iterations": 16, "checkpoint.every": 3, "eval.every": 4,
+                                 "rollout.max_new_tokens": 6, "rollout.expected_completion_tokens": 6})
+    ref = tmp_path / "ref"
+    assert train_main(ov, out=ref) == 0
+
+    job = tmp_path / "killed"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "race_cli", "train", *ov, "--out", str(job)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline and proc.poll() is None:  # kill after iteration 4's line, past checkpoint 3
+            m = job / "metrics.jsonl"
+            if (job / "checkpoint").exists() and m.exists() and any(r["iteration"] >= 4 for r in read_jsonl(m)):
+                break
+            time.sleep(0.005)
+        assert proc.poll() is None, "the job finished before it could be killed; make it longer"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed_at = read_jsonl(job / "metrics.jsonl")[-1]["iteration"]
+    assert 4 <= killed_at < 16 and read_json(job / "status.json")["state"] == "running"
+
+    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from checkpoint" in resumed.stdout
+    assert strip_time(read_jsonl(job / "metrics.jsonl")) == strip_time(read_jsonl(ref / "metrics.jsonl"))
+    wr, wk = weights(ref), weights(job)
+    assert all(torch.equal(wr[k], wk[k]) for k in wr)
+    lr, lk = read_json(ref / "ledger.json")["actual"], read_json(job / "ledger.json")["actual"]
+    assert lr["flops"] == lk["flops"] and lr["tokens"] == lk["tokens"]
+    st = read_json(job / "status.json")
+    assert st["state"] == "done" and st["attempts"] == 2
+
+
+# --- budget ------------------------------------------------------------------------------------------
+
+
+def test_stops_cleanly_before_the_iteration_that_would_overrun(model_dir, tmp_path):
+    from race_cli.compose import compose
+    from race_cli.engine.job import Job
+
+    probe = Job(compose(overrides(model_dir)), tmp_path / "probe", [])
+    probe.setup()
+    worst = probe.worst_case(1)
+    budget = 2.5 * worst  # real iterations cost less than the worst case: 2 to 3 of them fit
+    ov = overrides(model_dir, **{"budget.flops": budget, "budget.max_iterations": 100})
+    job = Job(compose(ov), tmp_path / "job", ov, log=lambda m: None)
+    assert job.run() == 0
+    summary = read_json(tmp_path / "job" / "summary.json")
+    assert summary["stop_reason"] == "budget" and summary["knobs"]["iterations"] >= 2
+    assert job.spent() <= budget < job.spent() + job.worst_case(job.iteration + 1)
+
+
+def test_budget_smaller_than_one_iteration_is_refused(model_dir, tmp_path):
+    with pytest.raises(RaceError, match="smaller than one iteration"):
+        train_main(overrides(model_dir, **{"budget.flops": 1e6}), out=tmp_path / "j")
+    st = read_json(tmp_path / "j" / "status.json")
+    assert st["state"] == "failed" and "budget.flops" in st["error"]
+    assert not (tmp_path / "j" / "metrics.jsonl").exists()
+
+
+def test_zero_completion_budget_is_refused_before_writing(model_dir, tmp_path):
+    with pytest.raises(RaceError, match="max_new_tokens"):
+        train_main(overrides(model_dir, **{"rollout.max_new_tokens": 0, "rollout.expected_completion_tokens": 1}),
+                   out=tmp_path / "j")
+    assert not (tmp_path / "j").exists()
+
+
+def test_missing_model_path_exits_2_with_a_message(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "race_cli", "train", "grid=none", f"model.path={tmp_path}/nope",
+                        "--out", str(tmp_path / "j")], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert "does not exist" in r.stderr and "zoo:tiny-s" in r.stderr
+    assert read_json(tmp_path / "j" / "status.json")["state"] == "failed"
+
+
+def test_tokenizer_without_pad_token_uses_eos(tmp_path, capsys):
+    model = build_model(tmp_path / "nopad", pad=False)
+    assert train_main(overrides(model, **{"budget.max_iterations": 1}), out=tmp_path / "j") == 0
+    assert "no pad token; using its EOS token" in capsys.readouterr().out
+
+
+def test_job_dir_mode_runs_a_planned_folder_and_a_finished_job_reruns_as_done(model_dir, tmp_path):
+    from race_cli.compose import compose
+    from race_cli.engine.command import _write_job_config
+
+    ov = overrides(model_dir, **{"budget.max_iterations": 2})
+    job = tmp_path / "planned"
+    _write_job_config(job, compose(ov), ov)  # what race plan --out leaves
+    assert train_main([], job_dir=job) == 0
+    first = read_jsonl(job / "metrics.jsonl")
+    assert train_main([], job_dir=job) == 0  # nothing left to do: resumes at the end, same files
+    assert read_jsonl(job / "metrics.jsonl") == first
+    assert read_json(job / "summary.json")["overrides"] == ov
+    with pytest.raises(RaceError, match="takes no overrides"):
+        train_main(["seed=1"], job_dir=job)
+    with pytest.raises(RaceError, match="already holds a job"):
+        train_main(["seed=1"], out=job)
+
+
+# --- faults ------------------------------------------------------------------------------------------
+
+
+def test_nan_loss_fails_the_job_and_keeps_the_last_good_checkpoint(model_dir, tmp_path, monkeypatch):
+    import race_cli.engine.job as job_mod
+
+    real, calls = job_mod.grpo_loss, {"n": 0}
+
+    def nan_on_second_iteration(*args, **kw):
+        out = real(*args, **kw)
+        calls["n"] += 1
+        if calls["n"] == 2:  # one call per iteration (mu = 1, no micro-batches)
+            return type(out)(out.loss * float("nan"), out.kl, out.clip_frac, out.tokens)
+        return out
+
+    monkeypatch.setattr(job_mod, "grpo_loss", nan_on_second_iteration)
+    job = tmp_path / "j"
+    assert train_main(overrides(model_dir, **{"checkpoint.every": 1}), out=job) == 1
+    st = read_json(job / "status.json")
+    assert st["state"] == "failed" and st["stop_reason"] == "nan_loss" and "nan" in st["error"]
+    found = ckpt_io.find(job)
+    assert found.state["iteration"] == 1
+    assert [r["iteration"] for r in read_jsonl(job / "metrics.jsonl")] == [0, 1]
+
+
+def test_full_disk_during_a_checkpoint_keeps_the_previous_one(model_dir, tmp_path, monkeypatch):
+    calls = {"n": 0}
+    real = ckpt_io._save_torch
+
+    def disk_fills(obj, path):
+        calls["n"] += 1
+        if calls["n"] == 3:  # two torch files per checkpoint: the first file of the SECOND checkpoint
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(obj, path)
+
+    monkeypatch.setattr(ckpt_io, "_save_torch", disk_fills)
+    job = tmp_path / "j"
+    assert train_main(overrides(model_dir, **{"checkpoint.every": 1}), out=job) == 1
+    st = read_json(job / "status.json")
+    assert st["state"] == "failed" and "No space left on device" in st["error"]
+    assert not list(job.glob(".checkpoint*"))  # no half checkpoint left behind
+    found = ckpt_io.find(job)
+    assert found.state["iteration"] == 1
+    assert {p.name for p in found.path.iterdir()} == {"adapter", "trainable.safetensors", "optim.pt", "rng.pt",
+                                                      "state.json"}
+    torch.load(found.path / "optim.pt", weights_only=False)  # complete and readable
+    # and resuming from it with a working disk finishes the job
+    monkeypatch.setattr(ckpt_io, "_save_torch", real)
+    assert train_main(overrides(model_dir, **{"checkpoint.every": 1}), out=job) == 0
+    assert read_json(job / "summary.json")["knobs"]["iterations"] == 3
