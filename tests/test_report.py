@@ -209,3 +209,45 @@ def test_report_imports_no_torch(sweep, tmp_path):
             "print('RC', rc, 'BAD', bad)")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert "RC 0 BAD []" in r.stdout, r.stderr
+
+
+def test_items_are_paired_by_id_not_by_position(tmp_path):
+    # Reversing one job's item order (ids and scores together) must not change any estimate;
+    # dropping an id from one job pairs the condition on the ids all jobs share.
+    root = build_sweep(tmp_path / "s", n_items=50)
+    base = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    jd = sorted((root / "jobs").iterdir())[0]
+    s = json.loads((jd / "summary.json").read_text())
+    it = s["eval_items"]["accuracy"]
+    it["ids"], it["scores"] = it["ids"][::-1], it["scores"][::-1]
+    (jd / "summary.json").write_text(json.dumps(s))
+    rev = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    pd.testing.assert_frame_equal(base, rev)
+    it["ids"], it["scores"] = it["ids"][1:], it["scores"][1:]
+    (jd / "summary.json").write_text(json.dumps(s))
+    cut = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    assert (cut["method"] == "items (paired, 49 common ids of 50) × seeds").all()
+    assert (cut["n_items"] == 49).all()
+
+
+def test_jobs_without_item_scores_are_bootstrapped_over_seeds(tmp_path):
+    root = build_sweep(tmp_path / "s", n_items=50)
+    for jd in (root / "jobs").iterdir():
+        s = json.loads((jd / "summary.json").read_text())
+        del s["eval_items"]
+        (jd / "summary.json").write_text(json.dumps(s))
+    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    assert r["method"].str.startswith("seeds only").all() and r["ci_lo"].notna().all()
+
+
+def test_by_accepts_commas_and_lower_is_better_targets():
+    from race_cli.report.command import maximize_target
+
+    assert maximize_target("accuracy") and maximize_target("pass_at_8")
+    assert not maximize_target("val_loss") and not maximize_target("error_rate")
+
+
+def test_by_with_commas_groups_by_those_columns(sweep, tmp_path):
+    r = _quiet(sweep_dirs=[sweep], out=tmp_path, plots=False, bootstrap=200, by=["model,reward"])["ranking"]
+    assert list(r.columns[:4]) == ["condition", "target", "model", "reward"]
+    assert r["condition"].unique().tolist() == ["model=tiny-s reward=rule"]

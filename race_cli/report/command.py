@@ -79,7 +79,7 @@ def run_report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] |
     sweep_dirs = [Path(d) for d in sweep_dirs]
     _validate_args(sweep_dirs, target, fmt, bootstrap)
     data = read_sweeps(sweep_dirs)
-    by = list(CONDITION_COLS if by is None else by)
+    by = list(CONDITION_COLS) if not by else [c.strip() for b in by for c in b.split(",") if c.strip()]
     _check_by(data.jobs, by, data.knob_cols)
     _check_target(data.jobs, target, data.targets)
     maximize = maximize_target(target)
@@ -109,6 +109,10 @@ def run_report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] |
                 os.replace(tmp / f, out_dir / f)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    from race_cli.report.plots import PLOT_NAMES  # module top imports no matplotlib
+
+    for stale in set(PLOT_NAMES) - set(figs):  # a figure from an earlier report would mislead
+        (out_dir / stale).unlink(missing_ok=True)
     md = render.markdown_summary(jobs, ranked, ranking, rec, moves, totals, target, maximize,
                                  bootstrap, figs)
     doc = render.to_json(jobs, ranking, rec, fits, moves, totals, target)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+PLOT_NAMES = ("shares.png", "response.png", "curves.png", "frontier.png")
 MAX_PANELS = 12  # conditions drawn per figure
 MAX_JOB_BARS = 60  # above this, shares are drawn per regime
 

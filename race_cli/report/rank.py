@@ -134,19 +134,26 @@ def summarize_draws(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
 
 def _item_matrix(keys: list[tuple[str, str]], target: str,
                  items: dict) -> tuple[np.ndarray | None, str]:
-    """Stack per-item scores of these jobs on a shared item order, or (None, why not)."""
+    """Stack per-item scores of these jobs in sorted item-id order, or (None, why not).
+
+    Sorting by id makes the bootstrap independent of the order a job listed its items in.
+    """
     got = [items.get((s, j, target)) for s, j in keys]
     if any(g is None for g in got):
         return None, "seeds only (some jobs lack per-item scores)"
     ids0 = got[0][0]
-    if all(g[0] == ids0 for g in got):
-        return np.vstack([g[1] for g in got]), f"items (paired, n={len(ids0)}) × seeds"
+    if all(g[0] == ids0 for g in got):  # the usual case; columns in sorted-id order, as below
+        order = np.argsort(np.asarray(ids0, dtype=object), kind="stable")
+        return np.vstack([g[1] for g in got])[:, order], f"items (paired, n={len(ids0)}) × seeds"
     common = set(ids0).intersection(*[set(g[0]) for g in got[1:]])
     if not common:
         return None, "seeds only (jobs share no item ids)"
     order = sorted(common)
     mat = np.vstack([pd.Series(g[1], index=g[0]).loc[order].to_numpy() for g in got])
-    return mat, f"items (paired, {len(order)} common ids of {len(ids0)}) × seeds"
+    most = max(len(g[0]) for g in got)
+    if len(order) == most:  # same ids, listed in different orders
+        return mat, f"items (paired, n={most}) × seeds"
+    return mat, f"items (paired, {len(order)} common ids of {most}) × seeds"
 
 
 def rank_condition(jobs: pd.DataFrame, reg_cols: list[str], target: str, items: dict,
