@@ -1,0 +1,75 @@
+"""What each zoo entry is: architecture, seed and training hyperparameters, and the hash that names its folder.
+
+A recipe is plain data (JSON-able). Its hash (sha256 of the canonical JSON of the recipe, the
+builder version, the prompt text the policy is trained on, and for the PRM the recipe of the
+policy it starts from) names the cache folder `<name>-<hash12>`: change anything that changes the
+weights and the entry is rebuilt into a new folder, change nothing and it is reused.
+No torch here: `race plan` may read the recipes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+BUILDER_VERSION = 1  # bump when the build code changes what it produces
+
+_TASK = {"min_ops": 2, "max_ops": 3, "max_operand": 99, "num_train": 20000, "num_eval": 200, "eval_seed": 1234}
+
+
+def _arch(hidden: int, layers: int, mlp: int) -> dict[str, Any]:
+    return {"hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "intermediate_size": mlp, "vocab_size": 257,
+            "max_position_embeddings": 256, "tie_word_embeddings": False}
+
+
+RECIPES: dict[str, dict[str, Any]] = {
+    # policies: supervised warm-start on the arithmetic task, stopped inside the accuracy band
+    "tiny-s": {"kind": "policy", "arch": _arch(64, 2, 128), "seed": 0, "task": _TASK,
+               "fit": {"batch_size": 64, "lr": 5e-3, "warmup_steps": 30, "max_steps": 3000,
+                       "band": [0.2, 0.5], "stop_at": 0.25, "monitor_every": 10}},
+    "tiny-m": {"kind": "policy", "arch": _arch(96, 3, 256), "seed": 0, "task": _TASK,
+               "fit": {"batch_size": 64, "lr": 5e-3, "warmup_steps": 30, "max_steps": 3000,
+                       "band": [0.2, 0.5], "stop_at": 0.25, "monitor_every": 10}},
+    "tiny-l": {"kind": "policy", "arch": _arch(128, 4, 384), "seed": 0, "task": _TASK,
+               "fit": {"batch_size": 64, "lr": 3e-3, "warmup_steps": 30, "max_steps": 3000,
+                       "band": [0.2, 0.5], "stop_at": 0.25, "monitor_every": 10}},
+    # process reward model: tiny-s's body + a 2-label token-classification head, fitted on
+    # correct and corrupted solutions; the text it sees is race_cli.rewards.prm's default input
+    "tiny-prm": {"kind": "prm", "init_from": "tiny-s", "num_labels": 2, "seed": 0, "task": _TASK,
+                 "fit": {"batch_size": 64, "lr": 2e-3, "warmup_steps": 20, "max_steps": 600,
+                         "corrupt_frac": 0.5, "num_heldout": 400, "stop_auc": 0.9, "target_auc": 0.85, "monitor_every": 25}},
+}
+
+
+def prompt_example() -> str:
+    """The plain prompt of a fixed question: part of the hash, so a new prompt format rebuilds the zoo."""
+    from race_cli.tasks.prompting import format_prompt
+
+    return format_prompt("12+34-5", None, style="plain")
+
+
+def recipe_hash(name: str, recipes: dict[str, dict[str, Any]] | None = None) -> str:
+    """12 hex digits naming the folder of `name` built from `recipes` (default RECIPES)."""
+    recipes = RECIPES if recipes is None else recipes
+    recipe = recipes[name]
+    material = {"name": name, "recipe": recipe, "builder": BUILDER_VERSION, "prompt": prompt_example()}
+    if recipe["kind"] == "prm":
+        material["base"] = recipe_hash(recipe["init_from"], recipes)
+    text = json.dumps(material, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def count_params(arch: dict[str, Any], head_out: int | None = None) -> int:
+    """Parameters of a Qwen2 model of this shape (q/k/v biases and RMSNorm weights included).
+
+    head_out: outputs of the head (vocab_size for a causal LM, num_labels for a classifier).
+    """
+    d, L, f, V = arch["hidden_size"], arch["num_hidden_layers"], arch["intermediate_size"], arch["vocab_size"]
+    h, kv = arch["num_attention_heads"], arch["num_key_value_heads"]
+    dh = d // h
+    attn = d * h * dh + h * dh + 2 * (d * kv * dh + kv * dh) + h * dh * d  # q(+bias), k, v (+bias), o
+    layer = attn + 3 * d * f + 2 * d  # + gate/up/down + two norms
+    head = d * V if head_out is None else d * head_out + head_out  # lm_head (no bias) | score (with bias)
+    return V * d + L * layer + d + head

@@ -1,0 +1,34 @@
+"""Shared fixtures: one zoo cache per test session, so tiny-s and the tiny PRM are built at most once.
+
+`race_cache` sets RACE_CACHE for the whole session: to $RACE_TEST_CACHE when that is set (reuse
+builds across pytest runs), else to a fresh temp folder. `tiny_s` and `tiny_prm` build (or reuse)
+those entries there and return their folders; any test file may use them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def race_cache(tmp_path_factory) -> Path:
+    root = Path(os.environ.get("RACE_TEST_CACHE") or tmp_path_factory.mktemp("race_cache"))
+    os.environ["RACE_CACHE"] = str(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_s(race_cache) -> Path:
+    from race_cli import zoo
+
+    return zoo.build("tiny-s")
+
+
+@pytest.fixture(scope="session")
+def tiny_prm(race_cache, tiny_s) -> Path:
+    from race_cli import zoo
+
+    return zoo.build("tiny-prm")

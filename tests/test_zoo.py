@@ -1,0 +1,138 @@
+"""The embedded zoo: byte tokenizer, recipe hashing, the cache, and real builds of tiny-s and the PRM.
+
+The builds run once per session (tests/conftest.py); on this 2-core machine tiny-s takes about a
+minute and the PRM about half a minute, so this file is marked slow.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+
+import pytest
+
+from race_cli.errors import RaceError
+
+
+def test_byte_tokenizer_round_trip_through_save_and_reload(tmp_path):
+    from transformers import AutoTokenizer
+
+    from race_cli.zoo import EOS_ID, byte_tokenizer
+
+    tok = byte_tokenizer()
+    text = "End with '#### <number>'.\nQ: 45+74-27\nA: 45+74=119\n\t  é 漢字 🙂\r\n"
+    assert tok.encode(text) == list(text.encode("utf-8"))  # id == byte value
+    tok.save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    ids = again.encode(text)
+    assert ids == list(text.encode("utf-8")) and again.decode(ids) == text
+    assert again.eos_token_id == again.pad_token_id == EOS_ID == 256 and len(again) == 257
+    assert again("7<|endoftext|>").input_ids == [55, 256]
+    assert not again.chat_template
+
+
+def test_recipe_hash_changes_with_the_recipe_and_the_prm_base():
+    from race_cli.zoo.recipes import RECIPES, recipe_hash
+
+    changed = copy.deepcopy(RECIPES)
+    changed["tiny-s"]["fit"]["lr"] *= 2
+    assert recipe_hash("tiny-s", changed) != recipe_hash("tiny-s")
+    assert recipe_hash("tiny-m", changed) == recipe_hash("tiny-m")
+    assert recipe_hash("tiny-prm", changed) != recipe_hash("tiny-prm")  # its base changed
+    assert len(recipe_hash("tiny-s")) == 12 and recipe_hash("tiny-s") == recipe_hash("tiny-s")
+
+
+def test_param_counts_match_the_built_models():
+    from race_cli.zoo.policy import new_model
+    from race_cli.zoo.recipes import RECIPES, count_params
+
+    for name in ("tiny-s", "tiny-m", "tiny-l"):
+        arch = RECIPES[name]["arch"]
+        assert count_params(arch) == sum(p.numel() for p in new_model(arch, 0).parameters())
+    cls = new_model(RECIPES["tiny-s"]["arch"], 0, "Qwen2ForTokenClassification", num_labels=2)
+    assert count_params(RECIPES["tiny-s"]["arch"], 2) == sum(p.numel() for p in cls.parameters())
+
+
+def test_resolve_passes_other_paths_and_refuses_unknown_names(race_cache):
+    from race_cli import zoo
+
+    assert zoo.resolve("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert zoo.resolve("/some/local/folder") == "/some/local/folder"
+    with pytest.raises(RaceError, match="tiny-s"):
+        zoo.resolve("zoo:tiny-xl")
+    assert str(zoo.entry_dir("tiny-s")).startswith(str(race_cache))
+
+
+def test_corruptions_are_consistent_and_labelled():
+    from race_cli.tasks.arithmetic import parse_solution, solve
+    from race_cli.zoo.prm_fit import corrupt, make_examples
+
+    rng = random.Random(0)
+    steps = solve("45+74-27")  # right: 45+74=119, 119-27=92, #### 92
+    for _ in range(200):
+        lines, k = corrupt(steps, rng)
+        written = parse_solution("\n".join(lines))
+        final = int(lines[-1].removeprefix("#### "))
+        if k < len(steps):
+            assert written[:k] == steps[:k] and written[k][3] != steps[k][3]
+            for a, op, b, r in written[k + 1:]:  # later steps are right arithmetic from the wrong value
+                assert r == (a + b if op == "+" else a - b)
+            assert final == written[-1][3]
+        else:
+            assert written == steps and final != 92
+    for q, c, y in make_examples(["45+74-27", "3-50-9"] * 20, rng, 0.5):
+        assert c.startswith(" ") and len(y) == c.count("\n") + 1 and y == sorted(y, reverse=True)
+
+
+def test_auc_by_hand():
+    from race_cli.zoo.prm_fit import auc
+
+    # positives {0.9, 0.4}, negatives {0.5, 0.1}: pairs won 0.9>0.5, 0.9>0.1, 0.4>0.1, lost 0.4<0.5 -> 3/4
+    assert auc([0.9, 0.4, 0.5, 0.1], [1, 1, 0, 0]) == 0.75
+    assert auc([0.5, 0.5], [1, 0]) == 0.5  # a tie counts half
+
+
+@pytest.mark.slow
+def test_tiny_s_is_built_once_loads_and_lies_in_the_band(tiny_s):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from race_cli import zoo
+    from race_cli.rewards.rule import rule_reward
+    from race_cli.tasks.arithmetic import ArithmeticTask
+    from race_cli.tasks.prompting import format_prompt
+    from race_cli.zoo.fit import accuracy
+
+    info = json.loads((tiny_s / "recipe.json").read_text())
+    lo, hi = info["recipe"]["fit"]["band"]
+    assert lo <= info["greedy"] <= hi and info["in_band"]
+    assert 0 < info["sampled"] < info["greedy"] + 0.1
+
+    mtime, builds = (tiny_s / "recipe.json").stat().st_mtime_ns, zoo.build.__globals__["BUILDS"]["count"]
+    assert zoo.resolve("zoo:tiny-s") == tiny_s == zoo.build("tiny-s")
+    assert (tiny_s / "recipe.json").stat().st_mtime_ns == mtime
+    assert zoo.build.__globals__["BUILDS"]["count"] == builds  # reused, not rebuilt
+    assert [r["built"] for r in zoo.list_entries() if r["name"] == "tiny-s"] == [True]
+
+    torch.set_num_threads(1)
+    model = AutoModelForCausalLM.from_pretrained(tiny_s)
+    tok = AutoTokenizer.from_pretrained(tiny_s)
+    items = ArithmeticTask(**info["recipe"]["task"]).eval_items()
+    greedy = accuracy(model, tok, [format_prompt(it, tok) for it in items], [it.answer for it in items],
+                      rule_reward, 48)
+    assert greedy == pytest.approx(info["greedy"], abs=0.011)  # the saved model is the one measured
+
+
+@pytest.mark.slow
+def test_tiny_prm_separates_correct_from_corrupted_steps(tiny_prm):
+    from race_cli.rewards.prm import ProcessRewardModel
+    from race_cli.tasks.arithmetic import ArithmeticTask
+    from race_cli.zoo.prm_fit import heldout_auc, make_examples
+
+    info = json.loads((tiny_prm / "recipe.json").read_text())
+    assert info["auc"] >= 0.85
+    prm = ProcessRewardModel.from_pretrained(str(tiny_prm), format="classifier")
+    fresh = make_examples([it.question for it in ArithmeticTask().eval_items()], random.Random(7), 0.5)
+    assert heldout_auc(prm, fresh) >= 0.85  # new corruptions, through the scoring code's own loader
