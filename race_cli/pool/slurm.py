@@ -71,7 +71,11 @@ class SlurmTask:
         self._proc = spawn(job_dir, argv, env, header=attempt_header(status, argv),
                            ignore_signals=(signal.SIGUSR2,))
         st.update_status(job_dir, pid=self._proc.pid)
-        rc = self._proc.wait()  # a USR2 lands in checkpoint() from here, which closes the attempt
+        # Poll, not wait(): a USR2 lands in checkpoint() from here, and wait() would hold the
+        # Popen lock that checkpoint() needs to reap the child.
+        while self._proc.poll() is None and not self._closed:
+            time.sleep(0.2)
+        rc = self._proc.returncode
         if self._closed:
             return st.read_status(job_dir)
         self._closed = True
@@ -82,14 +86,44 @@ class SlurmTask:
         """Preempted or timed out: stop the child, mark it interrupted, requeue this same task."""
         import submitit
 
-        from race_cli.pool.local import terminate
-
         proc = self._proc
         if proc is not None and not self._closed:
-            terminate([proc], self.grace_s)
             self._closed = True
-            st.end_attempt(self.job_dir(job_id), proc.returncode, stopped=True)
+            rc = stop_and_reap(proc, self.grace_s)
+            st.end_attempt(self.job_dir(job_id), rc, stopped=True)
         return submitit.helpers.DelayedSubmission(SlurmTask(self.sweep_dir, self.argv_template, self.grace_s), job_id)
+
+
+def _reap(proc: subprocess.Popen, timeout: float) -> int | None:
+    """The child's exit code once it has exited (within `timeout`), reaped with os.waitpid directly:
+    from a signal handler, Popen's own lock may be held by the interrupted frame."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.returncode is not None:
+            return proc.returncode
+        try:
+            pid, sts = os.waitpid(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped meanwhile by the interrupted poll()
+            return proc.returncode
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(sts)
+            return proc.returncode
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def stop_and_reap(proc: subprocess.Popen, grace_s: float) -> int:
+    """SIGTERM the child's process group, SIGKILL it after `grace_s`; returns the exit code."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        rc = _reap(proc, wait_s)
+        if rc is not None:
+            return rc
+    return -int(signal.SIGKILL)
 
 
 def _slurm_task_id() -> str | None:
@@ -107,24 +141,35 @@ def submitted(sweep: Path) -> dict[str, str]:
         return {}
 
 
-def live_slurm_ids() -> set[str] | None:
-    """Ids of the tasks SLURM still holds (pending, running, requeued), arrays expanded; None without squeue."""
+def slurm_queue() -> dict[str, str] | None:
+    """Task id -> state of everything squeue still lists (arrays expanded); None without squeue."""
     if shutil.which("squeue") is None:
         return None
     try:
-        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
-    return {line.strip() for line in out.stdout.splitlines() if line.strip()} if out.returncode == 0 else None
+    if out.returncode != 0:
+        return None
+    return dict(line.split(None, 1) for line in out.stdout.splitlines() if len(line.split(None, 1)) == 2)
 
 
-def live_jobs(sweep: Path) -> dict[str, str]:
-    """job_id -> SLURM id for this sweep's jobs still queued or running on SLURM."""
+def live_jobs(sweep: Path, settle_s: float = 300.0) -> dict[str, str]:
+    """job_id -> SLURM id for this sweep's jobs still queued or running on SLURM.
+
+    Tasks still COMPLETING (a cancel in progress: their processes may still write) are waited
+    for, up to `settle_s`, so that a resubmission never overlaps the task it replaces.
+    """
     subs = submitted(sweep)
     if not subs:
         return {}
-    live = live_slurm_ids()
-    return {j: s for j, s in subs.items() if live and s in live}
+    deadline = time.monotonic() + settle_s
+    while True:
+        queue = slurm_queue() or {}
+        mine = {j: s for j, s in subs.items() if s in queue}
+        if not any(queue[s] == "COMPLETING" for s in mine.values()) or time.monotonic() > deadline:
+            return mine
+        time.sleep(1.0)
 
 
 def refuse_if_live_on_slurm(sweep: Path) -> None:
