@@ -112,6 +112,46 @@ def train(
     raise typer.Exit(code)
 
 
+@app.command()
+def run(
+    overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+    sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", "-d", help="Sweep folder to run or resume. "
+                                             "Default: runs/<grid>-<hash of the plan>, so the same overrides resume the same folder."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", help="CPU worker processes when no GPU is visible "
+                                          "(default: one per core, at most one per job; cores are divided among them as torch threads)."),
+    gpus_per_job: int = typer.Option(1, "--gpus-per-job", help="GPUs per job (each job sees only its own via CUDA_VISIBLE_DEVICES). "
+                                     "With --launcher slurm, 0 asks for CPU-only tasks."),
+    launcher: str = typer.Option("local", "--launcher", help="local (this machine's GPUs or CPU workers) or slurm (one job array via submitit)."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Also rerun jobs that failed (they resume from their checkpoints)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Run sweeps larger than --max-jobs."),
+    max_jobs: int = typer.Option(512, help="Refuse sweeps larger than this unless --yes."),
+    partition: Optional[str] = typer.Option(None, "--partition", help="SLURM partition (default: the cluster's default)."),
+    time_min: int = typer.Option(60, "--time-min", help="SLURM time limit per task, minutes; a task that reaches it is requeued and resumes."),
+    array_parallelism: Optional[int] = typer.Option(None, "--array-parallelism", help="SLURM: most tasks of the array running at once (default: all)."),
+    cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", help="SLURM: CPUs per task (default 1; also the job's torch threads)."),
+    setup: Optional[List[str]] = typer.Option(None, "--setup", help="SLURM: a shell line run before each task, e.g. "
+                                              "'module load cuda' or 'source .venv/bin/activate' (repeatable)."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="SLURM: follow the tasks to the end (default), or submit and exit."),
+) -> None:
+    """Run every job of a sweep, one process per job, and end with the top of the ranking.
+
+    Takes the same overrides as [bold]race plan[/]; with none, runs the embedded tiny grid on CPU.
+    Rerun the same command to resume: done jobs are skipped, interrupted ones resume from their
+    checkpoints, failed ones are rerun only with --retry-failed. Ctrl-C stops the jobs cleanly.
+    Exit code: 0 all done, 1 some job failed (named), 2 bad input, 130 stopped by Ctrl-C.
+    """
+    from race_cli.pool.command import run_main
+
+    try:
+        code = run_main(overrides or [], sweep_dir=sweep_dir, workers=workers, gpus_per_job=gpus_per_job,
+                        launcher=launcher, retry_failed=retry_failed, yes=yes, max_jobs=max_jobs,
+                        partition=partition, time_min=time_min, array_parallelism=array_parallelism,
+                        setup=setup or [], cpus_per_task=cpus_per_task, wait=wait)
+    except RaceError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
 class ReportFormat(str, Enum):
     table = "table"
     csv = "csv"
