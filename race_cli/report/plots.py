@@ -20,6 +20,24 @@ MAX_PANELS = 12  # conditions drawn per figure
 MAX_JOB_BARS = 60  # above this, shares are drawn per regime
 
 
+MAX_LEGEND = 10  # up to this many regimes, the legend names them all; beyond, only the best 3
+
+
+def _named(n: int) -> int:
+    return n if n <= MAX_LEGEND else 3
+
+
+def _colors(plt, n: int) -> list:
+    """Distinct colours for up to 10 regimes in ranking order; a dark-to-light ramp beyond."""
+    if n <= 10:
+        return [plt.get_cmap("tab10")(i) for i in range(n)]
+    return [plt.get_cmap("viridis")(i / max(n - 1, 1)) for i in range(n)]
+
+
+def _more(n: int) -> str | None:
+    return f"best {_named(n)} of {n} regimes (dark = better)" if n > MAX_LEGEND else None
+
+
 def _grid(plt, n: int, w: float = 4.6, h: float = 3.4):
     cols = min(3, n)
     rows = -(-n // cols)
@@ -38,10 +56,20 @@ def _shares(plt, jobs: pd.DataFrame, ranking: pd.DataFrame, path: Path) -> None:
         planned = df["planned_share_search"].to_numpy(float) if "planned_share_search" in df else None
         title = "Compute shares per job (actual ledger)"
     else:
-        df = ranking.sort_values(["condition", "p"])
+        conds = list(dict.fromkeys(ranking["condition"]))
+        keep, rows = [], 0
+        for c in conds:  # whole conditions, up to MAX_JOB_BARS bars (at least one condition)
+            n = int((ranking["condition"] == c).sum())
+            if keep and rows + n > MAX_JOB_BARS:
+                break
+            keep.append(c)
+            rows += n
+        df = ranking[ranking["condition"].isin(keep)].sort_values(["condition", "p"])
         labels = list(df["condition"] + " · " + df["regime"])
         planned = None
         title = f"Compute shares per regime (mean over seeds; {len(ok)} jobs)"
+        if len(keep) < len(conds):
+            title += f"\nfirst {len(keep)} of {len(conds)} conditions; all in ranking.csv"
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.28 * max(len(df), 1)))
     y = np.arange(len(df))
     left = np.zeros(len(df))
@@ -69,11 +97,11 @@ def _response(plt, jobs, ranking, fits, target, path: Path) -> None:
     for ax, cond in zip(axes, conds):
         g = ranking[ranking["condition"] == cond]
         logx = g["p"].min() > 0 and g["p"].max() / g["p"].min() > 4
-        cmap = plt.get_cmap("tab10")
-        for i, (_, r) in enumerate(g.iterrows()):
-            err = np.array([[r["mean"] - r["ci_lo"]], [r["ci_hi"] - r["mean"]]])
-            ax.errorbar(r["p"], r["mean"], yerr=None if np.isnan(err).any() else err, fmt="o",
-                        color=cmap(i % 10), capsize=3, label=r["regime"])
+        cols = _colors(plt, len(g))
+        ax.vlines(g["p"], g["ci_lo"], g["ci_hi"], colors=cols, lw=1.5)  # 95% intervals
+        ax.scatter(g["p"], g["mean"], c=cols, s=30, zorder=3)
+        for col, reg in list(zip(cols, g["regime"]))[:_named(len(g))]:  # legend proxies, best first
+            ax.plot([], [], "o", color=col, label=reg)
         fit = fits.get(cond)
         if fit is not None and fit.curve_p:
             ax.plot(fit.curve_p, fit.curve_y, color="0.3", lw=1.5, ls="--", label=f"fit: {fit.model}")
@@ -85,14 +113,19 @@ def _response(plt, jobs, ranking, fits, target, path: Path) -> None:
             from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
             ax.set_xscale("log")
-            ticks = sorted(set(np.round(g["p"].to_numpy(float), 2)))
+            ticks = []
+            lp = np.log(sorted(set(np.round(g["p"].to_numpy(float), 2))))
+            for v in lp:  # keep labels at least 1/6 of the log range apart
+                if not ticks or v - ticks[-1] >= (lp[-1] - lp[0]) / 6:
+                    ticks.append(v)
+            ticks = list(np.exp(ticks))
             ax.xaxis.set_major_locator(FixedLocator(ticks))
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2f}"))
             ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("update fraction p = learning FLOPs / total")
         ax.set_ylabel(f"eval {target} (mean, 95% CI)")
         ax.set_title(cond, fontsize=8)
-        ax.legend(fontsize=6, loc="best")
+        ax.legend(fontsize=6, loc="lower center", title=_more(len(g)), title_fontsize=6)
         ax.grid(alpha=0.3)
     fig.suptitle(f"{target} against the update fraction p, per condition", fontsize=11)
     fig.tight_layout()
@@ -101,30 +134,31 @@ def _response(plt, jobs, ranking, fits, target, path: Path) -> None:
 
 
 def _curves(plt, jobs, ranking, curves, target, reg_cols, path: Path) -> None:
-    c = curves[curves["target"] == target]
     conds = list(dict.fromkeys(ranking["condition"]))[:MAX_PANELS]
+    meta = jobs.loc[jobs["ranked"] & jobs["condition"].isin(conds), ["sweep", "job_id", "condition", "regime"]]
+    c = curves[curves["target"] == target].merge(meta, on=["sweep", "job_id"])  # ranked jobs only
+    from matplotlib.collections import LineCollection
+
     fig, axes = _grid(plt, len(conds))
-    cmap = plt.get_cmap("tab10")
-    meta = jobs.set_index(["sweep", "job_id"])
     for ax, cond in zip(axes, conds):
         regimes = list(ranking.loc[ranking["condition"] == cond, "regime"])
-        seen = set()
-        for (sw, jid), jc in c.groupby(["sweep", "job_id"], sort=False):
-            if (sw, jid) not in meta.index or not meta.loc[(sw, jid), "ranked"] \
-                    or meta.loc[(sw, jid), "condition"] != cond:
-                continue
-            reg = meta.loc[(sw, jid), "regime"]
-            i = regimes.index(reg) if reg in regimes else 0
-            jc = jc.sort_values("flops_total")
-            ax.plot(jc["flops_total"], jc["value"], color=cmap(i % 10), lw=1, alpha=0.8,
-                    marker=".", label=None if reg in seen else reg)
-            seen.add(reg)
-        h, lab = ax.get_legend_handles_labels()  # legend in ranking order, best first
-        order = sorted(range(len(lab)), key=lambda k: regimes.index(lab[k]) if lab[k] in regimes else 99)
+        cols = dict(zip(regimes, _colors(plt, len(regimes))))
+        cc = c[c["condition"] == cond].sort_values(["sweep", "job_id", "flops_total"])
+        segs = {r: [] for r in regimes}  # one polyline per job, one collection per regime
+        for (sw, jid, reg), jc in cc.groupby(["sweep", "job_id", "regime"], sort=False):
+            segs.setdefault(reg, []).append(jc[["flops_total", "value"]].to_numpy(float))
+        for reg, lines in segs.items():
+            if lines:
+                ax.add_collection(LineCollection(lines, colors=[cols.get(reg, "0.5")], lw=1, alpha=0.8))
+                pts = np.vstack(lines)
+                ax.scatter(pts[:, 0], pts[:, 1], s=6, color=cols.get(reg, "0.5"))
+        for reg in regimes[:_named(len(regimes))]:  # legend in ranking order, best first
+            ax.plot([], [], color=cols[reg], label=reg)
+        ax.autoscale_view()
         ax.set_xlabel("training FLOPs spent (model convention)")
         ax.set_ylabel(f"eval {target}")
         ax.set_title(cond, fontsize=8)
-        ax.legend([h[k] for k in order], [lab[k] for k in order], fontsize=6, loc="best")
+        ax.legend(fontsize=6, loc="upper left", title=_more(len(regimes)), title_fontsize=6)
         ax.grid(alpha=0.3)
     fig.suptitle(f"{target} during training, one line per job, coloured by regime", fontsize=11)
     fig.tight_layout()
