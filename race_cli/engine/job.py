@@ -392,8 +392,8 @@ class Job:
         self.job_dir.mkdir(parents=True, exist_ok=True)
         prior = read_status(self.job_dir)
         fields: dict[str, Any] = dict(job_id=self.job_id, state="running", pid=os.getpid(), host=socket.gethostname())
-        # the pool marks an attempt `running` without a pid before starting us; anything else is a new attempt
-        if prior.get("state") != "running" or prior.get("pid"):
+        # under race run the pool counts attempts (begin_attempt); a job started by hand counts its own
+        if not os.environ.get("RACE_POOL_ATTEMPT"):
             fields |= dict(started=_now(), attempts=int(prior.get("attempts") or 0) + 1)
         for stale in ("error", "stop_reason", "finished", "exit_code"):
             prior.pop(stale, None)

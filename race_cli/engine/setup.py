@@ -7,6 +7,8 @@ can build one at a time. Every mistake a person can fix (a model path that does 
 
 from __future__ import annotations
 
+import os
+
 import time
 import warnings
 from dataclasses import dataclass
@@ -55,6 +57,7 @@ def configure_torch(seed: int, threads: int, device: str) -> None:
     import numpy as np
     import torch
 
+    threads = threads or int(os.environ.get("RACE_THREADS") or 0)  # race run divides the cores among workers
     if threads > 0:
         torch.set_num_threads(threads)
     random.seed(seed)
@@ -146,7 +149,11 @@ def build_reward(cfg: Any, device: str, dtype: Any) -> Callable[[list, list[str]
         path = resolve_model_path(r.model.path, what="reward.model.path")
         prm = ProcessRewardModel.from_pretrained(path, format=r.model.format, device=device,
                                                  dtype=str(dtype).replace("torch.", ""), separator=r.step_separator,
-                                                 aggregation=r.aggregate, batch_size=r.batch_size)
+                                                 aggregation=r.aggregate, batch_size=r.batch_size,
+                                                 template=r.model.template, step_tag=r.model.step_tag,
+                                                 step_joiner=r.model.step_joiner, good_token=r.model.good_token,
+                                                 bad_token=r.model.bad_token,
+                                                 trust_remote_code=r.model.trust_remote_code)
 
         def process(items: list, completions: list[str]) -> RewardResult:
             t0 = time.perf_counter()

@@ -55,6 +55,7 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
     if root not in paths:
         env["PYTHONPATH"] = os.pathsep.join([root] + paths)
     env["PYTHONUNBUFFERED"] = "1"  # the log shows progress as it happens
+    env["RACE_POOL_ATTEMPT"] = "1"  # the pool counts attempts in status.json; the job must not count again
     return env
 
 

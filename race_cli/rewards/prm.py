@@ -144,7 +144,8 @@ class ProcessRewardModel:
 
     @classmethod
     def from_pretrained(cls, path: str, *, format: str = "classifier", device: str = "cpu",
-                        dtype: str | None = None, **kwargs) -> "ProcessRewardModel":
+                        dtype: str | None = None, trust_remote_code: bool = False,
+                        **kwargs) -> "ProcessRewardModel":
         """Load a PRM and its tokenizer from a local folder or hub id; kwargs go to the constructor.
 
         format="classifier" loads AutoModelForTokenClassification, "token" AutoModelForCausalLM.
@@ -167,8 +168,8 @@ class ProcessRewardModel:
         dtype_key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
         load_kw = {dtype_key: dtype} if dtype is not None else {}
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = auto.from_pretrained(path, **load_kw)
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+            model = auto.from_pretrained(path, trust_remote_code=trust_remote_code, **load_kw)
         except (OSError, ValueError) as e:
             raise RaceError(f"Could not load the reward model from {path!r}: {str(e).splitlines()[0]}",
                             "Expected a local folder with config.json, weights and tokenizer files, or a hub id "
