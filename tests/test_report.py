@@ -251,3 +251,12 @@ def test_by_with_commas_groups_by_those_columns(sweep, tmp_path):
     r = _quiet(sweep_dirs=[sweep], out=tmp_path, plots=False, bootstrap=200, by=["model,reward"])["ranking"]
     assert list(r.columns[:4]) == ["condition", "target", "model", "reward"]
     assert r["condition"].unique().tolist() == ["model=tiny-s reward=rule"]
+
+
+def test_done_jobs_without_ledgers_are_explained_not_crashed(tmp_path, capsys):
+    d = build_sweep(tmp_path / "s", regimes=[Regime(4, 1, 0.3), Regime(8, 1, 0.3)], seeds=(0,), n_items=5)
+    for ledger in d.glob("jobs/*/ledger.json"):
+        ledger.unlink()
+    assert report([str(d)], plots=False) == 2  # a str path is accepted too
+    err = capsys.readouterr().err
+    assert "no job can be ranked" in err and "2 job(s) unreadable: ledger.json missing" in err

@@ -65,6 +65,18 @@ def _check_by(jobs, by: list[str], knob_cols: list[str]) -> None:
                         f"Expected some of: {', '.join(c for c in known if c != 'seed')}.")
 
 
+def _nothing_to_rank(jobs, target: str) -> list[str]:
+    """Why no job can be ranked: the states and unreadable files, a line each."""
+    lines = [f"no job can be ranked by {target}: a ranked job is done, readable, and recorded eval/{target}."]
+    for state, n in jobs["state"].value_counts().items():
+        lines.append(f"{n} job(s) {state}")
+    problems = jobs.loc[~jobs["readable"].astype(bool), "problem"].value_counts()
+    for problem, n in problems.items():
+        lines.append(f"{n} job(s) unreadable: {problem}")
+    lines.append("Run or resume the sweep (race run --sweep-dir DIR), then report again.")
+    return lines
+
+
 def run_report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] | None = None,
                fmt: str = "table", out: Path | None = None, plots: bool = True,
                bootstrap: int = 1000, seed: int = 0, console=None) -> dict:
@@ -86,6 +98,8 @@ def run_report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] |
 
     # --- compute (pure)
     ranked = rankable(data.jobs, target)
+    if not ranked.any():
+        raise RaceError(*_nothing_to_rank(data.jobs, target))
     ranking = rank_all(data, target, by, n_boot=bootstrap, seed=seed, maximize=maximize)
     fits = R.fit_all(ranking, maximize)
     rec = R.recommend(ranking, fits, by)

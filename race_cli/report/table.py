@@ -269,6 +269,7 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
     if not sweep_dirs:
         raise RaceError("no sweep folder given.",
                         "Expected: race report runs/<sweep> [runs/<other> ...].")
+    sweep_dirs = [Path(d) for d in sweep_dirs]
     bad = []
     for d in sweep_dirs:
         if not d.is_dir():
