@@ -116,7 +116,13 @@ def _build_into(name: str, recipe: dict[str, Any], base: Path | None, out: Path)
     finally:
         torch.set_num_threads(threads)
     figures["build_seconds"] = round(time.perf_counter() - t0, 1)
-    figures["threads"] = torch.get_num_threads()
+    figures["threads"] = int(os.environ.get("RACE_ZOO_THREADS", min(2, os.cpu_count() or 1)))
+    if figures.get("in_band") is False or figures.get("meets_target") is False:
+        from rich.console import Console
+
+        what = f"greedy accuracy {figures['greedy']:.3f}" if "greedy" in figures else f"held-out step AUC {figures['auc']:.3f}"
+        Console(stderr=True).print(f"[yellow]warning: zoo:{name} was built but its {what} misses the recipe's target "
+                                   f"(see recipe.json in {out.name}); it is usable, but results with it are weaker.[/]")
     return figures
 
 

@@ -12,9 +12,12 @@ read at each step's newline and at the completion's last character), i.e. exactl
 scoring code feeds the model during `race run`. Held-out step-level AUC is measured through
 `ProcessRewardModel.score` on questions from the evaluation set.
 
-Why warm-start: a PRM trained from scratch for a minute learns only the step position (AUC
-~0.67, ../shared/notes/tiny-zoo-trial.md); starting from a policy body that already does the
-arithmetic gives the head something to read.
+Known limitation (measured): a PRM trained from scratch for a minute learns only the step position
+(AUC ~0.67, ../shared/notes/tiny-zoo-trial.md), and warm-starting from tiny-s's body does not fix it
+within a few hundred steps either (~0.69), nor do dense per-token labels, two fresh layers stacked on
+the body (`extra_layers`), or the policy's own prompt layout as template: all plateau at 0.67-0.69,
+while tiny-s's own teacher-forced log-probs separate the same steps at AUC 0.92. recipe.json records
+`meets_target` against the recipe's `target_auc`.
 """
 
 from __future__ import annotations
@@ -102,11 +105,51 @@ def heldout_auc(scorer, examples: list[tuple[str, str, list[int]]]) -> float:
     return auc(flat_s, flat_y)
 
 
+def stacked_classifier(base_dir: Path, num_labels: int, extra_layers: int):
+    """A token classifier: the policy's embeddings and layers, then `extra_layers` fresh layers, then the head.
+
+    The policy's last layer holds its next-token prediction at every position, but a classifier
+    read at a step's newline only sees earlier positions through the *next* layer's attention:
+    the fresh layers are where "the digit written here is not the one predicted before it" can
+    be computed and gathered at the newline. Their output projections (o_proj, down_proj) start
+    at zero, so the stacked model starts as the policy body (residual identity).
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, Qwen2ForTokenClassification
+
+    base = AutoModelForCausalLM.from_pretrained(base_dir)
+    config = AutoConfig.from_pretrained(base_dir)
+    config.num_hidden_layers += extra_layers
+    config.num_labels = num_labels
+    config.architectures = ["Qwen2ForTokenClassification"]
+    if hasattr(config, "layer_types") and config.layer_types is not None:
+        config.layer_types = [config.layer_types[0]] * config.num_hidden_layers
+    model = Qwen2ForTokenClassification(config)
+    missing, unexpected = model.model.load_state_dict(base.model.state_dict(), strict=False)
+    fresh = {f"layers.{i}." for i in range(config.num_hidden_layers - extra_layers, config.num_hidden_layers)}
+    if unexpected or any(not any(k.startswith(f) for f in fresh) for k in missing):
+        raise AssertionError(f"policy body did not load: missing {missing}, unexpected {unexpected}")
+    with torch.no_grad():
+        for layer in model.model.layers[config.num_hidden_layers - extra_layers:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return model
+
+
+def heldout_examples(recipe: dict[str, Any]) -> list[tuple[str, str, list[int]]]:
+    """The PRM's held-out set: evaluation questions (never trained on), corrupted with seed + 1."""
+    from race_cli.tasks.arithmetic import ArithmeticTask
+
+    task = ArithmeticTask(seed=recipe["seed"], **recipe["task"])
+    questions = [it.question for it in task.eval_items()]
+    questions = questions * max(1, recipe["fit"]["num_heldout"] // len(questions))
+    return make_examples(questions, random.Random(recipe["seed"] + 1), recipe["fit"]["corrupt_frac"])
+
+
 def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progress | None = None) -> dict:
     """Fit the PRM of `recipe` starting from the policy saved in `base_dir`; save it into `out`."""
     import torch
     import torch.nn.functional as F
-    from transformers import Qwen2ForTokenClassification
 
     from race_cli.rewards.prm import ProcessRewardModel
     from race_cli.tasks.arithmetic import ArithmeticTask
@@ -115,15 +158,15 @@ def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progr
     f, seed = recipe["fit"], recipe["seed"]
     tok = byte_tokenizer()
     torch.manual_seed(seed)
-    model = Qwen2ForTokenClassification.from_pretrained(base_dir, num_labels=recipe["num_labels"])
+    model = stacked_classifier(base_dir, recipe["num_labels"], recipe.get("extra_layers", 0))
     model.config.id2label, model.config.label2id = {0: "wrong", 1: "correct"}, {"wrong": 0, "correct": 1}
-    scorer = ProcessRewardModel(model, tok, format="classifier", batch_size=256)  # the scoring code's defaults
+    template = {"template": recipe["template"]} if recipe.get("template") else {}  # None: the scoring code's default
+    scorer = ProcessRewardModel(model, tok, format="classifier", batch_size=256, **template)
 
     task = ArithmeticTask(seed=seed, **recipe["task"])
     rng = random.Random(seed)
     train = make_examples([it.question for it in task.train_items()], rng, f["corrupt_frac"])
-    heldout = make_examples([it.question for it in task.eval_items()] * (f["num_heldout"] // recipe["task"]["num_eval"]),
-                            random.Random(seed + 1), f["corrupt_frac"])
+    heldout = heldout_examples(recipe)
     encoded = []
     for q, c, y in train:
         ids, pos = scorer.encode(q, c)
@@ -170,6 +213,6 @@ def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progr
     tok.save_pretrained(out)
     return {"steps": step, "loss": round(loss_ema, 4), "auc": score, "history": history,
             "heldout_steps": sum(len(y) for _, _, y in heldout), "params": sum(p.numel() for p in model.parameters()),
-            "fit_seconds": round(time.perf_counter() - t0, 1),
+            "fit_seconds": round(time.perf_counter() - t0, 1), "meets_target": score >= f["target_auc"],
             "input_format": {"template": scorer.template, "separator": scorer.separator, "step_tag": scorer.step_tag,
                              "completion": "' ' + solution lines joined by '\\n'", "read_at": "each step's '\\n' and the last character"}}

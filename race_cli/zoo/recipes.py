@@ -37,9 +37,11 @@ RECIPES: dict[str, dict[str, Any]] = {
                        "band": [0.2, 0.5], "stop_at": 0.25, "monitor_every": 10}},
     # process reward model: tiny-s's body + a 2-label token-classification head, fitted on
     # correct and corrupted solutions; the text it sees is race_cli.rewards.prm's default input
-    "tiny-prm": {"kind": "prm", "init_from": "tiny-s", "num_labels": 2, "seed": 0, "task": _TASK,
-                 "fit": {"batch_size": 64, "lr": 2e-3, "warmup_steps": 20, "max_steps": 600,
-                         "corrupt_frac": 0.5, "num_heldout": 400, "stop_auc": 0.9, "target_auc": 0.85, "monitor_every": 25}},
+    # (extra_layers: fresh layers stacked on the policy body; template: None = the scorer's default)
+    "tiny-prm": {"kind": "prm", "init_from": "tiny-s", "num_labels": 2, "extra_layers": 0, "template": None,
+                 "seed": 0, "task": _TASK,
+                 "fit": {"batch_size": 64, "lr": 3e-3, "warmup_steps": 20, "max_steps": 400,
+                         "corrupt_frac": 0.5, "num_heldout": 400, "stop_auc": 0.9, "target_auc": 0.85, "monitor_every": 50}},
 }
 
 
