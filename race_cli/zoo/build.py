@@ -170,6 +170,6 @@ def zoo_main(names: list[str] | None, build: bool, force: bool) -> int:
     for r in list_entries():
         if r["name"] in names:
             table.add_row(r["name"], r["kind"], f"{r['params']:,}", "yes" if r["built"] else "no", fmt(r["greedy"]),
-                          fmt(r["sampled"]), fmt(r["auc"]), fmt(r["seconds"]), r["path"])
+                          fmt(r["sampled"]), fmt(r["auc"]), "-" if r["seconds"] is None else f"{r['seconds']:.0f}", r["path"])
     Console().print(table)
     return 0

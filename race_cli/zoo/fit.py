@@ -184,5 +184,9 @@ def fit_policy(model, tok, train: list[tuple[list[int], int]], eval_examples: li
         if progress is not None:
             progress(step, {"loss": loss_ema, "exact": exact, "greedy": acc})
     model.eval()
+    if not history or "greedy" not in history[-1] or history[-1]["step"] != step:  # stopped without a fresh greedy figure
+        acc = accuracy(model, tok, eval_prompts, eval_golds, score, cfg.max_new_tokens)
+        history.append({"step": step, "loss": round(loss_ema, 4), "exact": exact, "greedy": acc,
+                        "seconds": round(time.perf_counter() - t0, 1)})
     return {"steps": step, "loss": round(loss_ema, 4), "greedy": acc, "history": history,
             "fit_seconds": round(time.perf_counter() - t0, 1)}
