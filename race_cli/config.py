@@ -77,7 +77,7 @@ class RewardModelConf:
     name: str = "tiny-prm"
     path: str = "zoo:tiny-prm"  # HF id, local folder, or zoo:<name>
     arch: ArchConf = field(default_factory=ArchConf)
-    format: str = "classifier"  # classifier (Qwen2.5-Math-PRM style) | token (Math-Shepherd style)
+    format: str = "classifier"  # classifier (Qwen2.5-Math-PRM) | token (Math-Shepherd) | logprob (calibrated LM log-probs)
     num_labels: int = 2  # classifier head outputs
     template: str = "{question}\n{completion}"  # the text the PRM reads
     step_tag: Optional[str] = None  # appended after each step and read there (e.g. <extra_0>); None = read at the separator
@@ -226,6 +226,9 @@ def validate(cfg: Any) -> list[str]:
         value = _get(cfg, key)
         if value not in options:
             problems.append(f"{key}={value!r} is not one of {', '.join(options)}.")
+    fmt = _get(cfg, "reward.model.format") if _get(cfg, "reward.model") is not None else None
+    if fmt is not None and fmt not in ("classifier", "token", "logprob"):
+        problems.append(f"reward.model.format={fmt!r} is not one of classifier, token, logprob.")
     if _get(cfg, "reward.type") == "prm" and _get(cfg, "reward.model") is None:
         problems.append("reward.type=prm needs reward.model (its path and architecture): use reward=prm.")
     for key in ("model.arch", "reward.model.arch"):

@@ -123,7 +123,7 @@ def iteration_cost(cfg: dict) -> dict:
         prompt_len=float(cfg["task"]["prompt_tokens"]), completion_len=completion_estimate(cfg),
         updates_per_batch=g["updates_per_batch"], lora=lora, beta=g["beta"],
         grad_checkpointing=g["grad_checkpointing"], share_prefix=cfg["rollout"]["backend"] == "vllm",
-        reward=reward, reward_head="token" if (cfg["reward"].get("model") or {}).get("format") == "token" else "classifier",
+        reward=reward, reward_head="classifier" if (cfg["reward"].get("model") or {}).get("format") == "classifier" else "token",
     )
 
 

@@ -1,7 +1,9 @@
 """Shared fixtures: one zoo cache per test session, so tiny-s and the tiny PRM are built at most once.
 
-`race_cache` sets RACE_CACHE for the whole session: to $RACE_TEST_CACHE when that is set (reuse
-builds across pytest runs), else to a fresh temp folder. `tiny_s` and `tiny_prm` build (or reuse)
+`race_cache` sets RACE_CACHE for the whole session: to $RACE_TEST_CACHE when that is set, else to
+the user's zoo cache ($RACE_CACHE or ~/.cache/race), the one `race zoo` and `race run` use: entries
+are keyed by a hash of their recipe, so a cached build is exactly what a fresh one would produce,
+and a machine without the cache builds it once (minutes) and reuses it afterwards. `tiny_s` and `tiny_prm` build (or reuse)
 those entries there and return their folders; any test file may use them.
 """
 
@@ -14,8 +16,10 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def race_cache(tmp_path_factory) -> Path:
-    root = Path(os.environ.get("RACE_TEST_CACHE") or tmp_path_factory.mktemp("race_cache"))
+def race_cache() -> Path:
+    from race_cli.zoo import cache_root
+
+    root = Path(os.environ.get("RACE_TEST_CACHE") or cache_root())
     os.environ["RACE_CACHE"] = str(root)
     return root
 

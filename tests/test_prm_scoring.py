@@ -276,3 +276,31 @@ def test_bad_input_is_reported(tmp_path, classifier):
         prm.score(["a"], ["b", "c"])
     with pytest.raises(RaceError, match="outcome_weight"):
         prm.reward(["a"], ["b"], ["1"], outcome_weight=1.5)
+
+
+def test_logprob_features_and_calibration_by_hand(causal_lm):
+    """logprob format: step k's feature is the lowest log p(token) of the completion up to its end."""
+    import torch
+
+    from race_cli.zoo.prm_fit import fit_calibration
+
+    tok, model = byte_tokenizer(), causal_lm
+    prm = ProcessRewardModel(model, tok, format="logprob", template="{question}|{completion}")
+    q, c = "Q", "ab\ncd"  # ids: Q | a b \n c d -> completion starts at token 2; steps end at tokens 4 and 6
+    (ids, pos, start), = prm._encode([q], [c])
+    assert (pos, start) == ([4, 6], 2)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0]
+    lp = [torch.log_softmax(logits[t - 1], -1)[ids[t]].item() for t in range(len(ids))]
+    want = [min(lp[2:5]), min(lp[2:7])]  # running minimum over a, b, \\n then also c, d
+    assert prm.features([q], [c])[0] == pytest.approx(want, abs=1e-5)
+    model.config.prm_calibration = {"scale": 2.0, "bias": 1.0}
+    try:
+        assert prm.score([q], [c])[0] == pytest.approx([1 / (1 + math.exp(-(2 * w + 1))) for w in want], abs=1e-6)
+    finally:
+        del model.config.prm_calibration  # the fixture is shared
+    # Newton's logistic fit recovers a separable-ish 1-D problem's direction and midpoint
+    feats = [-5.0, -4.0, -3.0, -2.5, -1.0, -0.5, 0.0, 0.5]
+    labels = [0, 0, 0, 1, 0, 1, 1, 1]
+    cal = fit_calibration(feats, labels)
+    assert cal["scale"] > 0 and -3.0 < -cal["bias"] / cal["scale"] < -0.5

@@ -149,7 +149,7 @@ class Job:
         c = self.cfg
         idx = self.batch(iteration)
         longest = max(len(self.train_prompts.ids(j)) for j in idx)
-        head = "token" if c.reward.type == "prm" and c.reward.model.format == "token" else "classifier"
+        head = "classifier" if c.reward.type == "prm" and c.reward.model.format == "classifier" else "token"
         cost = iteration_flops(self.policy.arch, prompts=c.grpo.prompts_per_iter, group_size=c.grpo.group_size,
                                prompt_len=longest, completion_len=c.rollout.max_new_tokens,
                                updates_per_batch=c.grpo.updates_per_batch, lora=self.policy.lora, beta=c.grpo.beta,

@@ -47,7 +47,7 @@ from race_cli.errors import RaceError
 from race_cli.rewards.rule import rule_reward
 from race_cli.tasks.prompting import split_steps
 
-FORMATS = ("classifier", "token")
+FORMATS = ("classifier", "token", "logprob")
 AGGREGATIONS = ("min", "prod", "last", "mean")
 
 
@@ -112,7 +112,8 @@ class ProcessRewardModel:
         problems = []
         if format not in FORMATS:
             problems.append(f"PRM format {format!r} is unknown; expected 'classifier' (token-classification "
-                            "head, Qwen2.5-Math-PRM style) or 'token' (causal LM label tokens, Math-Shepherd style).")
+                            "head, Qwen2.5-Math-PRM style), 'token' (causal LM label tokens, Math-Shepherd style) "
+                            "or 'logprob' (a causal LM's calibrated teacher-forced log-probs of the steps).")
         if not separator:
             problems.append("The PRM step separator is empty; expected a string such as '\\n'.")
         if step_tag == "":
@@ -163,7 +164,7 @@ class ProcessRewardModel:
             dtype = getattr(torch, dtype)
         elif dtype is not None and not isinstance(dtype, (str, torch.dtype)):
             raise RaceError(f"PRM dtype {dtype!r} is unknown; expected auto, float32, bfloat16 or float16.")
-        auto = AutoModelForTokenClassification if format == "classifier" else AutoModelForCausalLM
+        auto = AutoModelForTokenClassification if format == "classifier" else AutoModelForCausalLM  # token, logprob
         major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
         dtype_key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
         load_kw = {dtype_key: dtype} if dtype is not None else {}
@@ -216,20 +217,26 @@ class ProcessRewardModel:
 
     def encode_many(self, questions: Sequence[str], completions: Sequence[str]) -> list[tuple[list[int], list[int]]]:
         """(token ids, token index of each step's score) per pair; one tokenizer call for all."""
+        return [(ids, pos) for ids, pos, _ in self._encode(questions, completions)]
+
+    def _encode(self, questions: Sequence[str], completions: Sequence[str]) -> list[tuple[list[int], list[int], int]]:
+        """(token ids, step read positions, token index where the completion starts) per pair."""
         built = [self.build_input(q, c) for q, c in zip(questions, completions)]
         if not built:
             return []
+        starts = [len(self.template.partition("{completion}")[0].replace("{question}", q)) for q in questions]
         enc = self.tokenizer([text for text, _ in built], add_special_tokens=self.add_special_tokens,
                              return_offsets_mapping=True)
         out = []
-        for (text, ends), ids, offsets in zip(built, enc["input_ids"], enc["offset_mapping"]):
+        for (text, ends), ids, offsets, first in zip(built, enc["input_ids"], enc["offset_mapping"], starts):
             owner = _owner_of_chars(offsets, len(text))
+            start = next((owner[c] for c in range(first, len(text)) if owner[c] >= 0), len(ids) - 1)
             positions = []
             for c in ends:
                 while c >= 0 and owner[c] < 0:  # a character the tokenizer dropped: read the token before
                     c -= 1
                 positions.append(owner[c] if c >= 0 else len(ids) - 1)
-            out.append((list(ids), positions))
+            out.append((list(ids), positions, start))
         return out
 
     def encode(self, question: str, completion: str) -> tuple[list[int], list[int]]:
@@ -250,14 +257,64 @@ class ProcessRewardModel:
             return torch.sigmoid(picked[:, 0])
         return torch.softmax(picked, dim=-1)[:, 1]
 
+    def logprob_features(self, logits, ids, encoded) -> list[float]:
+        """Per step: the lowest teacher-forced log-prob of any completion token up to its end.
+
+        logits [B, T, V], ids [B, T]; token t is scored by the logits at t-1. The running minimum
+        makes step k's feature "every token so far was plausible", matching the label "every step
+        so far is correct".
+        """
+        import torch
+
+        lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None])[..., 0]  # [B, T-1]
+        out: list[float] = []
+        for r, (_, pos, start) in enumerate(encoded):
+            row = lp[r]
+            lo, running = max(start, 1), float("inf")
+            for p in pos:
+                if p >= lo:
+                    running = min(running, row[lo - 1: p].min().item())  # tokens lo..p, scored at lo-1..p-1
+                    lo = p + 1
+                out.append(running if running != float("inf") else 0.0)
+        return out
+
+    def features(self, questions: Sequence[str], completions: Sequence[str]) -> list[list[float]]:
+        """logprob format: the raw per-step features (before calibration), e.g. to fit the calibration."""
+        import torch
+
+        if self.format != "logprob":
+            raise RaceError(f"PRM features exist for format 'logprob', not {self.format!r}.")
+        encoded = self._encode(questions, completions)
+        device = next(self.model.parameters()).device
+        out: list[list[float]] = []
+        with torch.no_grad():
+            for b in range(0, len(encoded), self.batch_size):
+                chunk = encoded[b: b + self.batch_size]
+                width = max(len(ids) for ids, _, _ in chunk)
+                ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+                mask = torch.zeros_like(ids)
+                for r, (tokens, _, _) in enumerate(chunk):
+                    ids[r, : len(tokens)] = torch.tensor(tokens)
+                    mask[r, : len(tokens)] = 1
+                logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+                flat = iter(self.logprob_features(logits, ids.to(device), chunk))
+                out += [[next(flat) for _ in pos] for _, pos, _ in chunk]
+        return out
+
+    def _logprob_scores(self, logits, ids, encoded) -> list[float]:
+        """logprob format: sigmoid(scale * feature + bias), with the calibration fitted on labelled steps."""
+        cal = getattr(self.model.config, "prm_calibration", None) or {"scale": 1.0, "bias": 0.0}
+        return [1.0 / (1.0 + math.exp(-(cal["scale"] * f + cal["bias"])))
+                for f in self.logprob_features(logits, ids, encoded)]
+
     def score_detailed(self, questions: Sequence[str], completions: Sequence[str]) -> Scored:
         """Per-step scores of every completion and what the forwards cost (see `Scored`)."""
         if len(questions) != len(completions):
             raise RaceError(f"PRM scoring got {len(questions)} questions but {len(completions)} completions; "
                             "pass the question of every completion (repeat it for each rollout of a group).")
         start = time.perf_counter()
-        encoded = self.encode_many(questions, completions)
-        seq_lens = [len(ids) if pos else 0 for ids, pos in encoded]
+        encoded = self._encode(questions, completions)
+        seq_lens = [len(ids) if pos else 0 for ids, pos, _ in encoded]
         device = next(self.model.parameters()).device
         was_training = self.model.training
         self.model.eval()  # no dropout while scoring; the caller's mode is restored below
@@ -272,9 +329,9 @@ class ProcessRewardModel:
         from race_cli.ledger import Flops, reward_model_flops
 
         scores: list[list[float]] = [[] for _ in encoded]
-        todo = sorted((i for i, (_, pos) in enumerate(encoded) if pos), key=lambda i: seq_lens[i])
+        todo = sorted((i for i, (_, pos, _) in enumerate(encoded) if pos), key=lambda i: seq_lens[i])
         batch_lens, padded, flops = [], [], []
-        head = "token" if self.format == "token" else "classifier"
+        head = "classifier" if self.format == "classifier" else "token"
         for b in range(0, len(todo), self.batch_size):
             idx = todo[b: b + self.batch_size]
             lens = [seq_lens[i] for i in idx]
@@ -283,7 +340,7 @@ class ProcessRewardModel:
             mask = torch.zeros((len(idx), width), dtype=torch.long)
             rows, cols = [], []
             for r, i in enumerate(idx):
-                tokens, pos = encoded[i]
+                tokens, pos, _ = encoded[i]
                 ids[r, : len(tokens)] = torch.tensor(tokens)
                 mask[r, : len(tokens)] = 1
                 rows += [r] * len(pos)
@@ -291,8 +348,11 @@ class ProcessRewardModel:
             with torch.no_grad():
                 out = self.model(input_ids=ids.to(device), attention_mask=mask.to(device))
                 logits = out.logits if hasattr(out, "logits") else out[0]  # [B, T, num_labels or V]
-                values = self._read_scores(logits, torch.tensor(rows, device=logits.device),
-                                           torch.tensor(cols, device=logits.device)).tolist()
+                if self.format == "logprob":
+                    values = self._logprob_scores(logits, ids.to(device), [encoded[i] for i in idx])
+                else:
+                    values = self._read_scores(logits, torch.tensor(rows, device=logits.device),
+                                               torch.tensor(cols, device=logits.device)).tolist()
             k = 0
             for i in idx:
                 n = len(encoded[i][1])

@@ -120,7 +120,7 @@ def _build_into(name: str, recipe: dict[str, Any], base: Path | None, out: Path)
     if figures.get("in_band") is False or figures.get("meets_target") is False:
         from rich.console import Console
 
-        what = f"greedy accuracy {figures['greedy']:.3f}" if "greedy" in figures else f"held-out step AUC {figures['auc']:.3f}"
+        what = f"greedy accuracy {figures['greedy']:.3f}" if recipe["kind"] == "policy" else f"held-out step AUC {figures['auc']:.3f}"
         Console(stderr=True).print(f"[yellow]warning: zoo:{name} was built but its {what} misses the recipe's target "
                                    f"(see recipe.json in {out.name}); it is usable, but results with it are weaker.[/]")
     return figures
@@ -141,7 +141,7 @@ def list_entries() -> list[dict]:
     for name, recipe in RECIPES.items():
         path = entry_dir(name)
         arch = recipe["arch"] if recipe["kind"] == "policy" else RECIPES[recipe["init_from"]]["arch"]
-        head = None if recipe["kind"] == "policy" else recipe["num_labels"]
+        head = recipe.get("num_labels")  # None: a causal LM head over the vocabulary (policies, logprob PRM)
         row = {"name": name, "kind": recipe["kind"], "params": count_params(arch, head), "built": is_built(path),
                "path": str(path), "greedy": None, "sampled": None, "auc": None, "seconds": None}
         if row["built"]:

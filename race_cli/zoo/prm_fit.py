@@ -1,23 +1,21 @@
-"""Build the zoo's process reward model: a policy's body plus a 2-label head, fitted on corrupted solutions.
+"""Build the zoo's process reward model: a causal LM verifier, calibrated on correct and corrupted steps.
 
-Training data: arithmetic solutions written as the policy writes them (`" " + solution`), half
-of them corrupted in one line: a step's result off by ±1, ±2, ±10, ±20 or a random value, with
-the later steps computed consistently from the wrong value (or only the final `#### N` line
-wrong). Label 1 = "every step so far is correct": lines before the error 1, the erroneous line
-and all after it 0.
+The tiny PRM uses the `logprob` format of `race_cli.rewards.prm`: a step's feature is the lowest
+teacher-forced log-probability of any completion token up to the step's end, read by a causal LM
+that knows the arithmetic; its score is sigmoid(scale * feature + bias). The LM starts from tiny-s
+and is trained `sft_steps` further on correct solutions (a stronger model than the policy it
+judges); scale and bias are fitted by logistic regression on the steps of correct and corrupted
+solutions of training questions. The PRM reads the completion in the policy's own prompt layout
+(`template`), so the prompt's tokens are as expected.
 
-The text and the read-out positions come from `race_cli.rewards.prm.ProcessRewardModel.encode`
-with its default settings (template "{question}\\n{completion}", separator "\\n", no step tag,
-read at each step's newline and at the completion's last character), i.e. exactly what the
-scoring code feeds the model during `race run`. Held-out step-level AUC is measured through
-`ProcessRewardModel.score` on questions from the evaluation set.
+Corrupted solutions: one line wrong — a step's result off by ±1, ±2, ±10, ±20 or a random value,
+later steps computed consistently from the wrong value, or only the final `#### N` line. Label 1
+= "every step so far is correct": lines before the error 1, the erroneous line and all after 0.
 
-Known limitation (measured): a PRM trained from scratch for a minute learns only the step position
-(AUC ~0.67, ../shared/notes/tiny-zoo-trial.md), and warm-starting from tiny-s's body does not fix it
-within a few hundred steps either (~0.69), nor do dense per-token labels, two fresh layers stacked on
-the body (`extra_layers`), or the policy's own prompt layout as template: all plateau at 0.67-0.69,
-while tiny-s's own teacher-forced log-probs separate the same steps at AUC 0.92. recipe.json records
-`meets_target` against the recipe's `target_auc`.
+Why not a classifier head: measured here, a token-classification head on tiny-s's body (read at
+the step's newline, dense or step labels, 0-2 fresh layers, lr 1e-3-1e-2, up to 1,000 steps)
+stays at the step-position baseline (held-out AUC 0.67-0.70), while the same LM's calibrated
+log-probs in the policy's prompt layout reach 0.93, and 0.98-0.99 after 250 more SFT steps.
 """
 
 from __future__ import annotations
@@ -105,37 +103,6 @@ def heldout_auc(scorer, examples: list[tuple[str, str, list[int]]]) -> float:
     return auc(flat_s, flat_y)
 
 
-def stacked_classifier(base_dir: Path, num_labels: int, extra_layers: int):
-    """A token classifier: the policy's embeddings and layers, then `extra_layers` fresh layers, then the head.
-
-    The policy's last layer holds its next-token prediction at every position, but a classifier
-    read at a step's newline only sees earlier positions through the *next* layer's attention:
-    the fresh layers are where "the digit written here is not the one predicted before it" can
-    be computed and gathered at the newline. Their output projections (o_proj, down_proj) start
-    at zero, so the stacked model starts as the policy body (residual identity).
-    """
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, Qwen2ForTokenClassification
-
-    base = AutoModelForCausalLM.from_pretrained(base_dir)
-    config = AutoConfig.from_pretrained(base_dir)
-    config.num_hidden_layers += extra_layers
-    config.num_labels = num_labels
-    config.architectures = ["Qwen2ForTokenClassification"]
-    if hasattr(config, "layer_types") and config.layer_types is not None:
-        config.layer_types = [config.layer_types[0]] * config.num_hidden_layers
-    model = Qwen2ForTokenClassification(config)
-    missing, unexpected = model.model.load_state_dict(base.model.state_dict(), strict=False)
-    fresh = {f"layers.{i}." for i in range(config.num_hidden_layers - extra_layers, config.num_hidden_layers)}
-    if unexpected or any(not any(k.startswith(f) for f in fresh) for k in missing):
-        raise AssertionError(f"policy body did not load: missing {missing}, unexpected {unexpected}")
-    with torch.no_grad():
-        for layer in model.model.layers[config.num_hidden_layers - extra_layers:]:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-    return model
-
-
 def heldout_examples(recipe: dict[str, Any]) -> list[tuple[str, str, list[int]]]:
     """The PRM's held-out set: evaluation questions (never trained on), corrupted with seed + 1."""
     from race_cli.tasks.arithmetic import ArithmeticTask
@@ -146,73 +113,82 @@ def heldout_examples(recipe: dict[str, Any]) -> list[tuple[str, str, list[int]]]
     return make_examples(questions, random.Random(recipe["seed"] + 1), recipe["fit"]["corrupt_frac"])
 
 
+def fit_calibration(features: list[float], labels: list[int], iters: int = 50) -> dict[str, float]:
+    """Logistic regression P(label 1) = sigmoid(scale * feature + bias) by Newton's method (2 parameters)."""
+    import numpy as np
+
+    x = np.asarray(features, float)
+    y = np.asarray(labels, float)
+    X = np.stack([x, np.ones_like(x)], axis=1)  # [n, 2]
+    w = np.zeros(2)
+    for _ in range(iters):
+        p = 1.0 / (1.0 + np.exp(-(X @ w)))
+        grad = X.T @ (p - y)
+        hess = X.T @ (X * (p * (1 - p))[:, None]) + 1e-6 * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    return {"scale": float(w[0]), "bias": float(w[1])}
+
+
+def policy_template() -> str:
+    """The policy's plain prompt with {question} and {completion} slots (what the PRM reads)."""
+    from race_cli.tasks.prompting import format_prompt
+
+    return format_prompt("{question}", None, style="plain") + "{completion}"
+
+
 def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progress | None = None) -> dict:
-    """Fit the PRM of `recipe` starting from the policy saved in `base_dir`; save it into `out`."""
+    """Train the verifier LM from the policy in `base_dir`, fit its calibration, save it into `out`."""
     import torch
-    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM
 
     from race_cli.rewards.prm import ProcessRewardModel
+    from race_cli.rewards.rule import rule_reward
     from race_cli.tasks.arithmetic import ArithmeticTask
+    from race_cli.tasks.prompting import format_prompt
+    from race_cli.zoo.fit import FitConfig, encode_examples, fit_policy
+    from race_cli.zoo.policy import completion_of
     from race_cli.zoo.tokenizer import byte_tokenizer
 
     f, seed = recipe["fit"], recipe["seed"]
+    t0 = time.perf_counter()
     tok = byte_tokenizer()
     torch.manual_seed(seed)
-    model = stacked_classifier(base_dir, recipe["num_labels"], recipe.get("extra_layers", 0))
-    model.config.id2label, model.config.label2id = {0: "wrong", 1: "correct"}, {"wrong": 0, "correct": 1}
-    template = {"template": recipe["template"]} if recipe.get("template") else {}  # None: the scoring code's default
-    scorer = ProcessRewardModel(model, tok, format="classifier", batch_size=256, **template)
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
 
-    task = ArithmeticTask(seed=seed, **recipe["task"])
-    rng = random.Random(seed)
-    train = make_examples([it.question for it in task.train_items()], rng, f["corrupt_frac"])
-    heldout = heldout_examples(recipe)
-    encoded = []
-    for q, c, y in train:
-        ids, pos = scorer.encode(q, c)
-        if len(pos) != len(y):
-            raise AssertionError(f"PRM encode read {len(pos)} steps in {c!r}, expected {len(y)}")
-        encoded.append((ids, pos, y))
+    # --- a stronger verifier: more supervised steps on correct solutions (another data order)
+    task = ArithmeticTask(seed=seed + 1, **recipe["task"])
+    train, evals = task.train_items(), task.eval_items()
+    train_ex = encode_examples(tok, [format_prompt(it, tok) for it in train], [completion_of(it.solution) for it in train])
+    eval_prompts = [format_prompt(it, tok) for it in evals]
+    eval_ex = encode_examples(tok, eval_prompts, [completion_of(it.solution) for it in evals])
+    cfg = FitConfig(batch_size=f["batch_size"], lr=f["lr"], warmup_steps=f["warmup_steps"], max_steps=f["sft_steps"],
+                    stop_at=2.0, monitor_every=f["sft_steps"] + 1, seed=seed + 1)  # stop_at > 1: run every step
+    sft = fit_policy(model, tok, train_ex, eval_ex, eval_prompts, [it.answer for it in evals], rule_reward, cfg, progress)
 
-    opt = torch.optim.AdamW(model.parameters(), lr=f["lr"], betas=(0.9, 0.98), weight_decay=0.0)
-    t0, order, history, step, loss_ema = time.perf_counter(), [], [], 0, float("nan")
-    score = heldout_auc(scorer, heldout)
-    history.append({"step": 0, "auc": round(score, 4)})
-    while step < f["max_steps"] and score < f["stop_auc"]:
-        step += 1
-        if len(order) < f["batch_size"]:
-            order += rng.sample(range(len(encoded)), len(encoded))
-        batch, order = [encoded[i] for i in order[: f["batch_size"]]], order[f["batch_size"] :]
-        for g in opt.param_groups:
-            g["lr"] = f["lr"] * min(1.0, step / max(1, f["warmup_steps"]))
-        T = max(len(ids) for ids, _, _ in batch)
-        ids = torch.full((len(batch), T), EOS_ID, dtype=torch.long)  # right padding: causal, no mask needed
-        rows, cols, labels = [], [], []
-        for r, (seq, pos, y) in enumerate(batch):
-            ids[r, : len(seq)] = torch.tensor(seq)
-            rows += [r] * len(pos)
-            cols += pos
-            labels += y
-        model.train()
-        logits = model(input_ids=ids).logits[torch.tensor(rows), torch.tensor(cols)]  # [n_steps, 2]
-        loss = F.cross_entropy(logits.float(), torch.tensor(labels))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        loss_ema = loss.item() if loss_ema != loss_ema else 0.9 * loss_ema + 0.1 * loss.item()
-        if step % f["monitor_every"] == 0:
-            score = heldout_auc(scorer, heldout)
-            history.append({"step": step, "loss": round(loss_ema, 4), "auc": round(score, 4),
-                            "seconds": round(time.perf_counter() - t0, 1)})
-        if progress is not None:
-            progress(step, {"loss": loss_ema, "auc": score})
-    model.eval()
-    score = heldout_auc(scorer, heldout)
+    # --- calibration on training questions' steps, held-out AUC on evaluation questions
+    template = policy_template() if recipe.get("template") == "policy" else recipe.get("template") or None
+    scorer = ProcessRewardModel(model, tok, format="logprob", batch_size=256,
+                                **({"template": template} if template else {}))
+    calib = make_examples([it.question for it in train[: f["calib_examples"]]], random.Random(seed), f["corrupt_frac"])
+    feats = scorer.features([q for q, _, _ in calib], [c for _, c, _ in calib])
+    flat_f = [v for row in feats for v in row]
+    flat_y = [v for _, _, y in calib for v in y]
+    model.config.prm_calibration = fit_calibration(flat_f, flat_y)
+    model.config.prm_format = "logprob"
+    model.config.prm_template = scorer.template
+    score = heldout_auc(scorer, heldout_examples(recipe))
+    model.generation_config.pad_token_id = EOS_ID
+    model.generation_config.eos_token_id = EOS_ID
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    return {"steps": step, "loss": round(loss_ema, 4), "auc": score, "history": history,
+    heldout = heldout_examples(recipe)
+    return {"steps": sft["steps"], "loss": sft["loss"], "greedy": sft["greedy"], "auc": score,
+            "calibration": model.config.prm_calibration, "calibration_auc": auc(flat_f, flat_y),
             "heldout_steps": sum(len(y) for _, _, y in heldout), "params": sum(p.numel() for p in model.parameters()),
             "fit_seconds": round(time.perf_counter() - t0, 1), "meets_target": score >= f["target_auc"],
-            "input_format": {"template": scorer.template, "separator": scorer.separator, "step_tag": scorer.step_tag,
-                             "completion": "' ' + solution lines joined by '\\n'", "read_at": "each step's '\\n' and the last character"}}
+            "input_format": {"format": "logprob", "template": scorer.template, "separator": scorer.separator,
+                             "completion": "' ' + solution lines joined by '\\n'",
+                             "read_at": "each step's '\\n' and the last character"}}

@@ -38,13 +38,12 @@ RECIPES: dict[str, dict[str, Any]] = {
     "tiny-l": {"kind": "policy", "arch": _arch(128, 4, 384), "seed": 0, "task": _TASK,
                "fit": {"batch_size": 128, "lr": 2e-3, "warmup_steps": 30, "max_steps": 3000,
                        "band": [0.2, 0.5], "stop_at": 0.25, "monitor_every": 10}},
-    # process reward model: tiny-s's body + a 2-label token-classification head, fitted on
-    # correct and corrupted solutions; the text it sees is race_cli.rewards.prm's default input
-    # (extra_layers: fresh layers stacked on the policy body; template: None = the scorer's default)
-    "tiny-prm": {"kind": "prm", "init_from": "tiny-s", "num_labels": 2, "extra_layers": 0, "template": None,
+    # process reward model: a causal LM verifier from tiny-s, trained further on correct solutions and
+    # calibrated on correct and corrupted steps; it reads the policy's own prompt layout (prm_fit.py)
+    "tiny-prm": {"kind": "prm", "init_from": "tiny-s", "format": "logprob", "template": "policy",
                  "seed": 0, "task": _TASK,
-                 "fit": {"batch_size": 64, "lr": 3e-3, "warmup_steps": 20, "max_steps": 400,
-                         "corrupt_frac": 0.5, "num_heldout": 400, "stop_auc": 0.9, "target_auc": 0.85, "monitor_every": 50}},
+                 "fit": {"sft_steps": 400, "batch_size": 64, "lr": 3e-3, "warmup_steps": 10, "max_steps": 400,
+                         "calib_examples": 2000, "corrupt_frac": 0.5, "num_heldout": 400, "target_auc": 0.85}},
 }
 
 
