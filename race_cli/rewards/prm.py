@@ -260,6 +260,10 @@ class ProcessRewardModel:
     def logprob_features(self, logits, ids, encoded) -> list[float]:
         """Per step: the lowest teacher-forced log-prob of any completion token up to its end.
 
+        The last step runs to the end of the input, so a template that closes the completion with
+        an end token (`...{completion}<|endoftext|>`) makes "the solution is complete" part of
+        the last step's score: a truncated answer is unlikely to end there.
+
         logits [B, T, V], ids [B, T]; token t is scored by the logits at t-1. The running minimum
         makes step k's feature "every token so far was plausible", matching the label "every step
         so far is correct".
@@ -268,10 +272,12 @@ class ProcessRewardModel:
 
         lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None])[..., 0]  # [B, T-1]
         out: list[float] = []
-        for r, (_, pos, start) in enumerate(encoded):
+        for r, (tokens, pos, start) in enumerate(encoded):
             row = lp[r]
             lo, running = max(start, 1), float("inf")
-            for p in pos:
+            for k, p in enumerate(pos):
+                if k == len(pos) - 1:
+                    p = len(tokens) - 1  # the last step also answers for what follows it (e.g. an end token)
                 if p >= lo:
                     running = min(running, row[lo - 1: p].min().item())  # tokens lo..p, scored at lo-1..p-1
                     lo = p + 1

@@ -133,10 +133,14 @@ def fit_calibration(features: list[float], labels: list[int], iters: int = 50) -
 
 
 def policy_template() -> str:
-    """The policy's plain prompt with {question} and {completion} slots (what the PRM reads)."""
+    """The policy's plain prompt with {question} and {completion} slots, closed by the end token.
+
+    The end token makes completeness part of the score: without it, GRPO against this PRM learned
+    within 150 iterations to answer with 3 tokens the verifier found likely (accuracy 0.28 -> 0.00).
+    """
     from race_cli.tasks.prompting import format_prompt
 
-    return format_prompt("{question}", None, style="plain") + "{completion}"
+    return format_prompt("{question}", None, style="plain") + "{completion}<|endoftext|>"
 
 
 def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progress | None = None) -> dict:
