@@ -147,6 +147,7 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
     """
     from race_cli.pool.local import default_job_command
 
+    own_jobs = job_command is None  # the real engine (tests inject fake jobs)
     validate_args(launcher=launcher, workers=workers, gpus_per_job=gpus_per_job, time_min=time_min,
                   array_parallelism=array_parallelism, cpus_per_task=cpus_per_task, grace_s=grace_s)
     job_command = job_command or default_job_command
@@ -162,6 +163,8 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
         if code is not None:
             return code
     else:
+        if own_jobs:
+            prebuild_zoo(sweep, list(rows), say)
         stopped = run_local(sweep, rows, workers=workers, gpus_per_job=gpus_per_job, retry_failed=retry_failed,
                             grace_s=grace_s, live=live, job_command=job_command, say=say)
         if stopped:
@@ -169,6 +172,35 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
                 f"Resume with the same command, or: race run --sweep-dir {sweep}")
             return 128 + stopped
     return finish(sweep, list(rows), retry_failed=retry_failed, report=report, say=say)
+
+
+def prebuild_zoo(sweep: Path, job_ids: list[str], say: Callable[[str], None]) -> None:
+    """Build the embedded zoo entries the jobs name (zoo:<name>) once, here, with every core.
+
+    Otherwise the first workers would each build (or wait on) the same entries in parallel.
+    """
+    import yaml
+
+    from race_cli.pool.status import read_status
+
+    names: list[str] = []
+    for job_id in job_ids:
+        job_dir = sweep / "jobs" / job_id
+        if read_status(job_dir).get("state") == "done":
+            continue
+        cfg = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
+        for path in (cfg.get("model", {}).get("path"), ((cfg.get("reward") or {}).get("model") or {}).get("path")):
+            if isinstance(path, str) and path.startswith("zoo:") and path[4:] not in names:
+                names.append(path[4:])
+    if not names:
+        return
+    from race_cli import zoo
+
+    missing = [n for n in names if not zoo.is_built(zoo.entry_dir(n))]
+    if missing:
+        say(f"building the embedded zoo once (cached under {zoo.cache_root()}): {', '.join('zoo:' + n for n in missing)}")
+    for name in names:
+        zoo.build(name)
 
 
 def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_per_job: int,

@@ -103,8 +103,11 @@ def _response(plt, jobs, ranking, fits, target, path: Path) -> None:
         for col, reg in list(zip(cols, g["regime"]))[:_named(len(g))]:  # legend proxies, best first
             ax.plot([], [], "o", color=col, label=reg)
         fit = fits.get(cond)
+        lo, hi = float(g["ci_lo"].min()), float(g["ci_hi"].max())
         if fit is not None and fit.curve_p:
             ax.plot(fit.curve_p, fit.curve_y, color="0.3", lw=1.5, ls="--", label=f"fit: {fit.model}")
+            pad = 0.15 * max(hi - lo, 1e-3)
+            ax.set_ylim(lo - pad, hi + pad)  # an unstable fit's curve must not squash the data
         if fit is not None and np.isfinite(fit.p_star):
             what = "fallback: pilot best" if fit.fallback else "fit optimum p*"
             ax.plot(fit.p_star, fit.y_star, marker="*", ms=14, color="crimson", ls="none",
