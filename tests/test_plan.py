@@ -23,8 +23,8 @@ from race_cli.sweep import job_id
 def test_default_plan_is_the_tiny_grid():
     plan = build_plan([])
     assert plan.grid["name"] == "tiny"
-    assert len(plan.jobs) == 2 * 2 * 2  # model x G x mu of conf/grid/tiny.yaml
-    assert plan.jobs[0].job_id == "tiny-s_G4_mu1"
+    assert len(plan.jobs) == 2 * 2 * 2 * 2  # model x G x mu x reward of conf/grid/tiny.yaml
+    assert plan.jobs[0].job_id == "tiny-s_G4_mu1_rule"
     assert len({j.job_id for j in plan.jobs}) == len(plan.jobs)
 
 
@@ -48,7 +48,7 @@ def test_sweep_forms_range_glob_and_plus():
 def test_command_line_axis_replaces_the_grid_axis():
     plan = build_plan(["grpo.group_size=16"])  # grid=tiny sweeps G; a fixed value wins
     assert {j.config["grpo"]["group_size"] for j in plan.jobs} == {16}
-    assert len(plan.jobs) == 4
+    assert len(plan.jobs) == 8
 
 
 @pytest.mark.parametrize("overrides, fragment", [
@@ -91,13 +91,13 @@ def test_solver_matches_a_hand_count():
     assert job.iterations == math.floor(1e11 / per_it)
     assert job.iterations * per_it <= 1e11 < (job.iterations + 1) * per_it
     # the rollout phase by hand, tiny-s (d=64, L=2, h=4, kv=2, f=128, V=257), B*G=64 sequences,
-    # prompt 40 + completion 32 tokens, LoRA r=16 on all 7 projections, no prefix sharing:
+    # prompt 40 + completion 33 tokens (conf/config.yaml), LoRA r=16 on all 7 projections, no prefix sharing:
     d, L, f, V, r = 64, 2, 128, 257, 16
     n_body = L * (d * (64 + 2 * 32) + 64 * d + 3 * d * f)  # q + k,v (2 kv heads x 16) + o + mlp
     lora = L * 2 * r * ((d + 64) + 2 * (d + 32) + (64 + d) + 2 * (d + f) + (f + d))  # 2r(in+out) per matrix
     prefill = 40 * (2 * n_body + lora) + 4 * L * 4 * 16 * (40 * 41 / 2) + 2 * d * V  # logits at last prompt pos
-    decode = sum(2 * n_body + lora + 4 * L * 4 * 16 * t + 2 * d * V for t in range(41, 41 + 31))
-    # 32 sampled tokens = prefill's logits + 31 decode forwards (the last token is never fed back)
+    decode = sum(2 * n_body + lora + 4 * L * 4 * 16 * t + 2 * d * V for t in range(41, 41 + 32))
+    # 33 sampled tokens = prefill's logits + 32 decode forwards (the last token is never fed back)
     assert job.per_iteration["rollout"].model == pytest.approx(64 * (prefill + decode), rel=1e-9)
 
 
@@ -162,11 +162,11 @@ def _race(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 def test_cli_plan_formats_and_exit_codes(tmp_path):
     res = _race("plan", "--format", "json")
     assert res.returncode == 0, res.stderr
-    assert len(json.loads(res.stdout)["jobs"]) == 8
+    assert len(json.loads(res.stdout)["jobs"]) == 16
     res = _race("plan", "--format", "csv", "model=tiny-s")
     assert res.returncode == 0 and res.stdout.splitlines()[0].startswith("job_id,model,group_size")
     res = _race("plan")
-    assert "tiny-s_G4_mu1" in res.stdout and "total" in res.stdout
+    assert "tiny-s_G4_mu1_rule" in res.stdout and "total" in res.stdout
     res = _race("plan", "grpo.group_size=abc", "--out", str(tmp_path / "s"))
     assert res.returncode == 2 and "Wrong type for grpo.group_size" in res.stderr
     assert not (tmp_path / "s").exists()
