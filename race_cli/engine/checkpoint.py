@@ -98,13 +98,16 @@ def save(job_dir: Path, *, model: Any, optimizer: Any, scheduler: Any, state: di
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # never leave a half checkpoint; the old one is untouched
         raise
-    final, old = job_dir / NAME, job_dir / OLD
-    if old.exists():
-        shutil.rmtree(old)
+    return _swap_in(tmp, job_dir / NAME, job_dir / OLD)
+
+
+def _swap_in(tmp: Path, final: Path, old: Path) -> Path:
+    """Put the complete folder `tmp` at `final`; the previous one is kept as `old` until the rename is done."""
+    shutil.rmtree(old, ignore_errors=True)
     if final.exists():
         os.replace(final, old)
     os.replace(tmp, final)
-    _fsync_dir(job_dir)
+    _fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -152,9 +155,4 @@ def publish_adapter(ckpt_path: Path, job_dir: Path) -> Path:
         shutil.rmtree(p, ignore_errors=True)
     shutil.copytree(ckpt_path / "adapter", tmp)
     _fsync_tree(tmp)
-    if dest.exists():
-        os.replace(dest, old)
-    os.replace(tmp, dest)
-    _fsync_dir(job_dir)
-    shutil.rmtree(old, ignore_errors=True)
-    return dest
+    return _swap_in(tmp, dest, old)

@@ -130,10 +130,7 @@ def _response(plt, jobs, ranking, fits, target, path: Path) -> None:
         ax.set_title(cond, fontsize=8)
         ax.legend(fontsize=6, loc="lower center", title=_more(len(g)), title_fontsize=6)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{target} against the update fraction p, per condition", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(plt, fig, f"{target} against the update fraction p, per condition", path)
 
 
 def _curves(plt, jobs, ranking, curves, target, reg_cols, path: Path) -> None:
@@ -163,7 +160,11 @@ def _curves(plt, jobs, ranking, curves, target, reg_cols, path: Path) -> None:
         ax.set_title(cond, fontsize=8)
         ax.legend(fontsize=6, loc="upper left", title=_more(len(regimes)), title_fontsize=6)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{target} during training, one line per job, coloured by regime", fontsize=11)
+    _finish(plt, fig, f"{target} during training, one line per job, coloured by regime", path)
+
+
+def _finish(plt, fig, title: str, path: Path) -> None:
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,0 +1,64 @@
+"""race run end to end with the real GRPO engine on the embedded tiny-s: kill the orchestrator mid-sweep,
+rerun, and the sweep ends exactly as an uninterrupted one (same metrics, same adapter weights)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+GRID = ["grid=none", "model=tiny-s", "grpo.group_size=2,4", "grpo.prompts_per_iter=4", "budget.flops=1.5e10",
+        "eval.every=4", "checkpoint.every=2", "task.num_eval=40"]
+
+
+def _run(sweep: Path, *extra: str, wait: bool = True):
+    cmd = [sys.executable, "-m", "race_cli", "run", *GRID, "--sweep-dir", str(sweep), "--workers", "1", *extra]
+    env = {**os.environ, "COLUMNS": "200"}
+    if wait:
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+
+
+def _outcome(sweep: Path) -> dict:
+    """Per job: metrics without wall times, and the saved adapter's bytes."""
+    out = {}
+    for job in sorted((sweep / "jobs").iterdir()):
+        rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        rows = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+        weights = (job / "adapter" / "adapter_model.safetensors").read_bytes()
+        out[job.name] = (rows, weights, json.loads((job / "status.json").read_text())["state"])
+    return out
+
+
+@pytest.mark.slow
+def test_orchestrator_killed_mid_sweep_then_rerun_equals_uninterrupted(tiny_s, tmp_path):
+    straight = tmp_path / "straight"
+    res = _run(straight)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "top of the ranking" in res.stdout and (straight / "report" / "summary.md").is_file()
+
+    broken = tmp_path / "broken"
+    proc = _run(broken, wait=False)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not list(broken.glob("jobs/*/checkpoint/state.json")):
+        time.sleep(0.2)
+    assert list(broken.glob("jobs/*/checkpoint/state.json")), "no job reached its first checkpoint"
+    os.killpg(proc.pid, signal.SIGKILL)  # the orchestrator and its job, mid-sweep
+    proc.wait()
+    states = {p.parent.name: json.loads(p.read_text())["state"] for p in broken.glob("jobs/*/status.json")}
+    assert list(states.values()).count("done") < 2, f"the kill came after the sweep ended: {states}"
+
+    res = _run(broken)  # the same command again: takes the stale lock over and resumes
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    a, b = _outcome(straight), _outcome(broken)
+    assert set(a) == set(b) == {"G2", "G4"}
+    for job in a:
+        assert b[job][2] == "done"
+        assert b[job][0] == a[job][0], f"{job}: metrics differ after the kill and rerun"
+        assert b[job][1] == a[job][1], f"{job}: adapter weights differ after the kill and rerun"
