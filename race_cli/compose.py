@@ -56,6 +56,9 @@ def _all_keys(node: Any, prefix: str = "") -> list[str]:
 def _explain(exc: Exception, override: str | None, known_keys: list[str]) -> str:
     """One readable message for a Hydra/OmegaConf composition error."""
     text = str(exc)
+    if "Ambiguous value" in text:
+        return (f"'{override}' is a sweep, but this command runs ONE job. Preview or run sweeps with "
+                "race plan / race run; here give a single value.")
     m = re.search(r"Could not find '([^/']+)/([^']+)'", text)
     if m:
         group, option = m.groups()

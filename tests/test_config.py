@@ -61,3 +61,8 @@ def test_saved_job_config_reloads_under_the_schema(tmp_path):
     path.write_text(OmegaConf.to_yaml(cfg).replace("group_size: 4", "group_size: four"))
     with pytest.raises(RaceError, match="group_size"):
         load_job_config(path)
+
+
+def test_a_sweep_given_to_a_single_job_command_is_explained():
+    with pytest.raises(RaceError, match="runs ONE job"):
+        compose(["grpo.group_size=4,8"])
