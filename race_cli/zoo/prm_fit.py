@@ -183,12 +183,12 @@ def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progr
     model.config.prm_calibration = fit_calibration(flat_f, flat_y)
     model.config.prm_format = "logprob"
     model.config.prm_template = scorer.template
-    score = heldout_auc(scorer, heldout_examples(recipe))
+    heldout = heldout_examples(recipe)
+    score = heldout_auc(scorer, heldout)
     model.generation_config.pad_token_id = EOS_ID
     model.generation_config.eos_token_id = EOS_ID
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    heldout = heldout_examples(recipe)
     return {"steps": sft["steps"], "loss": sft["loss"], "greedy": sft["greedy"], "auc": score,
             "calibration": model.config.prm_calibration, "calibration_auc": auc(flat_f, flat_y),
             "heldout_steps": sum(len(y) for _, _, y in heldout), "params": sum(p.numel() for p in model.parameters()),
