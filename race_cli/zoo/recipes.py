@@ -61,6 +61,10 @@ def recipe_hash(name: str, recipes: dict[str, dict[str, Any]] | None = None) -> 
     material = {"name": name, "recipe": recipe, "builder": BUILDER_VERSION, "prompt": prompt_example()}
     if recipe["kind"] == "prm":
         material["base"] = recipe_hash(recipe["init_from"], recipes)
+        if recipe.get("template") == "policy":  # the text the PRM reads is part of what it is
+            from race_cli.zoo.prm_fit import policy_template
+
+            material["template"] = policy_template()
     text = json.dumps(material, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
