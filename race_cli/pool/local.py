@@ -201,22 +201,23 @@ def attempt_header(status: dict[str, Any], argv: list[str]) -> str:
 def terminate(procs: Sequence[subprocess.Popen], grace_s: float,
               hurry: Callable[[], bool] = lambda: False) -> None:
     """SIGTERM each child's process group, wait up to `grace_s` (less once `hurry()`), then SIGKILL."""
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+    _signal_alive(procs, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and not hurry() and any(p.poll() is None for p in procs):
         time.sleep(0.05)
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+    for p in _signal_alive(procs, signal.SIGKILL):
+        p.wait()
+
+
+def _signal_alive(procs: Sequence[subprocess.Popen], sig: int) -> list[subprocess.Popen]:
+    """Send `sig` to the process group of every child still running; return those children."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+    return alive
 
 
 # --- the pool ---------------------------------------------------------------------------------
