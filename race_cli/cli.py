@@ -202,8 +202,8 @@ def zoo(
 def main() -> None:
     try:
         app()
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM in race train (engine.job.Stopped)
+        sys.exit(128 + int(getattr(exc, "signum", 2)))
 
 
 if __name__ == "__main__":

@@ -259,6 +259,25 @@ _SHORT = {
     "seed": "s",
 }
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+# What job_id() and unique_ids() can produce: safe characters, no leading or trailing '.', '_' or '-'
+# (so never '.', '..' or a hidden name), at most 100 + 11 + 9 characters. The same rule is checked
+# when ids are read back from plan.json or a folder (check_job_id), so no id can leave jobs/.
+_VALID_ID = re.compile(r"^[A-Za-z0-9+](?:[A-Za-z0-9._+-]{0,118}[A-Za-z0-9+])?$")
+
+
+def is_valid_job_id(name: object) -> bool:
+    """True for a string job_id() / unique_ids() could have made (a safe single folder name)."""
+    return isinstance(name, str) and bool(_VALID_ID.fullmatch(name))
+
+
+def check_job_id(name: object, where: str) -> str:
+    """`name` when it is a valid job id, else RaceError naming `where` it came from."""
+    if not is_valid_job_id(name):
+        raise RaceError(f"{where}: job id {str(name)[:80]!r} is not one race writes (expected letters, digits, "
+                        "'.', '_', '+', '-', at most 120 characters, no path separators or leading dots). "
+                        "The file was edited or comes from elsewhere: replan the sweep into a new folder "
+                        "(race plan --out DIR) instead of running this one.")
+    return name
 
 
 def job_id(axis_overrides: Sequence[str]) -> str:
@@ -270,7 +289,7 @@ def job_id(axis_overrides: Sequence[str]) -> str:
         parts.append(f"{short}{value}")
     name = _UNSAFE.sub("-", "_".join(parts)).strip("-_.") or "job"
     if len(name) > 120:  # long ids stay unique and short enough for every filesystem
-        name = name[:100] + "_" + hashlib.sha1("\0".join(axis_overrides).encode()).hexdigest()[:10]
+        name = name[:100].rstrip("-_.") + "_" + hashlib.sha1("\0".join(axis_overrides).encode()).hexdigest()[:10]
     return name
 
 

@@ -5,8 +5,13 @@
                       under full fine-tuning the whole model (save_pretrained)
   trainable.safetensors  every trainable parameter by name (restored bitwise on resume)
   optim.pt            optimizer and lr-scheduler state
-  rng.pt              python, numpy, torch (and CUDA) RNG states
+  rng.pt              python, numpy, torch (and CUDA) RNG states, as tensors and plain numbers
   state.json          iteration, ledger, evaluation results so far (the job's own dict)
+
+Sweep folders may come from other people (docs/security.md), so nothing here is unpickled:
+the .pt files are read with `torch.load(weights_only=True)` (tensors, numbers, strings, lists,
+dicts only; a planted pickle is refused, never run), the rest is safetensors and JSON. A file
+that cannot be read is named in a `CorruptCheckpoint` error with the folder to remove.
 
 Writing is all-or-nothing: everything goes to `.checkpoint.tmp-<pid>/`, each file and the
 folder are fsynced, the previous checkpoint is renamed to `.checkpoint.old`, the new one
@@ -27,6 +32,10 @@ from typing import Any
 from race_cli.io import _fsync_dir, dumps
 
 NAME, OLD, TMP_PREFIX = "checkpoint", ".checkpoint.old", ".checkpoint.tmp-"
+
+
+class CorruptCheckpoint(RuntimeError):
+    """A checkpoint file cannot be read (damaged, foreign, or written by an older race)."""
 
 
 @dataclass
@@ -54,12 +63,18 @@ def _save_torch(obj: Any, path: Path) -> None:
 
 
 def rng_state() -> dict:
+    """Every RNG state as tensors, ints, floats and strings (loadable with weights_only=True)."""
     import random
 
     import numpy as np
     import torch
 
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    version, words, gauss = random.getstate()  # (3, 625 ints, None | float)
+    name, keys, pos, has_gauss, cached = np.random.get_state()  # ('MT19937', uint32[624], int, int, float)
+    state = {"python": {"version": int(version), "state": torch.tensor(words, dtype=torch.int64), "gauss": gauss},
+             "numpy": {"name": str(name), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -71,11 +86,32 @@ def set_rng_state(state: dict) -> None:
     import numpy as np
     import torch
 
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    py, npy = state["python"], state["numpy"]
+    random.setstate((py["version"], tuple(int(w) for w in py["state"].tolist()), py["gauss"]))
+    np.random.set_state((npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"],
+                         npy["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _load_pt(path: Path) -> Any:
+    """torch.load with weights_only=True: tensors and plain containers only, never code."""
+    import torch
+
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - unpickling, zip and IO errors all mean "cannot use it"
+        raise CorruptCheckpoint(_corrupt_message(path, exc)) from None
+
+
+def _corrupt_message(path: Path, exc: BaseException) -> str:
+    folder = path.parent
+    why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    return (f"checkpoint file {path} cannot be loaded ({type(exc).__name__}: {why}). It is damaged, was "
+            "written by another program or an older race, or holds objects other than tensors (refused: "
+            f"checkpoints are never unpickled). Remove the folder {folder} to restart this job from "
+            "iteration 0, then rerun.")
 
 
 def save(job_dir: Path, *, model: Any, optimizer: Any, scheduler: Any, state: dict) -> Path:
@@ -124,7 +160,15 @@ def find(job_dir: Path) -> Checkpoint | None:
         shutil.rmtree(old, ignore_errors=True)
     if not (final / "state.json").is_file():
         return None
-    return Checkpoint(final, json.loads((final / "state.json").read_text(encoding="utf-8")))
+    path = final / "state.json"
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(state, dict) or not isinstance(state.get("iteration"), int) \
+                or not isinstance(state.get("ledger"), dict):
+            raise ValueError("expected an object with an integer iteration and a ledger")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CorruptCheckpoint(_corrupt_message(path, exc)) from None
+    return Checkpoint(final, state)
 
 
 def restore(ckpt: Checkpoint, *, model: Any, optimizer: Any, scheduler: Any) -> None:
@@ -132,19 +176,34 @@ def restore(ckpt: Checkpoint, *, model: Any, optimizer: Any, scheduler: Any) -> 
     import torch
     from safetensors.torch import load_file
 
-    weights = load_file(str(ckpt.path / "trainable.safetensors"))
+    try:
+        weights = load_file(str(ckpt.path / "trainable.safetensors"))
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+        raise CorruptCheckpoint(_corrupt_message(ckpt.path / "trainable.safetensors", exc)) from None
     params = dict(model.named_parameters())
     missing = [n for n, p in params.items() if p.requires_grad and n not in weights]
+    missing += [n for n in weights if n not in params]  # a name the model lacks: a foreign checkpoint
     if missing:
-        raise RuntimeError(f"checkpoint {ckpt.path} lacks trainable parameters {missing[:3]}: "
-                           "it was written by a job with a different model or LoRA config")
-    with torch.no_grad():
-        for name, value in weights.items():
-            params[name].copy_(value.to(params[name].device, params[name].dtype))
-    opt = torch.load(ckpt.path / "optim.pt", weights_only=False)
-    optimizer.load_state_dict(opt["optimizer"])
-    scheduler.load_state_dict(opt["scheduler"])
-    set_rng_state(torch.load(ckpt.path / "rng.pt", weights_only=False))
+        raise CorruptCheckpoint(f"checkpoint {ckpt.path} does not match the model's trainable parameters (e.g. {missing[:3]}): it was "
+                                "written by a job with a different model or LoRA config. Remove the folder "
+                                f"{ckpt.path} to restart this job from iteration 0, then rerun.")
+    opt = _load_pt(ckpt.path / "optim.pt")
+    rng = _load_pt(ckpt.path / "rng.pt")
+    try:
+        optimizer.load_state_dict(opt["optimizer"])
+        scheduler.load_state_dict(opt["scheduler"])
+    except Exception as exc:  # noqa: BLE001 - a foreign or mismatched state
+        raise CorruptCheckpoint(_corrupt_message(ckpt.path / "optim.pt", exc)) from None
+    try:
+        with torch.no_grad():
+            for name, value in weights.items():
+                params[name].copy_(value.to(params[name].device, params[name].dtype))
+    except RuntimeError as exc:  # a shape that does not match
+        raise CorruptCheckpoint(_corrupt_message(ckpt.path / "trainable.safetensors", exc)) from None
+    try:
+        set_rng_state(rng)
+    except Exception as exc:  # noqa: BLE001 - missing keys, wrong types
+        raise CorruptCheckpoint(_corrupt_message(ckpt.path / "rng.pt", exc)) from None
 
 
 def publish_adapter(ckpt_path: Path, job_dir: Path) -> Path:

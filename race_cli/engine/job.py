@@ -22,7 +22,9 @@ iteration); one optimizer step per update pass over the whole batch (micro-batch
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -386,10 +388,22 @@ class Job:
         return "iterations" if self.iteration + 1 > self.max_iterations else "budget"
 
     def run(self) -> int:
-        """The whole job; returns 0 (done) or 1 (failed). Bad input raises RaceError after marking the status."""
-        from race_cli.pool.status import read_status
+        """The whole job; returns 0 (done) or 1 (failed). Bad input raises RaceError after marking the status.
+
+        The job folder's lock (`.job.lock`, pool/lock.py) is held throughout: a second process
+        training the same folder is refused before it writes anything. SIGTERM (a scheduler, kill)
+        stops the job as Ctrl-C does: status `interrupted`, the last checkpoint kept, and the
+        `Stopped` exception propagates to the CLI, which exits 128 + the signal number.
+        """
+        from race_cli.pool.lock import JobLock
 
         self.job_dir.mkdir(parents=True, exist_ok=True)
+        with JobLock(self.job_dir, say=self.log), _sigterm_as_stop():
+            return self._run_locked()
+
+    def _run_locked(self) -> int:
+        from race_cli.pool.status import read_status, write_status
+
         prior = read_status(self.job_dir)
         fields: dict[str, Any] = dict(job_id=self.job_id, state="running", pid=os.getpid(), host=socket.gethostname())
         # under race run the pool counts attempts (begin_attempt); a job started by hand counts its own
@@ -397,8 +411,6 @@ class Job:
             fields |= dict(started=_now(), attempts=int(prior.get("attempts") or 0) + 1)
         for stale in ("error", "stop_reason", "finished", "exit_code"):
             prior.pop(stale, None)
-        from race_cli.pool.status import write_status
-
         write_status(self.job_dir, prior | fields)
         try:
             self.setup()
@@ -416,8 +428,17 @@ class Job:
             self.set_status(state="failed", stop_reason="error", error=str(exc).splitlines()[0], finished=_now(),
                             exit_code=2)
             raise
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through _sigterm_as_stop
+            signum = getattr(exc, "signum", signal.SIGINT)
+            self.set_status(state="interrupted", stop_reason="signal", finished=_now(), exit_code=128 + signum,
+                            error=f"stopped by {signal.Signals(signum).name}; rerun the same command to resume "
+                                  "from the last checkpoint")
+            self.log(f"stopped by {signal.Signals(signum).name}: status interrupted, the last checkpoint is kept")
+            raise
         except NanLoss as exc:
             return self._failed("nan_loss", f"{exc}; the update was not applied and the last good checkpoint was kept")
+        except ckpt_io.CorruptCheckpoint as exc:
+            return self._failed("error", str(exc))
         except OSError as exc:
             return self._failed("error", f"{type(exc).__name__}: {exc} (while writing to {self.job_dir}; "
                                          "files already written, including the last complete checkpoint, are intact)")
@@ -435,6 +456,34 @@ class Job:
         self.log(f"error: {message}")
         self.set_status(state="failed", stop_reason=reason, error=message.splitlines()[0], finished=_now(), exit_code=1)
         return 1
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal other than Ctrl-C (SIGTERM), raised where the job is, like KeyboardInterrupt."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _sigterm_as_stop():
+    """While the job runs, SIGTERM raises Stopped (a KeyboardInterrupt) instead of killing at once,
+    so the job closes its status as `interrupted` and atomic writes in progress are rolled back."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Stopped(signum)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _line(row: dict) -> str:

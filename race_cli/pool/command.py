@@ -64,13 +64,29 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
 
 
 def read_plan_rows(sweep_dir: Path) -> dict[str, dict]:
-    """plan.json as job_id -> row, checking every job folder is there."""
+    """plan.json as job_id -> row, checking every id (the rule it was written with: nothing can
+    name a folder outside jobs/) and that every job folder is there."""
+    from race_cli.sweep import check_job_id
+
+    where = f"{sweep_dir}/plan.json"
     try:
         rows = read_json(Path(sweep_dir) / "plan.json")
-        by_id = {r["job_id"]: r for r in rows}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RaceError(f"{sweep_dir}/plan.json is missing or unreadable ({exc}). Expected a sweep folder "
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and "job_id" in r for r in rows):
+            raise ValueError("expected a list of job rows, each with a job_id")
+    except (OSError, ValueError) as exc:
+        raise RaceError(f"{where} is missing or unreadable ({exc}). Expected a sweep folder "
                         "written by race plan --out or race run; give the overrides instead to plan a new one.")
+    by_id: dict[str, dict] = {}
+    for r in rows:
+        job_id = check_job_id(r["job_id"], where)
+        if job_id in by_id:
+            raise RaceError(f"{where} lists job {job_id!r} twice. The file was edited or is damaged: "
+                            "replan the sweep into a new folder (race plan --out DIR).")
+        by_id[job_id] = r
+    linked = [j for j in by_id if (Path(sweep_dir) / "jobs" / j).is_symlink()]
+    if linked:
+        raise RaceError(f"{sweep_dir}/jobs/{linked[0]} is a symbolic link: race writes job folders itself and "
+                        "never follows links out of a sweep. Replan the sweep into a new folder (race plan --out DIR).")
     missing = [j for j in by_id if not (Path(sweep_dir) / "jobs" / j / ".hydra" / "config.yaml").is_file()]
     if missing:
         raise RaceError(f"{len(missing)} job folder(s) of {sweep_dir} lack .hydra/config.yaml (e.g. {missing[0]}). "

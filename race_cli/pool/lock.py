@@ -1,4 +1,5 @@
-"""The sweep lock `.race.lock`: one `race run` per sweep folder, stale locks taken over.
+"""Lock files: `.race.lock` (one `race run` per sweep folder) and `.job.lock` (one process
+training a job folder), stale locks taken over.
 
 The lock file holds the owner's pid, host, boot id and process start time (JSON). It is
 created with O_CREAT|O_EXCL, so two processes cannot both create it. A lock is stale when
@@ -9,6 +10,8 @@ a message saying how to remove it by hand.
 
     with SweepLock(sweep_dir, say=print):
         ...  # run the sweep
+    with JobLock(job_dir, say=print):
+        ...  # train the job (race train: by hand, or the child of race run)
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Callable
 from race_cli.errors import RaceError
 
 LOCK_NAME = ".race.lock"
+JOB_LOCK_NAME = ".job.lock"
 
 
 def boot_id() -> str:
@@ -75,13 +79,20 @@ def stale_reason(record: dict[str, Any]) -> str | None:
     return None
 
 
-class SweepLock:
-    """Hold `<sweep_dir>/.race.lock` for the life of a `race run`; see the module docstring."""
+class FileLock:
+    """Hold the lock file `path` (see the module docstring); `busy()` words the refusal."""
 
-    def __init__(self, sweep_dir: Path, say: Callable[[str], None] = print):
-        self.path = Path(sweep_dir) / LOCK_NAME
+    who = "process"  # what holds such a lock, for messages
+
+    def __init__(self, path: Path, say: Callable[[str], None] = print):
+        self.path = Path(path)
         self.say = say
         self.held = False
+
+    def busy(self, record: dict[str, Any]) -> str:
+        return (f"Another process (pid {record.get('pid')} on {record.get('host')}, started "
+                f"{record.get('started')}) holds {self.path}. Wait for it to finish, or, if you are sure it "
+                f"is gone, delete {self.path} and rerun.")
 
     def _create(self) -> bool:
         try:
@@ -94,7 +105,7 @@ class SweepLock:
             os.fsync(f.fileno())
         return True
 
-    def acquire(self) -> "SweepLock":
+    def acquire(self) -> "FileLock":
         for _ in range(5):  # a few rounds: another process may take over a stale lock at the same time
             if self._create():
                 self.held = True
@@ -118,15 +129,11 @@ class SweepLock:
                     continue
             reason = stale_reason(record)
             if reason is None:
-                raise RaceError(
-                    f"Another race run (pid {record.get('pid')} on {record.get('host')}, started "
-                    f"{record.get('started')}) is running this sweep: {self.path.parent}. "
-                    "Wait for it to finish or stop it (Ctrl-C) first. If you are sure it is gone "
-                    f"(e.g. it ran on another machine that died), delete {self.path} and rerun.")
-            self.say(f"Taking over the lock of a race run that is gone ({reason}): {self.path}")
+                raise RaceError(self.busy(record))
+            self.say(f"Taking over the lock of a {self.who} that is gone ({reason}): {self.path}")
             self._take_over(record)
-        raise RaceError(f"Could not take the sweep lock {self.path}: other processes keep taking it. "
-                        "Is another race run starting on this sweep? Retry in a moment.")
+        raise RaceError(f"Could not take the lock {self.path}: other processes keep taking it. "
+                        "Is another race command starting on this folder? Retry in a moment.")
 
     def _take_over(self, judged: dict[str, Any]) -> None:
         """Move the stale file aside (an atomic rename) and drop it.
@@ -134,7 +141,7 @@ class SweepLock:
         If another process took the lock over between our reading and our rename, what we
         moved is its fresh lock: put it back (a hard link, which fails if the path is taken).
         """
-        aside = self.path.with_name(f"{LOCK_NAME}.stale.{os.getpid()}")
+        aside = self.path.with_name(f"{self.path.name}.stale.{os.getpid()}")
         try:
             os.replace(self.path, aside)
         except FileNotFoundError:
@@ -161,8 +168,38 @@ class SweepLock:
         if record.get("pid") == os.getpid() and record.get("host") == socket.gethostname():
             self.path.unlink(missing_ok=True)
 
-    def __enter__(self) -> "SweepLock":
+    def __enter__(self) -> "FileLock":
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class SweepLock(FileLock):
+    """Hold `<sweep_dir>/.race.lock` for the life of a `race run`."""
+
+    who = "race run"
+
+    def __init__(self, sweep_dir: Path, say: Callable[[str], None] = print):
+        super().__init__(Path(sweep_dir) / LOCK_NAME, say)
+
+    def busy(self, record: dict[str, Any]) -> str:
+        return (f"Another race run (pid {record.get('pid')} on {record.get('host')}, started "
+                f"{record.get('started')}) is running this sweep: {self.path.parent}. "
+                "Wait for it to finish or stop it (Ctrl-C) first. If you are sure it is gone "
+                f"(e.g. it ran on another machine that died), delete {self.path} and rerun.")
+
+
+class JobLock(FileLock):
+    """Hold `<job_dir>/.job.lock` while a process trains the job, so two never write it at once."""
+
+    who = "race train"
+
+    def __init__(self, job_dir: Path, say: Callable[[str], None] = print):
+        super().__init__(Path(job_dir) / JOB_LOCK_NAME, say)
+
+    def busy(self, record: dict[str, Any]) -> str:
+        return (f"Another process (pid {record.get('pid')} on {record.get('host')}, started "
+                f"{record.get('started')}) is training this job: {self.path.parent}. Two at once would "
+                "interleave its metrics and checkpoints. Wait for it to finish or stop it first; if you are "
+                f"sure it is gone (e.g. it ran on another machine that died), delete {self.path} and rerun.")

@@ -207,7 +207,7 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
     folder = sweep / SUBMITIT_DIR
     with SweepLock(sweep, say=say):
         states = read_states(sweep, list(rows))
-        live = live_jobs(sweep)
+        live = {j: s for j, s in live_jobs(sweep).items() if j in rows}  # ids of plan.json only (checked)
         if not live:
             sweep_temp_files(sweep)
         adopt_orphans(sweep, {j: s for j, s in states.items() if j not in live})

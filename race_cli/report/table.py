@@ -116,11 +116,17 @@ def _shares(flops: dict[str, float]) -> dict[str, float]:
 # --- one job ---------------------------------------------------------------------------
 
 
+class MetricsOutOfOrder(ValueError):
+    """metrics.jsonl iterations do not rise one line at a time: two processes wrote the job."""
+
+
 def _read_metrics(path: Path) -> tuple[list[dict], int | None]:
     """Rows of metrics.jsonl that carry an eval/<target> value, and the last iteration.
 
     Every line is parsed (a corrupt line in the middle raises, marking the job unreadable);
-    a torn last line is ignored, as race_cli.io.read_jsonl does.
+    a torn last line is ignored, as race_cli.io.read_jsonl does. Iterations must rise strictly
+    (0, 1, 2, ...; a resume cuts the file back first): anything else means two processes wrote
+    the job at once, and MetricsOutOfOrder marks it unreadable rather than ranking a mixture.
     """
     lines = path.read_text(encoding="utf-8").split("\n")
     evals, last = [], None
@@ -133,7 +139,11 @@ def _read_metrics(path: Path) -> tuple[list[dict], int | None]:
             if i == len(lines) - 1:  # torn final write
                 break
             raise
-        last = row.get("iteration", last)
+        it = row.get("iteration") if isinstance(row, dict) else None
+        if it is not None:
+            if not isinstance(it, int) or isinstance(it, bool) or (last is not None and it <= last):
+                raise MetricsOutOfOrder(f"iteration {it!r} follows iteration {last} on line {i + 1}")
+            last = it
         if '"eval/' in line:
             evals.append(row)
     return evals, (int(last) if last is not None else None)
@@ -176,6 +186,10 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
             row["last_iteration"] = last_it
         except FileNotFoundError:
             problems.append("metrics.jsonl missing")
+            evals = []
+        except MetricsOutOfOrder as e:
+            problems.append(f"metrics.jsonl out of order ({e}): two processes wrote this job at once; "
+                            "rerun it into a fresh folder")
             evals = []
         except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
             problems.append(f"metrics.jsonl corrupt ({type(e).__name__})")
@@ -264,6 +278,24 @@ def _planned_job_ids(sweep_dir: Path) -> list[str]:
     return [str(r["job_id"]) for r in rows if isinstance(r, dict) and "job_id" in r] if isinstance(rows, list) else []
 
 
+def _refuse_duplicates(sweep_dirs: list[Path]) -> None:
+    """The same sweep given twice (or two copies of one, same folder name) would count every
+    job twice, as if it were two seeds: refused."""
+    seen: dict[str, Path] = {}
+    problems = []
+    for d in sweep_dirs:
+        key = d.resolve().name
+        if key in seen:
+            same = d.resolve() == seen[key].resolve()
+            problems.append(f"{d}: {'the same folder as' if same else 'a second sweep named like'} {seen[key]}. "
+                            "Its jobs would be counted twice, as if they were more seeds. Give each sweep once"
+                            + ("." if same else "; if they really are different sweeps, rename one folder."))
+        else:
+            seen[key] = d
+    if problems:
+        raise RaceError(*problems)
+
+
 def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
     """Read every job of every sweep into one SweepData (see the module docstring)."""
     if not sweep_dirs:
@@ -279,6 +311,7 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
                        "jobs/<job_id>/; try `race plan --out {d}` first, or point at the sweep, not a job.")
     if bad:
         raise RaceError(*bad)
+    _refuse_duplicates(sweep_dirs)
 
     rows, curves = [], []
     items: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = {}
