@@ -34,11 +34,8 @@ HERE = Path(__file__).resolve()
 
 
 def command(job_dir: str) -> list[str]:
-    """The job command the pool tests inject (also the RACE_JOB_COMMAND template below)."""
+    """The job command the pool tests inject (run_main(job_command=command))."""
     return [sys.executable, str(HERE), str(job_dir)]
-
-
-COMMAND_TEMPLATE = f"{sys.executable} {HERE} {{job_dir}}"
 
 
 def score(job_id: str, iteration: int) -> float:

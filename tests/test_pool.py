@@ -26,9 +26,12 @@ from race_cli.pool.local import LocalPool, cpu_slots, gpu_slots, longest_first, 
 from race_cli.pool.lock import LOCK_NAME, SweepLock, boot_id, owner_record, process_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_job import COMMAND_TEMPLATE, command, make_sweep  # noqa: E402
+from fake_job import command, make_sweep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+# a `race run` in its own process, running the fake jobs (the job command is injected, never an env hook)
+FAKE_IMPORT = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); from pathlib import Path; "
+               "from race_cli.pool.command import run_main; from fake_job import command; ")
 OUTPUTS = ("metrics.jsonl", "summary.json", "ledger.json", "checkpoint/state.json")
 
 
@@ -52,10 +55,9 @@ def wait_until(cond, timeout: float = 20.0, what: str = "condition") -> None:
 
 def orchestrator(sweep: Path, *extra: str) -> subprocess.Popen:
     """`race run --sweep-dir SWEEP --workers 2` in its own process (run_main, no report)."""
-    code = ("import sys; from pathlib import Path; from race_cli.pool.command import run_main; "
-            "sys.exit(run_main([], sweep_dir=Path(sys.argv[1]), workers=2, report=False, live=False"
-            + "".join(f", {e}" for e in extra) + "))")
-    env = {**os.environ, "RACE_JOB_COMMAND": COMMAND_TEMPLATE, "PYTHONPATH": str(ROOT)}
+    code = (FAKE_IMPORT + "sys.exit(run_main([], sweep_dir=Path(sys.argv[1]), workers=2, report=False, live=False, "
+            "job_command=command" + "".join(f", {e}" for e in extra) + "))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-c", code, str(sweep)], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -277,11 +279,10 @@ def test_sigkill_worker_and_orchestrator_then_rerun_equals_uninterrupted(tmp_pat
     wait_until(lambda: not any(_alive(p) for p in children), timeout=5, what="children to die with the orchestrator")
     assert (sweep / LOCK_NAME).exists()  # left behind by the dead orchestrator
 
-    rc = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                         "from race_cli.pool.command import run_main; "
+    rc = subprocess.run([sys.executable, "-c", FAKE_IMPORT +
                          "sys.exit(run_main([], sweep_dir=Path(sys.argv[1]), workers=2, retry_failed=True, "
-                         "report=False, live=False))", str(sweep)],
-                        env={**os.environ, "RACE_JOB_COMMAND": COMMAND_TEMPLATE, "PYTHONPATH": str(ROOT)},
+                         "report=False, live=False, job_command=command))", str(sweep)],
+                        env={**os.environ, "PYTHONPATH": str(ROOT)},
                         cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert rc.returncode == 0, rc.stdout + rc.stderr
     assert "Taking over the lock" in rc.stdout and "left running by a race run that is gone" in rc.stdout

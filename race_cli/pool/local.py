@@ -29,7 +29,6 @@ from race_cli.errors import RaceError
 from race_cli.pool import status as st
 
 JobCommand = Callable[[Path], list[str]]
-JOB_COMMAND_ENV = "RACE_JOB_COMMAND"  # tests only: a command template with {job_dir}
 
 
 # --- the job command ---------------------------------------------------------------------------
@@ -40,10 +39,7 @@ def package_root() -> str:
 
 
 def default_job_command(job_dir: Path) -> list[str]:
-    """`python -m race_cli train --job-dir DIR`, or $RACE_JOB_COMMAND's template when set (tests)."""
-    template = os.environ.get(JOB_COMMAND_ENV)
-    if template:
-        return [part.replace("{job_dir}", str(job_dir)) for part in shlex.split(template)]
+    """`python -m race_cli train --job-dir DIR` (tests pass their own command to run_main instead)."""
     return [sys.executable, "-m", "race_cli", "train", "--job-dir", str(job_dir)]
 
 
