@@ -62,6 +62,8 @@ def plan(
     from race_cli.render import print_plan
 
     try:
+        if max_jobs < 1:
+            raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
         p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes)
         if out is not None:
             written = write_sweep(p, out)
@@ -86,9 +88,12 @@ def flops(
     from race_cli.render import print_flops
 
     try:
-        print_flops(overrides or [], audit=audit, batch=batch)
+        if audit and not 1 <= batch <= 1024:
+            raise RaceError(f"--batch {batch}: expected 1 to 1024 sequences per measured batch.")
+        code = print_flops(overrides or [], audit=audit, batch=batch)
     except RaceError as exc:
         _fail(exc)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -199,9 +204,39 @@ def zoo(
     raise typer.Exit(code)
 
 
+# errno values that say the machine, not the command line, is the problem: exit 1 (runtime)
+_RUNTIME_ERRNOS = {"ENOSPC", "EDQUOT", "EIO", "ENOMEM", "EFBIG", "EMFILE", "ENFILE", "ESTALE"}
+
+
+def _os_error_message(exc: OSError) -> tuple[str, int]:
+    """One line for a file-system error a user can cause (read-only, full, a file where a folder
+    should be, no permission), and its exit code: 1 for a full or failing disk, 2 for a bad path."""
+    import errno
+
+    name = errno.errorcode.get(exc.errno or 0, "")
+    where = exc.filename if exc.filename is not None else "a file"
+    hints = {"ENOSPC": "the disk is full: free some space, then rerun the same command (it resumes)",
+             "EDQUOT": "your disk quota is used up: free some space, then rerun the same command",
+             "EFBIG": "the file grew past the size limit (ulimit -f): raise the limit, then rerun",
+             "EROFS": "the file system is read-only: choose a folder you can write (--out / --sweep-dir)",
+             "EACCES": "permission denied: choose a folder you can write (--out / --sweep-dir)",
+             "EPERM": "operation not permitted: choose a folder you can write (--out / --sweep-dir)",
+             "ENOTDIR": "a file is in the way where a folder is needed: choose another path or move the file",
+             "EEXIST": "a file is in the way where a folder is needed: choose another path or move the file",
+             "EISDIR": "a folder is in the way where a file is needed: choose another path"}
+    hint = hints.get(name, "check the path and the disk, then rerun")
+    return f"cannot use {where}: {exc.strerror or exc}. {hint[0].upper() + hint[1:]}.", 1 if name in _RUNTIME_ERRNOS else 2
+
+
 def main() -> None:
     try:
         app()
+    except OSError as exc:  # a path or a disk the user chose: one line, never a traceback
+        from rich.console import Console
+
+        msg, code = _os_error_message(exc)
+        Console(stderr=True).print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+        sys.exit(code)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM in race train (engine.job.Stopped)
         sys.exit(128 + int(getattr(exc, "signum", 2)))
 

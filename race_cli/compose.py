@@ -85,6 +85,33 @@ def _explain(exc: Exception, override: str | None, known_keys: list[str]) -> str
     return ctext
 
 
+def check_group_choices(overrides: Sequence[str]) -> None:
+    """Group choices (model=, reward=, task=, grid=) name options of conf/<group>/ only; each key once.
+
+    Hydra would follow a relative path out of the config folder (model=../../../tmp/x) and
+    `hydra.*` overrides could change its search path: both are refused, so a config can only
+    come from the user's conf/ (docs/security.md).
+    """
+    groups = set(config_groups())
+    problems = []
+    first: dict[str, str] = {}
+    for text in overrides:
+        key, sep, value = str(text).partition("=")
+        key = key.lstrip("+~").split("@", 1)[0].strip()
+        if key in first:
+            problems.append(f"'{text}': {key} is already set by '{first[key]}'. Give each key once.")
+        first.setdefault(key, str(text))
+        if key == "hydra" or key.startswith("hydra.") or key.startswith("hydra/"):
+            problems.append(f"'{text}': Hydra's own settings cannot be overridden here; race reads configs "
+                            "from its conf/ folder only.")
+        elif sep and key in groups and (any(c in value for c in "/\\") or value.strip().startswith(".")):
+            problems.append(f"'{text}': {key}= takes the name of an option in conf/{key}/ "
+                            f"({', '.join(group_options(key))}), not a path. To use your own file, copy it "
+                            f"into conf/{key}/ and give its name.")
+    if problems:
+        raise RaceError(*problems)
+
+
 def compose(overrides: Sequence[str] = ()) -> Any:
     """Compose and validate one job config; raises RaceError listing every problem."""
     from hydra import compose as hydra_compose
@@ -93,6 +120,7 @@ def compose(overrides: Sequence[str] = ()) -> Any:
 
     register_schema()
     overrides = list(overrides)
+    check_group_choices(overrides)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
         try:

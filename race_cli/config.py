@@ -194,9 +194,40 @@ def _get(cfg: Any, dotted: str) -> Any:
     return node
 
 
+INT_LIMIT = 2**31 - 1  # no integer setting is meaningful beyond this; larger ones are typos
+UPPER = {  # sizes beyond these are typos that would only exhaust memory (an H200 holds ~1e6-token batches)
+    "grpo.group_size": 4096, "grpo.prompts_per_iter": 65536, "grpo.updates_per_batch": 1024,
+    "rollout.max_new_tokens": 1_048_576, "lora.r": 65536, "task.num_eval": 10_000_000,
+}
+
+
+def _number_problems(node: Any, prefix: str = "") -> list[str]:
+    """Non-finite floats and integers beyond INT_LIMIT anywhere in the config (inf, nan, 1e400, 10**30)."""
+    import math
+
+    out = []
+    try:
+        items = list(node.items()) if hasattr(node, "items") else []
+    except Exception:  # noqa: BLE001 - an unresolvable node is reported by the schema merge
+        return out
+    for k, v in items:
+        key = f"{prefix}{k}"
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            out.append(f"{key}={v!r} is not a finite number: expected e.g. {key}=1e12.")
+        elif isinstance(v, int) and abs(v) > INT_LIMIT:
+            out.append(f"{key}={v} is too large: expected an integer of at most {INT_LIMIT}.")
+        elif hasattr(v, "items"):
+            out.extend(_number_problems(v, key + "."))
+    return out
+
+
 def validate(cfg: Any) -> list[str]:
     """Every range problem of one composed config, as messages (empty list = valid)."""
-    problems: list[str] = []
+    problems: list[str] = _number_problems(cfg)
+    if problems:  # the range checks below would compare infinities and overflow
+        return problems
 
     def need(key: str, ok: bool, expected: str) -> None:
         if not ok:
@@ -222,6 +253,8 @@ def validate(cfg: Any) -> list[str]:
     need("task.prompt_tokens", _get(cfg, "task.prompt_tokens") > 0, "a positive mean prompt length")
     need("eval.every", _get(cfg, "eval.every") >= 1, "an integer >= 1")
     need("checkpoint.every", _get(cfg, "checkpoint.every") >= 1, "an integer >= 1")
+    for key, most in UPPER.items():
+        need(key, _get(cfg, key) <= most, f"at most {most}")
     for key, options in CHOICES.items():
         value = _get(cfg, key)
         if value not in options:

@@ -23,12 +23,29 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def umask_mode(directory: bool = False) -> int:
+    """The mode a plain open() / mkdir() would give under the user's umask (0644 / 0755 with 022).
+
+    tempfile.mkstemp / mkdtemp create 0600 / 0700 whatever the umask: files of a sweep would be
+    unreadable to colleagues sharing a cluster, so temp files get this mode before they are renamed.
+    """
+    return (0o777 if directory else 0o666) & ~current_umask()
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` to `path` through a temp file in the same folder and an atomic rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, umask_mode())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -159,7 +159,7 @@ def load_grid(name: str) -> dict:
     from race_cli.compose import conf_dir, group_options
 
     path = conf_dir() / "grid" / f"{name}.yaml"
-    if not path.is_file():
+    if name not in group_options("grid") or not path.is_file():  # a name of conf/grid/, never a path
         raise RaceError(f"Unknown grid option '{name}'. Available: {', '.join(group_options('grid'))}.")
     with open(path, encoding="utf-8") as f:
         grid = yaml.safe_load(f) or {}
@@ -319,6 +319,9 @@ def write_sweep(plan: Plan, sweep_dir: str | os.PathLike) -> bool:
     sweep_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{sweep_dir.name}.", suffix=".tmp", dir=sweep_dir.parent))
     try:
+        from race_cli.io import umask_mode
+
+        os.chmod(tmp, umask_mode(directory=True))  # mkdtemp makes 0700; the sweep follows the umask
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         multirun = {
             "overrides": plan.typed,

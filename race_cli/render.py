@@ -80,8 +80,12 @@ def _lookup(cfg: dict, dotted: str) -> Any:
     return node
 
 
-def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2, file=None) -> None:
-    """`race flops`: one job's per-phase ledger, one iteration and the planned whole job."""
+def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2, file=None) -> int:
+    """`race flops`: one job's per-phase ledger, one iteration and the planned whole job.
+
+    Returns the exit code: 2 for a job race plan would refuse (its budget buys no iteration, or
+    more than budget.max_iterations), after printing the ledger that shows why; else 0.
+    """
     from rich.console import Console
     from rich.table import Table
 
@@ -114,13 +118,21 @@ def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2
     table.add_row("total", fmt_flops(per_it), fmt_flops(per_it_x), fmt_flops(total),
                   fmt_flops(pl["executed_flops"]["total"]), _pct(total / c["budget"]["flops"]) + " of budget")
     console.print(table)
-    if job.iterations < 1:
-        console.print(f"[bold red]budget.flops={c['budget']['flops']:.3g} buys no iteration[/]: one costs "
-                      f"{per_it:.3g} FLOPs. race plan and race run refuse this job.", highlight=False)
     console.print(f"planning lengths: prompt {c['task']['prompt_tokens']:g} tokens, completion "
                   f"{completion_estimate(c):g} tokens (rollout.expected_completion_tokens); the job's live ledger uses real counts.", highlight=False)
     if audit:
         _print_audit(job, batch, console)
+    refused = None
+    if job.iterations < 1:
+        refused = (f"budget.flops={c['budget']['flops']:.3g} buys no iteration: one costs {per_it:.3g} FLOPs. "
+                   "race plan and race run refuse this job; raise budget.flops or shrink the batch.")
+    elif job.iterations > c["budget"]["max_iterations"]:
+        refused = (f"the budget buys {job.iterations} iterations, more than budget.max_iterations="
+                   f"{c['budget']['max_iterations']}: race plan and race run refuse this job. Lower budget.flops.")
+    if refused:
+        Console(stderr=True).print(f"[bold red]error:[/] {refused}", highlight=False, soft_wrap=True)
+        return 2
+    return 0
 
 
 def _print_audit(job: Any, batch: int, console: Any) -> None:

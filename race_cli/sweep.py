@@ -61,6 +61,7 @@ def parse_sweep(overrides: Sequence[str], group_options: dict[str, list[str]]) -
     parser = _parser()
     sweep = Sweep()
     problems = []
+    first: dict[str, str] = {}  # key -> the override that set it first
     for text in overrides:
         try:
             (ov,) = parser.parse_overrides([text])
@@ -71,6 +72,11 @@ def parse_sweep(overrides: Sequence[str], group_options: dict[str, list[str]]) -
         key = ov.get_key_element()
         prefix = key[: len(key) - len(key.lstrip("+~"))]
         bare = key[len(prefix):]
+        if bare in first:  # Hydra would keep the last one while the job ids name both
+            problems.append(f"'{text}': {bare} is already set by '{first[bare]}'. Give each key once; to sweep "
+                            f"more values, list them in one override ({bare}=a,b,c).")
+            continue
+        first[bare] = text
         value = ov.value()
         if not ov.is_sweep_override():
             if prefix.startswith("~"):

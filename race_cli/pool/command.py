@@ -128,22 +128,31 @@ def read_states(sweep_dir: Path, job_ids: Sequence[str]) -> dict[str, str]:
 
 # --- the command -------------------------------------------------------------------------------
 
+MAX_WORKERS = 1024  # processes or GPUs on one machine; more is a typo (and would exhaust memory)
+MAX_TIME_MIN = 60 * 24 * 30  # a month
+
+
 def validate_args(*, launcher: str, workers: int | None, gpus_per_job: int, time_min: int,
-                  array_parallelism: int | None, cpus_per_task: int | None, grace_s: float) -> None:
+                  array_parallelism: int | None, cpus_per_task: int | None, grace_s: float,
+                  max_jobs: int | None = None) -> None:
     problems = []
     if launcher not in LAUNCHERS:
         problems.append(f"--launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}.")
-    if workers is not None and workers < 1:
-        problems.append(f"--workers {workers}: expected at least 1 CPU worker.")
-    if gpus_per_job < 0 or (launcher == "local" and gpus_per_job < 1):
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        problems.append(f"--workers {workers}: expected 1 to {MAX_WORKERS} CPU worker processes.")
+    if gpus_per_job > MAX_WORKERS:
+        problems.append(f"--gpus-per-job {gpus_per_job}: expected at most {MAX_WORKERS}.")
+    elif gpus_per_job < 0 or (launcher == "local" and gpus_per_job < 1):
         problems.append(f"--gpus-per-job {gpus_per_job}: expected at least 1 (0 is allowed with "
                         "--launcher slurm for CPU-only tasks).")
-    if time_min < 1:
-        problems.append(f"--time-min {time_min}: expected a SLURM time limit of at least 1 minute.")
-    if array_parallelism is not None and array_parallelism < 1:
-        problems.append(f"--array-parallelism {array_parallelism}: expected at least 1 task at a time.")
-    if cpus_per_task is not None and cpus_per_task < 1:
-        problems.append(f"--cpus-per-task {cpus_per_task}: expected at least 1.")
+    if not 1 <= time_min <= MAX_TIME_MIN:
+        problems.append(f"--time-min {time_min}: expected a SLURM time limit of 1 to {MAX_TIME_MIN} minutes.")
+    if array_parallelism is not None and not 1 <= array_parallelism <= MAX_WORKERS * 100:
+        problems.append(f"--array-parallelism {array_parallelism}: expected 1 to {MAX_WORKERS * 100} tasks at a time.")
+    if cpus_per_task is not None and not 1 <= cpus_per_task <= MAX_WORKERS:
+        problems.append(f"--cpus-per-task {cpus_per_task}: expected 1 to {MAX_WORKERS}.")
+    if max_jobs is not None and max_jobs < 1:
+        problems.append(f"--max-jobs {max_jobs}: expected at least 1.")
     if grace_s < 0:
         problems.append(f"grace {grace_s} s: expected >= 0.")
     if problems:
@@ -165,7 +174,8 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
 
     own_jobs = job_command is None  # the real engine (tests inject fake jobs)
     validate_args(launcher=launcher, workers=workers, gpus_per_job=gpus_per_job, time_min=time_min,
-                  array_parallelism=array_parallelism, cpus_per_task=cpus_per_task, grace_s=grace_s)
+                  array_parallelism=array_parallelism, cpus_per_task=cpus_per_task, grace_s=grace_s,
+                  max_jobs=max_jobs)
     job_command = job_command or default_job_command
     sweep = prepare_sweep(overrides, sweep_dir, yes=yes, max_jobs=max_jobs, runs_root=runs_root, say=say)
     rows = read_plan_rows(sweep)

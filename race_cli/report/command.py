@@ -21,6 +21,7 @@ from race_cli.io import atomic_write_text
 from race_cli.report.table import CONDITION_COLS, read_sweeps
 
 FORMATS = ("table", "csv", "json", "markdown")
+MAX_BOOTSTRAP = 100_000
 LOWER_IS_BETTER = ("loss", "error", "perplexity", "ppl", "regret")  # name fragments
 
 
@@ -38,6 +39,9 @@ def _validate_args(sweep_dirs: list[Path], target: str, fmt: str, bootstrap: int
     if bootstrap < 100:
         problems.append(f"--bootstrap {bootstrap} is too few draws for a 95% interval; use at least 100 "
                         "(1000 is the default).")
+    elif bootstrap > MAX_BOOTSTRAP:
+        problems.append(f"--bootstrap {bootstrap}: at most {MAX_BOOTSTRAP} draws (1000 is the default; "
+                        "more only costs time and memory).")
     if not target or "/" in target:
         problems.append(f"--target {target!r}: give the name after eval/, e.g. --target accuracy.")
     if problems:

@@ -34,7 +34,24 @@ def entry_dir(name: str) -> Path:
 
 
 def is_built(path: Path) -> bool:
-    return (path / "recipe.json").is_file() and (path / "config.json").is_file()
+    return (path / "recipe.json").is_file() and (path / "config.json").is_file() and damage(path) is None
+
+
+def damage(path: Path) -> str | None:
+    """Why the entry at `path` cannot be used (unreadable recipe.json / config.json, a recipe hash
+    that is not its folder's), or None when it looks whole. A damaged entry is rebuilt."""
+    for name in ("recipe.json", "config.json"):
+        if not (path / name).exists():
+            continue
+        try:
+            data = read_json(path / name)
+        except (OSError, ValueError) as exc:
+            return f"{name} is unreadable ({type(exc).__name__})"
+        if not isinstance(data, dict):
+            return f"{name} is not a JSON object"
+        if name == "recipe.json" and not path.name.endswith(f"-{data.get('hash')}"):
+            return f"recipe.json names hash {str(data.get('hash'))[:20]!r}, not the folder's"
+    return None
 
 
 def _check_name(name: str) -> None:
@@ -66,6 +83,12 @@ def build(name: str, force: bool = False) -> Path:
     final = entry_dir(name)
     if is_built(final) and not force:
         return final
+    why = damage(final) if final.exists() else None
+    if why:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[yellow]zoo:{name} at {final} is damaged ({why}): rebuilding it.[/]",
+                                   highlight=False)
     recipe = RECIPES[name]
     base = build(recipe["init_from"]) if recipe["kind"] == "prm" else None
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -75,6 +98,9 @@ def build(name: str, force: bool = False) -> Path:
             return final
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
         try:
+            from race_cli.io import umask_mode
+
+            os.chmod(tmp, umask_mode(directory=True))  # mkdtemp makes 0700; the cache follows the umask
             figures = _build_into(name, recipe, base, tmp)
             atomic_write_json(tmp / "recipe.json", {"name": name, "hash": recipe_hash(name), "recipe": recipe,
                                                     "base": str(base) if base else None, **figures})
@@ -143,7 +169,8 @@ def list_entries() -> list[dict]:
         arch = recipe["arch"] if recipe["kind"] == "policy" else RECIPES[recipe["init_from"]]["arch"]
         head = recipe.get("num_labels")  # None: a causal LM head over the vocabulary (policies, logprob PRM)
         row = {"name": name, "kind": recipe["kind"], "params": count_params(arch, head), "built": is_built(path),
-               "path": str(path), "greedy": None, "sampled": None, "auc": None, "seconds": None}
+               "path": str(path), "greedy": None, "sampled": None, "auc": None, "seconds": None,
+               "damage": damage(path) if path.exists() else None}
         if row["built"]:
             info = read_json(path / "recipe.json")
             row.update(greedy=info.get("greedy"), sampled=info.get("sampled"), auc=info.get("auc"),
@@ -169,7 +196,11 @@ def zoo_main(names: list[str] | None, build: bool, force: bool) -> int:
     fmt = lambda v: "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
     for r in list_entries():
         if r["name"] in names:
-            table.add_row(r["name"], r["kind"], f"{r['params']:,}", "yes" if r["built"] else "no", fmt(r["greedy"]),
+            built = "yes" if r["built"] else f"damaged: {r['damage']}" if r["damage"] else "no"
+            table.add_row(r["name"], r["kind"], f"{r['params']:,}", built, fmt(r["greedy"]),
                           fmt(r["sampled"]), fmt(r["auc"]), "-" if r["seconds"] is None else f"{r['seconds']:.0f}", r["path"])
     Console().print(table)
+    if any(r["damage"] for r in list_entries() if r["name"] in names):
+        Console(stderr=True).print("Damaged entries are rebuilt when a job needs them, or now: race zoo --build "
+                                   "NAME.", highlight=False)
     return 0
