@@ -215,12 +215,12 @@ def _os_error_message(exc: OSError) -> tuple[str, int]:
 
     name = errno.errorcode.get(exc.errno or 0, "")
     where = exc.filename if exc.filename is not None else "a file"
-    hints = {"ENOSPC": "the disk is full: free some space, then rerun the same command (it resumes)",
-             "EDQUOT": "your disk quota is used up: free some space, then rerun the same command",
-             "EFBIG": "the file grew past the size limit (ulimit -f): raise the limit, then rerun",
-             "EROFS": "the file system is read-only: choose a folder you can write (--out / --sweep-dir)",
-             "EACCES": "permission denied: choose a folder you can write (--out / --sweep-dir)",
-             "EPERM": "operation not permitted: choose a folder you can write (--out / --sweep-dir)",
+    hints = {"ENOSPC": "free some space, then rerun the same command (it resumes)",
+             "EDQUOT": "free some space, then rerun the same command",
+             "EFBIG": "raise the size limit (ulimit -f), then rerun",
+             "EROFS": "choose a folder you can write (--out / --sweep-dir)",
+             "EACCES": "choose a folder you can write (--out / --sweep-dir)",
+             "EPERM": "choose a folder you can write (--out / --sweep-dir)",
              "ENOTDIR": "a file is in the way where a folder is needed: choose another path or move the file",
              "EEXIST": "a file is in the way where a folder is needed: choose another path or move the file",
              "EISDIR": "a folder is in the way where a file is needed: choose another path"}

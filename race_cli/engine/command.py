@@ -34,7 +34,24 @@ def _saved_overrides(job_dir: Path) -> list[str]:
     path = job_dir / ".hydra" / "overrides.yaml"
     if not path.is_file():
         return []
-    return [str(o) for o in (yaml.safe_load(path.read_text(encoding="utf-8")) or [])]
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+        if not isinstance(data, list):
+            raise ValueError("expected a list of overrides")
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+        raise RaceError(f"Cannot read {path} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}). Expected "
+                        "the list of overrides race wrote there; choose another folder or replan the job.") from None
+    return [str(o) for o in data]
+
+
+def _never_trained(job_dir: Path) -> bool:
+    """True when the folder's job has no checkpoint and is not running or done: nothing of it is
+    worth keeping, so `race train --out` may give it a corrected config."""
+    from race_cli.pool.status import read_status
+
+    if any((job_dir / name).exists() for name in ("checkpoint", ".checkpoint.old", "summary.json")):
+        return False
+    return read_status(job_dir).get("state") in ("pending", "failed")
 
 
 def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | None = None) -> int:
@@ -49,7 +66,12 @@ def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | No
     if out is not None:
         folder = Path(out)
         saved = folder / ".hydra" / "config.yaml"
-        if saved.is_file():
+        if saved.is_file() and _saved_overrides(folder) != overrides and _never_trained(folder):
+            cfg = compose(overrides)  # a corrected command for a job that failed before its first checkpoint
+            print(f"{folder}: replacing the config of a job that never reached a checkpoint "
+                  f"(overrides were {_saved_overrides(folder)})", flush=True)
+            _write_job_config(folder, cfg, overrides)
+        elif saved.is_file():
             before = _saved_overrides(folder)
             if before != overrides:
                 raise RaceError(f"{folder} already holds a job with overrides {before}, not {overrides}: "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import socket
 from pathlib import Path
@@ -35,15 +36,41 @@ def status_path(job_dir: Path) -> Path:
 
 
 def read_status(job_dir: Path) -> dict[str, Any]:
-    """The job's status.json; a missing or unreadable one reads as pending (never written yet)."""
+    """The job's status.json; a missing one reads as pending (never written yet).
+
+    A garbage one (not JSON, not an object, an unknown state, attempts not a count) also reads
+    as pending, but never silently from zero: the attempts are recounted from the pool's
+    headers in log.txt, and `error` says the file was rebuilt.
+    """
     path = status_path(job_dir)
+    if not path.exists():
+        return {"job_id": Path(job_dir).name, "state": "pending", "attempts": 0}
+    why = "it is not a JSON object with a known state"
     try:
         data = read_json(path)
         if isinstance(data, dict) and data.get("state") in STATES:
-            return data
-    except (OSError, json.JSONDecodeError):
-        pass
-    return {"job_id": Path(job_dir).name, "state": "pending", "attempts": 0}
+            attempts = data.get("attempts", 0)
+            if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts >= 0:
+                return data
+            why = f"attempts={str(attempts)[:20]!r} is not a count"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        why = f"{type(exc).__name__}"
+    attempts = attempts_from_log(Path(job_dir) / "log.txt")
+    return {"job_id": Path(job_dir).name, "state": "pending", "attempts": attempts,
+            "error": f"status.json was unreadable ({why}) and was rebuilt; {attempts} earlier attempt(s) "
+                     "counted from log.txt"}
+
+
+_ATTEMPT_HEADER = re.compile(r"^===== race run: attempt (\d+) ", re.M)
+
+
+def attempts_from_log(path: Path) -> int:
+    """The highest attempt number in the pool's headers of log.txt (0 when none)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return 0
+    return max((int(m) for m in _ATTEMPT_HEADER.findall(text)), default=0)
 
 
 def write_status(job_dir: Path, status: dict[str, Any]) -> None:
