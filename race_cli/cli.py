@@ -114,6 +114,8 @@ def train(
         code = train_main(overrides or [], out=out, job_dir=job_dir)
     except RaceError as exc:
         _fail(exc)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (engine.job.Stopped): status.json says interrupted
+        code = 128 + int(getattr(exc, "signum", 2))
     raise typer.Exit(code)
 
 

@@ -57,11 +57,12 @@ def _never_trained(job_dir: Path) -> bool:
 def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | None = None) -> int:
     """Compose (`out`) or reload (`job_dir`) one job's config and run or resume it; returns the exit code."""
     from race_cli.compose import compose, load_job_config
-    from race_cli.engine.job import Job
+    from race_cli.pool.lock import JobLock
 
     if (out is None) == (job_dir is None):
         raise RaceError("race train needs exactly one of --out DIR (compose these overrides into a new job folder) "
                         "or --job-dir DIR (a job folder written by race plan --out).")
+    JobLock(Path(out if out is not None else job_dir)).refuse_if_busy()  # before writing or importing torch
     overrides = list(overrides or [])
     if out is not None:
         folder = Path(out)
@@ -87,5 +88,7 @@ def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | No
                             f"{folder}/.hydra/config.yaml. Use --out DIR to compose a new job instead.")
         cfg = load_job_config(folder / ".hydra" / "config.yaml")
         overrides = _saved_overrides(folder)
+    from race_cli.engine.job import Job  # imports torch
+
     return Job(cfg, folder, overrides).run()
 

@@ -94,6 +94,15 @@ class FileLock:
                 f"{record.get('started')}) holds {self.path}. Wait for it to finish, or, if you are sure it "
                 f"is gone, delete {self.path} and rerun.")
 
+    def refuse_if_busy(self) -> None:
+        """RaceError now when a live process holds the lock (a cheap early check; acquire() decides)."""
+        try:
+            record = json.loads(self.path.read_text() or "{}")
+        except (OSError, json.JSONDecodeError):
+            return
+        if isinstance(record, dict) and record and stale_reason(record) is None:
+            raise RaceError(self.busy(record))
+
     def _create(self) -> bool:
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)

@@ -200,7 +200,9 @@ def zoo_main(names: list[str] | None, build: bool, force: bool) -> int:
             table.add_row(r["name"], r["kind"], f"{r['params']:,}", built, fmt(r["greedy"]),
                           fmt(r["sampled"]), fmt(r["auc"]), "-" if r["seconds"] is None else f"{r['seconds']:.0f}", r["path"])
     Console().print(table)
-    if any(r["damage"] for r in list_entries() if r["name"] in names):
-        Console(stderr=True).print("Damaged entries are rebuilt when a job needs them, or now: race zoo --build "
-                                   "NAME.", highlight=False)
+    for r in list_entries():
+        if r["name"] in names and r["damage"]:
+            Console(stderr=True).print(f"zoo:{r['name']} at {r['path']} is damaged ({r['damage']}): it is rebuilt "
+                                       f"when a job needs it, or now with race zoo --build {r['name']}.",
+                                       highlight=False, soft_wrap=True)
     return 0
