@@ -153,7 +153,8 @@ def build_reward(cfg: Any, device: str, dtype: Any) -> Callable[[list, list[str]
                                                  template=r.model.template, step_tag=r.model.step_tag,
                                                  step_joiner=r.model.step_joiner, good_token=r.model.good_token,
                                                  bad_token=r.model.bad_token,
-                                                 trust_remote_code=r.model.trust_remote_code)
+                                                 trust_remote_code=r.model.trust_remote_code,
+                                                 revision=r.model.revision)
 
         def process(items: list, completions: list[str]) -> RewardResult:
             t0 = time.perf_counter()
@@ -207,8 +208,9 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     path = resolve_model_path(cfg.model.path)
     trust = bool(cfg.model.trust_remote_code)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust)
+        rev = cfg.model.revision
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust, revision=rev)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust, revision=rev)
     except (OSError, ValueError) as exc:
         raise RaceError(f"Cannot load model.path={cfg.model.path} ({path}): {str(exc).splitlines()[0]}. "
                         "Expected a transformers causal-LM folder or hub id (no network here: use a local folder "
