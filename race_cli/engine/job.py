@@ -122,7 +122,7 @@ class Job:
         self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype,
                                        prompts=(self.train_prompts, self.eval_prompts),
                                        sync_dir=self.job_dir / ".vllm-adapter")
-        self.reward = S.build_reward(c, self.device, self.dtype)
+        self.reward = S.build_reward(c, S.reward_device(self.device), self.dtype)  # its own GPU when there are 2+
         self.reward_arch = Arch.from_config(c.reward.model.arch) if c.reward.type == "prm" else None
         self.ref_model = None
         if c.grpo.beta > 0 and not c.lora.enabled:  # full FT: the reference needs its own frozen copy

@@ -41,6 +41,24 @@ def resolve_device(requested: str) -> str:
     raise RaceError(f"device={requested!r} is unknown: expected auto, cpu, cuda or cuda:N.")
 
 
+def reward_device(policy_device: str, n_gpus: int | None = None) -> str:
+    """Where the reward model runs: its own GPU when the job sees two or more, else beside the policy.
+
+    `race run --gpus-per-job 2` gives a job two GPUs (cuda:0, cuda:1 inside it): the policy and
+    vLLM stay on the policy's GPU and the PRM takes the next one, so neither squeezes the other.
+    """
+    if not policy_device.startswith("cuda"):
+        return policy_device
+    if n_gpus is None:
+        import torch
+
+        n_gpus = torch.cuda.device_count()
+    if n_gpus < 2:
+        return policy_device
+    index = int(policy_device.split(":")[1]) if ":" in policy_device else 0
+    return f"cuda:{(index + 1) % n_gpus}"
+
+
 def resolve_dtype(requested: str, device: str):
     """`auto` = bfloat16 on a GPU, float32 on CPU; otherwise the named torch dtype."""
     import torch
