@@ -28,8 +28,8 @@ Two ways to turn the model's output at those tokens into P(step is correct):
 Presets: Qwen2.5-Math-PRM-7B is `format="classifier", step_tag="<extra_0>", step_joiner=""`
 with its chat template written into `template` (conf/reward/prm-7b.yaml); the separator is the
 one the policy is told to use (one step per line: "\\n"), so each line reaches the PRM as
-one `step<extra_0>` unit, the layout the PRM's card builds from its own steps. Math-Shepherd is `format="token",
-step_tag=" ки", template="{question} {completion}"`. The embedded byte-level tiny PRM reads
+one `step<extra_0>` unit, the layout the PRM's card builds from its own steps. Math-Shepherd
+is `format="token", step_tag=" ки", template="{question} {completion}"`. The embedded byte-level tiny PRM reads
 at each newline with the default template.
 
 Scoring runs under `torch.no_grad()` (not `inference_mode`, so FlopCounterMode can audit it),
