@@ -191,12 +191,14 @@ def zoo(
     names: Optional[List[str]] = typer.Argument(None, help="Entries to show or build (default: all).", show_default=False),
     build: bool = typer.Option(False, "--build", help="Build missing entries (tiny policies, tiny PRM)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when cached."),
+    verify: bool = typer.Option(False, "--verify", help="Rebuild from the recipe in a temp folder and check the "
+                                "weights equal the shipped copy bit for bit."),
 ) -> None:
     """List (and build) the embedded tiny model zoo: tiny-s/m/l policies and the tiny PRM."""
     from race_cli.zoo import zoo_main
 
     try:
-        code = zoo_main(names or None, build=build, force=force)
+        code = zoo_main(names or None, build=build, force=force, verify=verify)
     except RaceError as exc:
         _fail(exc)
     raise typer.Exit(code)
