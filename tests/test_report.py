@@ -49,7 +49,7 @@ def test_every_job_is_listed_with_its_state(sweep):
     assert j.loc["tiny-s_G2_mu1_rule_failed", "model"] == "tiny-s"
     assert j.loc["tiny-s_G2_mu1_rule_failed", "group_size"] == 2
     assert data.knob_cols == ["group_size", "updates_per_batch", "prompts_per_iter"]
-    assert data.targets == ["accuracy"]
+    assert data.targets == ["arithmetic"]
 
 
 def test_shares_come_from_the_actual_ledger(tmp_path):
@@ -175,8 +175,8 @@ def test_several_sweeps_and_the_conditional_frontier(tmp_path):
 @pytest.mark.parametrize("make, args, words", [
     (lambda t: t, {}, "not a sweep"),
     (lambda t: (t / "jobs").mkdir() or t, {}, "has no jobs"),
-    (lambda t: build_sweep(t / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=5), {"target": "pass_at_8"},
-     "no finished job recorded eval/pass_at_8"),
+    (lambda t: build_sweep(t / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=5), {"target": "gsm8k"},
+     "no finished job recorded eval/gsm8k"),
     (lambda t: build_sweep(t / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=5), {"by": ["colour"]},
      "--by colour"),
     (lambda t: build_sweep(t / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=5), {"fmt": "xml"},
@@ -218,7 +218,7 @@ def test_items_are_paired_by_id_not_by_position(tmp_path):
     base = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
     jd = sorted((root / "jobs").iterdir())[0]
     s = json.loads((jd / "summary.json").read_text())
-    it = s["eval_items"]["accuracy"]
+    it = s["eval_items"]["arithmetic"]
     it["ids"], it["scores"] = it["ids"][::-1], it["scores"][::-1]
     (jd / "summary.json").write_text(json.dumps(s))
     rev = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
@@ -250,7 +250,7 @@ def test_by_accepts_commas_and_lower_is_better_targets():
 def test_by_with_commas_groups_by_those_columns(sweep, tmp_path):
     r = _quiet(sweep_dirs=[sweep], out=tmp_path, plots=False, bootstrap=200, by=["model,reward"])["ranking"]
     assert list(r.columns[:4]) == ["condition", "target", "model", "reward"]
-    assert r["condition"].unique().tolist() == ["model=tiny-s reward=rule"]
+    assert r["condition"].unique().tolist() == ["model=tiny-s reward=rule target=arithmetic"]
 
 
 def test_done_jobs_without_ledgers_are_explained_not_crashed(tmp_path, capsys):

@@ -4,6 +4,16 @@ Five candidate curves are fitted by least squares to one point per regime (its m
 mean target): constant; linear and quadratic in p; linear and quadratic in log p. The one
 with the smallest leave-one-out (LOO) squared error wins; ties go to fewer parameters.
 A curve needs at least (parameters + 1) points so that every LOO fit is determined.
+With exactly three regimes at three distinct p (a grid of three μ and nothing else), LOO
+cannot judge a curve with curvature; the quadratic in log p is then chosen only when the
+bootstrap says its curvature is real (in at least 97.5% of the draws the curve through the
+three regime means bends the right way).
+
+The optimum p* of the chosen curve is searched over the sampled range of p extended by half
+its span on each side (in the curve's own variable, p or log p; within (0, 1]), so the report
+can say whether p* lies inside the sampled range. Its bootstrap interval refits the chosen
+curve to every bootstrap draw of the regime means (the ranking's draws: items paired, seeds
+resampled) and takes the percentile interval of the draws' optima.
 
 The fit's optimum is used only when it is trustworthy. Otherwise the report falls back to
 the pilot-best point (the regime with the best mean) and says why:
@@ -11,8 +21,8 @@ the pilot-best point (the regime with the best mean) and says why:
 - the chosen design matrix is ill-conditioned (condition number > 1e4 with p scaled to [-1, 1];
   a well-spread grid gives < 100);
 - the chosen curve is constant (the target does not respond to p within the grid);
-- its optimum lies on the edge of the grid (within 2% of the p range of min p or max p):
-  the real optimum may be outside the pilot grid.
+- its optimum lies on the edge of the sampled range (within 2% of the p range of min p or
+  max p) or outside it: the real optimum may be outside the pilot grid.
 """
 
 from __future__ import annotations
@@ -24,6 +34,9 @@ import numpy as np
 MAX_COND = 1e4  # condition number (design scaled to [-1, 1]) above which a fit is unstable
 EDGE_FRAC = 0.02  # an optimum within this fraction of the p range from an end is "on the edge"
 MIN_DISTINCT_P = 3
+EXTEND = 0.5  # the optimum is searched this fraction of the sampled span beyond each end
+N_GRID = 401  # points of that search
+LEVEL = 0.95  # p* interval
 
 
 @dataclass
@@ -37,8 +50,15 @@ class FitResult:
     reason: str  # why the fallback was taken (or "fit optimum inside the grid")
     p_star: float  # recommended p: fit optimum, or pilot-best p on fallback
     y_star: float  # fitted target at p_star (pilot-best mean on fallback)
-    p_fit_opt: float = float("nan")  # where the chosen curve peaks on the grid range
-    curve_p: list[float] = field(default_factory=list)  # for plotting
+    p_fit_opt: float = float("nan")  # where the chosen curve peaks (sampled range ± EXTEND)
+    p_star_lo: float = float("nan")  # bootstrap interval of the curve's optimum
+    p_star_hi: float = float("nan")
+    p_min: float = float("nan")  # the sampled range of p
+    p_max: float = float("nan")
+    inside: bool | None = None  # p_fit_opt within the sampled range (None: no curve optimum)
+    interval_inside: bool | None = None  # the whole p* interval within the sampled range
+    chosen_by: str = "leave-one-out error"  # or the bootstrap curvature check (three regimes)
+    curve_p: list[float] = field(default_factory=list)  # for plotting (sampled range)
     curve_y: list[float] = field(default_factory=list)
 
 
@@ -74,23 +94,63 @@ def _scaled_cond(x: np.ndarray, degree: int) -> float:
     return float(np.linalg.cond(_design(z, degree)))
 
 
-def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True) -> FitResult:
+def search_grid(p: np.ndarray, logx: bool) -> np.ndarray:
+    """Where the optimum is looked for: the sampled p range ± EXTEND of its span, in (0, 1]."""
+    if logx:
+        lo, hi = np.log(p.min()), np.log(p.max())
+        pad = EXTEND * (hi - lo)
+        return np.exp(np.linspace(lo - pad, min(hi + pad, 0.0), N_GRID))
+    lo, hi = p.min(), p.max()
+    pad = EXTEND * (hi - lo)
+    return np.linspace(max(lo - pad, 1e-4), min(hi + pad, 1.0), N_GRID)
+
+
+def optimum_draws(p: np.ndarray, draws: np.ndarray, logx: bool, degree: int, sign: float,
+                  grid: np.ndarray) -> np.ndarray:
+    """The chosen curve refitted to every bootstrap draw: where each one peaks. [B]
+
+    p [R] regime p; draws [B, R] bootstrap draws of the regime means. The design is fixed,
+    so every draw's least-squares coefficients are one matrix product with its pseudo-inverse.
+    """
+    x = np.log(p) if logx else p
+    coef = draws @ np.linalg.pinv(_design(x, degree)).T  # [B, degree+1]
+    gx = np.log(grid) if logx else grid
+    yhat = coef @ _design(gx, degree).T  # [B, N_GRID]
+    return grid[np.argmax(sign * yhat, axis=1)]
+
+
+def _curvature_supported(x: np.ndarray, draws: np.ndarray, sign: float) -> bool:
+    """Three points, three distinct x: does the curve through them bend the right way in
+    at least 97.5% of the draws (concave for a maximum)?"""
+    coef = draws @ np.linalg.pinv(_design(x, 2)).T  # [B, 3], leading coefficient first
+    return bool(np.mean(sign * coef[:, 0] < 0) >= 1 - (1 - LEVEL) / 2)
+
+
+def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True,
+                 draws: np.ndarray | None = None) -> FitResult:
     """Fit the target y against update fraction p (one point per regime) and pick p*.
 
-    p, y: arrays of equal length (regime means). Returns a FitResult; never raises for
-    too few points — that is a fallback with its reason.
+    p, y: arrays of equal length (regime means); draws [B, R]: bootstrap draws of the same
+    regime means (optional; without them there is no p* interval). Returns a FitResult;
+    never raises for too few points — that is a fallback with its reason.
     """
     p, y = np.asarray(p, float), np.asarray(y, float)
     ok = np.isfinite(p) & np.isfinite(y)
     p, y = p[ok], y[ok]
+    if draws is not None:
+        draws = np.asarray(draws, float)[:, ok]
+        if not np.isfinite(draws).all():
+            draws = None
     if len(p) == 0:
         return FitResult("", [], {}, True, "no regime has both p and the target", np.nan, np.nan)
     sign = 1.0 if maximize else -1.0
     ib = int(np.argmax(sign * y))
     pilot = (float(p[ib]), float(y[ib]))
+    rng_kw = dict(p_min=float(p.min()), p_max=float(p.max()))
 
     def fallback(reason: str, **kw) -> FitResult:
         base = dict(model="", coef=[], loo_mse={})
+        base.update(rng_kw)
         base.update(kw)
         return FitResult(fallback=True, reason=reason, p_star=pilot[0], y_star=pilot[1], **base)
 
@@ -109,12 +169,16 @@ def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True) -> FitResu
     best_err = min(scores.values())
     name = min((n for n, e in scores.items() if e <= best_err * (1 + 1e-12) + 1e-18),
                key=lambda n: order[n])
+    chosen_by = "leave-one-out error"
+    if len(p) == 3 and n_distinct == 3 and (p > 0).all():  # LOO cannot judge curvature here
+        if draws is not None and _curvature_supported(np.log(p), draws, sign):
+            name, chosen_by = "quadratic in log p", "a bootstrap check of its curvature"
     logx, deg = next((lg, d) for n, lg, d in CANDIDATES if n == name)
     x = np.log(p) if logx else p
     coef = np.linalg.lstsq(_design(x, deg), y, rcond=None)[0]
     grid = np.linspace(p.min(), p.max(), 201)
     yhat = np.polyval(coef, np.log(grid) if logx else grid)
-    kw = dict(model=name, coef=[float(c) for c in coef], loo_mse=scores,
+    kw = dict(model=name, coef=[float(c) for c in coef], loo_mse=scores, chosen_by=chosen_by,
               curve_p=grid.tolist(), curve_y=yhat.tolist())
     if n_distinct < MIN_DISTINCT_P:
         return fallback(f"only {n_distinct} distinct p values (need {MIN_DISTINCT_P}): fit unstable", **kw)
@@ -122,13 +186,55 @@ def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True) -> FitResu
     if cond > MAX_COND:
         return fallback(f"fit ill-conditioned (condition number {cond:.2g})", **kw)
     if deg == 0:
-        return fallback("constant fit chosen: the target does not respond to p within the grid", **kw)
-    j = int(np.argmax(sign * yhat))
-    p_opt = float(grid[j])
+        why = "constant fit chosen: the target does not respond to p within the grid"
+        if len(p) == 3:
+            why += " (three regimes: a curve is chosen only when its curvature is clear in the bootstrap)"
+        return fallback(why, **kw)
+    # --- the optimum, and its bootstrap interval
+    wide = search_grid(p, logx)
+    yw = np.polyval(coef, np.log(wide) if logx else wide)
+    j = int(np.argmax(sign * yw))
+    p_opt, y_opt = float(wide[j]), float(yw[j])
+    kw |= _interval(p, draws, logx, deg, sign, wide)
     span = p.max() - p.min()
-    if min(p_opt - p.min(), p.max() - p_opt) <= EDGE_FRAC * span:
-        edge = "lowest" if p_opt - p.min() <= EDGE_FRAC * span else "highest"
-        return fallback(f"fit optimum on the grid edge ({edge} p = {p_opt:.3g}); the optimum "
-                        "may lie outside the grid", p_fit_opt=p_opt, **kw)
+    lo_edge, hi_edge = p.min() + EDGE_FRAC * span, p.max() - EDGE_FRAC * span
+    kw |= dict(p_fit_opt=p_opt, inside=bool(p.min() <= p_opt <= p.max()))
+    if p_opt <= lo_edge or p_opt >= hi_edge:
+        low = p_opt <= lo_edge
+        end = f"lowest p = {p.min():.3g}" if low else f"highest p = {p.max():.3g}"
+        where = (f"on the grid edge ({end})" if p.min() <= p_opt <= p.max() else
+                 f"beyond the grid edge ({'below the' if low else 'above the'} {end}: the curve "
+                 f"peaks at p = {p_opt:.3g}{' or further' if j in (0, len(wide) - 1) else ''})")
+        return fallback(f"fit optimum {where}; the optimum may lie outside the grid", **kw)
     return FitResult(fallback=False, reason="fit optimum inside the grid", p_star=p_opt,
-                     y_star=float(yhat[j]), p_fit_opt=p_opt, **kw)
+                     y_star=y_opt, **rng_kw, **kw)
+
+
+def _interval(p, draws, logx, deg, sign, wide) -> dict:
+    """p* interval from the draws, and whether it lies inside the sampled range."""
+    if draws is None or len(draws) < 20:
+        return {}
+    opt = optimum_draws(p, draws, logx, deg, sign, wide)
+    a = (1 - LEVEL) / 2
+    lo, hi = (float(v) for v in np.quantile(opt, [a, 1 - a]))
+    return dict(p_star_lo=lo, p_star_hi=hi, interval_inside=bool(p.min() <= lo and hi <= p.max()))
+
+
+def describe_fit(fit: FitResult) -> str:
+    """The fit in one or two sentences: the curve, p* with its interval, inside or not."""
+    if not fit.model:
+        return f"Response fit: none ({fit.reason}); the pilot-best point stands (p = {fit.p_star:.3f})."
+    interval = (f" (95% interval {fit.p_star_lo:.3f}–{fit.p_star_hi:.3f})"
+                if np.isfinite(fit.p_star_lo) else " (no interval: no bootstrap draws)")
+    rng = f"the sampled range {fit.p_min:.3f}–{fit.p_max:.3f}"
+    if not fit.fallback:
+        where = (f"p* and its interval lie inside {rng}" if fit.interval_inside else
+                 f"p* lies inside {rng}" + (", but its interval reaches beyond it" if
+                                            fit.interval_inside is False else ""))
+        return (f"Response fit ({fit.model}, chosen by {fit.chosen_by}): optimum at "
+                f"p* = {fit.p_star:.3f}{interval}; {where}.")
+    s = f"Response fit ({fit.model}): fell back to the pilot-best point p = {fit.p_star:.3f} ({fit.reason})."
+    if "quadratic" in fit.model and np.isfinite(fit.p_fit_opt) and np.isfinite(fit.p_star_lo):
+        s += (f" The curve's own optimum: p = {fit.p_fit_opt:.3f}{interval}, "
+              f"{'inside' if fit.inside else 'outside'} {rng}.")
+    return s
