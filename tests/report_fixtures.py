@@ -103,7 +103,7 @@ def write_job(jobs_dir: Path, cond: dict, reg: Regime, seed: int, scores: dict[s
                "flops/reward": frac * actual["reward"], "flops/total": frac * total,
                "time/rollout": 0.6, "time/update": 0.3, "time/reward": 0.01,
                "tokens/prompt": 90, "tokens/completion": 370}
-        if it % eval_every == 0 or it == iterations:
+        if (it % eval_every == 0 and (it > 0 or start is not None)) or it == iterations:
             for t in targets:
                 i0 = initial.get(t, final[t])
                 row[f"eval/{t}/accuracy"] = i0 + (final[t] - i0) * frac

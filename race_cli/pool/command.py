@@ -282,9 +282,12 @@ def print_report_top(sweep: Path, say) -> None:
         console = Console()
         if not console.is_terminal:
             console = Console(width=max(console.width, 130))  # logs: room for the table's 9 columns
-        ranking = res["ranking"]
+        ranking, rec = res["ranking"], res["recommendations"]
+        no_gain = dict(zip(rec["condition"], rec["no_gain"])) if "no_gain" in rec else {}
         if len(ranking):
             for cond, g in ranking.groupby("condition", sort=False):
+                if no_gain.get(cond):  # a ranking that is not a finding must not read like one
+                    say(no_gain[cond])
                 t = Table(title=f"top of the ranking: {cond}", title_justify="left")
                 for h in RANK_HEAD:
                     t.add_column(h, justify="left" if h == "regime" else "right")

@@ -1,19 +1,27 @@
 """Local response of the target to the update fraction p, with an honest fallback (no I/O).
 
-Five candidate curves are fitted by least squares to one point per regime (its mean p and
-mean target): constant; linear and quadratic in p; linear and quadratic in log p. The one
-with the smallest leave-one-out (LOO) squared error wins; ties go to fewer parameters.
-A curve needs at least (parameters + 1) points so that every LOO fit is determined.
-With exactly three regimes at three distinct p (a grid of three μ and nothing else), LOO
-cannot judge a curve with curvature; the quadratic in log p is then chosen only when the
-bootstrap says its curvature is real (in at least 97.5% of the draws the curve through the
-three regime means bends the right way).
+The response is a function of p, so regimes at the same p (to two decimals: with B fixed,
+G scales rollout and update alike and moves p only by a few 0.001) are replicates: they are
+averaged into one point per distinct p first (their bootstrap draws too). Five candidate
+curves are fitted by least squares to those points: constant; linear and quadratic in p;
+linear and quadratic in log p. The one with the smallest leave-one-out (LOO) squared error
+wins — leaving out one p value, i.e. predicting an allocation the grid did not try; ties go
+to fewer parameters. A curve needs at least (parameters + 1) points so that every LOO fit is
+determined. With exactly three distinct p (the default grid: three values of μ) LOO cannot
+judge a curve with curvature; the quadratic in log p is then chosen only when the bootstrap
+says its curvature is real (in at least 95% of the draws the curve through the three
+points bends the right way: a one-sided 95% test), else LOO chooses between the constant
+and the lines.
 
 The optimum p* of the chosen curve is searched over the sampled range of p extended by half
 its span on each side (in the curve's own variable, p or log p; within (0, 1]), so the report
-can say whether p* lies inside the sampled range. Its bootstrap interval refits the chosen
-curve to every bootstrap draw of the regime means (the ranking's draws: items paired, seeds
-resampled) and takes the percentile interval of the draws' optima.
+can say whether p* lies inside the sampled range. Its bootstrap interval repeats the whole
+procedure on every bootstrap draw of the regime means (the ranking's draws: items paired,
+seeds resampled): the curve is chosen again by LOO error among the candidates with a slope
+(closed-form LOO for least squares, so all draws cost a few matrix products), refitted, and
+its optimum taken; the interval is the percentile interval of those optima. Re-choosing the
+curve per draw matters: a quadratic in p fitted to a peak that is quadratic in log p puts the
+optimum too high, and an interval that ignores that choice misses the true p*.
 
 The fit's optimum is used only when it is trustworthy. Otherwise the report falls back to
 the pilot-best point (the regime with the best mean) and says why:
@@ -37,6 +45,7 @@ MIN_DISTINCT_P = 3
 EXTEND = 0.5  # the optimum is searched this fraction of the sampled span beyond each end
 N_GRID = 401  # points of that search
 LEVEL = 0.95  # p* interval
+CURVATURE_SHARE = 0.95  # three distinct p: share of draws that must bend the right way (one-sided 95%)
 
 
 @dataclass
@@ -119,11 +128,23 @@ def optimum_draws(p: np.ndarray, draws: np.ndarray, logx: bool, degree: int, sig
     return grid[np.argmax(sign * yhat, axis=1)]
 
 
+def loo_mse_many(x: np.ndarray, Y: np.ndarray, degree: int) -> np.ndarray:
+    """loo_mse for every row of Y [B, n] at once: [B]. Exact for least squares: the LOO
+    residual of point i is its residual over (1 - h_ii), h the hat matrix's diagonal."""
+    X = _design(x, degree)
+    H = X @ np.linalg.pinv(X)  # [n, n]
+    h = np.diag(H)
+    if (h > 1 - 1e-9).any():
+        return np.full(len(Y), np.inf)
+    e = (Y - Y @ H.T) / (1 - h)  # [B, n]
+    return (e ** 2).mean(axis=1)
+
+
 def _curvature_supported(x: np.ndarray, draws: np.ndarray, sign: float) -> bool:
     """Three points, three distinct x: does the curve through them bend the right way in
-    at least 97.5% of the draws (concave for a maximum)?"""
+    at least CURVATURE_SHARE of the draws (concave for a maximum)?"""
     coef = draws @ np.linalg.pinv(_design(x, 2)).T  # [B, 3], leading coefficient first
-    return bool(np.mean(sign * coef[:, 0] < 0) >= 1 - (1 - LEVEL) / 2)
+    return bool(np.mean(sign * coef[:, 0] < 0) >= CURVATURE_SHARE)
 
 
 def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True,
@@ -154,7 +175,15 @@ def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True,
         base.update(kw)
         return FitResult(fallback=True, reason=reason, p_star=pilot[0], y_star=pilot[1], **base)
 
-    n_distinct = len(np.unique(np.round(p, 2)))  # runs of one knob setting differ in p by a few 0.001
+    # --- one point per distinct p (regimes at the same p are replicates)
+    uniq, inv = np.unique(np.round(p, 2), return_inverse=True)
+    n_distinct = len(uniq)
+    cnt = np.bincount(inv).astype(float)
+    p, y = np.bincount(inv, p) / cnt, np.bincount(inv, y) / cnt
+    if draws is not None:
+        onehot = np.zeros((len(inv), n_distinct))
+        onehot[np.arange(len(inv)), inv] = 1.0 / cnt[inv]
+        draws = draws @ onehot  # [B, U] mean draw per distinct p
     scores: dict[str, float] = {}
     for name, logx, deg in CANDIDATES:
         if logx and (p <= 0).any():
@@ -163,14 +192,14 @@ def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True,
             continue
         scores[name] = loo_mse(np.log(p) if logx else p, y, deg)
     if not scores:
-        return fallback(f"only {len(p)} regime(s): too few points to fit any curve")
+        return fallback(f"only {n_distinct} distinct p value(s): too few points to fit any curve")
     # smallest LOO error; among near-equal errors (within 1e-12 relative), fewer parameters
     order = {name: (deg, i) for i, (name, _, deg) in enumerate(CANDIDATES)}
     best_err = min(scores.values())
     name = min((n for n, e in scores.items() if e <= best_err * (1 + 1e-12) + 1e-18),
                key=lambda n: order[n])
     chosen_by = "leave-one-out error"
-    if len(p) == 3 and n_distinct == 3 and (p > 0).all():  # LOO cannot judge curvature here
+    if n_distinct == 3 and (p > 0).all():  # LOO cannot judge curvature here
         if draws is not None and _curvature_supported(np.log(p), draws, sign):
             name, chosen_by = "quadratic in log p", "a bootstrap check of its curvature"
     logx, deg = next((lg, d) for n, lg, d in CANDIDATES if n == name)
@@ -187,15 +216,19 @@ def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True,
         return fallback(f"fit ill-conditioned (condition number {cond:.2g})", **kw)
     if deg == 0:
         why = "constant fit chosen: the target does not respond to p within the grid"
-        if len(p) == 3:
-            why += " (three regimes: a curve is chosen only when its curvature is clear in the bootstrap)"
+        if n_distinct == 3:
+            why += (" (three distinct p: a curve is chosen only when its curvature is clear in the "
+                    "bootstrap" + ("" if draws is not None else "; no bootstrap draws were given") + ")")
         return fallback(why, **kw)
     # --- the optimum, and its bootstrap interval
     wide = search_grid(p, logx)
     yw = np.polyval(coef, np.log(wide) if logx else wide)
     j = int(np.argmax(sign * yw))
     p_opt, y_opt = float(wide[j]), float(yw[j])
-    kw |= _interval(p, draws, logx, deg, sign, wide)
+    per_draw = [(lg, d) for n, lg, d in CANDIDATES if n in scores and d > 0]
+    if n_distinct == 3 or not per_draw:  # LOO cannot choose among curves: keep the chosen one
+        per_draw = [(logx, deg)]
+    kw |= _interval(p, draws, per_draw, sign)
     span = p.max() - p.min()
     lo_edge, hi_edge = p.min() + EDGE_FRAC * span, p.max() - EDGE_FRAC * span
     kw |= dict(p_fit_opt=p_opt, inside=bool(p.min() <= p_opt <= p.max()))
@@ -210,11 +243,23 @@ def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True,
                      y_star=y_opt, **rng_kw, **kw)
 
 
-def _interval(p, draws, logx, deg, sign, wide) -> dict:
-    """p* interval from the draws, and whether it lies inside the sampled range."""
+def _interval(p: np.ndarray, draws: np.ndarray | None, candidates: list[tuple[bool, int]],
+              sign: float) -> dict:
+    """p* interval: per draw, the candidate with the smallest LOO error, refitted; its optimum.
+
+    candidates: (uses log p, degree) of the curves each draw may choose among (in CANDIDATES
+    order, so exact ties go to the first). Also says whether the interval lies inside the
+    sampled range.
+    """
     if draws is None or len(draws) < 20:
         return {}
-    opt = optimum_draws(p, draws, logx, deg, sign, wide)
+    opts, errs = [], []
+    for logx, deg in candidates:
+        x = np.log(p) if logx else p
+        opts.append(optimum_draws(p, draws, logx, deg, sign, search_grid(p, logx)))
+        errs.append(loo_mse_many(x, draws, deg) if len(candidates) > 1 else np.zeros(len(draws)))
+    pick = np.argmin(np.vstack(errs), axis=0)  # [B] the curve each draw chooses
+    opt = np.vstack(opts)[pick, np.arange(len(draws))]
     a = (1 - LEVEL) / 2
     lo, hi = (float(v) for v in np.quantile(opt, [a, 1 - a]))
     return dict(p_star_lo=lo, p_star_hi=hi, interval_inside=bool(p.min() <= lo and hi <= p.max()))
