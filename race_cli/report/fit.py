@@ -14,7 +14,7 @@ points bends the right way: a one-sided 95% test), else LOO chooses between the 
 and the lines.
 
 The optimum p* of the chosen curve is searched over the sampled range of p extended by half
-its span on each side (in the curve's own variable, p or log p; within (0, 1]), so the report
+its span in log p on each side (within (0, 1]; the same range for every curve), so the report
 can say whether p* lies inside the sampled range. Its bootstrap interval repeats the whole
 procedure on every bootstrap draw of the regime means (the ranking's draws: items paired,
 seeds resampled): the curve is chosen again by LOO error among the candidates with a slope
@@ -104,8 +104,9 @@ def _scaled_cond(x: np.ndarray, degree: int) -> float:
 
 
 def search_grid(p: np.ndarray, logx: bool) -> np.ndarray:
-    """Where the optimum is looked for: the sampled p range ± EXTEND of its span, in (0, 1]."""
-    if logx:
+    """Where the optimum is looked for: the sampled p range ± EXTEND of its span in log p,
+    within (0, 1]; the same points for every curve (in p only when some p is not positive)."""
+    if (p > 0).all():
         lo, hi = np.log(p.min()), np.log(p.max())
         pad = EXTEND * (hi - lo)
         return np.exp(np.linspace(lo - pad, min(hi + pad, 0.0), N_GRID))

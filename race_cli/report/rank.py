@@ -199,24 +199,25 @@ def _start_matrix(keys: list[tuple[str, str]], target: str, items_initial: dict,
 
 
 def _gain_inputs(jobs: pd.DataFrame, keys, target: str, data_initial: dict, ids, scores,
-                 values: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None, str]:
+                 values: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, str]:
     """Per-job gain over the start and, when the start was scored item by item, per-item gains.
 
-    Returns (gain values [J] or None, gain scores [J, n] or None, how the interval is drawn).
+    Returns (gain values [J] or None, gain scores [J, n] or None, start values [J] or None,
+    how the interval is drawn).
     """
     start = None
     if scores is not None:
         start = _start_matrix(keys, target, data_initial, ids)
     if start is not None:
         d = scores - start  # [J, n] item by item: final − initial, same items (paired)
-        return d.mean(axis=1), d, "items (paired with the start) × seeds"
+        return d.mean(axis=1), d, start.mean(axis=1), "items (paired with the start) × seeds"
     col = f"eval_initial/{target}"
     if col not in jobs:
-        return None, None, "no starting evaluation recorded"
+        return None, None, None, "no starting evaluation recorded"
     init = pd.to_numeric(jobs[col], errors="coerce").to_numpy(float)
     if not np.isfinite(init).all():
-        return None, None, "no starting evaluation recorded for some jobs"
-    return values - init, None, "seeds only (no per-item start scores)"
+        return None, None, None, "no starting evaluation recorded for some jobs"
+    return values - init, None, init, "seeds only (no per-item start scores)"
 
 
 def rank_condition(jobs: pd.DataFrame, reg_cols: list[str], target: str, items: dict,
@@ -235,7 +236,7 @@ def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, lev
     keys = list(zip(jobs["sweep"], jobs["job_id"]))
     scores, method, ids = _item_matrix(keys, target, items)
     values = jobs[col].to_numpy(float) if scores is None else scores.mean(axis=1)
-    gain_v, gain_s, gain_method = _gain_inputs(jobs, keys, target, items_initial, ids, scores, values)
+    gain_v, gain_s, start_v, gain_method = _gain_inputs(jobs, keys, target, items_initial, ids, scores, values)
     if reg_cols:
         codes, uniq = pd.factorize(pd.MultiIndex.from_frame(jobs[reg_cols].astype(object)))
         regs = [dict(zip(reg_cols, u)) for u in uniq]
@@ -250,7 +251,7 @@ def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, lev
     draws = draws_all[0]
     cols: dict[str, np.ndarray] = {"regime": np.array([label(r) for r in regs], dtype=object)}
     cols.update(_draw_stats(point, draws, level, maximize))
-    cols.update(_gain_stats(point, gain_v, draws_all[1] if gain_v is not None else None, mean_of,
+    cols.update(_gain_stats(start_v, gain_v, draws_all[1] if gain_v is not None else None, mean_of,
                             level, maximize, n_reg))
     cols["gain_method"] = np.full(n_reg, gain_method, dtype=object)
     cols.update({c: np.array([r[c] for r in regs], dtype=object) for c in reg_cols})
@@ -273,7 +274,7 @@ def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, lev
     return {k: v[order] for k, v in cols.items()}, draws[:, order]
 
 
-def _gain_stats(point, gain_v, gain_draws, mean_of, level, maximize, n_reg) -> dict[str, np.ndarray]:
+def _gain_stats(start_v, gain_v, gain_draws, mean_of, level, maximize, n_reg) -> dict[str, np.ndarray]:
     """Start level, gain over the start and its paired interval; `beats_start` when the
     interval lies wholly on the better side of zero."""
     nan = np.full(n_reg, np.nan)
@@ -284,7 +285,7 @@ def _gain_stats(point, gain_v, gain_draws, mean_of, level, maximize, n_reg) -> d
     a = (1 - level) / 2
     lo, hi = np.quantile(gain_draws, [a, 1 - a], axis=0)
     beats = lo > 0 if maximize else hi < 0
-    return {"start": point - gain, "gain": gain, "gain_ci_lo": lo, "gain_ci_hi": hi,
+    return {"start": mean_of(start_v), "gain": gain, "gain_ci_lo": lo, "gain_ci_hi": hi,
             "beats_start": beats}
 
 
