@@ -178,3 +178,17 @@ def test_the_start_falls_back_to_the_iteration_0_line_of_metrics(tmp_path):
     r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)[0]["ranking"]
     assert (r["gain_method"] == "seeds only (no per-item start scores)").all()
     assert r["gain"].notna().all()
+
+
+def test_one_seed_without_item_starts_cannot_show_a_gain(tmp_path):
+    # A big gain (start 0.3, end ~0.6) but one seed per regime and job-level starts only:
+    # nothing to resample, so no interval, and the section says so instead of ranking.
+    root = build_sweep(tmp_path / "s", initial=0.3, seeds=(0,), n_items=50)
+    for jd in (root / "jobs").iterdir():
+        s = json.loads((jd / "summary.json").read_text())
+        del s["eval_items_initial"]
+        (jd / "summary.json").write_text(json.dumps(s))
+    res, terminal = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)
+    r = res["ranking"]
+    assert r["gain_ci_lo"].isna().all() and not r["beats_start"].any() and (r["gain"] > 0.1).any()
+    assert "No regime can be shown to beat its starting policy on arithmetic" in terminal

@@ -117,16 +117,25 @@ def search_grid(p: np.ndarray, logx: bool) -> np.ndarray:
 
 def optimum_draws(p: np.ndarray, draws: np.ndarray, logx: bool, degree: int, sign: float,
                   grid: np.ndarray) -> np.ndarray:
-    """The chosen curve refitted to every bootstrap draw: where each one peaks. [B]
+    """The chosen curve refitted to every bootstrap draw: where each one peaks within the
+    search range [grid[0], grid[-1]]. [B]
 
     p [R] regime p; draws [B, R] bootstrap draws of the regime means. The design is fixed,
-    so every draw's least-squares coefficients are one matrix product with its pseudo-inverse.
+    so every draw's least-squares coefficients are one matrix product with its pseudo-inverse;
+    the optimum of a line or a parabola on an interval is found in closed form.
     """
     x = np.log(p) if logx else p
-    coef = draws @ np.linalg.pinv(_design(x, degree)).T  # [B, degree+1]
-    gx = np.log(grid) if logx else grid
-    yhat = coef @ _design(gx, degree).T  # [B, N_GRID]
-    return grid[np.argmax(sign * yhat, axis=1)]
+    coef = draws @ np.linalg.pinv(_design(x, degree)).T  # [B, degree+1], highest power first
+    lo, hi = (np.log(grid[0]), np.log(grid[-1])) if logx else (grid[0], grid[-1])
+    val = lambda z: sum(coef[:, k] * z ** (degree - k) for k in range(degree + 1))  # [B]
+    best = np.where(sign * val(hi) >= sign * val(lo), hi, lo)  # [B] the better end
+    if degree == 2:
+        a, b = coef[:, 0], coef[:, 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vertex = np.clip(-b / (2 * a), lo, hi)
+        peaks = sign * a < 0  # concave for a maximum (convex for a minimum): the vertex is best
+        best = np.where(peaks, vertex, best)
+    return np.exp(best) if logx else best
 
 
 def loo_mse_many(x: np.ndarray, Y: np.ndarray, degree: int) -> np.ndarray:

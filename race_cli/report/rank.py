@@ -155,11 +155,12 @@ def summarize_draws(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
 
 
 def _item_matrix(keys: list[tuple[str, str]], target: str,
-                 items: dict) -> tuple[np.ndarray | None, str, list | None]:
-    """Stack per-item scores of these jobs in sorted item-id order: (matrix, method, ids).
+                 items: dict) -> tuple[np.ndarray | None, str, tuple | None]:
+    """Stack per-item scores of these jobs in sorted item-id order: (matrix, method, columns).
 
     Sorting by id makes the bootstrap independent of the order a job listed its items in.
-    Without a common set of items: (None, why not, None).
+    columns = (ids in column order, the id list every job shared or None, its argsort);
+    without a common set of items: (None, why not, None).
     """
     got = [items.get((s, j, target)) for s, j in keys]
     if any(g is None for g in got):
@@ -168,7 +169,8 @@ def _item_matrix(keys: list[tuple[str, str]], target: str,
     if all(g[0] == ids0 for g in got):  # the usual case; columns in sorted-id order, as below
         order = np.argsort(np.asarray(ids0, dtype=object), kind="stable")
         ids = [ids0[i] for i in order]
-        return np.vstack([g[1] for g in got])[:, order], f"items (paired, n={len(ids0)}) × seeds", ids
+        return (np.vstack([g[1] for g in got])[:, order], f"items (paired, n={len(ids0)}) × seeds",
+                (ids, ids0, order))
     common = set(ids0).intersection(*[set(g[0]) for g in got[1:]])
     if not common:
         return None, "seeds only (jobs share no item ids)", None
@@ -176,16 +178,19 @@ def _item_matrix(keys: list[tuple[str, str]], target: str,
     mat = np.vstack([pd.Series(g[1], index=g[0]).loc[order].to_numpy() for g in got])
     most = max(len(g[0]) for g in got)
     if len(order) == most:  # same ids, listed in different orders
-        return mat, f"items (paired, n={most}) × seeds", order
-    return mat, f"items (paired, {len(order)} common ids of {most}) × seeds", order
+        return mat, f"items (paired, n={most}) × seeds", (order, None, None)
+    return mat, f"items (paired, {len(order)} common ids of {most}) × seeds", (order, None, None)
 
 
 def _start_matrix(keys: list[tuple[str, str]], target: str, items_initial: dict,
-                  ids: list) -> np.ndarray | None:
-    """Per-item scores of the starting policy on exactly `ids` (the final matrix's columns), or None."""
+                  columns: tuple) -> np.ndarray | None:
+    """Per-item scores of the starting policy on exactly the final matrix's columns, or None."""
     got = [items_initial.get((s, j, target)) for s, j in keys]
     if any(g is None for g in got):
         return None
+    ids, ids0, order = columns
+    if ids0 is not None and all(g[0] == ids0 for g in got):  # listed as the final scores were
+        return np.vstack([g[1] for g in got])[:, order]
     rows = []
     for g in got:
         if g[0] == ids:
@@ -198,7 +203,7 @@ def _start_matrix(keys: list[tuple[str, str]], target: str, items_initial: dict,
     return np.vstack(rows)
 
 
-def _gain_inputs(jobs: pd.DataFrame, keys, target: str, data_initial: dict, ids, scores,
+def _gain_inputs(jobs: pd.DataFrame, keys, target: str, data_initial: dict, columns, scores,
                  values: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, str]:
     """Per-job gain over the start and, when the start was scored item by item, per-item gains.
 
@@ -207,7 +212,7 @@ def _gain_inputs(jobs: pd.DataFrame, keys, target: str, data_initial: dict, ids,
     """
     start = None
     if scores is not None:
-        start = _start_matrix(keys, target, data_initial, ids)
+        start = _start_matrix(keys, target, data_initial, columns)
     if start is not None:
         d = scores - start  # [J, n] item by item: final − initial, same items (paired)
         return d.mean(axis=1), d, start.mean(axis=1), "items (paired with the start) × seeds"
@@ -234,9 +239,10 @@ def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, lev
     of the regime means in that row order (the response fit bootstraps p* from them)."""
     col = f"eval/{target}"
     keys = list(zip(jobs["sweep"], jobs["job_id"]))
-    scores, method, ids = _item_matrix(keys, target, items)
+    scores, method, columns = _item_matrix(keys, target, items)
     values = jobs[col].to_numpy(float) if scores is None else scores.mean(axis=1)
-    gain_v, gain_s, start_v, gain_method = _gain_inputs(jobs, keys, target, items_initial, ids, scores, values)
+    gain_v, gain_s, start_v, gain_method = _gain_inputs(jobs, keys, target, items_initial, columns,
+                                                        scores, values)
     if reg_cols:
         codes, uniq = pd.factorize(pd.MultiIndex.from_frame(jobs[reg_cols].astype(object)))
         regs = [dict(zip(reg_cols, u)) for u in uniq]

@@ -49,6 +49,11 @@ def no_gain_sentence(g: pd.DataFrame) -> str | None:
     if g["beats_start"].astype(bool).any():
         return None
     top = g[g["is_best"]].iloc[0]
+    if not np.isfinite(g["gain_ci_lo"].to_numpy(float)).any():
+        return (f"No regime can be shown to beat its starting policy on {target}: one seed per regime "
+                f"and no per-item start scores leave every gain without an interval (start "
+                f"{top['start']:.3f}; the pilot-best regime {top['regime']} gains {top['gain']:+.3f}). "
+                "This ranking is not a finding; add seeds or record per-item scores.")
     ci = (f" [{top['gain_ci_lo']:+.3f}, {top['gain_ci_hi']:+.3f}]"
           if np.isfinite(top["gain_ci_lo"]) else " (no interval)")
     return (f"No regime beats its starting policy on {target}: every gain interval reaches zero "
