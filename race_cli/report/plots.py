@@ -40,6 +40,13 @@ def _more(n: int) -> str | None:
     return f"best {_named(n)} of {n} regimes (dark = better)" if n > MAX_LEGEND else None
 
 
+def _wrap(title: str, width: int = 60) -> str:
+    """A condition label broken into lines that fit above one panel."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, width)) or title
+
+
 def _grid(plt, n: int, w: float = 4.6, h: float = 3.4):
     cols = min(3, n)
     rows = -(-n // cols)
@@ -146,7 +153,7 @@ def _response(plt, jobs, ranking, fits, path: Path) -> None:
             ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("update fraction p = learning FLOPs / total")
         ax.set_ylabel(f"eval {target} (mean, 95% CI)")
-        ax.set_title(cond, fontsize=8)
+        ax.set_title(_wrap(cond), fontsize=8)
         ax.legend(fontsize=6, loc="lower center", title=_more(len(g)), title_fontsize=6)
         ax.grid(alpha=0.3)
     _finish(plt, fig, "Final score against the update fraction p, per condition and target", path)
@@ -184,7 +191,7 @@ def _curves(plt, jobs, ranking, curves, reg_cols, path: Path) -> None:
         ax.autoscale_view()
         ax.set_xlabel("training FLOPs spent (model convention)")
         ax.set_ylabel(f"eval {target}")
-        ax.set_title(cond, fontsize=8)
+        ax.set_title(_wrap(cond), fontsize=8)
         ax.legend(fontsize=6, loc="upper left", title=_more(len(regimes)), title_fontsize=6)
         ax.grid(alpha=0.3)
     _finish(plt, fig, "Evaluation during training, one line per job, coloured by regime; "
@@ -203,13 +210,19 @@ def _frontier(plt, rec: pd.DataFrame, by: list[str], path: Path) -> None:
     y = np.arange(len(rec))
     ax.scatter(rec["best_p"], y, marker="o", color="#4C72B0", label="pilot-best regime's p", zorder=3)
     if "p_star" in rec:
-        fitted = ~rec["fit_fallback"].astype(bool)
-        ax.scatter(rec.loc[fitted, "p_star"], y[fitted.to_numpy()], marker="*", s=150,
-                   color="crimson", label="fit optimum p*", zorder=4)
+        fitted = (~rec["fit_fallback"].astype(bool)).to_numpy()
+        ax.scatter(rec.loc[fitted, "p_star"], y[fitted], marker="*", s=150,
+                   color="crimson", label="fit optimum p* (95% interval)", zorder=4)
+        if "p_star_lo" in rec:
+            lo, hi = rec["p_star_lo"].to_numpy(float), rec["p_star_hi"].to_numpy(float)
+            ok = fitted & np.isfinite(lo)
+            ax.hlines(y[ok], lo[ok], hi[ok], color="crimson", lw=1.5, zorder=3)
     vary = [c for c in by if c in rec and rec[c].nunique(dropna=False) > 1]  # what tells rows apart
     names = [" ".join(f"{c}={v:.3g}" if isinstance(v, float) else f"{c}={v}" for c, v in zip(vary, vals))
              for vals in rec[vary].itertuples(index=False)] if vary else list(rec["condition"])
-    ax.set_yticks(y, [f"{n}\nbest: {r}" for n, r in zip(names, rec["best_regime"])], fontsize=8)
+    learned = rec["learned"] if "learned" in rec else [True] * len(rec)
+    ax.set_yticks(y, [f"{n}\nbest: {r}" if ok else f"{n}\nno regime beats its start"
+                      for n, r, ok in zip(names, rec["best_regime"], learned)], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("update fraction p = learning FLOPs / total")
     ax.set_title("Conditional frontier: the best split per condition", fontsize=10)
