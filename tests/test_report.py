@@ -341,3 +341,22 @@ def test_scores_outside_0_1_make_the_job_unreadable(tmp_path):
     (jd / "summary.json").write_text(json.dumps(s))
     j = read_sweeps([root]).jobs.set_index("job_id")
     assert not j.loc[jd.name, "readable"] and "must lie in [0, 1]" in j.loc[jd.name, "problem"]
+
+
+def test_sweeps_from_before_targets_read_as_a_target_named_accuracy(tmp_path):
+    # The older single-target files: eval/accuracy in metrics.jsonl, summaries keyed "accuracy",
+    # no `targets` and no per-item start scores.
+    root = build_sweep(tmp_path / "s", n_items=50, initial=0.3)
+    for jd in (root / "jobs").iterdir():
+        s = json.loads((jd / "summary.json").read_text())
+        for k in ("eval", "eval_initial", "eval_items"):
+            s[k] = {"accuracy": s[k]["arithmetic"]}
+        del s["targets"], s["eval_items_initial"]
+        (jd / "summary.json").write_text(json.dumps(s))
+        m = (jd / "metrics.jsonl").read_text().replace('"eval/arithmetic/accuracy"', '"eval/accuracy"')
+        (jd / "metrics.jsonl").write_text(m)
+    data = read_sweeps([root])
+    assert data.targets == ["accuracy"] and set(data.curves["target"]) == {"accuracy"}
+    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    assert (r["target"] == "accuracy").all()
+    assert (r["gain_method"] == "seeds only (no per-item start scores)").all() and r["gain"].notna().all()
