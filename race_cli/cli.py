@@ -166,7 +166,8 @@ class ReportFormat(str, Enum):
 def report(
     sweep_dirs: List[Path] = typer.Argument(..., help="Sweep folders written by race run (several are combined).",
                                             show_default=False),
-    target: str = typer.Option("accuracy", "--target", "-t", help="Evaluation target to rank by (eval/<target>)."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Rank one evaluation target (the <target> "
+                                         "of eval/<target>/accuracy); default: every target, a section each."),
     by: Optional[List[str]] = typer.Option(None, "--by", help="Condition columns (repeatable); default: model, "
                                            "budget, reward, task."),
     fmt: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f", help="table, csv, json or markdown."),
