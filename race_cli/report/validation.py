@@ -151,6 +151,8 @@ def condition_sentence(c: dict) -> str:
     if rho is not None and np.isfinite(rho):
         s += (f"; rank correlation with the pilot's order ρ = {rho:+.2f} "
               f"{_interval(c['spearman_lo'], c['spearman_hi'], 2)} over {c['n_regimes']} regimes")
+        if c["n_regimes"] == 2:
+            s += " (with 2 regimes ρ is ±1; --top K validates more)"
     g_val, g_pil = c.get("best_val_gain_per_flop"), c.get("best_pilot_gain_per_flop")
     if g_val is not None and np.isfinite(g_val) and g_pil is not None and np.isfinite(g_pil):
         s += f"; gain over the start per FLOP {g_val:.3g} vs the pilot's {g_pil:.3g}"
@@ -351,8 +353,8 @@ def _g(v: Any) -> str:
     return "–" if not np.isfinite(v) else f"{v:.3g}"
 
 
-VAL_HEAD = ["role", "regime", "pilot rank", "pilot mean [95% CI]", "P(best) pilot", "val rank",
-            "val mean [95% CI]", "≈ best", "gain/FLOP pilot", "gain/FLOP val", "seeds"]
+VAL_HEAD = ["role", "regime", "pilot: #  mean [95% CI]", "P(best)", "validation: #  mean [95% CI]", "≈ best",
+            "gain/FLOP: pilot → val", "seeds"]
 
 
 def regime_rows(t: pd.DataFrame) -> list[list[str]]:
@@ -360,13 +362,13 @@ def regime_rows(t: pd.DataFrame) -> list[list[str]]:
     out = []
     for _, r in t.iterrows():
         ran = np.isfinite(_num(r.get("val_mean")))
-        out.append([r["role"], r["regime"], str(r["pilot_rank"]),
-                    f"{_f(r['pilot_mean'])} [{_f(r['pilot_ci_lo'])}, {_f(r['pilot_ci_hi'])}]",
+        out.append([r["role"], r["regime"],
+                    f"{r['pilot_rank']}  {_f(r['pilot_mean'])} [{_f(r['pilot_ci_lo'])}, {_f(r['pilot_ci_hi'])}]",
                     _f(r["pilot_p_best"], 2),
-                    str(int(r["val_rank"])) if ran else "not run",
-                    f"{_f(r['val_mean'])} [{_f(r['val_ci_lo'])}, {_f(r['val_ci_hi'])}]" if ran else "–",
+                    (f"{int(r['val_rank'])}  {_f(r['val_mean'])} [{_f(r['val_ci_lo'])}, {_f(r['val_ci_hi'])}]"
+                     if ran else "not run yet"),
                     ("yes" if r["val_tied_best"] else "no") if ran else "–",
-                    _g(r["pilot_gain_per_flop"]), _g(r.get("val_gain_per_flop")),
+                    f"{_g(r['pilot_gain_per_flop'])} → {_g(r.get('val_gain_per_flop'))}",
                     str(int(r["val_n_seeds"])) if ran else "0"])
     return out
 
@@ -389,9 +391,12 @@ def markdown(res: dict) -> str:
 
 
 def print_validation(console, res: dict) -> None:
+    from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
 
+    # a log or pipe gets room for the table's columns, as race run's summary does
+    wide = console if console.is_terminal else Console(file=console.file, width=max(console.width, 140))
     console.print(f"[bold]Validation[/] of pilot {res['pilot'].get('sweep', '?')} on {res['target']}: "
                   "the pilot's prediction next to what happened")
     for c in res["conditions"]:
@@ -400,7 +405,7 @@ def print_validation(console, res: dict) -> None:
             t.add_column(h, justify="left" if h in ("role", "regime") else "right")
         for r in regime_rows(res["regimes"][res["regimes"]["condition"] == c["condition"]]):
             t.add_row(*r)
-        console.print(t)
+        wide.print(t)
         console.print(c["sentence"])
     console.print(Panel(res["summary"], title="did the pilot's call hold?", border_style="yellow"))
 
