@@ -101,7 +101,8 @@ def _records(doc: dict, key: str) -> list[dict]:
                 take(node, node.get("target") if isinstance(node, dict) else None)
     seen, uniq = set(), []
     for r in out:  # a row found both at the top and in a section counts once
-        k = (r.get("condition"), r.get("target"), r.get("regime"), r.get("job_id"), r.get("best_regime"))
+        k = (r.get("sweep"), r.get("condition"), r.get("target"), r.get("regime"), r.get("job_id"),
+             r.get("best_regime"))
         if k not in seen:
             seen.add(k)
             uniq.append(r)
@@ -243,7 +244,7 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
     doc = load_pilot_report(pilot)
     recs = _records(doc, "recommendations")
     target = choose_target(doc, recs, target, pilot)
-    recs = [r for r in recs if r.get("target") == target]
+    recs = [r for r in recs if r.get("target") == target and r.get("condition") is not None]
     ranking = [r for r in _records(doc, "ranking") if r.get("target") in (target, None)]
     jobs = _records(doc, "jobs")
     if jobs and not all("condition" in j and "regime" in j for j in jobs[:1]):

@@ -49,11 +49,11 @@ def make_pilot(root: Path, conditions=(RULE,)) -> Path:
 
 
 def run_validation(val: Path, truth: dict[str, dict[str, float]], only: set[str] | None = None,
-                   rng_seed: int = 5) -> None:
+                   rng_seed: int = 5, skip: frozenset[str] = frozenset()) -> None:
     """Stand in for `race run`: write each planned job's results with the given true accuracies.
 
     truth: pilot condition's reward -> {regime label: accuracy}. Jobs of conditions not in
-    `only` (when given) stay pending.
+    `only` (when given), and jobs of the regimes in `skip`, stay pending.
     """
     prov = json.loads((val / V.PROVENANCE).read_text())
     rng = np.random.default_rng(rng_seed)
@@ -67,6 +67,8 @@ def run_validation(val: Path, truth: dict[str, dict[str, float]], only: set[str]
         which, scores = simulate_scores([truth[reward][r] for r in regs], n_seeds, rng=rng, **NOISE)
         jids = [j for v in cond["validated"] for j in v["job_ids"]]  # regime-major, like `which`
         for jid, r, s in zip(jids, which, scores):
+            if regs[r] in skip:
+                continue
             tmp = val / "tmp-jobs"
             made = write_job(tmp, vcond, REGIMES[regs[r]], 0, s, rng)
             for f in (tmp / made).iterdir():
@@ -243,6 +245,17 @@ def test_an_indistinguishable_best_counts_as_held(tmp_path):
     (c,) = res["conditions"]
     assert c["verdict"] in (V.HELD, V.HELD_TIED)
     assert res["summary"].startswith("The pilot's call held in 1 of 1")
+
+
+def test_one_finished_regime_is_not_yet_a_verdict(tmp_path):
+    pilot = make_pilot(tmp_path / "pilot")
+    val = validate_main(pilot, scale=2, seeds=2, out=tmp_path / "val")
+    run_validation(val, {"rule": {"G=8 μ=2": 0.60, "G=16 μ=1": 0.30}}, skip=frozenset({"G=16 μ=1"}))
+    res = run_report([val], plots=False, bootstrap=200, console=_console())["validation"]
+    (c,) = res["conditions"]
+    assert c["verdict"] == V.PENDING and c["n_done"] == 2 and c["n_jobs"] == 4
+    assert c["sentence"].startswith("Pending: only G=8 μ=2 has finished validation jobs (2 of 4 jobs done)")
+    assert res["summary"].startswith("No condition can be judged yet (1 pending)")
 
 
 def test_an_ordinary_sweep_has_no_validation_section(pilot):

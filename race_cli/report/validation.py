@@ -136,6 +136,9 @@ def condition_sentence(c: dict) -> str:
     best, tgt = c["pilot_best"], c["target"]
     at = f"at {c['budget']:.3g} FLOPs" if np.isfinite(_num(c.get("budget"))) else "at the validation budget"
     if c["verdict"] == PENDING:
+        if c.get("n_regimes") == 1:
+            return (f"Pending: only {c['val_best']} has finished validation jobs ({c['n_done']} of "
+                    f"{c['n_jobs']} jobs done); a verdict needs at least two regimes to compare.")
         return (f"Pending: the pilot's best, {best}, has no finished validation job yet "
                 f"({c['n_done']} of {c['n_jobs']} jobs done).")
     mean = f"{tgt} {c['best_val_mean']:.3f} {_interval(c['best_val_ci_lo'], c['best_val_ci_hi'])}"
@@ -278,7 +281,7 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
     else:
         rho, lo, hi = np.nan, np.nan, np.nan
     best_i = int(np.flatnonzero(stats["is_best"])[0])
-    v = verdict(row["pilot_best"], stats)
+    v = verdict(row["pilot_best"], stats) if len(regs) >= 2 else PENDING  # one regime: nothing to compare
     row.update(verdict=v, n_regimes=len(regs), spearman=rho, spearman_lo=float(lo), spearman_hi=float(hi),
                val_best=regs[best_i], val_best_mean=float(point[best_i]))
     if row["pilot_best"] in regs:
@@ -430,7 +433,7 @@ def report_validation(sweep_dirs: list[Path], data, out_dir: Path, fmt: str, con
         return None
     res = compare(Path(sweep_dirs[0]), prov, data, n_boot, seed)
     md = markdown(res)
-    cond_cols = [k for k in res["conditions"][0]] if res["conditions"] else []
+    cond_cols = list(dict.fromkeys(k for c in res["conditions"] for k in c))  # pending rows have fewer
     texts = {"validation.md": md,
              "validation.csv": pd.DataFrame(res["conditions"], columns=cond_cols).to_csv(index=False),
              "validation_regimes.csv": res["regimes"].to_csv(index=False),
