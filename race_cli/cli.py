@@ -202,10 +202,10 @@ def validate(
 ) -> None:
     """Turn a pilot's recommendation into a validation sweep: the recommended regimes, a control, more seeds.
 
-    Per condition: the regimes the pilot report recommends (or --top K by P(best)) plus the pilot's
-    lowest-ranked regime as a control, each re-planned at the validation budget by race plan's solver,
-    with the pilot's prediction stored in provenance.json. Then: [bold]race run --sweep-dir DIR[/] and
-    [bold]race report DIR[/], which says per condition whether the pilot's call held.
+    Per condition: the recommended regimes (or --top K by P(best)) and the pilot's lowest-ranked
+    one as a control, re-planned at the validation budget; the prediction goes in provenance.json.
+
+    Then [bold]race run --sweep-dir DIR[/] and [bold]race report DIR[/]: per condition, did the call hold?
     """
     from race_cli.validate import validate_main
 
