@@ -155,11 +155,17 @@ def choose_regimes(ranking: list[dict], rec: dict, top: int | None) -> list[tupl
 
 
 def predicted_order(ranking: list[dict], jobs: list[dict], target: str) -> list[dict]:
-    """The pilot's ranking of one condition, best first, with its gain over the start per FLOP."""
+    """The pilot's ranking of one condition, best first, with its gain over the start per FLOP.
+
+    A gain is an improvement: final minus start, or start minus final for a lower-is-better target.
+    """
+    from race_cli.report.command import maximize_target
+
+    sign = 1.0 if maximize_target(target) else -1.0
     out = []
     for r in sorted(ranking, key=lambda r: (_finite(r.get("rank")), -_finite(r.get("mean")))):
         mine = [j for j in jobs if j.get("regime") == r["regime"] and j.get("state") == "done"]
-        gains = [_finite(j.get(f"eval/{target}")) - _finite(j.get(f"eval_initial/{target}")) for j in mine]
+        gains = [sign * (_finite(j.get(f"eval/{target}")) - _finite(j.get(f"eval_initial/{target}"))) for j in mine]
         flops = [_finite(j.get("flops_total")) for j in mine]
         pairs = [(g, f) for g, f in zip(gains, flops) if math.isfinite(g) and math.isfinite(f) and f > 0]
         gain = sum(g for g, _ in pairs) / len(pairs) if pairs else math.nan

@@ -258,6 +258,24 @@ def test_one_finished_regime_is_not_yet_a_verdict(tmp_path):
     assert res["summary"].startswith("No condition can be judged yet (1 pending)")
 
 
+def test_gain_pairs_each_item_with_its_start_when_jobs_keep_both(tmp_path):
+    pilot = make_pilot(tmp_path / "pilot")
+    val = validate_main(pilot, scale=2, seeds=2, out=tmp_path / "val")
+    run_validation(val, {"rule": {"G=8 μ=2": 0.60, "G=16 μ=1": 0.30}})
+    # every item wrong at the start: the per-item gain is the final score, so gain = final accuracy
+    for summary in val.glob("jobs/*/summary.json"):
+        s = json.loads(summary.read_text())
+        ids = s["eval_items"]["accuracy"]["ids"]
+        s["eval_initial"] = {"accuracy": 0.0}
+        s["eval_items_initial"] = {"accuracy": {"ids": ids, "scores": [0] * len(ids)}}
+        summary.write_text(json.dumps(s))
+    res = run_report([val], plots=False, bootstrap=300, console=_console())["validation"]
+    (c,) = res["conditions"]
+    assert c["best_val_gain"] == pytest.approx(c["best_val_mean"])
+    regs = res["regimes"].set_index("regime")
+    assert regs.loc["G=8 μ=2", "val_gain_ci_lo"] == pytest.approx(regs.loc["G=8 μ=2", "val_ci_lo"], abs=0.02)
+
+
 def test_an_ordinary_sweep_has_no_validation_section(pilot):
     assert run_report([pilot], plots=False, bootstrap=200, console=_console())["validation"] is None
 

@@ -188,18 +188,22 @@ def summary_sentence(conds: list[dict]) -> str:
 
 
 def _gain_inputs(jobs: pd.DataFrame, target: str, initial: dict, items: dict,
-                 keys: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray | None]:
-    """Per-job gain over the start [J] and, when every job kept both, per-item gains [J, n]."""
-    gain = (pd.to_numeric(jobs[f"eval/{target}"], errors="coerce")
-            - pd.to_numeric(jobs.get(f"eval_initial/{target}", np.nan), errors="coerce")).to_numpy(float)
-    rows = []
+                 keys: list[tuple[str, str]], sign: float = 1.0) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per-job gain over the start [J] and, when every job kept both on the same items, per-item gains [J, n].
+
+    sign = -1 for a lower-is-better target, so a gain is always an improvement.
+    """
+    gain = sign * (pd.to_numeric(jobs[f"eval/{target}"], errors="coerce")
+                   - pd.to_numeric(jobs.get(f"eval_initial/{target}", np.nan), errors="coerce")).to_numpy(float)
+    rows, ids0 = [], None
     for k in keys:
         fin, ini = items.get((*k, target)), initial.get(k)
         if fin is None or ini is None or list(fin[0]) != list(ini[0]):
             return gain, None
-        rows.append(np.asarray(fin[1], float) - np.asarray(ini[1], float))
-    if len({len(r) for r in rows}) != 1:
-        return gain, None
+        ids0 = list(fin[0]) if ids0 is None else ids0
+        if list(fin[0]) != ids0:  # items must pair by position across jobs too
+            return gain, None
+        rows.append(sign * (np.asarray(fin[1], float) - np.asarray(ini[1], float)))
     return np.mean(rows, axis=1), np.vstack(rows)
 
 
@@ -252,7 +256,8 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
         stats.loc[n_seeds < 2, ["ci_lo", "ci_hi"]] = np.nan
 
     # --- gain over the start, per FLOP
-    g_values, g_scores = _gain_inputs(jobs, target, initial, items, keys)
+    sign = 1.0 if maximize else -1.0
+    g_values, g_scores = _gain_inputs(jobs, target, initial, items, keys, sign)
     ok = np.isfinite(g_values)
     flops = np.bincount(codes, weights=pd.to_numeric(jobs.get("flops_total", np.nan), errors="coerce")
                         .to_numpy(float), minlength=len(regs)) / n_seeds
@@ -271,7 +276,6 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
     stats["method"] = method
 
     # --- compare with the pilot's order
-    sign = 1.0 if maximize else -1.0
     pred = np.array([-float(pilot[r].get("rank") or 0) for r in regs])  # higher = predicted better
     if len(regs) >= 2:
         rho = float(spearman(pred, sign * point))
