@@ -314,6 +314,14 @@ def test_refusals(tmp_path, make, kw, words):
     assert not out.exists() and not list(tmp_path.glob(".val.*"))
 
 
+def test_a_folder_holding_another_plan_is_refused_and_kept(pilot, tmp_path, capsys):
+    out = validate_main(pilot, scale=2, seeds=1, out=tmp_path / "val")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    with pytest.raises(RaceError, match="already holds a different plan"):
+        validate_main(pilot, scale=2, seeds=2, out=out)
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
 def test_cli_refuses_with_exit_2_and_validates_without_torch(tmp_path):
     bare = _no_report(tmp_path)
     r = subprocess.run([sys.executable, "-m", "race_cli", "validate", str(bare)], cwd=REPO,
