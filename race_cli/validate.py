@@ -284,8 +284,7 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
             ids = [str(j["job_id"]) for j in mine]
             ovs, more = regime_overrides(pilot, ids)
             notes += [f"{cond}, {regime}: {m}" for m in more]
-            b = {_finite(j.get("budget_flops")) for j in mine} - {math.nan}
-            b = {x for x in b if math.isfinite(x)}
+            b = {x for j in mine if math.isfinite(x := _finite(j.get("budget_flops")))}
             if len(b) != 1:
                 raise RaceError(f"{cond}, {regime}: cannot tell the pilot's budget (budget_flops {sorted(b)}).",
                                 "Rewrite the report with `race report` and validate again.")
