@@ -174,8 +174,14 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
     else:
         sys.stdout.write({"csv": texts["ranking.csv"], "json": doc, "markdown": md}[fmt])
         sys.stderr.write(f"Wrote {', '.join(files)} to {out_dir}\n")
+
+    # --- a validation sweep (race validate wrote provenance.json): did the pilot's call hold?
+    from race_cli.report.validation import report_validation
+
+    validation = report_validation(sweep_dirs, data, out_dir, fmt, console, bootstrap, seed)
+    files += validation["files"] if validation else []
     return {"out_dir": out_dir, "files": files, "ranking": ranking, "recommendations": rec,
-            "fits": fits, "jobs": jobs, "targets": targets, "target_differences": diffs}
+            "fits": fits, "jobs": jobs, "targets": targets, "target_differences": diffs, "validation": validation}
 
 
 def report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | None = None,
