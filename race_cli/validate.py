@@ -267,7 +267,9 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
     for rec in recs:
         cond = rec["condition"]
         rows = [r for r in ranking if r.get("condition") == cond]
-        cjobs = [j for j in jobs if j.get("condition") == cond]
+        # a ranked condition names its target; a job's condition does not (it is scored on every target)
+        job_cond = rows[0].get("job_condition", cond) if rows else cond
+        cjobs = [j for j in jobs if j.get("condition") in (cond, job_cond)]
         if not rows:
             notes.append(f"{cond}: the report has no ranking rows; skipped.")
             continue

@@ -36,6 +36,7 @@ def test_the_loop_climbs_a_reward_any_working_grpo_loop_must_climb(tiny_s, tmp_p
 
     overrides = ["grid=none", "model=tiny-s", "threads=1", "seed=0", "budget.flops=1e13",
                  "grpo.prompts_per_iter=8", "grpo.group_size=8", "task.num_eval=8"]
+    (tmp_path / "job").mkdir()
     job = Job(compose(overrides), tmp_path / "job", overrides, log=lambda msg: None)
     job.setup()
     job.reward = parity_reward  # the only change: what is rewarded
