@@ -4,7 +4,7 @@ The toy reward is 1 when the completion's last number is even (the policy's base
 half: the parity of an arithmetic answer is close to a coin flip). Nothing about arithmetic has to be
 learnt to raise it, only a preference the policy can express in its last digits, so a loop whose
 advantages, loss, optimizer step or sampler is broken leaves it flat (or drives it down), and a sound
-loop drives it up within a few dozen iterations. The figures quoted in the assertion come from a
+loop drives it up within a hundred iterations. The figures quoted in the assertion come from a
 measurement on this machine (2 cores): see the comment beside it.
 """
 
@@ -42,10 +42,10 @@ def test_the_loop_climbs_a_reward_any_working_grpo_loop_must_climb(tiny_s, tmp_p
     job.reward = parity_reward  # the only change: what is rewarded
     job.start_or_resume()
     means = []
-    for i in range(1, 61):
+    for i in range(1, 101):
         means.append(job.iterate(i)["train/reward_mean"])
         job.iteration = i
     first, last = sum(means[:10]) / 10, sum(means[-10:]) / 10
-    # measured (tiny-s, 2 cores): first ten iterations ~0.5, last ten ~0.9; a broken sign or a
-    # zero gradient stays near 0.5 (+-0.06 for 10 x 64 completions)
+    # measured (tiny-s, LoRA lr 1e-3, this machine): first ten iterations 0.455, last ten (91-100) 0.961
+    # (at iterations 51-60 only 0.655); a broken sign or a zero gradient stays near 0.5 (+-0.06 for 10 x 64)
     assert last >= first + 0.2 and last >= 0.75, (first, last, means)
