@@ -9,7 +9,7 @@ max(longest job, total work / slots)); a slot that frees takes the next job at o
 Each child: stdout+stderr appended to its log.txt, its own session (Ctrl-C on the terminal
 reaches only `race run`, which then stops the children itself), and a parent-death signal so
 that a `race run` killed with SIGKILL takes its children with it (nothing keeps writing into a
-folder the rerun resumes). Status records: race_cli.pool.status.
+folder the rerun resumes). Status records: race_cli.status.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from race_cli.errors import RaceError
-from race_cli.pool import status as st
+from race_cli import status as st
 
 JobCommand = Callable[[Path], list[str]]
 JOB_COMMAND_ENV = "RACE_JOB_COMMAND"  # tests only: a command template with {job_dir}
