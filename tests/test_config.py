@@ -66,3 +66,30 @@ def test_saved_job_config_reloads_under_the_schema(tmp_path):
 def test_a_sweep_given_to_a_single_job_command_is_explained():
     with pytest.raises(RaceError, match="runs ONE job"):
         compose(["grpo.group_size=4,8"])
+
+
+def _leaves(node, prefix=""):
+    """{'grpo.lr': 1e-3, ...} for every scalar or list under a nested dict."""
+    out = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out |= _leaves(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_schema_defaults_equal_conf_config_yaml():
+    """One source of defaults: every value conf/config.yaml sets is also the schema's default."""
+    from race_cli.config import RaceConfig
+
+    root = OmegaConf.to_container(OmegaConf.load(conf_dir() / "config.yaml"))  # YAML as Hydra reads it (3.0e11 a float)
+    root.pop("defaults")
+    schema = _leaves(OmegaConf.to_container(OmegaConf.structured(RaceConfig)))
+    given = _leaves(root)
+    assert len(given) >= 25  # the file sets most keys; this compares them all
+    differ = {k: (v, schema.get(k, "missing")) for k, v in given.items() if schema.get(k, "missing") != v}
+    assert differ == {}, f"conf/config.yaml value vs schema default: {differ}"
+    # and what a job gets with no overrides is that value too (grid=none: no grid axes)
+    cfg = OmegaConf.to_container(compose(["grid=none"]), resolve=True)
+    assert {k: v for k, v in _leaves(cfg).items() if k in given} == given
