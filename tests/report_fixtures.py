@@ -94,7 +94,7 @@ def write_job(jobs_dir: Path, cond: dict, reg: Regime, seed: int, scores: np.nda
         lines.append(json.dumps(row))
     (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     shares = {"search": actual["rollout"] / total, "learning": actual["update"] / total,
-              "feedback": actual["reward"] / total, "update_fraction": actual["update"] / total}
+              "feedback": actual["reward"] / total, "p": actual["update"] / total}
     _dump(d / "summary.json", {
         "job_id": jid, "state": "done", "stop_reason": "budget", "condition": cond,
         "knobs": {"group_size": reg.group_size, "updates_per_batch": reg.updates_per_batch,
