@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from race_cli import budget
 from race_cli.errors import RaceError
 from race_cli.io import read_json
 
 CONDITION_COLS = ["model", "budget_flops", "reward", "task"]  # what a condition is (docs/design.md)
-SHARE_NAMES = ["search", "learning", "feedback"]  # rollout, update, reward phases
-PHASES = ["rollout", "update", "reward"]
+PHASES = list(budget.PHASES)  # rollout, update, reward
+SHARE_NAMES = [budget.SHARE_NAMES[p] for p in PHASES]  # search, learning, feedback
 # Summary knobs that are outcomes of the budget solver, not allocation choices.
 DERIVED_KNOBS = {"iterations"}
 
@@ -106,9 +107,7 @@ def fields_from_overrides(overrides: list[str]) -> dict[str, Any]:
 def _shares(flops: dict[str, float]) -> dict[str, float]:
     """share_search, share_learning, share_feedback and p (= learning share), as race_cli.budget.shares
     computes them for summary.json and plan.json (NaN when nothing was spent)."""
-    from race_cli.budget import shares
-
-    s = shares(flops)
+    s = budget.shares(flops)
     return {f"share_{n}": s[n] for n in SHARE_NAMES} | {"p": s["p"]}
 
 
