@@ -283,7 +283,7 @@ def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: st
     from race_cli.engine.rollout import HFRollout, choose_backend
 
     r = cfg.rollout
-    name = choose_backend(backend, device)  # hf as is; vllm: refused without a GPU or vLLM, with the fix
+    name = choose_backend(backend, device, vllm_installed=vllm_installed())  # vllm: refused without a GPU or vLLM
     common = dict(arch=policy.arch, lora=policy.lora, eos_id=policy.eos_id, pad_id=policy.pad_id,
                   max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
     if name == "hf":
