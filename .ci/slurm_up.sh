@@ -7,9 +7,9 @@
 #
 # Daemons: munged -> mariadbd (127.0.0.1:$PORT, private datadir) -> slurmdbd -> slurmctld -> slurmd.
 # Everything lives under $RACE_SLURM_DIR; pid files there are what slurm_down.sh stops.
-# Facts behind the choices: ../shared/notes/slurm-single-node.md (accounting is needed for
+# Facts behind the choices (found setting up a single-node cluster): accounting is needed for
 # submitit to see cancels and requeues; KillWait=5; AuthInfo=cred_expire=10 for fast requeues;
-# the config must exist before any SLURM command, or it looks the controller up through DNS).
+# the config must exist before any SLURM command, or it looks the controller up through DNS.
 # Prints the `export SLURM_CONF=...` line last; exit 0 once `sinfo` reports the node idle.
 set -euo pipefail
 

@@ -85,25 +85,25 @@ def main(argv=None) -> int:
 
         job.evaluate = untimed_eval
         job.start_or_resume()
-        eval0 = job.ledger["eval"]["seconds"]
+        eval0 = job.ledger.eval_seconds
         t0 = time.perf_counter()
         job.train()
-        loop_s = time.perf_counter() - t0 - (job.ledger["eval"]["seconds"] - eval0)
+        loop_s = time.perf_counter() - t0 - (job.ledger.eval_seconds - eval0)
         led = job.ledger
-        iters = led["iterations"]
-        it_s = led["seconds"]["total"]
+        iters = led.iterations
+        it_s = led.seconds["total"]
         print(f"model {args.model}  threads {torch.get_num_threads()}  iterations {iters}  "
               f"B={cfg.grpo.prompts_per_iter} G={cfg.grpo.group_size} mu={cfg.grpo.updates_per_batch} "
               f"max_new_tokens={cfg.rollout.max_new_tokens}  setup {setup_s:.1f} s")
         for p in ("rollout", "reward", "update"):
-            print(f"  {p:8s} {led['seconds'][p]:7.2f} s  ({led['seconds'][p] / it_s:5.1%} of iteration time)")
+            print(f"  {p:8s} {led.seconds[p]:7.2f} s  ({led.seconds[p] / it_s:5.1%} of iteration time)")
         print(f"  iteration total {it_s:7.2f} s  ({it_s / iters * 1000:.0f} ms per iteration)")
         print(f"  model calls {clock.seconds:7.2f} s  {clock.calls}")
         print(f"  overhead inside iterations: {1 - clock.seconds / it_s:6.1%}")
         print(f"  overhead of the training loop (with metrics, ledger, final checkpoint; no eval): "
               f"{1 - clock.seconds / loop_s:6.1%} of {loop_s:.2f} s")
-        print(f"  completion tokens {led['tokens']['completion']}, model FLOPs "
-              f"{sum(f.model for f in led['flops'].values()):.3g}")
+        print(f"  completion tokens {led.tokens['completion']}, model FLOPs "
+              f"{led.spent():.3g}")
     return 0
 
 

@@ -7,7 +7,7 @@ returns one row per case with the ledger's executed and model figures beside the
 `race flops --audit` prints these rows; tests/test_ledger_measured.py asserts on them.
 
 Heavy imports (torch, transformers, peft) happen inside the functions. Counter caveats
-(DESIGN.md): on CPU, SDPA dispatches to `aten._scaled_dot_product_flash_attention_for_cpu`
+(docs/design.md): on CPU, SDPA dispatches to `aten._scaled_dot_product_flash_attention_for_cpu`
 and its backward, which FlopCounterMode does not know: `register_cpu_sdpa_flops()` teaches
 it, reusing the counter's own SDPA formulas. Under `torch.inference_mode` the counter sees
 nothing, so everything here runs under `no_grad` (generate uses no_grad itself).

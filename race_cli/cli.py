@@ -70,6 +70,13 @@ def plan(
     except RaceError as exc:
         _fail(exc)
     print_plan(p, fmt.value)
+    if p.capped:
+        from rich.console import Console
+
+        Console(stderr=True).print(
+            f"note: budget.max_iterations caps {len(p.capped)} job(s) ({', '.join(p.capped[:3])}"
+            f"{', ...' if len(p.capped) > 3 else ''}): they stop before spending budget.flops "
+            "(see budget_used).", highlight=False)
     if out is not None:
         from rich.console import Console
 

@@ -69,7 +69,7 @@ class RolloutConf:
     max_new_tokens: int = 48  # completion cap, tokens
     temperature: float = 1.0
     top_p: float = 1.0
-    expected_completion_tokens: Optional[float] = None  # planning estimate; None = max_new_tokens (worst case)
+    expected_completion_tokens: Optional[float] = 33.0  # planning estimate of the mean completion (tiny-s: 33.2); None = max_new_tokens
     gpu_memory_utilization: Optional[float] = None  # vLLM only: GPU fraction for its weights + KV cache; None = sized from the plan (rollout_vllm.memory_fraction)
     max_model_len: Optional[int] = None  # vLLM only: longest prompt+completion, tokens; None = the task's longest prompt + max_new_tokens
 
@@ -116,14 +116,14 @@ class TaskConf:
 
 @dataclass
 class BudgetConf:
-    flops: float = 1.0e12  # C, total training FLOPs per job (model convention)
+    flops: float = 3.0e11  # C, total training FLOPs per job (model convention)
     free_knob: str = "iterations"  # the knob the solver sets to spend C
-    max_iterations: int = 100000  # refuse plans beyond this
+    max_iterations: int = 100000  # cap on T, in the plan and the job: stop after this many (stop reason "iterations")
 
 
 @dataclass
 class EvalConf:
-    every: int = 5  # evaluate every K iterations (and at start and end); never charged to the budget
+    every: int = 10  # evaluate every K iterations (and at start and end); never charged to the budget
     greedy: bool = True  # greedy decoding for the target; false = sampled at rollout.temperature
     batch_size: int = 200
     targets: list[str] = field(default_factory=lambda: ["accuracy"])
@@ -131,7 +131,7 @@ class EvalConf:
 
 @dataclass
 class CheckpointConf:
-    every: int = 5  # checkpoint every K iterations and at the end
+    every: int = 10  # checkpoint every K iterations and at the end
 
 
 @dataclass

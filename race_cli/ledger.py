@@ -1,12 +1,12 @@
 """The FLOP ledger: what one forward, train step, sampling call or GRPO iteration costs.
 
 Pure Python (no torch), so `race plan` can budget a grid without loading a model. Every
-function returns a `Flops` pair in the two conventions of DESIGN.md "FLOP conventions":
+function returns a `Flops` pair in the two conventions of docs/design.md "FLOP conventions":
 
 - **model** FLOPs, the figure that is budgeted and reported: real tokens only, causal
   attention pairs (a prefill over s tokens attends s(s+1)/2 pairs, a decode step at
   position t attends t pairs), logits only where they are needed, no recompute. The
-  backward follows DESIGN.md: activation gradients cost one forward's matmuls again,
+  backward follows docs/design.md: activation gradients cost one forward's matmuls again,
   weight gradients another one only for trainable weights, attention (two
   activation x activation matmuls) costs 2x its forward in the backward. So full
   fine-tuning is exactly 3x a forward, and LoRA is 2x the frozen base's forward plus the
@@ -22,7 +22,7 @@ function returns a `Flops` pair in the two conventions of DESIGN.md "FLOP conven
   checkpointing's recompute.
 
 Units: FLOPs (one multiply-add = 2 FLOPs); lengths in tokens. Biases, norms,
-activations, softmax, RoPE and embedding lookups are not counted (DESIGN.md).
+activations, softmax, RoPE and embedding lookups are not counted (docs/design.md).
 """
 
 from __future__ import annotations

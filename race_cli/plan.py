@@ -5,9 +5,10 @@
     race plan grid=none model=tiny-m grpo.group_size=4,8,16 budget.flops=5e11 --out runs/g
 
 Each job fixes everything but one free knob, the number of GRPO iterations T, which the
-solver sets so the planned total is as close to `budget.flops` as possible without exceeding
-it: T = floor(C / planned cost of one iteration) (DESIGN.md "The grid"). Every job is
-composed and validated before anything is printed or written. No torch import here.
+budget solver (race_cli/budget.py, the same code the job runs) sets so the planned total is
+as close to `budget.flops` as possible without exceeding it: full iterations while they fit,
+then one smaller last iteration (docs/design.md "The budget"). Every job is composed and
+validated before anything is printed or written. No torch import here.
 """
 
 from __future__ import annotations
@@ -23,41 +24,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from race_cli.budget import BudgetPlan, check_fits, plan_budget, resolve_backend, reward_name, shares
 from race_cli.errors import RaceError
 
 MAX_JOBS = 512  # a larger sweep needs --yes
 
 
 @dataclass
-class Job:
+class PlannedJob:
+    """One job of a plan: its overrides, composed config and budget plan (the engine's Job runs it)."""
+
     job_id: str
     overrides: list[str]  # all concrete overrides of this job (grid fixed, axes, yours)
     axis_overrides: list[str]  # the swept ones only (they name the job)
     config: dict  # the fully composed config, plain containers
-    iterations: int = 0  # T, solved
-    per_iteration: dict = field(default_factory=dict)  # phase -> ledger.Flops, one iteration
+    backend: str = "hf"  # the rollout backend assumed (budget.resolve_backend on this machine)
+    budget: BudgetPlan | None = None  # T and the planned ledger (race_cli.budget.solve)
+
+    @property
+    def iterations(self) -> int:
+        """T, solved (the last iteration may be smaller, see budget.solve)."""
+        return self.budget.iterations if self.budget else 0
+
+    @property
+    def per_iteration(self) -> dict:
+        """Phase -> ledger.Flops of one full iteration."""
+        return self.budget.per_iteration if self.budget else {}
 
     def planned(self) -> dict[str, Any]:
         """Planned ledger: FLOPs and tokens of all T iterations (model and executed conventions)."""
-        t = self.iterations
-        flops = {k: v.model * t for k, v in self.per_iteration.items()}
-        executed = {k: v.executed * t for k, v in self.per_iteration.items()}
-        flops["total"] = sum(flops.values())
-        executed["total"] = sum(executed.values())
-        n = self.config["grpo"]["prompts_per_iter"] * self.config["grpo"]["group_size"]
-        return {
-            "iterations": t,
-            "flops": flops,
-            "executed_flops": executed,
-            "tokens": {"prompt": t * n * self.config["task"]["prompt_tokens"],
-                       "completion": t * n * completion_estimate(self.config)},
-        }
+        return self.budget.ledger()
 
     def row(self) -> dict[str, Any]:
         """One line of plan.csv / plan.json / the table."""
         c, pl = self.config, self.planned()
         total = pl["flops"]["total"]
-        share = {k: (pl["flops"][k] / total if total else 0.0) for k in ("rollout", "update", "reward")}
+        share = shares(pl["flops"])
         return {
             "job_id": self.job_id,
             "model": c["model"]["name"],
@@ -67,17 +69,19 @@ class Job:
             "reward": reward_name(c),
             "task": c["task"]["name"],
             "seed": c["seed"],
+            "rollout_backend": self.backend,
             "budget_flops": c["budget"]["flops"],
             "iterations": self.iterations,
+            "last_iteration_prompts": self.budget.last_prompts,
             "planned_flops_total": total,
             "planned_flops_rollout": pl["flops"]["rollout"],
             "planned_flops_update": pl["flops"]["update"],
             "planned_flops_reward": pl["flops"]["reward"],
             "planned_executed_flops_total": pl["executed_flops"]["total"],
-            "share_search": share["rollout"],
-            "share_learning": share["update"],
-            "share_feedback": share["reward"],
-            "update_fraction": share["update"],
+            "share_search": share["search"],
+            "share_learning": share["learning"],
+            "share_feedback": share["feedback"],
+            "p": share["p"],
             "budget_used": total / c["budget"]["flops"],
             "tokens_prompt": pl["tokens"]["prompt"],
             "tokens_completion": pl["tokens"]["completion"],
@@ -90,51 +94,42 @@ class Plan:
     typed: list[str]  # the overrides as typed
     grid: dict  # name, description, axes, fixed of the chosen grid
     axes: dict[str, list[str]]  # swept key -> values
-    jobs: list[Job]
+    jobs: list[PlannedJob]
+    capped: list[str] = field(default_factory=list)  # ids of jobs whose T budget.max_iterations cut
 
     def rows(self) -> list[dict]:
         return [j.row() for j in self.jobs]
 
 
-def reward_name(cfg: dict) -> str:
-    r = cfg["reward"]
-    return "rule" if r["type"] == "rule" else f"prm:{(r.get('model') or {}).get('name', '?')}"
+# --- the machine the plan assumes ------------------------------------------------------------------
 
 
-def completion_estimate(cfg: dict) -> float:
-    ect = cfg["rollout"].get("expected_completion_tokens")
-    return float(ect if ect is not None else cfg["rollout"]["max_new_tokens"])
+def gpu_visible(device: str) -> bool:
+    """Whether a job with `device` would run on a GPU here, judged without torch.
+
+    cpu -> no; cuda / cuda:N -> yes; auto -> an NVIDIA GPU is listed by the driver
+    (/proc/driver/nvidia/gpus) and CUDA_VISIBLE_DEVICES does not hide them all.
+    """
+    if device == "cpu":
+        return False
+    if device.startswith("cuda"):
+        return True
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
 
 
-# --- the budget solver (pure) --------------------------------------------------------------------
+def vllm_installed() -> bool:
+    import importlib.util
 
-def iteration_cost(cfg: dict) -> dict:
-    """Planned FLOPs of one GRPO iteration of this job, per phase (ledger.Flops)."""
-    from race_cli import ledger
-
-    g, lora_cfg = cfg["grpo"], cfg["lora"]
-    lora = ledger.Lora(r=lora_cfg["r"], target_modules=tuple(lora_cfg["target_modules"])) if lora_cfg["enabled"] else None
-    reward = None
-    if cfg["reward"]["type"] == "prm":
-        reward = ledger.Arch.from_config(cfg["reward"]["model"]["arch"])
-    return ledger.iteration_flops(
-        ledger.Arch.from_config(cfg["model"]["arch"]),
-        prompts=g["prompts_per_iter"], group_size=g["group_size"],
-        prompt_len=float(cfg["task"]["prompt_tokens"]), completion_len=completion_estimate(cfg),
-        updates_per_batch=g["updates_per_batch"], lora=lora, beta=g["beta"],
-        grad_checkpointing=g["grad_checkpointing"], share_prefix=cfg["rollout"]["backend"] == "vllm",
-        reward=reward, reward_head="classifier" if (cfg["reward"].get("model") or {}).get("format") == "classifier" else "token",
-    )
+    return importlib.util.find_spec("vllm") is not None
 
 
-def solve_iterations(budget: float, per_iteration_total: float) -> int:
-    """Largest T with T * cost <= budget (0 when one iteration does not fit)."""
-    if per_iteration_total <= 0:
-        raise RaceError("An iteration was planned at 0 FLOPs: the model architecture looks empty.")
-    t = int(math.floor(budget / per_iteration_total))
-    while t > 0 and t * per_iteration_total > budget:  # float rounding at the boundary
-        t -= 1
-    return t
+def planned_backend(cfg: dict) -> str:
+    """The rollout backend a job of `cfg` will use on this machine (the job resolves it again where it runs)."""
+    return resolve_backend(cfg["rollout"]["backend"], on_gpu=gpu_visible(cfg["device"]),
+                           vllm_installed=vllm_installed())
 
 
 # --- building a plan ---------------------------------------------------------------------------
@@ -214,29 +209,22 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
         raise RaceError(*problems)
 
     ids = unique_ids([job_id(c) for c in combos], [j.overrides for j in jobs])
-    short = []
+    short, capped = [], []
     for jid, job, combo in zip(ids, jobs, combos):
         job.job_id, job.axis_overrides = jid, combo
-        job.per_iteration = iteration_cost(job.config)
-        total = sum(f.model for f in job.per_iteration.values())
-        job.iterations = solve_iterations(job.config["budget"]["flops"], total)
-        budget = job.config["budget"]["flops"]
-        who = "This job" if jid == "job" else f"Job {jid}"
-        if not check_budget:
-            continue
-        if job.iterations < 1:
-            short.append(f"{who}: budget.flops={budget:.3g} is smaller than one iteration "
-                         f"({total:.3g} FLOPs), short by {total - budget:.3g} ({total / budget:.1f}x the budget). "
-                         "Raise budget.flops or shrink grpo.prompts_per_iter / grpo.group_size / rollout.max_new_tokens.")
-        elif job.iterations > job.config["budget"]["max_iterations"]:
-            short.append(f"{who}: the budget buys {job.iterations} iterations, more than "
-                         f"budget.max_iterations={job.config['budget']['max_iterations']}. Lower budget.flops.")
+        job.backend = planned_backend(job.config)
+        job.budget = plan_budget(job.config, job.backend)
+        problem = check_fits(job.budget)
+        if problem and check_budget:
+            short.append(f"{'This job' if jid == 'job' else f'Job {jid}'}: {problem}")
+        if job.budget.capped:
+            capped.append(jid)
     if short:
         raise RaceError(*short)
-    return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs)
+    return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs, capped=capped)
 
 
-def _compose_jobs(fixed: list[str], combos: list[list[str]], groups: set[str]) -> tuple[list[Job], list[str]]:
+def _compose_jobs(fixed: list[str], combos: list[list[str]], groups: set[str]) -> tuple[list[PlannedJob], list[str]]:
     """Compose every job: Hydra once per distinct group choice, typed dict updates for the rest."""
     from omegaconf import OmegaConf
 
@@ -272,7 +260,7 @@ def _compose_jobs(fixed: list[str], combos: list[list[str]], groups: set[str]) -
             for p in exc.problems:
                 seen_problems.setdefault(p, []).append(" ".join(combo) or "(the single job)")
             continue
-        jobs.append(Job(job_id="", overrides=overrides, axis_overrides=combo, config=cfg))
+        jobs.append(PlannedJob(job_id="", overrides=overrides, axis_overrides=combo, config=cfg))
     for p, where in seen_problems.items():
         more = f" (and {len(where) - 1} more jobs)" if len(where) > 1 else ""
         problems.append(f"{p}  [job: {where[0]}{more}]" if where[0] != "(the single job)" else p)
@@ -286,7 +274,7 @@ def _plan_identity(rows: list[dict]) -> list[tuple]:
 
 
 def write_sweep(plan: Plan, sweep_dir: str | os.PathLike) -> bool:
-    """Write the sweep folder of DESIGN.md atomically; False when it already holds this plan.
+    """Write the sweep folder of docs/files.md atomically; False when it already holds this plan.
 
     The folder is built under a temporary name beside the target and renamed into place, so
     an interrupted write leaves nothing. An existing folder with the same jobs is kept as it is
@@ -295,6 +283,7 @@ def write_sweep(plan: Plan, sweep_dir: str | os.PathLike) -> bool:
     import yaml
 
     from race_cli.io import atomic_write_json, read_json
+    from race_cli.status import pending_status, write_status
 
     sweep_dir = Path(sweep_dir)
     rows = plan.rows()
@@ -339,8 +328,7 @@ def write_sweep(plan: Plan, sweep_dir: str | os.PathLike) -> bool:
             hydra.mkdir(parents=True)
             (hydra / "config.yaml").write_text(yaml.safe_dump(job.config, sort_keys=False), encoding="utf-8")
             (hydra / "overrides.yaml").write_text(yaml.safe_dump(job.overrides), encoding="utf-8")
-            atomic_write_json(hydra.parent / "status.json",
-                              {"job_id": job.job_id, "state": "pending", "attempts": 0, "created": created})
+            write_status(hydra.parent, pending_status(job.job_id, created))
         os.replace(tmp, sweep_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -42,31 +42,39 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
 
     swept = [k for k in plan.axes if k not in ("model", "grpo.group_size", "grpo.updates_per_batch", "reward")]
     table = Table(title=f"race plan: grid '{plan.grid['name']}', {len(rows)} jobs", title_justify="left",
-                  caption="search / learning / feedback = planned shares of the job's FLOPs (rollout / update / "
-                  "reward); p = update fraction. Model-convention FLOPs; evaluation is not charged.",
+                  caption="T: iterations (+b: the last one takes b < B prompts, spending the rest of the budget); "
+                  "used = planned / budget; search / learning / feedback = planned shares of the job's FLOPs "
+                  "(rollout / update / reward); p = update fraction. Model-convention FLOPs; evaluation is not charged.",
                   caption_justify="left")
     cols = [("job id", "left"), ("model", "left"), ("G", "right"), ("μ", "right"), ("reward", "left")]
     cols += [(k, "right") for k in swept]
-    cols += [("budget", "right"), ("T", "right"), ("planned", "right"), ("search", "right"),
+    cols += [("budget", "right"), ("T", "right"), ("planned", "right"), ("used", "right"), ("search", "right"),
              ("learning", "right"), ("feedback", "right"), ("p", "right"), ("tokens", "right")]
     for name, justify in cols:
         table.add_column(name, justify=justify, no_wrap=name == "job id")
     for job, r in zip(plan.jobs, rows):
         extra = [str(_lookup(job.config, k)) for k in swept]
         table.add_row(r["job_id"], r["model"], str(r["group_size"]), str(r["updates_per_batch"]), r["reward"],
-                      *extra, fmt_flops(r["budget_flops"]), str(r["iterations"]), fmt_flops(r["planned_flops_total"]),
+                      *extra, fmt_flops(r["budget_flops"]), _iterations(r), fmt_flops(r["planned_flops_total"]),
+                      _pct(r["budget_used"]),
                       _pct(r["share_search"]), _pct(r["share_learning"]), _pct(r["share_feedback"]),
-                      f"{r['update_fraction']:.2f}", fmt_flops(r["tokens_prompt"] + r["tokens_completion"]))
+                      f"{r['p']:.2f}", fmt_flops(r["tokens_prompt"] + r["tokens_completion"]))
     total = sum(r["planned_flops_total"] for r in rows)
     budget = sum(r["budget_flops"] for r in rows)
     tokens = sum(r["tokens_prompt"] + r["tokens_completion"] for r in rows)
     table.add_section()
     table.add_row("total", "", "", "", "", *[""] * len(swept), fmt_flops(budget),
-                  str(sum(r["iterations"] for r in rows)), fmt_flops(total),
+                  str(sum(r["iterations"] for r in rows)), fmt_flops(total), _pct(total / budget),
                   _pct(sum(r["planned_flops_rollout"] for r in rows) / total),
                   _pct(sum(r["planned_flops_update"] for r in rows) / total),
                   _pct(sum(r["planned_flops_reward"] for r in rows) / total), "", fmt_flops(tokens))
     Console(file=out, width=max(160, Console(file=out).width)).print(table)
+
+
+def _iterations(row: dict) -> str:
+    """'12' or '11+3' (11 full iterations, then one of 3 prompts)."""
+    b = row.get("last_iteration_prompts") or 0
+    return f"{row['iterations'] - 1}+{b}" if b else str(row["iterations"])
 
 
 def _lookup(cfg: dict, dotted: str) -> Any:
@@ -89,7 +97,8 @@ def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2
     from rich.console import Console
     from rich.table import Table
 
-    from race_cli.plan import build_plan, completion_estimate
+    from race_cli.budget import completion_estimate
+    from race_cli.plan import build_plan
 
     plan = build_plan(["grid=none", *overrides], max_jobs=1, yes=True, check_budget=False)
     if len(plan.jobs) != 1:
@@ -102,7 +111,7 @@ def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2
     console.print(f"[bold]{c['model']['name']}[/] G={c['grpo']['group_size']} μ={c['grpo']['updates_per_batch']} "
                   f"B={c['grpo']['prompts_per_iter']} reward={job.row()['reward']} "
                   f"lora={'r=' + str(c['lora']['r']) if c['lora']['enabled'] else 'off (full FT)'} "
-                  f"budget={fmt_flops(c['budget']['flops'])} -> T={job.iterations} iterations", highlight=False)
+                  f"budget={fmt_flops(c['budget']['flops'])} -> T={_iterations(job.row())} iterations", highlight=False)
     table = Table(title="planned ledger (FLOPs)", title_justify="left")
     for name in ("phase", "per iteration (model)", "per iteration (executed)", "job (model)", "job (executed)", "share"):
         table.add_column(name, justify="left" if name == "phase" else "right")
@@ -123,12 +132,9 @@ def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2
     if audit:
         _print_audit(job, batch, console)
     refused = None
-    if job.iterations < 1:
+    if job.budget.full_iterations < 1:
         refused = (f"budget.flops={c['budget']['flops']:.3g} buys no iteration: one costs {per_it:.3g} FLOPs. "
                    "race plan and race run refuse this job; raise budget.flops or shrink the batch.")
-    elif job.iterations > c["budget"]["max_iterations"]:
-        refused = (f"the budget buys {job.iterations} iterations, more than budget.max_iterations="
-                   f"{c['budget']['max_iterations']}: race plan and race run refuse this job. Lower budget.flops.")
     if refused:
         Console(stderr=True).print(f"[bold red]error:[/] {refused}", highlight=False, soft_wrap=True)
         return 2

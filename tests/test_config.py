@@ -91,3 +91,30 @@ def test_hub_models_are_pinned_and_run_no_remote_code():
         assert re.fullmatch(r"[0-9a-f]{40}", m.revision) and not m.trust_remote_code, option
     prm = compose(["reward=prm-7b"]).reward.model
     assert re.fullmatch(r"[0-9a-f]{40}", prm.revision) and prm.trust_remote_code is False
+
+
+def _leaves(node, prefix=""):
+    """{'grpo.lr': 1e-3, ...} for every scalar or list under a nested dict."""
+    out = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out |= _leaves(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_schema_defaults_equal_conf_config_yaml():
+    """One source of defaults: every value conf/config.yaml sets is also the schema's default."""
+    from race_cli.config import RaceConfig
+
+    root = OmegaConf.to_container(OmegaConf.load(conf_dir() / "config.yaml"))  # YAML as Hydra reads it (3.0e11 a float)
+    root.pop("defaults")
+    schema = _leaves(OmegaConf.to_container(OmegaConf.structured(RaceConfig)))
+    given = _leaves(root)
+    assert len(given) >= 25  # the file sets most keys; this compares them all
+    differ = {k: (v, schema.get(k, "missing")) for k, v in given.items() if schema.get(k, "missing") != v}
+    assert differ == {}, f"conf/config.yaml value vs schema default: {differ}"
+    # and what a job gets with no overrides is that value too (grid=none: no grid axes)
+    cfg = OmegaConf.to_container(compose(["grid=none"]), resolve=True)
+    assert {k: v for k, v in _leaves(cfg).items() if k in given} == given

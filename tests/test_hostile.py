@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from race_cli.errors import RaceError
-from race_cli.pool.lock import boot_id, process_start
+from race_cli.lock import boot_id, process_start
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB_LOCK_NAME = ".job.lock"  # docs/files.md
@@ -425,7 +425,7 @@ def test_plan_json_listing_a_job_twice_is_refused(tmp_path):
 
 @pytest.mark.parametrize("garbage", ['{"state": "runn', '[1, 2]', '{"state": "done", "attempts": "many"}'])
 def test_garbage_status_json_keeps_the_attempt_count(tmp_path, garbage):
-    from race_cli.pool import status as st
+    from race_cli import status as st
 
     job = tmp_path / "job"
     job.mkdir()

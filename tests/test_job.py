@@ -88,8 +88,8 @@ def test_job_writes_the_documented_files(model_dir, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    from race_cli.budget import iteration_spec
     from race_cli.compose import compose
-    from race_cli.plan import iteration_cost, solve_iterations
 
     job = tmp_path / "job"
     ov = overrides(model_dir)
@@ -118,13 +118,13 @@ def test_job_writes_the_documented_files(model_dir, tmp_path):
     assert act["tokens"]["completion"] == sum(r["tokens/completion"] for r in rows[1:])
     assert set(act["seconds"]) == {"rollout", "update", "reward", "total"}
     assert ledger["eval"]["runs"] == 3 and ledger["eval"]["flops"] > 0  # start, iteration 2, end
-    # planned: floor(C / planned per-iteration total) exactly as race plan computes it, capped at max_iterations
+    # planned: floor(C / planned per-iteration total), capped at max_iterations = 3 (so no smaller last one)
     cfg = compose(ov)
     from omegaconf import OmegaConf
 
-    per = iteration_cost(OmegaConf.to_container(cfg, resolve=True))
-    t = min(solve_iterations(1e12, sum(v.model for v in per.values())), 3)
-    assert ledger["planned"]["iterations"] == t
+    per = iteration_spec(OmegaConf.to_container(cfg, resolve=True), "hf").cost()
+    t = min(int(1e12 // sum(v.model for v in per.values())), 3)
+    assert t == 3 and ledger["planned"]["iterations"] == t and ledger["planned"]["last_iteration_prompts"] == 0
     assert ledger["planned"]["flops"]["update"] == pytest.approx(per["update"].model * t)
 
     summary = read_json(job / "summary.json")
@@ -139,7 +139,7 @@ def test_job_writes_the_documented_files(model_dir, tmp_path):
     assert sum(items["scores"]) / 8 == summary["eval"]["accuracy"]
     sh = summary["shares"]
     assert sh["search"] + sh["learning"] + sh["feedback"] == pytest.approx(1.0)
-    assert sh["update_fraction"] == sh["learning"] == pytest.approx(act["flops"]["update"] / act["flops"]["total"])
+    assert sh["p"] == sh["learning"] == pytest.approx(act["flops"]["update"] / act["flops"]["total"])
     assert set(summary["seconds"]) == {"rollout", "update", "reward", "eval", "total"}
 
     # adapter/: PeftModel-loadable, equal to the trained weights, which moved away from LoRA's B = 0 start
@@ -221,7 +221,11 @@ def test_stops_cleanly_before_the_iteration_that_would_overrun(model_dir, tmp_pa
     assert job.run() == 0
     summary = read_json(tmp_path / "job" / "summary.json")
     assert summary["stop_reason"] == "budget" and summary["knobs"]["iterations"] >= 2
-    assert job.spent() <= budget < job.spent() + job.worst_case(job.iteration + 1)
+    # the job went on with smaller iterations until not one more prompt's worst case fitted
+    assert job.spent() <= budget < job.spent() + job.worst_case(job.iteration + 1, prompts=1)
+    assert job.prompts_that_fit(job.iteration + 1) == 0
+    act = read_json(tmp_path / "job" / "ledger.json")["actual"]
+    assert act["iterations"] <= act["prompts"] <= 2 * act["iterations"]  # B = 2 prompts, or 1 in a smaller one
 
 
 def test_budget_smaller_than_one_iteration_is_refused(model_dir, tmp_path):

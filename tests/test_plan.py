@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from race_cli import ledger
 from race_cli.compose import compose
 from race_cli.errors import RaceError
-from race_cli.plan import build_plan, solve_iterations, write_sweep
+from race_cli.plan import build_plan, write_sweep
 from race_cli.sweep import job_id
 
 
@@ -85,11 +85,16 @@ def test_fast_path_equals_hydra_composition():
 
 
 def test_solver_matches_a_hand_count():
-    plan = build_plan(["grid=none", "model=tiny-s", "budget.flops=1e11"])
+    plan = build_plan(["grid=none", "model=tiny-s", "budget.flops=1.1e11"])
     (job,) = plan.jobs
     per_it = sum(f.model for f in job.per_iteration.values())
-    assert job.iterations == math.floor(1e11 / per_it)
-    assert job.iterations * per_it <= 1e11 < (job.iterations + 1) * per_it
+    full = math.floor(1.1e11 / per_it)
+    assert job.budget.full_iterations == full
+    # the rest buys b < B = 8 prompts: every phase is linear in the prompts (one group each)
+    b = math.floor((1.1e11 - full * per_it) / (per_it / 8))
+    assert 0 < b < 8 and job.budget.last_prompts == b and job.iterations == full + 1
+    assert job.row()["planned_flops_total"] == pytest.approx((full + b / 8) * per_it, rel=1e-12)
+    assert job.row()["planned_flops_total"] <= 1.1e11
     # the rollout phase by hand, tiny-s (d=64, L=2, h=4, kv=2, f=128, V=257), B*G=64 sequences,
     # prompt 40 + completion 33 tokens (conf/config.yaml), LoRA r=16 on all 7 projections, no prefix sharing:
     d, L, f, V, r = 64, 2, 128, 257, 16
@@ -99,14 +104,6 @@ def test_solver_matches_a_hand_count():
     decode = sum(2 * n_body + lora + 4 * L * 4 * 16 * t + 2 * d * V for t in range(41, 41 + 32))
     # 33 sampled tokens = prefill's logits + 32 decode forwards (the last token is never fed back)
     assert job.per_iteration["rollout"].model == pytest.approx(64 * (prefill + decode), rel=1e-9)
-
-
-def test_solver_edge_cases():
-    assert solve_iterations(10.0, 3.0) == 3
-    assert solve_iterations(9.0, 3.0) == 3
-    assert solve_iterations(2.9, 3.0) == 0
-    with pytest.raises(RaceError):
-        solve_iterations(1.0, 0.0)
 
 
 def test_job_ids_are_readable_and_safe():

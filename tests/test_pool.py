@@ -20,10 +20,11 @@ import pytest
 
 from race_cli.errors import RaceError
 from race_cli.io import read_json, read_jsonl
-from race_cli.pool import status as st
-from race_cli.pool.command import prepare_sweep, run_main, select_jobs
+from race_cli import status as st
+from race_cli.pool.command import prepare_sweep, run_main
+from race_cli.status import select_jobs
 from race_cli.pool.local import LocalPool, cpu_slots, gpu_slots, longest_first, make_slots, visible_gpus
-from race_cli.pool.lock import LOCK_NAME, SweepLock, boot_id, owner_record, process_start
+from race_cli.lock import LOCK_NAME, SweepLock, boot_id, owner_record, process_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_job import command, make_sweep  # noqa: E402

@@ -14,7 +14,7 @@ from race_cli.tasks.gsm8k import local_gsm8k_dir
 
 GSM8K = local_gsm8k_dir()
 needs_gsm8k = pytest.mark.skipif(
-    GSM8K is None, reason="real GSM8K not found: set RACE_GSM8K_DIR or put it at <checkout>/../shared/data/gsm8k")
+    GSM8K is None, reason="real GSM8K not found: set RACE_GSM8K_DIR (see race_cli.tasks.gsm8k.local_gsm8k_dir)")
 
 
 # --- each extraction form -----------------------------------------------------------

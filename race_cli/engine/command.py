@@ -47,7 +47,7 @@ def _saved_overrides(job_dir: Path) -> list[str]:
 def _never_trained(job_dir: Path) -> bool:
     """True when the folder's job has no checkpoint and is not running or done: nothing of it is
     worth keeping, so `race train --out` may give it a corrected config."""
-    from race_cli.pool.status import read_status
+    from race_cli.status import read_status
 
     if any((job_dir / name).exists() for name in ("checkpoint", ".checkpoint.old", "summary.json")):
         return False
@@ -57,7 +57,7 @@ def _never_trained(job_dir: Path) -> bool:
 def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | None = None) -> int:
     """Compose (`out`) or reload (`job_dir`) one job's config and run or resume it; returns the exit code."""
     from race_cli.compose import compose, load_job_config
-    from race_cli.pool.lock import JobLock
+    from race_cli.lock import JobLock
 
     if (out is None) == (job_dir is None):
         raise RaceError("race train needs exactly one of --out DIR (compose these overrides into a new job folder) "

@@ -4,11 +4,13 @@
 
 Each iteration: take B prompts (stateless draw from (seed, iteration), see setup.batch_indices),
 sample G completions each, score them, update the policy mu times with the clipped GRPO loss
-(grpo.py). The FLOP ledger is charged from the real token counts and padded shapes that ran.
-Before every iteration the job predicts its worst case (those prompts, max_new_tokens
-completions, `ledger.iteration_flops`) and stops cleanly (stop_reason "budget") when it would
-overrun budget.flops. Held-out evaluation runs at the start, every eval.every iterations and at
-the end; it has its own ledger entry and is never charged to the budget.
+(grpo.py). The FLOP ledger (budget.Ledger) is charged from the real token counts and padded
+shapes that ran. Before every iteration the job takes the most prompts (<= B) whose worst case
+(their real lengths, max_new_tokens completions) fits what is left of budget.flops, so the
+last iterations may be smaller; it stops cleanly (stop_reason "budget") when not one prompt
+fits, or after budget.max_iterations ("iterations"). The planned ledger is race_cli.budget's,
+the same as `race plan`'s. Held-out evaluation runs at the start, every eval.every iterations
+and at the end; it has its own ledger entry and is never charged to the budget.
 
 Files (docs/files.md): status.json, metrics.jsonl (one line per iteration, iteration 0 = the
 initial evaluation), ledger.json, summary.json, adapter/, checkpoint/ (see checkpoint.py).
@@ -34,9 +36,8 @@ from race_cli.engine import checkpoint as ckpt_io
 from race_cli.engine.grpo import GrpoLoss, group_advantages, grpo_loss, token_logprobs
 from race_cli.errors import RaceError
 from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
-from race_cli.ledger import Arch, Flops, forward_flops, iteration_flops, train_step_flops
-
-PHASES = ("rollout", "update", "reward")
+from race_cli.budget import PHASES, Ledger, check_fits, prompts_that_fit, reward_name, shares, with_policy
+from race_cli.ledger import Flops, forward_flops, train_step_flops
 
 
 class NanLoss(RuntimeError):
@@ -47,34 +48,6 @@ def _now() -> str:
     import datetime as dt
 
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _fresh_ledger() -> dict:
-    return {"iterations": 0, "flops": {p: Flops() for p in PHASES}, "tokens": {"prompt": 0, "completion": 0},
-            "seconds": {p: 0.0 for p in PHASES} | {"total": 0.0},
-            "eval": {"flops": Flops(), "seconds": 0.0, "runs": 0}}
-
-
-def _ledger_to_json(led: dict) -> dict:
-    d = dict(led)
-    d["flops"] = {p: led["flops"][p].to_dict() for p in PHASES}
-    d["eval"] = dict(led["eval"], flops=led["eval"]["flops"].to_dict())
-    return d
-
-
-def _ledger_from_json(d: dict) -> dict:
-    led = dict(d)
-    led["flops"] = {p: Flops(**d["flops"][p]) for p in PHASES}
-    led["eval"] = dict(d["eval"], flops=Flops(**d["eval"]["flops"]))
-    return led
-
-
-def _shares(flops: dict) -> dict:
-    total = sum(flops[p] for p in PHASES)
-    if total <= 0:
-        return {"search": 0.0, "learning": 0.0, "feedback": 0.0, "update_fraction": 0.0}
-    s = {"search": flops["rollout"] / total, "learning": flops["update"] / total, "feedback": flops["reward"] / total}
-    return s | {"update_fraction": s["learning"]}
 
 
 def completion_logprobs(model: Any, ids, attn, comp, temperature: float = 1.0):
@@ -111,6 +84,13 @@ class Job:
 
         c = self.cfg
         self.device = S.resolve_device(c.device)
+        # T and the planned ledger, exactly as race plan computes them (race_cli.budget); refused like the plan
+        self.backend, self.budget = S.budget_plan(self.cfg_dict, self.device)
+        problem = check_fits(self.budget)
+        if problem:
+            raise RaceError(problem)
+        self.planned = self.budget.ledger()
+        self.max_iterations = int(c.budget.max_iterations)
         self.dtype = S.resolve_dtype(c.model.dtype, self.device)
         S.configure_torch(c.seed, c.threads, self.device)
         for target in c.eval.targets:
@@ -121,11 +101,10 @@ class Job:
         self.policy = S.load_policy(c, self.device, self.dtype, self.log)
         self.train_prompts = S.PromptCache(self.train_items, self.policy.tokenizer)
         self.eval_prompts = S.PromptCache(self.eval_items, self.policy.tokenizer)
-        self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype,
+        self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype, self.backend,
                                        prompts=(self.train_prompts, self.eval_prompts),
                                        sync_dir=self.job_dir / ".vllm-adapter")
         self.reward = S.build_reward(c, S.reward_device(self.device), self.dtype)  # its own GPU when there are 2+
-        self.reward_arch = Arch.from_config(c.reward.model.arch) if c.reward.type == "prm" else None
         self.ref_model = None
         if c.grpo.beta > 0 and not c.lora.enabled:  # full FT: the reference needs its own frozen copy
             import copy
@@ -136,30 +115,21 @@ class Job:
         warm = c.grpo.warmup_iters
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda it: min(1.0, (it + 1) / warm) if warm > 0 else 1.0)
-        self.planned = S.planned_ledger(self.cfg_dict)
-        self.max_iterations = int(c.budget.max_iterations)
-        if os.environ.get("RACE_MAX_ITERATIONS"):
-            self.max_iterations = min(self.max_iterations, int(os.environ["RACE_MAX_ITERATIONS"]))
-        first = self.worst_case(1)
-        if first > c.budget.flops:
-            raise RaceError(
-                f"budget.flops={c.budget.flops:.3g} is smaller than one iteration: the worst case of iteration 1 "
-                f"(B={c.grpo.prompts_per_iter} prompts x G={c.grpo.group_size} completions of "
-                f"rollout.max_new_tokens={c.rollout.max_new_tokens} tokens, mu={c.grpo.updates_per_batch}) is "
-                f"{first:.3g} FLOPs. Raise budget.flops to at least {first:.3g}, or lower the batch or max_new_tokens.")
+        # the live stop test costs iterations on the loaded model's shapes (what the ledger charges)
+        self.spec = with_policy(self.budget.spec, self.policy.arch, self.policy.lora)
 
-    def worst_case(self, iteration: int) -> float:
-        """Model FLOPs iteration `iteration` can cost at most: its real prompts, max_new_tokens completions."""
-        c = self.cfg
-        idx = self.batch(iteration)
-        longest = max(len(self.train_prompts.ids(j)) for j in idx)
-        head = "classifier" if c.reward.type == "prm" and c.reward.model.format == "classifier" else "token"
-        cost = iteration_flops(self.policy.arch, prompts=c.grpo.prompts_per_iter, group_size=c.grpo.group_size,
-                               prompt_len=longest, completion_len=c.rollout.max_new_tokens,
-                               updates_per_batch=c.grpo.updates_per_batch, lora=self.policy.lora, beta=c.grpo.beta,
-                               grad_checkpointing=c.grpo.grad_checkpointing, share_prefix=self.rollout.share_prefix,
-                               reward=self.reward_arch, reward_head=head)
-        return sum(v.model for v in cost.values())
+    def worst_case(self, iteration: int, prompts: int | None = None) -> float:
+        """Model FLOPs iteration `iteration` can cost at most: its first `prompts` prompts (default B),
+        max_new_tokens completions each."""
+        idx = self.batch(iteration)[:prompts]
+        return self.spec.worst_case(len(idx), max(len(self.train_prompts.ids(j)) for j in idx))
+
+    def prompts_that_fit(self, iteration: int) -> int:
+        """Prompts iteration `iteration` takes: the most (<= B) whose worst case fits what is left; 0 = stop."""
+        if iteration > self.max_iterations:
+            return 0
+        left = float(self.cfg.budget.flops) - self.ledger.spent()
+        return prompts_that_fit(left, lambda b: self.worst_case(iteration, b), self.cfg.grpo.prompts_per_iter)
 
     def batch(self, iteration: int) -> list[int]:
         from race_cli.engine.setup import batch_indices
@@ -182,8 +152,7 @@ class Job:
                                        greedy=self.cfg.eval.greedy)
             flops = flops + ro.flops
             scores += [rule_reward(t, self.eval_items[i].answer) for i, t in zip(idx, ro.texts)]
-        ev = self.ledger["eval"]
-        ev["flops"], ev["seconds"], ev["runs"] = ev["flops"] + flops, ev["seconds"] + time.perf_counter() - t0, ev["runs"] + 1
+        self.ledger.add_eval(flops, time.perf_counter() - t0)
         acc = sum(scores) / len(scores)
         return {"accuracy": acc, "items": {"accuracy": {"ids": [it.id for it in self.eval_items],
                                                          "scores": [int(s) for s in scores]}}}
@@ -259,13 +228,14 @@ class Job:
         return {"loss": sum(losses) / len(losses), "clip_frac": sum(clips) / len(clips),
                 "kl": (sum(kls) / len(kls)) if ref is not None else None, "flops": flops}
 
-    def iterate(self, iteration: int) -> dict:
-        """One GRPO iteration; updates the ledger, returns the metrics line (without eval)."""
+    def iterate(self, iteration: int, prompts: int | None = None) -> dict:
+        """One GRPO iteration on the first `prompts` prompts of its batch (default all B); charges the
+        ledger, returns the metrics line (without eval)."""
         import torch
 
         c, led = self.cfg, self.ledger
         t_start = time.perf_counter()
-        idx = self.batch(iteration)
+        idx = self.batch(iteration)[:prompts]
         items = [self.train_items[j] for j in idx for _ in range(c.grpo.group_size)]  # [B*G], groups consecutive
         ro = self.rollout.generate([self.train_prompts.ids(j) for j in idx], group_size=c.grpo.group_size, greedy=False)
         t_rollout = time.perf_counter() - t_start
@@ -275,17 +245,15 @@ class Job:
         adv = group_advantages(rewards, c.grpo.group_size, scale=c.grpo.scale_rewards)
         up = self.update(ro, adv.advantages)
         t_update = time.perf_counter() - t0
-        for phase, f in (("rollout", ro.flops), ("update", up["flops"]), ("reward", rr.flops)):
-            led["flops"][phase] = led["flops"][phase] + f
         secs = {"rollout": t_rollout, "update": t_update, "reward": rr.seconds}
-        for phase, s in secs.items():
-            led["seconds"][phase] += s
-        led["seconds"]["total"] += time.perf_counter() - t_start
+        for phase, f in (("rollout", ro.flops), ("update", up["flops"]), ("reward", rr.flops)):
+            led.add(phase, f, secs[phase])
+        led.seconds["total"] += time.perf_counter() - t_start
         tp, tc = sum(ro.prompt_lens), sum(ro.completion_lens)
-        led["tokens"]["prompt"] += tp
-        led["tokens"]["completion"] += tc
-        led["iterations"] = iteration
-        cum = {p: led["flops"][p].model for p in PHASES}
+        led.tokens["prompt"] += tp
+        led.tokens["completion"] += tc
+        led.iterations, led.prompts = iteration, led.prompts + len(idx)
+        cum = led.model_flops()
         return {"iteration": iteration, "train/reward_mean": rewards.mean().item(),
                 "train/reward_std": rewards.std(unbiased=False).item(), "train/frac_zero_std_groups": adv.frac_zero_std,
                 "train/kl": up["kl"], "train/clip_frac": up["clip_frac"], "train/loss": up["loss"],
@@ -296,45 +264,35 @@ class Job:
     # --- files -------------------------------------------------------------------------------
 
     def spent(self) -> float:
-        return sum(self.ledger["flops"][p].model for p in PHASES)
+        return self.ledger.spent()
 
     def ledger_json(self) -> dict:
-        led = self.ledger
-        flops = {p: led["flops"][p].model for p in PHASES}
-        executed = {p: led["flops"][p].executed for p in PHASES}
-        return {"convention": "model", "budget_flops": float(self.cfg.budget.flops), "planned": self.planned,
-                "actual": {"iterations": led["iterations"], "flops": flops | {"total": sum(flops.values())},
-                           "executed_flops": executed | {"total": sum(executed.values())},
-                           "tokens": dict(led["tokens"]), "seconds": dict(led["seconds"])},
-                "eval": {"flops": led["eval"]["flops"].model, "executed_flops": led["eval"]["flops"].executed,
-                         "seconds": led["eval"]["seconds"], "runs": led["eval"]["runs"]}}
+        return {"convention": "model", "budget_flops": float(self.cfg.budget.flops), "rollout_backend": self.backend,
+                "planned": self.planned, "actual": self.ledger.actual(), "eval": self.ledger.eval_json()}
 
     def summary_json(self, stop_reason: str) -> dict:
-        from race_cli.plan import reward_name
-
         c, led = self.cfg, self.ledger
-        flops = {p: led["flops"][p].model for p in PHASES}
-        secs = {p: led["seconds"][p] for p in PHASES}
-        secs |= {"eval": led["eval"]["seconds"], "total": led["seconds"]["total"] + led["eval"]["seconds"]}
+        flops = led.model_flops()
+        secs = {p: led.seconds[p] for p in PHASES}
+        secs |= {"eval": led.eval_seconds, "total": led.seconds["total"] + led.eval_seconds}
         final = self.state["eval_last"]
         return {"job_id": self.job_id, "state": "done", "stop_reason": stop_reason,
                 "condition": {"model": c.model.name, "budget_flops": float(c.budget.flops),
                               "reward": reward_name(self.cfg_dict), "task": c.task.name},
                 "knobs": {"group_size": c.grpo.group_size, "updates_per_batch": c.grpo.updates_per_batch,
-                          "prompts_per_iter": c.grpo.prompts_per_iter, "iterations": led["iterations"]},
+                          "prompts_per_iter": c.grpo.prompts_per_iter, "iterations": led.iterations},
                 "seed": c.seed, "overrides": self.overrides,
                 "eval": {"accuracy": final["accuracy"]}, "eval_initial": {"accuracy": self.state["eval_initial"]["accuracy"]},
-                "eval_items": final["items"], "shares": _shares(flops),
-                "planned_shares": _shares(self.planned["flops"]),
+                "eval_items": final["items"], "shares": led.shares(), "planned_shares": shares(self.planned["flops"]),
                 "flops": flops | {"total": sum(flops.values())}, "seconds": secs}
 
     def set_status(self, **fields: Any) -> None:
-        from race_cli.pool.status import update_status
+        from race_cli.status import update_status
 
         update_status(self.job_dir, **fields)
 
     def save_checkpoint(self) -> None:
-        state = dict(self.state, iteration=self.iteration, ledger=_ledger_to_json(self.ledger))
+        state = dict(self.state, iteration=self.iteration, ledger=self.ledger.to_json())
         ckpt_io.save(self.job_dir, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler,
                      state=state)
 
@@ -347,14 +305,14 @@ class Job:
             ckpt_io.restore(found, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler)
             self.rollout.sync(self.policy.model)
             self.iteration = int(found.state["iteration"])
-            self.ledger = _ledger_from_json(found.state["ledger"])
+            self.ledger = Ledger.from_json(found.state["ledger"])
             self.state = {k: v for k, v in found.state.items() if k not in ("iteration", "ledger")}
             rows = read_jsonl(self.metrics_path) if self.metrics_path.exists() else []
             keep = [r for r in rows if r.get("iteration", 0) <= self.iteration]
             atomic_write_text(self.metrics_path, "".join(_line(r) for r in keep))
             self.log(f"resumed from checkpoint at iteration {self.iteration} ({len(rows) - len(keep)} metric lines dropped)")
             return
-        self.iteration, self.ledger = 0, _fresh_ledger()
+        self.iteration, self.ledger = 0, Ledger()
         if self.metrics_path.exists():
             self.metrics_path.unlink()
         ev = self.evaluate()
@@ -364,18 +322,20 @@ class Job:
         self.log(f"initial eval: accuracy {ev['accuracy']:.3f} on {len(self.eval_items)} held-out items")
 
     def train(self) -> str:
-        """Iterate until the budget or the iteration cap stops the job; returns the stop reason."""
+        """Iterate until the budget or the iteration cap stops the job; returns the stop reason.
+
+        Each iteration takes the most prompts (<= B) whose worst case fits what is left of the
+        budget (race_cli.budget): full iterations first, then smaller ones at the end.
+        """
         c = self.cfg
         budget = float(c.budget.flops)
-
-        def fits(i: int) -> bool:
-            return i <= self.max_iterations and self.spent() + self.worst_case(i) <= budget
-
-        while fits(self.iteration + 1):
+        prompts = self.prompts_that_fit(self.iteration + 1)
+        while prompts:
             i = self.iteration + 1
-            line = self.iterate(i)
+            line = self.iterate(i, prompts)
             self.iteration = i
-            last = not fits(i + 1)
+            prompts = self.prompts_that_fit(i + 1)
+            last = prompts == 0
             if i % c.eval.every == 0 or last:
                 ev = self.evaluate()
                 self.state["eval_last"] = ev
@@ -387,24 +347,24 @@ class Job:
                      + (f" eval {line['eval/accuracy']:.3f}" if "eval/accuracy" in line else ""))
             if i % c.checkpoint.every == 0 or last:
                 self.save_checkpoint()
-        return "iterations" if self.iteration + 1 > self.max_iterations else "budget"
+        return "iterations" if self.iteration >= self.max_iterations else "budget"
 
     def run(self) -> int:
         """The whole job; returns 0 (done) or 1 (failed). Bad input raises RaceError after marking the status.
 
-        The job folder's lock (`.job.lock`, pool/lock.py) is held throughout: a second process
+        The job folder's lock (`.job.lock`, race_cli/lock.py) is held throughout: a second process
         training the same folder is refused before it writes anything. SIGTERM (a scheduler, kill)
         stops the job as Ctrl-C does: status `interrupted`, the last checkpoint kept, and the
         `Stopped` exception propagates to the CLI, which exits 128 + the signal number.
         """
-        from race_cli.pool.lock import JobLock
+        from race_cli.lock import JobLock
 
         self.job_dir.mkdir(parents=True, exist_ok=True)
         with JobLock(self.job_dir, say=self.log), _sigterm_as_stop():
             return self._run_locked()
 
     def _run_locked(self) -> int:
-        from race_cli.pool.status import read_status, write_status
+        from race_cli.status import read_status, write_status
 
         prior = read_status(self.job_dir)
         fields: dict[str, Any] = dict(job_id=self.job_id, state="running", pid=os.getpid(), host=socket.gethostname())

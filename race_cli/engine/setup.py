@@ -257,9 +257,23 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     return Policy(model, tokenizer, path, arch, lora, int(tokenizer.eos_token_id), int(tokenizer.pad_token_id))
 
 
-def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, *, prompts: tuple = (),
+def vllm_installed() -> bool:
+    """Whether vLLM can be imported here (found, not imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def rollout_backend(requested: str, device: str) -> str:
+    """The backend this job samples with: race_cli.budget.resolve_backend on this device (the plan's rule)."""
+    from race_cli.budget import resolve_backend
+
+    return resolve_backend(requested, on_gpu=device.startswith("cuda"), vllm_installed=vllm_installed())
+
+
+def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: str, *, prompts: tuple = (),
                   sync_dir: str | Path | None = None):
-    """The rollout backend `rollout.backend` resolves to on this device (see rollout.choose_backend).
+    """The rollout `backend` (hf | vllm, from rollout_backend); vllm is checked against this device.
 
     vLLM only: `prompts` (PromptCaches of the task's splits) size max_model_len (the longest
     prompt + max_new_tokens) unless rollout.max_model_len is set; the GPU fraction comes from the
@@ -269,7 +283,7 @@ def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, *, prompts:
     from race_cli.engine.rollout import HFRollout, choose_backend
 
     r = cfg.rollout
-    name = choose_backend(r.backend, device)
+    name = choose_backend(backend, device, vllm_installed=vllm_installed())  # vllm: refused without a GPU or vLLM
     common = dict(arch=policy.arch, lora=policy.lora, eos_id=policy.eos_id, pad_id=policy.pad_id,
                   max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
     if name == "hf":
@@ -298,15 +312,16 @@ def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, *, prompts:
     return backend
 
 
-# --- the plan ----------------------------------------------------------------------------------
+# --- the budget -------------------------------------------------------------------------------
 
 
-def planned_ledger(cfg_dict: dict) -> dict:
-    """The planned ledger of docs/files.md, computed exactly as `race plan` does (race_cli.plan)."""
-    from race_cli.plan import Job, iteration_cost, solve_iterations
+def budget_plan(cfg_dict: dict, device: str) -> tuple[str, Any]:
+    """(backend, BudgetPlan): T and the planned ledger, race_cli.budget on the backend this device resolves.
 
-    per_iter = iteration_cost(cfg_dict)
-    total = sum(v.model for v in per_iter.values())
-    t = min(solve_iterations(float(cfg_dict["budget"]["flops"]), total), int(cfg_dict["budget"]["max_iterations"]))
-    return Job(job_id="", overrides=[], axis_overrides=[], config=cfg_dict, iterations=t,
-               per_iteration=per_iter).planned()
+    The same function `race plan` calls with the same config, so the planned ledger in
+    ledger.json equals the plan's row whenever the plan ran on a machine like this one.
+    """
+    from race_cli.budget import plan_budget
+
+    backend = rollout_backend(cfg_dict["rollout"]["backend"], device)
+    return backend, plan_budget(cfg_dict, backend)

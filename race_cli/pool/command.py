@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 from race_cli.errors import RaceError
 from race_cli.io import read_json
-from race_cli.pool import status as st
+from race_cli import status as st
 
 LAUNCHERS = ("local", "slurm")
 TOP_SHOWN = 3  # regimes per condition printed at the end (the report has them all)
@@ -101,38 +101,6 @@ def read_plan_rows(sweep_dir: Path) -> dict[str, dict]:
         raise RaceError(f"{len(missing)} job folder(s) of {sweep_dir} lack .hydra/config.yaml (e.g. {missing[0]}). "
                         "The folder is damaged: replan it into a new folder (race plan --out).")
     return by_id
-
-
-# --- which jobs to run -------------------------------------------------------------------------
-
-def select_jobs(states: dict[str, str], retry_failed: bool) -> list[str]:
-    """Jobs to (re)run: everything not done; failed ones only with retry_failed."""
-    return [j for j, s in states.items() if s != "done" and (s != "failed" or retry_failed)]
-
-
-def adopt_orphans(sweep_dir: Path, states: dict[str, str]) -> list[str]:
-    """Jobs still marked running while we hold the lock: their race run died. Mark them interrupted."""
-    orphans = [j for j, s in states.items() if s == "running"]
-    for j in orphans:
-        st.update_status(Path(sweep_dir) / "jobs" / j, state="interrupted", stop_reason="signal",
-                         error="the race run that ran it stopped without closing it; resumed by the next run")
-        states[j] = "interrupted"
-    return orphans
-
-
-def sweep_temp_files(sweep_dir: Path) -> int:
-    """Remove temp files of atomic writes cut short by a kill (.NAME.XXXX.tmp, race_cli.io's pattern)
-    from the job folders; safe only under the sweep lock, when no process of this sweep is writing."""
-    n = 0
-    for pattern in ("jobs/*/.*.tmp", "jobs/*/*/.*.tmp"):
-        for tmp in Path(sweep_dir).glob(pattern):
-            tmp.unlink(missing_ok=True)
-            n += 1
-    return n
-
-
-def read_states(sweep_dir: Path, job_ids: Sequence[str]) -> dict[str, str]:
-    return {j: st.read_status(Path(sweep_dir) / "jobs" / j)["state"] for j in job_ids}
 
 
 # --- the command -------------------------------------------------------------------------------
@@ -228,7 +196,7 @@ def prebuild_zoo(sweep: Path, job_ids: list[str], say: Callable[[str], None]) ->
     """
     import yaml
 
-    from race_cli.pool.status import read_status
+    from race_cli.status import read_status
 
     names: list[str] = []
     for job_id in job_ids:
@@ -255,19 +223,19 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
     """Run the jobs not yet done on this machine under the sweep lock; returns the stopping signal or None."""
     from race_cli.pool.display import Progress, make_display
     from race_cli.pool.local import LocalPool, make_slots, visible_gpus
-    from race_cli.pool.lock import SweepLock
+    from race_cli.lock import SweepLock
 
     with SweepLock(sweep, say=say):
         from race_cli.pool.slurm import refuse_if_live_on_slurm
 
         refuse_if_live_on_slurm(sweep)
-        sweep_temp_files(sweep)
-        states = read_states(sweep, list(rows))
-        orphans = adopt_orphans(sweep, states)
+        st.sweep_temp_files(sweep)
+        states = st.read_states(sweep, list(rows))
+        orphans = st.adopt_orphans(sweep, states)
         if orphans:
             say(f"{len(orphans)} job(s) were left running by a race run that is gone; resuming them: "
                 + ", ".join(orphans[:5]) + (" ..." if len(orphans) > 5 else ""))
-        todo = select_jobs(states, retry_failed)
+        todo = st.select_jobs(states, retry_failed)
         counts = {s: sum(1 for v in states.values() if v == s) for s in st.STATES}
         skipped_failed = counts["failed"] if not retry_failed else 0
         if not todo:

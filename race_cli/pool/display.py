@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from race_cli.pool import status as st
+from race_cli import status as st
 
 
 def fmt_seconds(s: float | None) -> str:

@@ -9,7 +9,7 @@ max(longest job, total work / slots)); a slot that frees takes the next job at o
 Each child: stdout+stderr appended to its log.txt, its own session (Ctrl-C on the terminal
 reaches only `race run`, which then stops the children itself), and a parent-death signal so
 that a `race run` killed with SIGKILL takes its children with it (nothing keeps writing into a
-folder the rerun resumes). Status records: race_cli.pool.status.
+folder the rerun resumes). Status records: race_cli.status.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from race_cli.errors import RaceError
-from race_cli.pool import status as st
+from race_cli import status as st
 
 JobCommand = Callable[[Path], list[str]]
 
@@ -180,7 +180,7 @@ def cpu_slots(workers: int, cores: int) -> list[Slot]:
 
 def default_workers(cores: int, n_jobs: int) -> int:
     """One single-thread worker per core (on the tiny zoo two 1-thread processes gave ~1.7x the
-    throughput of one 2-thread process: ../shared/notes/tiny-zoo-trial.md), no more than jobs."""
+    throughput of one 2-thread process, measured when the zoo was sized), no more than jobs."""
     return max(1, min(cores, n_jobs))
 
 

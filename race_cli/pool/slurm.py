@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from race_cli.errors import RaceError
 from race_cli.io import atomic_write_json, read_json
-from race_cli.pool import status as st
+from race_cli import status as st
 
 SUBMITIT_DIR = ".submitit"
 SUBMITTED = "submitted.json"  # job_id -> SLURM job id of its latest submission
@@ -238,20 +238,19 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
     if shutil.which("sbatch") is None:
         raise RaceError("--launcher slurm: sbatch is not on PATH here. Run race run on a SLURM login node, "
                         "or use the local pool (--launcher local).")
-    from race_cli.pool.command import adopt_orphans, read_states, select_jobs, sweep_temp_files
     from race_cli.pool.local import longest_first, package_root
-    from race_cli.pool.lock import SweepLock
+    from race_cli.lock import SweepLock
 
     sweep = Path(sweep).resolve()
     folder = sweep / SUBMITIT_DIR
     with SweepLock(sweep, say=say):
-        states = read_states(sweep, list(rows))
+        states = st.read_states(sweep, list(rows))
         live = {j: s for j, s in live_jobs(sweep).items() if j in rows}  # ids of plan.json only (checked)
         if not live:
-            sweep_temp_files(sweep)
-        adopt_orphans(sweep, {j: s for j, s in states.items() if j not in live})
-        states = read_states(sweep, list(rows))
-        todo = [j for j in select_jobs(states, retry_failed) if j not in live]
+            st.sweep_temp_files(sweep)
+        st.adopt_orphans(sweep, {j: s for j, s in states.items() if j not in live})
+        states = st.read_states(sweep, list(rows))
+        todo = [j for j in st.select_jobs(states, retry_failed) if j not in live]
         if live:
             say(f"{len(live)} job(s) still queued or running on SLURM from an earlier submission: not resubmitted")
         handles: dict[str, Any] = {j: submitit.SlurmJob(folder=folder / "%j", job_id=s) for j, s in live.items()}

@@ -32,12 +32,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from race_cli import budget
 from race_cli.errors import RaceError
 from race_cli.io import read_json
 
-CONDITION_COLS = ["model", "budget_flops", "reward", "task"]  # what a condition is (DESIGN.md)
-SHARE_NAMES = ["search", "learning", "feedback"]  # rollout, update, reward phases
-PHASES = ["rollout", "update", "reward"]
+CONDITION_COLS = ["model", "budget_flops", "reward", "task"]  # what a condition is (docs/design.md)
+PHASES = list(budget.PHASES)  # rollout, update, reward
+SHARE_NAMES = [budget.SHARE_NAMES[p] for p in PHASES]  # search, learning, feedback
 # Summary knobs that are outcomes of the budget solver, not allocation choices.
 DERIVED_KNOBS = {"iterations"}
 
@@ -112,13 +113,10 @@ def fields_from_overrides(overrides: list[str]) -> dict[str, Any]:
 
 
 def _shares(flops: dict[str, float]) -> dict[str, float]:
-    """Fractions of the model-convention total per phase; p = learning share."""
-    total = float(flops.get("total") or 0.0)
-    if total <= 0:
-        return {f"share_{n}": np.nan for n in SHARE_NAMES} | {"p": np.nan}
-    s = {f"share_{n}": float(flops.get(ph, 0.0)) / total for n, ph in zip(SHARE_NAMES, PHASES)}
-    s["p"] = s["share_learning"]
-    return s
+    """share_search, share_learning, share_feedback and p (= learning share), as race_cli.budget.shares
+    computes them for summary.json and plan.json (NaN when nothing was spent)."""
+    s = budget.shares(flops)
+    return {f"share_{n}": s[n] for n in SHARE_NAMES} | {"p": s["p"]}
 
 
 # --- one job ---------------------------------------------------------------------------

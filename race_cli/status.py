@@ -1,12 +1,14 @@
-"""status.json of one job, from the pool's side: read it, start an attempt, close an attempt.
+"""status.json of every job of a sweep: one module for the plan, the job and the pool.
 
-`race train` writes `running` at start and `done` / `failed` at the end (docs/files.md).
+`race plan --out` writes `pending` (`pending_status`); `race train` writes `running` at start
+and `done` / `failed` at the end (docs/files.md).
 The pool completes the record around each attempt: before the child starts it increments
 `attempts` and records host, device and start time; after the child is gone it records the
 exit code and the tail of log.txt, and decides the final state when the child did not
 (died, was killed, ran out of memory: `failed`; stopped by the pool or the scheduler:
 `interrupted`). Every write is atomic (race_cli.io), so a crash leaves the old or the new file.
-Shared by the local pool and the SLURM task, so both leave identical records.
+Shared by the local pool and the SLURM task, so both leave identical records. It sits below
+plan, engine/ and pool/ and imports none of them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import re
 import signal
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from race_cli.io import atomic_write_json, read_json
 
@@ -71,6 +73,11 @@ def attempts_from_log(path: Path) -> int:
     except OSError:
         return 0
     return max((int(m) for m in _ATTEMPT_HEADER.findall(text)), default=0)
+
+
+def pending_status(job_id: str, created: str) -> dict[str, Any]:
+    """The record of a job that was planned and never started."""
+    return {"job_id": job_id, "state": "pending", "attempts": 0, "created": created}
 
 
 def write_status(job_dir: Path, status: dict[str, Any]) -> None:
@@ -181,3 +188,35 @@ def end_attempt(job_dir: Path, returncode: int, *, stopped: bool) -> dict[str, A
             status["stop_reason"] = "error"
     write_status(job_dir, status)
     return status
+
+
+# --- the jobs of a sweep ----------------------------------------------------------------------------
+
+def select_jobs(states: dict[str, str], retry_failed: bool) -> list[str]:
+    """Jobs to (re)run: everything not done; failed ones only with retry_failed."""
+    return [j for j, s in states.items() if s != "done" and (s != "failed" or retry_failed)]
+
+
+def adopt_orphans(sweep_dir: Path, states: dict[str, str]) -> list[str]:
+    """Jobs still marked running while we hold the lock: their race run died. Mark them interrupted."""
+    orphans = [j for j, s in states.items() if s == "running"]
+    for j in orphans:
+        update_status(Path(sweep_dir) / "jobs" / j, state="interrupted", stop_reason="signal",
+                         error="the race run that ran it stopped without closing it; resumed by the next run")
+        states[j] = "interrupted"
+    return orphans
+
+
+def sweep_temp_files(sweep_dir: Path) -> int:
+    """Remove temp files of atomic writes cut short by a kill (.NAME.XXXX.tmp, race_cli.io's pattern)
+    from the job folders; safe only under the sweep lock, when no process of this sweep is writing."""
+    n = 0
+    for pattern in ("jobs/*/.*.tmp", "jobs/*/*/.*.tmp"):
+        for tmp in Path(sweep_dir).glob(pattern):
+            tmp.unlink(missing_ok=True)
+            n += 1
+    return n
+
+
+def read_states(sweep_dir: Path, job_ids: Sequence[str]) -> dict[str, str]:
+    return {j: read_status(Path(sweep_dir) / "jobs" / j)["state"] for j in job_ids}
