@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from race_cli.engine import checkpoint as ckpt_io
-from race_cli.engine.grpo import GrpoLoss, group_advantages, grpo_loss, token_logprobs
+from race_cli.engine.grpo import (LOGPROB_CHUNK, GrpoLoss, rows_logprobs, chunked_logprobs, group_advantages,
+                                  grpo_loss)
 from race_cli.errors import RaceError
 from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from race_cli.ledger import Arch, Flops, forward_flops, iteration_flops, train_step_flops
@@ -75,16 +76,26 @@ def _shares(flops: dict) -> dict:
     return s | {"update_fraction": s["learning"]}
 
 
-def completion_logprobs(model: Any, ids, attn, comp, temperature: float = 1.0):
+def completion_logprobs(model: Any, ids, attn, comp, temperature: float = 1.0, chunk: int = LOGPROB_CHUNK):
     """Log-probs [N, C] of the completion tokens under `model`, as sampled at `temperature`.
 
-    ids, attn [N, P+C]: left-padded prompts followed by the completions comp [N, C]. Logits are
-    computed only at the C+1 last positions (`logits_to_keep`): position P-1+t predicts token t.
-    RoPE attention depends on relative positions only, so left padding needs no position ids.
+    ids, attn [N, P+C]: left-padded prompts followed by the completions comp [N, C]. The decoder
+    body runs once; the LM head and the log-softmax run on blocks of `chunk` positions
+    (grpo.chunked_logprobs), so neither the [N, C, V] logits nor their float32 copy are ever
+    whole: position P-1+t predicts token t. RoPE attention depends on relative positions only,
+    so left padding needs no position ids.
     """
     C = comp.size(1)
-    out = model(input_ids=ids, attention_mask=attn, logits_to_keep=C + 1, use_cache=False)
-    return token_logprobs(out.logits[:, :-1], comp, temperature)  # [N, C]
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # the LoRA layers stay in place
+    body = lm.get_decoder() if hasattr(lm, "get_decoder") else lm.model
+    hidden = body(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [N, P+C, d]
+    hidden = hidden[:, -(C + 1):-1]  # [N, C, d] the positions that predict the completion tokens
+    head = lm.get_output_embeddings()
+
+    def rows(h, t):  # h [R, d], t [R] -> [R]
+        return rows_logprobs(head(h), t, temperature)
+
+    return chunked_logprobs(rows, hidden, comp, chunk)  # [N, C]
 
 
 class Job:
