@@ -52,17 +52,23 @@ def plan(
                                        "plan.csv, plan.json, jobs/<id>/.hydra/)."),
     max_jobs: int = typer.Option(512, help="Refuse sweeps larger than this unless --yes."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Plan sweeps larger than --max-jobs."),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Device memory per job, e.g. 80GiB or 24GB: "
+                                          "micro_batch_size=auto picks the largest micro-batch that fits, and a job "
+                                          "that cannot fit is refused (exit 2). Default: the detected GPU "
+                                          "(nvidia-smi), else no limit."),
 ) -> None:
-    """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split.
+    """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split and peak memory.
 
     With no overrides: the embedded tiny grid (grid=tiny). [bold]race plan grid=pilot[/] shows the
     paper-like Qwen2.5 grid. Nothing is written unless --out is given.
     """
+    from race_cli.memory import detect_gpu_bytes, parse_size
     from race_cli.plan import build_plan, write_sweep
     from race_cli.render import print_plan
 
     try:
-        p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes)
+        device_bytes = parse_size(gpu_mem) if gpu_mem is not None else detect_gpu_bytes()
+        p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes)
         if out is not None:
             written = write_sweep(p, out)
     except RaceError as exc:

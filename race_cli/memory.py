@@ -356,8 +356,10 @@ def cannot_fit(cfg: dict, mem: JobMemory, device_bytes: int, auto: bool) -> str:
     names = [k for k, _ in parts]
     if "reward_weights" in names:
         hints.append("a smaller reward model or reward=rule")
-    if "policy_weights" in names or "optimizer" in names:
-        hints.append("a smaller model (or lora.enabled=true)")
+    if "optimizer" in names:
+        hints.append("lora.enabled=true (adapter states instead of full fine-tuning's)")
+    if "policy_weights" in names:
+        hints.append("a smaller model")
     if "kv_cache" in names:
         hints.append("fewer rollout tokens (grpo.prompts_per_iter, grpo.group_size, rollout.max_new_tokens)")
     if "reward_forward" in names:
@@ -368,6 +370,14 @@ def cannot_fit(cfg: dict, mem: JobMemory, device_bytes: int, auto: bool) -> str:
     return (f"the {phase} phase needs {fmt_bytes(mem.total(phase))} at micro-batch {mem.micro_batch}"
             f"{' with' if mem.grad_checkpointing else ' without'} gradient checkpointing, more than "
             f"{HEADROOM:.0%} of {fmt_bytes(device_bytes)} (largest parts: {what}). Try: {'; '.join(hints)}.")
+
+
+def memory_row(mem: JobMemory | None) -> dict:
+    """The plan's memory columns (plan.csv / plan.json / the table)."""
+    if mem is None:
+        return {}
+    return {"micro_batch_size": mem.micro_batch, "grad_checkpointing": mem.grad_checkpointing,
+            "planned_peak_bytes": mem.peak, "peak_phase": mem.phase}
 
 
 # --- sizes and devices -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from race_cli.errors import RaceError
+from race_cli.memory import memory_row
 
 MAX_JOBS = 512  # a larger sweep needs --yes
 
@@ -36,6 +37,7 @@ class Job:
     config: dict  # the fully composed config, plain containers
     iterations: int = 0  # T, solved
     per_iteration: dict = field(default_factory=dict)  # phase -> ledger.Flops, one iteration
+    memory: Any = None  # memory.JobMemory: planned peak device bytes per phase, resolved micro-batch
 
     def planned(self) -> dict[str, Any]:
         """Planned ledger: FLOPs and tokens of all T iterations (model and executed conventions)."""
@@ -81,6 +83,7 @@ class Job:
             "budget_used": total / c["budget"]["flops"],
             "tokens_prompt": pl["tokens"]["prompt"],
             "tokens_completion": pl["tokens"]["completion"],
+            **memory_row(self.memory),
             "overrides": " ".join(self.overrides),
         }
 
@@ -176,8 +179,14 @@ def _fixed_override(key: str, value: Any) -> str:
 
 
 def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool = False,
-               check_budget: bool = True) -> Plan:
-    """Expand, compose, validate and budget-match every job; RaceError lists every problem."""
+               check_budget: bool = True, gpu_mem: int | None = None) -> Plan:
+    """Expand, compose, validate and budget-match every job; RaceError lists every problem.
+
+    `gpu_mem` (bytes): resolve `grpo.micro_batch_size: auto` against it and refuse jobs whose
+    planned peak does not fit (race_cli/memory.py); None = plan memory without a limit.
+    """
+    from race_cli.memory import plan_memory
+
     from race_cli.compose import config_groups, group_options
     from race_cli.sweep import Axis, job_id, parse_sweep, unique_ids
 
@@ -222,6 +231,10 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
         job.iterations = solve_iterations(job.config["budget"]["flops"], total)
         budget = job.config["budget"]["flops"]
         who = "This job" if jid == "job" else f"Job {jid}"
+        try:
+            job.memory = plan_memory(job.config, gpu_mem)
+        except RaceError as exc:
+            short.extend(f"{who}: {p}" for p in exc.problems)
         if not check_budget:
             continue
         if job.iterations < 1:

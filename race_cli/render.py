@@ -43,12 +43,14 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
     swept = [k for k in plan.axes if k not in ("model", "grpo.group_size", "grpo.updates_per_batch", "reward")]
     table = Table(title=f"race plan: grid '{plan.grid['name']}', {len(rows)} jobs", title_justify="left",
                   caption="search / learning / feedback = planned shares of the job's FLOPs (rollout / update / "
-                  "reward); p = update fraction. Model-convention FLOPs; evaluation is not charged.",
+                  "reward); p = update fraction. Model-convention FLOPs; evaluation is not charged. peak mem = planned "
+                  "peak device memory and its phase; mb = sequences per micro-batch (+ckpt: gradient checkpointing).",
                   caption_justify="left")
     cols = [("job id", "left"), ("model", "left"), ("G", "right"), ("μ", "right"), ("reward", "left")]
     cols += [(k, "right") for k in swept]
     cols += [("budget", "right"), ("T", "right"), ("planned", "right"), ("search", "right"),
-             ("learning", "right"), ("feedback", "right"), ("p", "right"), ("tokens", "right")]
+             ("learning", "right"), ("feedback", "right"), ("p", "right"), ("tokens", "right"),
+             ("peak mem", "right"), ("mb", "right")]
     for name, justify in cols:
         table.add_column(name, justify=justify, no_wrap=name == "job id")
     for job, r in zip(plan.jobs, rows):
@@ -56,7 +58,8 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
         table.add_row(r["job_id"], r["model"], str(r["group_size"]), str(r["updates_per_batch"]), r["reward"],
                       *extra, fmt_flops(r["budget_flops"]), str(r["iterations"]), fmt_flops(r["planned_flops_total"]),
                       _pct(r["share_search"]), _pct(r["share_learning"]), _pct(r["share_feedback"]),
-                      f"{r['update_fraction']:.2f}", fmt_flops(r["tokens_prompt"] + r["tokens_completion"]))
+                      f"{r['update_fraction']:.2f}", fmt_flops(r["tokens_prompt"] + r["tokens_completion"]),
+                      _peak(r), f"{r.get('micro_batch_size', '')}{'+ckpt' if r.get('grad_checkpointing') else ''}")
     total = sum(r["planned_flops_total"] for r in rows)
     budget = sum(r["budget_flops"] for r in rows)
     tokens = sum(r["tokens_prompt"] + r["tokens_completion"] for r in rows)
@@ -65,8 +68,18 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
                   str(sum(r["iterations"] for r in rows)), fmt_flops(total),
                   _pct(sum(r["planned_flops_rollout"] for r in rows) / total),
                   _pct(sum(r["planned_flops_update"] for r in rows) / total),
-                  _pct(sum(r["planned_flops_reward"] for r in rows) / total), "", fmt_flops(tokens))
+                  _pct(sum(r["planned_flops_reward"] for r in rows) / total), "", fmt_flops(tokens),
+                  _peak(max(rows, key=lambda r: r.get("planned_peak_bytes", 0))), "")
     Console(file=out, width=max(160, Console(file=out).width)).print(table)
+
+
+def _peak(row: dict) -> str:
+    """'12.3 GiB (update)': the planned peak device memory and the phase that reaches it."""
+    from race_cli.memory import fmt_bytes
+
+    if "planned_peak_bytes" not in row:
+        return ""
+    return f"{fmt_bytes(row['planned_peak_bytes'])} ({row['peak_phase']})"
 
 
 def _lookup(cfg: dict, dotted: str) -> Any:

@@ -128,6 +128,9 @@ class Job:
         self.task = S.build_task(c)
         self.train_items, self.eval_items = self.task.train_items(), self.task.eval_items()
         self.policy = S.load_policy(c, self.device, self.dtype, self.log)
+        self.micro_batch, self.grad_checkpointing = S.resolve_micro_batch(self.cfg_dict, self.device)
+        if self.grad_checkpointing and not c.grpo.grad_checkpointing:  # the memory ledger needs it
+            S.enable_checkpointing(self.policy.model, lora=c.lora.enabled)
         self.train_prompts = S.PromptCache(self.train_items, self.policy.tokenizer)
         self.eval_prompts = S.PromptCache(self.eval_items, self.policy.tokenizer)
         self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype)
@@ -211,7 +214,7 @@ class Job:
         attn = torch.cat([ro.prompt_mask.to(dev), mask.long()], dim=1)  # [N, P+C]
         adv = advantages.to(dev)  # [N]
         N, C, P = comp.size(0), comp.size(1), ro.prompt_ids.size(1)
-        mb = g.micro_batch_size or N
+        mb = min(self.micro_batch, N)
         chunks = [slice(s, min(N, s + mb)) for s in range(0, N, mb)]
         total_tokens = float(mask.sum().item())
         seq = [p + c for p, c in zip(ro.prompt_lens, ro.completion_lens)]
@@ -247,7 +250,7 @@ class Job:
                 if not torch.isfinite(out.loss):
                     raise NanLoss(f"the GRPO loss is {out.loss.item()} at iteration {self.iteration + 1}")
                 out.loss.backward()
-                flops = flops + train_step_flops(arch, seq[s], lora=lora, grad_checkpointing=g.grad_checkpointing,
+                flops = flops + train_step_flops(arch, seq[s], lora=lora, grad_checkpointing=self.grad_checkpointing,
                                                  **shape(s))
                 loss_sum += out.loss.item()
                 clip_sum += out.clip_frac * out.tokens
