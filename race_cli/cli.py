@@ -98,6 +98,27 @@ def flops(
 
 
 @app.command()
+def mem(
+    overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Device memory, e.g. 80GiB: resolves "
+                                          "micro_batch_size=auto and refuses a job that cannot fit (exit 2)."),
+    audit: bool = typer.Option(False, "--audit", help="Measure the audited shapes (Qwen2.5-0.5B/1.5B/7B and small "
+                               "ones) on fake tensors and compare with the ledger (imports torch; ~5 minutes)."),
+    quick: bool = typer.Option(False, "--quick", help="--audit: only the two small cases."),
+) -> None:
+    """Print one job's memory ledger: planned peak device bytes per phase and their parts."""
+    from race_cli.memory import parse_size
+    from race_cli.render import print_memory
+
+    try:
+        code = print_memory(overrides or [], gpu_mem=parse_size(gpu_mem) if gpu_mem else None, audit=audit,
+                            quick=quick)
+    except RaceError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+@app.command()
 def train(
     overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Job folder to create (or resume) for these overrides."),

@@ -143,8 +143,8 @@ class MemSpec:
     grad_checkpointing: bool = False
     updates_per_batch: int = 1
     beta: float = 0.0
-    backend: str = "hf"  # hf | vllm
-    vllm_fraction: float = 0.3  # vLLM's gpu_memory_utilization
+    backend: str = "hf"  # hf | vllm (the backend `rollout.backend` resolves to on the planned device)
+    vllm_fraction: float | None = None  # vLLM's gpu_memory_utilization; None = sized as rollout_vllm.memory_fraction
     reward: Arch | None = None  # the PRM's architecture (None = rule reward)
     reward_head: int | None = 2  # classifier outputs, or None for an LM head (token / logprob formats)
     reward_batch: int = 16
@@ -231,10 +231,18 @@ def logprob_forward_bytes(s: MemSpec, micro_batch: int) -> int:
 
 def rollout_bytes(s: MemSpec, device_bytes: int | None) -> dict[str, int]:
     """KV cache and sampling of one rollout batch (HF generate), or vLLM's reservation."""
-    if s.backend == "vllm":
+    if s.backend == "vllm":  # vLLM sleeps during the update (weights to CPU, KV freed): rollout phase only
         if device_bytes is None:
             return {"vllm_reserved": 0}
-        return {"vllm_reserved": int(s.vllm_fraction * device_bytes)}
+        fraction = s.vllm_fraction
+        if fraction is None:
+            from race_cli.engine.rollout_vllm import memory_fraction
+            from race_cli.ledger import Lora
+
+            lora = Lora(r=s.lora_r, target_modules=s.lora_targets) if s.lora_r else None
+            fraction = memory_fraction(s.arch, dtype_bytes=s.dtype_bytes, lora=lora, sequences=s.sequences,
+                                       max_model_len=s.prompt_len + s.completion_len, gpu_bytes=device_bytes)
+        return {"vllm_reserved": int(fraction * device_bytes)}
     tokens = s.sequences * (s.prompt_len + s.completion_len)
     N, V = s.sequences, s.arch.vocab_size
     prefill = s.sequences * s.prompt_len * inference_layer_bytes(s.arch, s.lora_r)
@@ -295,7 +303,13 @@ def fit(s: MemSpec, device_bytes: int, headroom: float = HEADROOM) -> JobMemory 
 
 
 def spec_from_config(cfg: dict, *, device_is_gpu: bool = True) -> MemSpec:
-    """The MemSpec of a composed job config (plain dict); micro_batch 'auto'/0 = the whole batch."""
+    """The MemSpec of a composed job config (plain dict); micro_batch 'auto'/0 = the whole batch.
+
+    `rollout.backend: auto` plans vLLM when it is installed and the device is a GPU (as the job
+    will choose, rollout.choose_backend), else HF generate.
+    """
+    import importlib.util
+
     m, g, r, t, ro = cfg["model"], cfg["grpo"], cfg["reward"], cfg["task"], cfg["rollout"]
     dtype = m.get("dtype", "auto")
     dtype_bytes = DTYPE_BYTES.get(dtype, 2 if device_is_gpu else 4)
@@ -317,9 +331,15 @@ def spec_from_config(cfg: dict, *, device_is_gpu: bool = True) -> MemSpec:
                    completion_len=int(ro["max_new_tokens"]), micro_batch=mb,
                    grad_checkpointing=bool(g.get("grad_checkpointing", False)),
                    updates_per_batch=int(g["updates_per_batch"]), beta=float(g.get("beta", 0.0)),
-                   backend="vllm" if ro.get("backend") == "vllm" else "hf",
-                   vllm_fraction=float(ro.get("gpu_memory_utilization", 0.3)), reward=reward,
+                   backend=_planned_backend(ro.get("backend", "auto"), device_is_gpu, importlib.util.find_spec("vllm")),
+                   vllm_fraction=ro.get("gpu_memory_utilization"), reward=reward,
                    reward_head=reward_head, reward_batch=int(r.get("batch_size") or 16), reward_len=reward_len)
+
+
+def _planned_backend(requested: str, gpu: bool, vllm_spec) -> str:
+    if requested == "vllm" or (requested == "auto" and gpu and vllm_spec is not None):
+        return "vllm"
+    return "hf"
 
 
 def plan_memory(cfg: dict, device_bytes: int | None) -> JobMemory:
@@ -327,7 +347,7 @@ def plan_memory(cfg: dict, device_bytes: int | None) -> JobMemory:
 
     Raises RaceError naming the phase and what to change when the job cannot fit.
     """
-    s = spec_from_config(cfg)
+    s = spec_from_config(cfg, device_is_gpu=device_bytes is not None)
     auto = cfg["grpo"].get("micro_batch_size") == "auto"
     if device_bytes is None:
         return job_memory(s)
@@ -360,8 +380,9 @@ def cannot_fit(cfg: dict, mem: JobMemory, device_bytes: int, auto: bool) -> str:
         hints.append("lora.enabled=true (adapter states instead of full fine-tuning's)")
     if "policy_weights" in names:
         hints.append("a smaller model")
-    if "kv_cache" in names:
-        hints.append("fewer rollout tokens (grpo.prompts_per_iter, grpo.group_size, rollout.max_new_tokens)")
+    if "kv_cache" in names or "sampling_or_prefill" in names:
+        hints.append("rollout.backend=vllm (HF generate prefills all B*G rows at once), or fewer rollout tokens "
+                     "(grpo.prompts_per_iter, grpo.group_size, rollout.max_new_tokens)")
     if "reward_forward" in names:
         hints.append("a smaller reward.batch_size")
     if "vllm_reserved" in names:

@@ -67,8 +67,9 @@ LOGPROB_CHUNK = 256  # rows (sequence positions) whose [rows, V] logits exist at
 
 
 def rows_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log p(token) for a block of rows: logits [R, V] (any float dtype), tokens [R] -> [R] float32."""
-    logits = logits.float()  # [R, V] the only float32 copy, one chunk at a time
+    """log p(token) for a block of rows: logits [R, V], tokens [R] -> [R] (float32, float64 kept)."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # [R, V] the only float32 copy, one block at a time
     if temperature != 1.0:
         logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)  # [R]
