@@ -229,19 +229,27 @@ def logprob_forward_bytes(s: MemSpec, micro_batch: int) -> int:
     return max(body, head)
 
 
+def vllm_need_bytes(s: MemSpec) -> int:
+    """What the job's vLLM engine reserves when rollout.gpu_memory_utilization is null: the bytes
+    rollout_vllm.memory_fraction sizes it to (weights + one LoRA slot + a full-length KV cache
+    of every sequence, +10%, + its headroom), before that fraction is capped."""
+    from race_cli.engine.rollout_vllm import HEADROOM_BYTES
+
+    weights = model_params(s.arch) * s.dtype_bytes  # untied worst case, as memory_fraction
+    if s.lora_r:
+        weights += lora_params(s.arch, s.lora_r, s.lora_targets) * s.dtype_bytes
+    kv = kv_cache_bytes(s.arch, s.sequences * (s.prompt_len + s.completion_len), s.dtype_bytes)
+    return int((weights + kv) * 1.1 + HEADROOM_BYTES)
+
+
 def rollout_bytes(s: MemSpec, device_bytes: int | None) -> dict[str, int]:
     """KV cache and sampling of one rollout batch (HF generate), or vLLM's reservation."""
     if s.backend == "vllm":  # vLLM sleeps during the update (weights to CPU, KV freed): rollout phase only
         if device_bytes is None:
             return {"vllm_reserved": 0}
-        fraction = s.vllm_fraction
-        if fraction is None:
-            from race_cli.engine.rollout_vllm import memory_fraction
-            from race_cli.ledger import Lora
-
-            lora = Lora(r=s.lora_r, target_modules=s.lora_targets) if s.lora_r else None
-            fraction = memory_fraction(s.arch, dtype_bytes=s.dtype_bytes, lora=lora, sequences=s.sequences,
-                                       max_model_len=s.prompt_len + s.completion_len, gpu_bytes=device_bytes)
+        if s.vllm_fraction is not None:
+            return {"vllm_reserved": int(s.vllm_fraction * device_bytes)}
+        return {"vllm_reserved": vllm_need_bytes(s)}
         return {"vllm_reserved": int(fraction * device_bytes)}
     tokens = s.sequences * (s.prompt_len + s.completion_len)
     N, V = s.sequences, s.arch.vocab_size
