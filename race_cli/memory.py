@@ -396,8 +396,11 @@ def cannot_fit(cfg: dict, mem: JobMemory, device_bytes: int, auto: bool) -> str:
     if "vllm_reserved" in names:
         hints.append("a lower rollout.gpu_memory_utilization")
     hints.append("a device with more memory (--gpu-mem)")
-    return (f"the {phase} phase needs {fmt_bytes(mem.total(phase))} at micro-batch {mem.micro_batch}"
-            f"{' with' if mem.grad_checkpointing else ' without'} gradient checkpointing, more than "
+    at = (f" at micro-batch {mem.micro_batch}{' with' if mem.grad_checkpointing else ' without'} gradient checkpointing"
+          if phase == "update" else "")
+    if phase != "update":
+        hints = [h for h in hints if "micro_batch" not in h and "grad_checkpointing" not in h]
+    return (f"the {phase} phase needs {fmt_bytes(mem.total(phase))}{at}, more than "
             f"{HEADROOM:.0%} of {fmt_bytes(device_bytes)} (largest parts: {what}). Try: {'; '.join(hints)}.")
 
 
