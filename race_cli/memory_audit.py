@@ -12,8 +12,11 @@ reports on a GPU (minus the caching allocator's rounding). What runs is the engi
 `job.completion_logprobs` (chunked log-probs), the GRPO policy-gradient loss, backward, AdamW.
 
 Departure from a GPU run: fake tensors cannot answer data-dependent questions, so the batch has no
-padding and no attention mask (the causal mask stays implicit); the ledger's padding-mask term
-(N·S² bytes, a few MB) is left out of the compared figure. Imports torch: never from `race plan`.
+padding and is passed without an attention mask (HF's SDPA path on CPU still materialises the
+[n, 1, S, S] causal mask, which the ledger's mask term counts). GPU kernels (memory-efficient
+SDPA, cuBLAS workspaces) and the caching allocator's rounding are not seen here: the planner keeps
+10% headroom (memory.HEADROOM) and scripts/gpu_smoke.py compares with max_memory_allocated.
+Imports torch: never from `race plan`.
 """
 
 from __future__ import annotations
