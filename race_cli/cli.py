@@ -52,19 +52,25 @@ def plan(
                                        "plan.csv, plan.json, jobs/<id>/.hydra/)."),
     max_jobs: int = typer.Option(512, help="Refuse sweeps larger than this unless --yes."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Plan sweeps larger than --max-jobs."),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Device memory per job, e.g. 80GiB or 24GB: "
+                                          "micro_batch_size=auto picks the largest micro-batch that fits, and a job "
+                                          "that cannot fit is refused (exit 2). Default: the detected GPU "
+                                          "(nvidia-smi), else no limit."),
 ) -> None:
-    """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split.
+    """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split and peak memory.
 
     With no overrides: the embedded tiny grid (grid=tiny). [bold]race plan grid=pilot[/] shows the
     paper-like Qwen2.5 grid. Nothing is written unless --out is given.
     """
+    from race_cli.memory import detect_gpu_bytes, parse_size
     from race_cli.plan import build_plan, write_sweep
     from race_cli.render import print_plan
 
     try:
         if max_jobs < 1:
             raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
-        p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes)
+        device_bytes = parse_size(gpu_mem) if gpu_mem is not None else detect_gpu_bytes()
+        p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes)
         if out is not None:
             written = write_sweep(p, out)
     except RaceError as exc:
@@ -98,6 +104,27 @@ def flops(
         if audit and not 1 <= batch <= 1024:
             raise RaceError(f"--batch {batch}: expected 1 to 1024 sequences per measured batch.")
         code = print_flops(overrides or [], audit=audit, batch=batch)
+    except RaceError as exc:
+        _fail(exc)
+    raise typer.Exit(code)
+
+
+@app.command()
+def mem(
+    overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Device memory, e.g. 80GiB: resolves "
+                                          "micro_batch_size=auto and refuses a job that cannot fit (exit 2)."),
+    audit: bool = typer.Option(False, "--audit", help="Measure the audited shapes (Qwen2.5-0.5B/1.5B/7B and small "
+                               "ones) on fake tensors and compare with the ledger (imports torch; ~5 minutes)."),
+    quick: bool = typer.Option(False, "--quick", help="--audit: only the two small cases."),
+) -> None:
+    """Print one job's memory ledger: planned peak device bytes per phase and their parts."""
+    from race_cli.memory import parse_size
+    from race_cli.render import print_memory
+
+    try:
+        code = print_memory(overrides or [], gpu_mem=parse_size(gpu_mem) if gpu_mem else None, audit=audit,
+                            quick=quick)
     except RaceError as exc:
         _fail(exc)
     raise typer.Exit(code)

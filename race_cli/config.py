@@ -23,6 +23,7 @@ class ArchConf:
     intermediate_size: int = 128  # f, MLP width
     vocab_size: int = 257  # V
     head_dim: Optional[int] = None  # d_h; None means hidden_size / num_attention_heads
+    tie_word_embeddings: bool = False  # one V x d matrix for the embedding and the head (memory ledger only)
 
 
 @dataclass
@@ -60,7 +61,7 @@ class GrpoConf:
     loss_agg: str = "token"  # token = mean over all completion tokens; sequence = mean per sequence, then over sequences
     max_grad_norm: float = 1.0  # gradient clipping; 0 = off
     grad_checkpointing: bool = False  # recompute activations in backward (executed FLOPs +1 forward)
-    micro_batch_size: int = 0  # sequences per forward/backward; 0 = the whole batch at once
+    micro_batch_size: Any = 0  # sequences per forward/backward; 0 = the whole batch; auto = the largest that fits the device (memory ledger)
 
 
 @dataclass
@@ -246,7 +247,9 @@ def validate(cfg: Any) -> list[str]:
     need("grpo.lr", _get(cfg, "grpo.lr") > 0, "a positive learning rate such as 1e-3")
     need("grpo.clip_eps", 0 < _get(cfg, "grpo.clip_eps") < 1, "a value in (0, 1), typically 0.2")
     need("grpo.beta", _get(cfg, "grpo.beta") >= 0, "a KL coefficient >= 0")
-    need("grpo.micro_batch_size", _get(cfg, "grpo.micro_batch_size") >= 0, "0 (whole batch) or a positive size")
+    mbs = _get(cfg, "grpo.micro_batch_size")
+    need("grpo.micro_batch_size", mbs == "auto" or (isinstance(mbs, int) and not isinstance(mbs, bool) and mbs >= 0),
+         "auto (the largest that fits the device), 0 (whole batch) or a positive size")
     need("rollout.max_new_tokens", _get(cfg, "rollout.max_new_tokens") >= 1, "at least 1 completion token")
     need("rollout.temperature", _get(cfg, "rollout.temperature") > 0, "a sampling temperature > 0")
     need("rollout.top_p", 0 < _get(cfg, "rollout.top_p") <= 1, "a value in (0, 1]")

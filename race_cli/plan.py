@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from race_cli.budget import BudgetPlan, check_fits, plan_budget, resolve_backend, reward_name, shares
 from race_cli.errors import RaceError
+from race_cli.memory import memory_row
 
 MAX_JOBS = 512  # a larger sweep needs --yes
 
@@ -40,6 +41,7 @@ class PlannedJob:
     config: dict  # the fully composed config, plain containers
     backend: str = "hf"  # the rollout backend assumed (budget.resolve_backend on this machine)
     budget: BudgetPlan | None = None  # T and the planned ledger (race_cli.budget.solve)
+    memory: Any = None  # memory.JobMemory: planned peak device bytes per phase, resolved micro-batch
 
     @property
     def iterations(self) -> int:
@@ -85,6 +87,7 @@ class PlannedJob:
             "budget_used": total / c["budget"]["flops"],
             "tokens_prompt": pl["tokens"]["prompt"],
             "tokens_completion": pl["tokens"]["completion"],
+            **memory_row(self.memory),
             "overrides": " ".join(self.overrides),
         }
 
@@ -171,8 +174,14 @@ def _fixed_override(key: str, value: Any) -> str:
 
 
 def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool = False,
-               check_budget: bool = True) -> Plan:
-    """Expand, compose, validate and budget-match every job; RaceError lists every problem."""
+               check_budget: bool = True, gpu_mem: int | None = None) -> Plan:
+    """Expand, compose, validate and budget-match every job; RaceError lists every problem.
+
+    `gpu_mem` (bytes): resolve `grpo.micro_batch_size: auto` against it and refuse jobs whose
+    planned peak does not fit (race_cli/memory.py); None = plan memory without a limit.
+    """
+    from race_cli.memory import plan_memory
+
     from race_cli.compose import config_groups, group_options
     from race_cli.sweep import Axis, job_id, parse_sweep, unique_ids
 
@@ -214,9 +223,14 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
         job.job_id, job.axis_overrides = jid, combo
         job.backend = planned_backend(job.config)
         job.budget = plan_budget(job.config, job.backend)
+        who = "This job" if jid == "job" else f"Job {jid}"
+        try:
+            job.memory = plan_memory(job.config, gpu_mem)
+        except RaceError as exc:
+            short.extend(f"{who}: {p}" for p in exc.problems)
         problem = check_fits(job.budget)
         if problem and check_budget:
-            short.append(f"{'This job' if jid == 'job' else f'Job {jid}'}: {problem}")
+            short.append(f"{who}: {problem}")
         if job.budget.capped:
             capped.append(jid)
     if short:

@@ -44,21 +44,25 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
     table = Table(title=f"race plan: grid '{plan.grid['name']}', {len(rows)} jobs", title_justify="left",
                   caption="T: iterations (+b: the last one takes b < B prompts, spending the rest of the budget); "
                   "used = planned / budget; search / learning / feedback = planned shares of the job's FLOPs "
-                  "(rollout / update / reward); p = update fraction. Model-convention FLOPs; evaluation is not charged.",
+                  "(rollout / update / reward); p = update fraction. Model-convention FLOPs; evaluation is not charged. "
+                  "peak mem = planned peak device memory and its phase; mb = sequences per micro-batch (+ckpt: "
+                  "gradient checkpointing).",
                   caption_justify="left")
     cols = [("job id", "left"), ("model", "left"), ("G", "right"), ("μ", "right"), ("reward", "left")]
     cols += [(k, "right") for k in swept]
     cols += [("budget", "right"), ("T", "right"), ("planned", "right"), ("used", "right"), ("search", "right"),
-             ("learning", "right"), ("feedback", "right"), ("p", "right"), ("tokens", "right")]
+             ("learning", "right"), ("feedback", "right"), ("p", "right"), ("tokens", "right"),
+             ("peak mem", "right"), ("mb", "right")]
     for name, justify in cols:
-        table.add_column(name, justify=justify, no_wrap=name == "job id")
+        table.add_column(name, justify=justify, no_wrap=name in ("job id", "peak mem"))
     for job, r in zip(plan.jobs, rows):
         extra = [str(_lookup(job.config, k)) for k in swept]
         table.add_row(r["job_id"], r["model"], str(r["group_size"]), str(r["updates_per_batch"]), r["reward"],
                       *extra, fmt_flops(r["budget_flops"]), _iterations(r), fmt_flops(r["planned_flops_total"]),
                       _pct(r["budget_used"]),
                       _pct(r["share_search"]), _pct(r["share_learning"]), _pct(r["share_feedback"]),
-                      f"{r['p']:.2f}", fmt_flops(r["tokens_prompt"] + r["tokens_completion"]))
+                      f"{r['p']:.2f}", fmt_flops(r["tokens_prompt"] + r["tokens_completion"]),
+                      _peak(r), f"{r.get('micro_batch_size', '')}{'+ckpt' if r.get('grad_checkpointing') else ''}")
     total = sum(r["planned_flops_total"] for r in rows)
     budget = sum(r["budget_flops"] for r in rows)
     tokens = sum(r["tokens_prompt"] + r["tokens_completion"] for r in rows)
@@ -67,7 +71,8 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
                   str(sum(r["iterations"] for r in rows)), fmt_flops(total), _pct(total / budget),
                   _pct(sum(r["planned_flops_rollout"] for r in rows) / total),
                   _pct(sum(r["planned_flops_update"] for r in rows) / total),
-                  _pct(sum(r["planned_flops_reward"] for r in rows) / total), "", fmt_flops(tokens))
+                  _pct(sum(r["planned_flops_reward"] for r in rows) / total), "", fmt_flops(tokens),
+                  _peak(max(rows, key=lambda r: r.get("planned_peak_bytes", 0))), "")
     Console(file=out, width=max(160, Console(file=out).width)).print(table)
 
 
@@ -75,6 +80,13 @@ def _iterations(row: dict) -> str:
     """'12' or '11+3' (11 full iterations, then one of 3 prompts)."""
     b = row.get("last_iteration_prompts") or 0
     return f"{row['iterations'] - 1}+{b}" if b else str(row["iterations"])
+def _peak(row: dict) -> str:
+    """'12.3 GiB (update)': the planned peak device memory and the phase that reaches it."""
+    from race_cli.memory import fmt_bytes
+
+    if "planned_peak_bytes" not in row:
+        return ""
+    return f"{fmt_bytes(row['planned_peak_bytes'])} ({row['peak_phase']})"
 
 
 def _lookup(cfg: dict, dotted: str) -> Any:
@@ -173,3 +185,44 @@ def _print_audit(job: Any, batch: int, console: Any) -> None:
                       fmt_flops(r["ledger_model"]), f"{100 * r['rel_err']:+.3f}%")
     console.print(table)
     console.print(f"largest |error|: {100 * worst:.3f}% ({'within' if worst <= 0.01 else 'OUTSIDE'} the 1% target)")
+
+
+def print_memory(overrides: Sequence[str], *, gpu_mem: int | None = None, audit: bool = False, quick: bool = False,
+                 file=None) -> int:
+    """One job's memory ledger per phase (and, with `audit`, the measured comparison); returns the exit code."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from race_cli.memory import fmt_bytes
+    from race_cli.plan import build_plan
+
+    console = Console(file=file or sys.stdout, width=120)
+    (job,) = build_plan(["grid=none", *overrides], max_jobs=1, yes=True, check_budget=False, gpu_mem=gpu_mem).jobs
+    m = job.memory
+    table = Table(title=f"memory ledger: {job.config['model']['name']}, micro-batch {m.micro_batch}"
+                  f"{' + checkpointing' if m.grad_checkpointing else ''}"
+                  + (f", device {fmt_bytes(gpu_mem)}" if gpu_mem else ""), title_justify="left")
+    for name in ("phase", "part", "bytes"):
+        table.add_column(name, justify="right" if name == "bytes" else "left")
+    for phase, parts in m.phases.items():
+        for part, n in parts.items():
+            table.add_row(phase, part, fmt_bytes(n))
+        table.add_row(phase, "[bold]peak[/]", f"[bold]{fmt_bytes(m.total(phase))}[/]")
+        table.add_section()
+    console.print(table)
+    if not audit:
+        return 0
+    from race_cli import memory_audit
+
+    cases = [memory_audit.CASES[i] for i in memory_audit.QUICK] if quick else memory_audit.CASES
+    t = Table(title="memory audit: ledger vs measured peak (fake tensors, real engine code)", title_justify="left")
+    for name in ("case", "n x S", "ledger", "measured", "error"):
+        t.add_column(name, justify="left" if name == "case" else "right")
+    worst = 0.0
+    for r in memory_audit.audit(cases):
+        worst = max(worst, abs(r["error"]))
+        t.add_row(r["case"], f"{r['n']} x {r['seq']}", fmt_bytes(r["ledger"]), fmt_bytes(r["measured"]),
+                  f"{r['error']:+.1%}")
+    console.print(t)
+    console.print(f"largest error {worst:.1%} (tolerance {memory_audit.TOLERANCE:.0%})")
+    return 0 if worst <= memory_audit.TOLERANCE else 1

@@ -63,18 +63,49 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     return (positions <= first[:, None]).float()  # [N, T]
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log p(token) under softmax(logits / temperature): logits [N, T, V], tokens [N, T] -> [N, T].
+LOGPROB_CHUNK = 256  # rows (sequence positions) whose [rows, V] logits exist at once; ~0.8 GB in backward at V=151,936
 
-    Dividing by the sampling temperature makes the trained policy the one that was sampled
-    (TRL does the same); top-p is not re-applied.
-    """
-    logits = logits.float()
+
+def rows_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log p(token) for a block of rows: logits [R, V], tokens [R] -> [R] (float32, float64 kept)."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # [R, V] the only float32 copy, one block at a time
     if temperature != 1.0:
         logits = logits / temperature
-    logz = torch.logsumexp(logits, dim=-1)  # [N, T]
-    picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [N, T]
+    logz = torch.logsumexp(logits, dim=-1)  # [R]
+    picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [R]
     return picked - logz
+
+
+def chunked_logprobs(fn, hidden: torch.Tensor, tokens: torch.Tensor, chunk: int = LOGPROB_CHUNK) -> torch.Tensor:
+    """Apply `fn(hidden_rows [R, ...], tokens [R]) -> [R]` over blocks of `chunk` rows; hidden [N, T, ...] -> [N, T].
+
+    Under autograd each block runs inside a (non-reentrant) checkpoint: its float32 logits are
+    freed after the forward and recomputed in the backward, so at most one block's [chunk, V]
+    logits ever exist, never the whole [N, T, V].
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    N, T = tokens.shape
+    flat_h = hidden.reshape(N * T, *hidden.shape[2:])  # [N*T, ...]
+    flat_t = tokens.reshape(N * T)  # [N*T]
+    grad = torch.is_grad_enabled() and hidden.requires_grad
+    parts = []
+    for s in range(0, N * T, chunk):
+        h, t = flat_h[s:s + chunk], flat_t[s:s + chunk]
+        parts.append(checkpoint(fn, h, t, use_reentrant=False) if grad else fn(h, t))  # [R]
+    return torch.cat(parts).view(N, T) if parts else flat_t.new_zeros((N, T), dtype=torch.float32)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
+                   chunk: int = LOGPROB_CHUNK) -> torch.Tensor:
+    """log p(token) under softmax(logits / temperature): logits [N, T, V], tokens [N, T] -> [N, T] float32.
+
+    Dividing by the sampling temperature makes the trained policy the one that was sampled
+    (TRL does the same); top-p is not re-applied. Computed in blocks of `chunk` positions, so no
+    float32 [N, T, V] copy is made (see `chunked_logprobs`).
+    """
+    return chunked_logprobs(lambda h, t: rows_logprobs(h, t, temperature), logits, tokens, chunk)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from race_cli.engine import checkpoint as ckpt_io
-from race_cli.engine.grpo import GrpoLoss, group_advantages, grpo_loss, token_logprobs
+from race_cli.engine.grpo import (LOGPROB_CHUNK, GrpoLoss, rows_logprobs, chunked_logprobs, group_advantages,
+                                  grpo_loss)
 from race_cli.errors import RaceError
 from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from race_cli.budget import PHASES, Ledger, check_fits, prompts_that_fit, reward_name, shares, with_policy
@@ -50,16 +51,26 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def completion_logprobs(model: Any, ids, attn, comp, temperature: float = 1.0):
+def completion_logprobs(model: Any, ids, attn, comp, temperature: float = 1.0, chunk: int = LOGPROB_CHUNK):
     """Log-probs [N, C] of the completion tokens under `model`, as sampled at `temperature`.
 
-    ids, attn [N, P+C]: left-padded prompts followed by the completions comp [N, C]. Logits are
-    computed only at the C+1 last positions (`logits_to_keep`): position P-1+t predicts token t.
-    RoPE attention depends on relative positions only, so left padding needs no position ids.
+    ids, attn [N, P+C]: left-padded prompts followed by the completions comp [N, C]. The decoder
+    body runs once; the LM head and the log-softmax run on blocks of `chunk` positions
+    (grpo.chunked_logprobs), so neither the [N, C, V] logits nor their float32 copy are ever
+    whole: position P-1+t predicts token t. RoPE attention depends on relative positions only,
+    so left padding needs no position ids.
     """
     C = comp.size(1)
-    out = model(input_ids=ids, attention_mask=attn, logits_to_keep=C + 1, use_cache=False)
-    return token_logprobs(out.logits[:, :-1], comp, temperature)  # [N, C]
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # the LoRA layers stay in place
+    body = lm.get_decoder() if hasattr(lm, "get_decoder") else lm.model
+    hidden = body(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [N, P+C, d]
+    hidden = hidden[:, -(C + 1):-1]  # [N, C, d] the positions that predict the completion tokens
+    head = lm.get_output_embeddings()
+
+    def rows(h, t):  # h [R, d], t [R] -> [R]
+        return rows_logprobs(head(h), t, temperature)
+
+    return chunked_logprobs(rows, hidden, comp, chunk)  # [N, C]
 
 
 class Job:
@@ -99,6 +110,9 @@ class Job:
         self.task = S.build_task(c)
         self.train_items, self.eval_items = self.task.train_items(), self.task.eval_items()
         self.policy = S.load_policy(c, self.device, self.dtype, self.log)
+        self.micro_batch, self.grad_checkpointing = S.resolve_micro_batch(self.cfg_dict, self.device)
+        if self.grad_checkpointing and not c.grpo.grad_checkpointing:  # the memory ledger needs it
+            S.enable_checkpointing(self.policy.model, lora=c.lora.enabled)
         self.train_prompts = S.PromptCache(self.train_items, self.policy.tokenizer)
         self.eval_prompts = S.PromptCache(self.eval_items, self.policy.tokenizer)
         self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype, self.backend,
@@ -173,7 +187,7 @@ class Job:
         attn = torch.cat([ro.prompt_mask.to(dev), mask.long()], dim=1)  # [N, P+C]
         adv = advantages.to(dev)  # [N]
         N, C, P = comp.size(0), comp.size(1), ro.prompt_ids.size(1)
-        mb = g.micro_batch_size or N
+        mb = min(self.micro_batch, N)
         chunks = [slice(s, min(N, s + mb)) for s in range(0, N, mb)]
         total_tokens = float(mask.sum().item())
         seq = [p + c for p, c in zip(ro.prompt_lens, ro.completion_lens)]
@@ -209,7 +223,7 @@ class Job:
                 if not torch.isfinite(out.loss):
                     raise NanLoss(f"the GRPO loss is {out.loss.item()} at iteration {self.iteration + 1}")
                 out.loss.backward()
-                flops = flops + train_step_flops(arch, seq[s], lora=lora, grad_checkpointing=g.grad_checkpointing,
+                flops = flops + train_step_flops(arch, seq[s], lora=lora, grad_checkpointing=self.grad_checkpointing,
                                                  **shape(s))
                 loss_sum += out.loss.item()
                 clip_sum += out.clip_frac * out.tokens

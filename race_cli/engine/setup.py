@@ -8,7 +8,7 @@ can build one at a time. Every mistake a person can fix (a model path that does 
 from __future__ import annotations
 
 import os
-
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -205,6 +205,49 @@ def resolve_model_path(path: str, *, what: str = "model.path") -> str:
     return path  # a hub id: transformers resolves (and may fail with its own message, turned into RaceError)
 
 
+def dtype_kwarg(dtype: Any, version: str | None = None) -> dict:
+    """`from_pretrained`'s dtype keyword: `dtype=` from transformers 4.56 on, `torch_dtype=` before.
+
+    Older versions ignore an unknown `dtype=` and load float32, which would double the policy's
+    memory on a GPU; newer ones warn on `torch_dtype=`.
+    """
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def enable_checkpointing(model: Any, *, lora: bool) -> None:
+    """Recompute each decoder layer in backward (non-reentrant); LoRA needs grad-requiring inputs."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if lora:
+        model.enable_input_require_grads()
+
+
+def resolve_micro_batch(cfg_dict: dict, device: str) -> tuple[int, bool]:
+    """(sequences per micro-batch, gradient checkpointing) for this job on `device`.
+
+    `grpo.micro_batch_size: auto` asks the memory ledger (race_cli/memory.py) for the largest
+    micro-batch that fits the GPU's total memory, turning checkpointing on only when one
+    sequence does not fit without it; on CPU, auto is the whole batch. 0 = the whole batch.
+    """
+    g = cfg_dict["grpo"]
+    n = int(g["prompts_per_iter"]) * int(g["group_size"])
+    mb, ckpt = g.get("micro_batch_size", 0), bool(g.get("grad_checkpointing", False))
+    if mb != "auto":
+        return (min(int(mb), n) if mb else n), ckpt
+    if not device.startswith("cuda"):
+        return n, ckpt
+    import torch
+
+    from race_cli.memory import plan_memory
+
+    mem = plan_memory(cfg_dict, torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    return mem.micro_batch, mem.grad_checkpointing
+
+
 @dataclass
 class Policy:
     model: Any  # PeftModel (LoRA) or the plain model (full fine-tuning)
@@ -228,7 +271,7 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     try:
         rev = cfg.model.revision
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust, revision=rev)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust, revision=rev)
+        model = AutoModelForCausalLM.from_pretrained(path, **dtype_kwarg(dtype), trust_remote_code=trust, revision=rev)
     except (OSError, ValueError) as exc:
         raise RaceError(f"Cannot load model.path={cfg.model.path} ({path}): {str(exc).splitlines()[0]}. "
                         "Expected a transformers causal-LM folder or hub id (no network here: use a local folder "
@@ -250,9 +293,7 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
                                                  target_modules=targets, task_type="CAUSAL_LM"))
         lora = Lora(r=cfg.lora.r, target_modules=tuple(targets))
     if cfg.grpo.grad_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if cfg.lora.enabled:
-            model.enable_input_require_grads()
+        enable_checkpointing(model, lora=cfg.lora.enabled)
     model.train()
     return Policy(model, tokenizer, path, arch, lora, int(tokenizer.eos_token_id), int(tokenizer.pad_token_id))
 

@@ -1,0 +1,446 @@
+"""The memory ledger: peak device bytes of one GRPO job, per phase, from its config alone (no torch).
+
+    from race_cli.memory import job_memory
+    m = job_memory(cfg_dict, device_bytes=80 * GiB)   # m.peak, m.phase, m.micro_batch, m.phases
+
+Beside the FLOP ledger (ledger.py) and with the same architecture numbers: L layers, d hidden,
+q = h·d_h query width, k = h_kv·d_h key/value width, f MLP width, V vocabulary, r LoRA rank,
+b bytes per weight element (2 for bf16). A phase's peak is what lives on the device at its
+high-water mark:
+
+| phase   | resident                                    | transient at the peak                        |
+|---------|---------------------------------------------|----------------------------------------------|
+| rollout | policy weights, trainable state, PRM weights| KV cache of N·(P+C) positions + sampling     |
+| update  | same                                        | activations of one micro-batch + log-probs   |
+| reward  | same                                        | one PRM forward of reward.batch_size rows    |
+
+The per-token activation bytes are counted from the tensors autograd saves in one HF Qwen2
+decoder layer (SDPA attention, grouped-query K/V repeated to h heads, PEFT LoRA whose
+adapters run in float32 on a bf16 base — PEFT's default upcast); `race mem --audit`
+(memory_audit.py) measures the real code on fake tensors and checks these figures within 15%.
+
+- full fine-tuning saves per layer and token: 2 RMSNorms (float32 input 4d, rsqrt 4, the bf16
+  normalised copy 2d for the weight's gradient), the q/k/v and MLP inputs (2d each), q after
+  RoPE and the repeated K, V (2q each), the attention output (2q) and its log-sum-exp (4h),
+  gate, up, SiLU and product (2f each): 16d + 8q + 8f + 4h + 8 bytes;
+- LoRA (frozen bf16 base): no normalised copies, but each adapter saves its input cast to
+  float32 (4d for q, k, v, gate, up; 4q for o; 4f for down) and its rank-r output (4r):
+  28d + 12q + 10f + 4h + 28r + 8 bytes;
+- gradient checkpointing keeps only each layer's input (2d) and recomputes one layer at a time;
+- the padding mask: one [n, 1, S, S] tensor of b bytes per layer (HF's SDPA path);
+- log-probs run in blocks of LOGPROB_CHUNK rows (engine/grpo.py): their backward holds
+  about 2b + 16 bytes per (row, vocabulary) element (bf16 logits, their float32 copy,
+  the softmax and its gradient in float32, the bf16 gradient), the no-grad forward 2b + 4.
+
+The optimizer is AdamW: two states in the trainable parameters' dtype (float32 LoRA adapters;
+full fine-tuning in the model dtype), plus a gradient each. vLLM reserves
+`rollout.gpu_memory_utilization` of the device for its own weights and KV cache, on top of the
+training copy. Micro-batching changes no FLOPs (the same tokens run, in pieces).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field, replace
+
+from race_cli.errors import RaceError
+from race_cli.ledger import Arch
+
+GiB = 2**30
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LOGPROB_CHUNK = 256  # rows per log-prob block; equal to race_cli.engine.grpo.LOGPROB_CHUNK (a test checks)
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+HEADROOM = 0.9  # plan to use at most this share of the device (allocator fragmentation, CUDA context, buffers)
+
+
+# --- parameters ------------------------------------------------------------------------------------
+
+
+def _dims(a: Arch) -> tuple[int, int, int, int, int, int, int]:
+    dh = a.head_dim or a.hidden_size // a.num_attention_heads
+    return (a.hidden_size, a.num_attention_heads * dh, a.num_key_value_heads * dh, a.intermediate_size,
+            a.num_attention_heads, a.num_hidden_layers, a.vocab_size)
+
+
+def layer_params(a: Arch) -> int:
+    """Weights of one decoder layer: projections (+ q/k/v biases) and two RMSNorm scales."""
+    d, q, k, f, _, _, _ = _dims(a)
+    return d * (q + 2 * k) + (q + 2 * k) + q * d + 3 * d * f + 2 * d
+
+
+def model_params(a: Arch, *, tied: bool = False, head_outputs: int | None = None) -> int:
+    """All weights: embedding, layers, final norm and the head (V outputs, or `head_outputs` for a classifier)."""
+    d, V = a.hidden_size, a.vocab_size
+    head = d * (head_outputs if head_outputs is not None else V)
+    return V * d + a.num_hidden_layers * layer_params(a) + d + (0 if tied and head_outputs is None else head)
+
+
+def lora_params(a: Arch, r: int, targets: tuple[str, ...] = LORA_TARGETS) -> int:
+    """Adapter weights: r·(d_in + d_out) per adapted matrix per layer."""
+    d, q, k, f, _, L, _ = _dims(a)
+    shapes = {"q_proj": (d, q), "k_proj": (d, k), "v_proj": (d, k), "o_proj": (q, d),
+              "gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}
+    return L * sum(r * sum(shapes[t]) for t in targets if t in shapes)
+
+
+# --- activations -----------------------------------------------------------------------------------
+
+
+def layer_activation_bytes(a: Arch, lora_r: int | None) -> int:
+    """Bytes autograd saves per token in one decoder layer (see the module docstring), bf16 weights."""
+    d, q, k, f, h, _, _ = _dims(a)
+    kv_saved = q if a.num_attention_heads > a.num_key_value_heads else k  # repeat_kv copies K, V to h heads
+    attn = 4 * q + 4 * kv_saved + 4 * h  # q after RoPE, K, V, output (2 bytes each) + float32 log-sum-exp
+    if lora_r:
+        return 28 * d + attn + 4 * q + 10 * f + 28 * lora_r + 8
+    return 16 * d + attn + 8 * f + 8
+
+
+def layer_backward_bytes(a: Arch) -> int:
+    """Gradient temporaries per token while one layer runs backward (float32 hidden grads, MLP grads)."""
+    d, _, _, f, _, _, _ = _dims(a)
+    return 12 * d + 6 * f
+
+
+def logprob_bytes(rows: int, vocab: int, dtype_bytes: int, *, grad: bool) -> int:
+    """Peak bytes of the chunked log-probs of `rows` positions (one block of LOGPROB_CHUNK at a time)."""
+    block = min(rows, LOGPROB_CHUNK)
+    return block * vocab * ((2 * dtype_bytes + 16) if grad else (dtype_bytes + 4))
+
+
+def kv_cache_bytes(a: Arch, tokens: int, dtype_bytes: int) -> int:
+    """K and V of every layer for `tokens` cached positions."""
+    _, _, k, _, _, L, _ = _dims(a)
+    return 2 * L * k * dtype_bytes * tokens
+
+
+def inference_layer_bytes(a: Arch, lora_r: int | None = None) -> int:
+    """Per-token transient of one layer's no-grad forward: the MLP's gate, up, SiLU, product, residuals
+    (+ the float32 copy of the down projection's input that a LoRA adapter makes)."""
+    d, q, k, f, _, _, _ = _dims(a)
+    return 8 * f + 4 * q + 4 * k + 8 * d + (4 * f if lora_r else 0)
+
+
+# --- one job ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemSpec:
+    """What a job's memory depends on (read from its composed config by `spec_from_config`)."""
+
+    arch: Arch
+    tied: bool = False  # tie_word_embeddings (Qwen2.5 0.5B-3B): one V x d matrix for input and head
+    dtype_bytes: int = 2  # policy weights (bf16 on GPU)
+    lora_r: int | None = 16  # None = full fine-tuning
+    lora_targets: tuple[str, ...] = LORA_TARGETS
+    sequences: int = 64  # N = B·G completions per iteration
+    prompt_len: int = 150  # padded prompt length, tokens
+    completion_len: int = 48  # max_new_tokens
+    micro_batch: int = 64  # sequences per forward/backward
+    grad_checkpointing: bool = False
+    updates_per_batch: int = 1
+    beta: float = 0.0
+    backend: str = "hf"  # hf | vllm (the backend `rollout.backend` resolves to on the planned device)
+    vllm_fraction: float | None = None  # vLLM's gpu_memory_utilization; None = sized as rollout_vllm.memory_fraction
+    reward: Arch | None = None  # the PRM's architecture (None = rule reward)
+    reward_head: int | None = 2  # classifier outputs, or None for an LM head (token / logprob formats)
+    reward_batch: int = 16
+    reward_len: int = 0  # tokens the PRM reads per sequence (template + question + completion)
+
+
+@dataclass
+class JobMemory:
+    """Peak device bytes of one job: per phase, with the parts that make up each."""
+
+    phases: dict[str, dict[str, int]] = field(default_factory=dict)  # phase -> part -> bytes
+    micro_batch: int = 0
+    grad_checkpointing: bool = False
+    device_bytes: int | None = None  # the vLLM reservation scales with it
+
+    def total(self, phase: str) -> int:
+        return sum(self.phases[phase].values())
+
+    @property
+    def peak(self) -> int:
+        return max(self.total(p) for p in self.phases)
+
+    @property
+    def phase(self) -> str:
+        return max(self.phases, key=self.total)
+
+
+def resident_bytes(s: MemSpec) -> dict[str, int]:
+    """What lives on the device through every phase: weights, trainable state, the PRM."""
+    out = {"policy_weights": model_params(s.arch, tied=s.tied) * s.dtype_bytes}
+    if s.lora_r:
+        n = lora_params(s.arch, s.lora_r, s.lora_targets)
+        out["adapter_and_optimizer"] = n * (4 + 8)  # float32 weights and AdamW's two states
+    else:
+        n = model_params(s.arch, tied=s.tied)
+        out["optimizer"] = n * 2 * s.dtype_bytes  # two AdamW states in the model dtype
+        if s.beta > 0:
+            out["reference_weights"] = n * s.dtype_bytes  # full FT keeps a frozen copy for the KL
+    if s.reward is not None:
+        out["reward_weights"] = model_params(s.reward, head_outputs=s.reward_head) * s.dtype_bytes
+    return out
+
+
+def grad_bytes(s: MemSpec) -> int:
+    """The gradients: alive from backward until the next pass's zero_grad (so through rollout and reward)."""
+    if s.lora_r:
+        return lora_params(s.arch, s.lora_r, s.lora_targets) * 4
+    return model_params(s.arch, tied=s.tied) * s.dtype_bytes
+
+
+def update_bytes(s: MemSpec, micro_batch: int, grad_checkpointing: bool) -> dict[str, int]:
+    """Transient bytes of one micro-batch's forward + backward (the update's high-water mark).
+
+    The gradients are set to None before each pass: at the peak (backward's start, all
+    activations alive) only the head's own gradient exists yet (full fine-tuning), and by the
+    time all gradients exist the activations are gone.
+    """
+    a, S, n = s.arch, s.prompt_len + s.completion_len, micro_batch
+    tokens, L = n * S, a.num_hidden_layers
+    layer = layer_activation_bytes(a, s.lora_r)
+    mask = n * S * S * s.dtype_bytes  # [n, 1, S, S] padding mask, one per layer that holds it
+    head = logprob_bytes(n * s.completion_len, a.vocab_size, s.dtype_bytes, grad=True)
+    back = tokens * layer_backward_bytes(a)
+    outside = tokens * 4 * a.hidden_size  # embeddings' output, the final norm (float32), the hidden slice
+    if not s.lora_r:
+        head += a.vocab_size * a.hidden_size * s.dtype_bytes  # the head's weight gradient, first to appear
+    if grad_checkpointing:
+        saved = tokens * L * 2 * a.hidden_size + mask
+        during = max(head, tokens * layer + mask + back)  # one layer recomputed, then its backward
+    else:
+        saved = tokens * L * layer + L * mask
+        during = max(head, back)
+    return {"activations": saved + outside, "backward_or_logprobs": max(during, grad_bytes(s) - saved - outside)}
+
+
+def logprob_forward_bytes(s: MemSpec, micro_batch: int) -> int:
+    """The no-grad log-prob forward (old policy when mu > 1, reference when beta > 0)."""
+    tokens = micro_batch * (s.prompt_len + s.completion_len)
+    body = tokens * inference_layer_bytes(s.arch, s.lora_r)  # while a layer runs
+    head = tokens * 4 * s.arch.hidden_size + logprob_bytes(micro_batch * s.completion_len, s.arch.vocab_size,
+                                                           s.dtype_bytes, grad=False)  # hidden states + one block
+    return max(body, head)
+
+
+def vllm_need_bytes(s: MemSpec) -> int:
+    """What the job's vLLM engine reserves when rollout.gpu_memory_utilization is null: the bytes
+    rollout_vllm.memory_fraction sizes it to (weights + one LoRA slot + a full-length KV cache
+    of every sequence, +10%, + its headroom), before that fraction is capped."""
+    from race_cli.engine.rollout_vllm import HEADROOM_BYTES
+
+    weights = model_params(s.arch) * s.dtype_bytes  # untied worst case, as memory_fraction
+    if s.lora_r:
+        weights += lora_params(s.arch, s.lora_r, s.lora_targets) * s.dtype_bytes
+    kv = kv_cache_bytes(s.arch, s.sequences * (s.prompt_len + s.completion_len), s.dtype_bytes)
+    return int((weights + kv) * 1.1 + HEADROOM_BYTES)
+
+
+def rollout_bytes(s: MemSpec, device_bytes: int | None) -> dict[str, int]:
+    """KV cache and sampling of one rollout batch (HF generate), or vLLM's reservation."""
+    if s.backend == "vllm":  # vLLM sleeps during the update (weights to CPU, KV freed): rollout phase only
+        if device_bytes is None:
+            return {"vllm_reserved": 0}
+        if s.vllm_fraction is not None:
+            return {"vllm_reserved": int(s.vllm_fraction * device_bytes)}
+        return {"vllm_reserved": vllm_need_bytes(s)}
+        return {"vllm_reserved": int(fraction * device_bytes)}
+    tokens = s.sequences * (s.prompt_len + s.completion_len)
+    N, V = s.sequences, s.arch.vocab_size
+    prefill = s.sequences * s.prompt_len * inference_layer_bytes(s.arch, s.lora_r)
+    return {"kv_cache": kv_cache_bytes(s.arch, tokens, s.dtype_bytes),
+            "kv_growth": kv_cache_bytes(s.arch, tokens, s.dtype_bytes) // s.arch.num_hidden_layers,  # one layer's cat
+            "sampling_or_prefill": max(N * V * (s.dtype_bytes + 4 * 3), prefill)}
+
+
+def reward_bytes(s: MemSpec) -> dict[str, int]:
+    """One PRM forward over reward_batch sequences (no grad)."""
+    if s.reward is None:
+        return {}
+    n, S = s.reward_batch, s.reward_len
+    out = n * S * (s.reward_head if s.reward_head is not None else s.reward.vocab_size) * (s.dtype_bytes + 4)
+    return {"reward_forward": n * S * (inference_layer_bytes(s.reward) + 4 * s.reward.hidden_size)
+            + n * S * S * s.dtype_bytes + out}
+
+
+def job_memory(s: MemSpec, device_bytes: int | None = None) -> JobMemory:
+    """The job's planned peak per phase at its micro-batch and checkpointing setting."""
+    res = resident_bytes(s)
+    mb = s.micro_batch
+    upd = update_bytes(s, mb, s.grad_checkpointing)
+    if s.updates_per_batch > 1 or s.beta > 0:  # the no-grad forwards before the passes, their log-probs kept
+        upd = dict(upd)
+        upd["old_ref_logprobs"] = s.sequences * s.completion_len * 4 * (int(s.updates_per_batch > 1) + int(s.beta > 0))
+    grads = {"gradients": grad_bytes(s)}
+    phases = {"rollout": res | grads | rollout_bytes(s, device_bytes), "update": res | upd}
+    if s.reward is not None:
+        phases["reward"] = res | grads | reward_bytes(s)
+    nograd = res | {"logprob_forward": logprob_forward_bytes(s, mb)}
+    if sum(nograd.values()) > sum(phases["update"].values()):
+        phases["update"] = nograd
+    return JobMemory(phases, mb, s.grad_checkpointing, device_bytes)
+
+
+def fit(s: MemSpec, device_bytes: int, headroom: float = HEADROOM) -> JobMemory | None:
+    """The largest micro-batch that fits `device_bytes`, without checkpointing when it can; None if none fits.
+
+    Tries checkpointing only when not even one sequence fits without it (checkpointing costs
+    one more forward per update, charged to executed FLOPs).
+    """
+    limit = device_bytes * headroom
+    for ckpt in ([s.grad_checkpointing] if s.grad_checkpointing else [False, True]):
+        lo, hi = 0, s.sequences
+        while lo < hi:  # largest mb with peak <= limit (peak grows with mb)
+            mid = (lo + hi + 1) // 2
+            if job_memory(replace(s, micro_batch=mid, grad_checkpointing=ckpt), device_bytes).peak <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        if lo >= 1:
+            return job_memory(replace(s, micro_batch=lo, grad_checkpointing=ckpt), device_bytes)
+    return None
+
+
+# --- from a composed config -------------------------------------------------------------------------
+
+
+def spec_from_config(cfg: dict, *, device_is_gpu: bool = True) -> MemSpec:
+    """The MemSpec of a composed job config (plain dict); micro_batch 'auto'/0 = the whole batch.
+
+    `rollout.backend: auto` plans vLLM when it is installed and the device is a GPU (as the job
+    will choose, rollout.choose_backend), else HF generate.
+    """
+    import importlib.util
+
+    m, g, r, t, ro = cfg["model"], cfg["grpo"], cfg["reward"], cfg["task"], cfg["rollout"]
+    dtype = m.get("dtype", "auto")
+    dtype_bytes = DTYPE_BYTES.get(dtype, 2 if device_is_gpu else 4)
+    n = int(g["prompts_per_iter"]) * int(g["group_size"])
+    mb = g.get("micro_batch_size", 0)
+    mb = n if mb in (0, "auto", None) else min(int(mb), n)
+    prompt = int(t.get("max_prompt_tokens") or math.ceil(2 * float(t["prompt_tokens"])))
+    reward = reward_head = None
+    reward_len = 0
+    if r["type"] == "prm":
+        rm = r["model"]
+        reward = Arch.from_config(rm["arch"])
+        reward_head = int(rm.get("num_labels") or 2) if rm.get("format") == "classifier" else None
+        reward_len = prompt + int(ro["max_new_tokens"]) + len(str(rm.get("template") or "")) // 2
+    lora = cfg["lora"]
+    return MemSpec(arch=Arch.from_config(m["arch"]), tied=bool(m["arch"].get("tie_word_embeddings", False)),
+                   dtype_bytes=dtype_bytes, lora_r=int(lora["r"]) if lora["enabled"] else None,
+                   lora_targets=tuple(lora["target_modules"]), sequences=n, prompt_len=prompt,
+                   completion_len=int(ro["max_new_tokens"]), micro_batch=mb,
+                   grad_checkpointing=bool(g.get("grad_checkpointing", False)),
+                   updates_per_batch=int(g["updates_per_batch"]), beta=float(g.get("beta", 0.0)),
+                   backend=_planned_backend(ro.get("backend", "auto"), device_is_gpu, importlib.util.find_spec("vllm")),
+                   vllm_fraction=ro.get("gpu_memory_utilization"), reward=reward,
+                   reward_head=reward_head, reward_batch=int(r.get("batch_size") or 16), reward_len=reward_len)
+
+
+def _planned_backend(requested: str, gpu: bool, vllm_spec) -> str:
+    if requested == "vllm" or (requested == "auto" and gpu and vllm_spec is not None):
+        return "vllm"
+    return "hf"
+
+
+def plan_memory(cfg: dict, device_bytes: int | None) -> JobMemory:
+    """The job's memory plan: `micro_batch_size: auto` resolved against `device_bytes` when known.
+
+    Raises RaceError naming the phase and what to change when the job cannot fit.
+    """
+    s = spec_from_config(cfg, device_is_gpu=device_bytes is not None)
+    auto = cfg["grpo"].get("micro_batch_size") == "auto"
+    if device_bytes is None:
+        return job_memory(s)
+    if auto:
+        got = fit(s, device_bytes)
+        if got is not None:
+            return got
+        worst = job_memory(replace(s, micro_batch=1, grad_checkpointing=True), device_bytes)
+    else:
+        worst = job_memory(s, device_bytes)
+        if worst.peak <= device_bytes * HEADROOM:
+            return worst
+    raise RaceError(cannot_fit(cfg, worst, device_bytes, auto))
+
+
+def cannot_fit(cfg: dict, mem: JobMemory, device_bytes: int, auto: bool) -> str:
+    """One message: which phase overflows, by how much, its largest parts, and what to change."""
+    phase = mem.phase
+    parts = sorted(mem.phases[phase].items(), key=lambda kv: -kv[1])[:3]
+    what = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in parts)
+    hints = []
+    if not auto:
+        hints.append("set grpo.micro_batch_size=auto (or a smaller number)")
+    if not mem.grad_checkpointing:
+        hints.append("grpo.grad_checkpointing=true")
+    names = [k for k, _ in parts]
+    if "reward_weights" in names:
+        hints.append("a smaller reward model or reward=rule")
+    if "optimizer" in names:
+        hints.append("lora.enabled=true (adapter states instead of full fine-tuning's)")
+    if "policy_weights" in names:
+        hints.append("a smaller model")
+    if "kv_cache" in names or "sampling_or_prefill" in names:
+        hints.append("rollout.backend=vllm (HF generate prefills all B*G rows at once), or fewer rollout tokens "
+                     "(grpo.prompts_per_iter, grpo.group_size, rollout.max_new_tokens)")
+    if "reward_forward" in names:
+        hints.append("a smaller reward.batch_size")
+    if "vllm_reserved" in names:
+        hints.append("a lower rollout.gpu_memory_utilization")
+    hints.append("a device with more memory (--gpu-mem)")
+    at = (f" at micro-batch {mem.micro_batch}{' with' if mem.grad_checkpointing else ' without'} gradient checkpointing"
+          if phase == "update" else "")
+    if phase != "update":
+        hints = [h for h in hints if "micro_batch" not in h and "grad_checkpointing" not in h]
+    return (f"the {phase} phase needs {fmt_bytes(mem.total(phase))}{at}, more than "
+            f"{HEADROOM:.0%} of {fmt_bytes(device_bytes)} (largest parts: {what}). Try: {'; '.join(hints)}.")
+
+
+def memory_row(mem: JobMemory | None) -> dict:
+    """The plan's memory columns (plan.csv / plan.json / the table)."""
+    if mem is None:
+        return {}
+    return {"micro_batch_size": mem.micro_batch, "grad_checkpointing": mem.grad_checkpointing,
+            "planned_peak_bytes": mem.peak, "peak_phase": mem.phase}
+
+
+# --- sizes and devices -------------------------------------------------------------------------------
+
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / GiB:.1f} GiB" if n >= GiB / 10 else f"{n / 2**20:.1f} MiB"
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
+          "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'80GiB', '24GB', '141g', '8e10' -> bytes; RaceError with the accepted forms otherwise."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise RaceError(f"--gpu-mem {text!r} is not a size: expected a number with a unit such as 80GiB, 24GB or "
+                        "141GiB (GiB = 2^30 bytes, GB = 10^9).")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def detect_gpu_bytes() -> int | None:
+    """Total memory of the first visible NVIDIA GPU via nvidia-smi (no torch import); None without one."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout
+        return int(float(out.strip().splitlines()[0])) * 2**20  # MiB
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None

@@ -1,0 +1,194 @@
+"""The memory ledger, its audit, and the memory-safe update (chunked log-probs, micro-batches)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from race_cli import memory
+from race_cli.engine import grpo
+from race_cli.engine.job import Job, completion_logprobs
+from race_cli.engine.rollout import Rollout
+from race_cli.engine.setup import dtype_kwarg
+from race_cli.errors import RaceError
+from race_cli.ledger import Arch, Flops
+from race_cli.plan import build_plan
+
+GIB = 2**30
+
+
+def tiny_qwen(dtype=torch.float64, layers=2):
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(hidden_size=32, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=64, vocab_size=61, tie_word_embeddings=False, attn_implementation="sdpa")
+    return AutoModelForCausalLM.from_config(cfg).to(dtype)
+
+
+# --- chunked log-probs -------------------------------------------------------------------------------
+
+
+def test_chunked_token_logprobs_equal_log_softmax_values_and_gradients():
+    torch.manual_seed(1)
+    logits = torch.randn(3, 7, 50, dtype=torch.float64, requires_grad=True)  # [N, T, V]
+    tokens = torch.randint(0, 50, (3, 7))
+    want = torch.log_softmax(logits / 0.7, -1).gather(-1, tokens[..., None])[..., 0]  # [N, T] reference
+    (g_want,) = torch.autograd.grad(want.sum(), logits)
+    got = grpo.token_logprobs(logits, tokens, temperature=0.7, chunk=4)  # 21 rows in blocks of 4
+    (g_got,) = torch.autograd.grad(got.sum(), logits)
+    assert torch.allclose(got, want, rtol=0, atol=1e-12)
+    assert torch.allclose(g_got, g_want, rtol=0, atol=1e-12)
+
+
+def test_completion_logprobs_in_blocks_equal_the_full_logits_path():
+    """Decoder once, head + log-softmax per block of 5 positions == the whole [N, C, V] logits (old code)."""
+    model = tiny_qwen()
+    torch.manual_seed(2)
+    ids = torch.randint(0, 61, (3, 12))  # [N, P+C], P=5, C=7
+    attn = torch.ones_like(ids)
+    attn[0, :2] = 0  # a left-padded prompt
+    comp = ids[:, 5:]
+    out = model(input_ids=ids, attention_mask=attn, logits_to_keep=8, use_cache=False)
+    want = torch.log_softmax(out.logits[:, :-1], -1).gather(-1, comp[..., None])[..., 0]  # [N, C]
+    g_want = torch.autograd.grad(want.sum(), list(model.parameters()))
+    got = completion_logprobs(model, ids, attn, comp, chunk=5)
+    g_got = torch.autograd.grad(got.sum(), list(model.parameters()))
+    assert torch.allclose(got, want, rtol=0, atol=1e-12)
+    for a, b in zip(g_got, g_want):
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_logprob_chunk_sizes_agree():
+    assert memory.LOGPROB_CHUNK == grpo.LOGPROB_CHUNK
+
+
+# --- micro-batches: the same loss and gradient as one batch ------------------------------------------
+
+
+def _update_job(model, micro_batch: int, loss_agg: str) -> Job:
+    """A Job with just what `update()` reads: float64 tiny model, lr 0 (gradients stay readable)."""
+    job = object.__new__(Job)
+    job.cfg = SimpleNamespace(grpo=SimpleNamespace(updates_per_batch=1, beta=0.0, clip_eps=0.2, loss_agg=loss_agg,
+                                                   max_grad_norm=0.0),
+                              rollout=SimpleNamespace(temperature=1.0))
+    job.policy = SimpleNamespace(model=model, arch=Arch(32, 2, 4, 2, 64, 61), lora=None)
+    job.device, job.iteration, job.ref_model = "cpu", 0, None
+    job.micro_batch, job.grad_checkpointing = micro_batch, False
+    job.optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    job.scheduler = SimpleNamespace(step=lambda: None)
+    job.rollout = SimpleNamespace(sync=lambda m: None)
+    return job
+
+
+def _rollout() -> Rollout:
+    torch.manual_seed(3)
+    N, P, C = 6, 4, 5
+    comp = torch.randint(1, 61, (N, C))
+    mask = torch.ones(N, C)
+    for row, length in enumerate([5, 2, 4, 1, 3, 5]):  # completions of different lengths
+        mask[row, length:] = 0
+    pmask = torch.ones(N, P, dtype=torch.long)
+    pmask[1, :2] = 0
+    return Rollout(prompt_ids=torch.randint(1, 61, (N, P)), prompt_mask=pmask, completion_ids=comp,
+                   completion_mask=mask, prompt_lens=[int(x) for x in pmask.sum(1)],
+                   completion_lens=[int(x) for x in mask.sum(1)], texts=[""] * N, flops=Flops(), seconds=0.0)
+
+
+@pytest.mark.parametrize("loss_agg", ["token", "sequence"])
+def test_micro_batches_give_the_one_batch_loss_and_gradient(loss_agg):
+    ro, adv = _rollout(), torch.tensor([1.0, -0.5, 0.3, -1.2, 0.8, 0.1], dtype=torch.float64)
+    results = {}
+    for mb in (6, 4, 1):  # one batch; uneven micro-batches (4 + 2); one sequence at a time
+        model = tiny_qwen()
+        out = _update_job(model, mb, loss_agg).update(ro, adv)
+        results[mb] = (out["loss"], torch.cat([p.grad.flatten() for p in model.parameters()]), out["flops"])
+    loss1, grad1, flops1 = results[6]
+    for mb in (4, 1):
+        loss, grad, flops = results[mb]
+        assert abs(loss - loss1) <= 1e-6 * abs(loss1)
+        assert ((grad - grad1).norm() / grad1.norm()).item() <= 1e-6
+        assert flops.model == pytest.approx(flops1.model, rel=1e-12)  # micro-batching changes no FLOPs
+
+
+# --- the ledger ----------------------------------------------------------------------------------------
+
+
+def test_lora_parameter_count_by_hand():
+    # Qwen2.5-0.5B, r=32, all 7 projections: per layer 32*((896+896) + 2*(896+128) + (896+896) + 3*(896+4864))
+    # = 32 * (1792 + 2048 + 1792 + 17280) = 32 * 22912 = 733,184; 24 layers -> 17,596,416 adapter weights
+    assert memory.lora_params(memory_audit_arch(), 32) == 17_596_416
+
+
+def memory_audit_arch() -> Arch:
+    return Arch(896, 24, 14, 2, 4864, 151_936)
+
+
+def test_peak_grows_with_micro_batch_and_checkpointing_saves_memory():
+    s = memory.MemSpec(arch=memory_audit_arch(), tied=True, lora_r=32, sequences=64, prompt_len=300,
+                       completion_len=512, micro_batch=8)
+    small, big = memory.job_memory(s), memory.job_memory(memory.MemSpec(**{**s.__dict__, "micro_batch": 16}))
+    ckpt = memory.job_memory(memory.MemSpec(**{**s.__dict__, "grad_checkpointing": True}))
+    assert small.peak < big.peak and ckpt.total("update") < small.total("update")
+
+
+def test_fit_picks_the_largest_micro_batch_that_fits():
+    s = memory.MemSpec(arch=memory_audit_arch(), tied=True, lora_r=32, sequences=512, prompt_len=300,
+                       completion_len=512, micro_batch=512)
+    got = memory.fit(s, 40 * GIB)
+    assert got is not None and got.peak <= 0.9 * 40 * GIB
+    over = memory.job_memory(memory.MemSpec(**{**s.__dict__, "micro_batch": got.micro_batch + 1}), 40 * GIB)
+    assert over.peak > 0.9 * 40 * GIB
+
+
+@pytest.mark.parametrize("index", range(2))
+def test_audit_small_cases_within_tolerance(index):
+    from race_cli import memory_audit
+
+    (row,) = memory_audit.audit([memory_audit.CASES[memory_audit.QUICK[index]]])
+    assert abs(row["error"]) <= memory_audit.TOLERANCE, row
+
+
+def test_parse_size():
+    assert memory.parse_size("80GiB") == 80 * GIB
+    assert memory.parse_size("24GB") == 24 * 10**9
+    with pytest.raises(RaceError, match="80GiB"):
+        memory.parse_size("lots")
+
+
+def test_dtype_keyword_follows_the_transformers_version():
+    assert dtype_kwarg("bf16", "4.55.2") == {"torch_dtype": "bf16"}
+    assert dtype_kwarg("bf16", "4.56.0") == {"dtype": "bf16"}
+    assert dtype_kwarg("bf16", "5.0.0.dev0") == {"dtype": "bf16"}
+
+
+# --- race plan --gpu-mem ------------------------------------------------------------------------------
+
+
+def test_pilot_fits_80gib_with_vllm_and_the_flops_do_not_change():
+    plan = build_plan(["grid=pilot", "rollout.backend=vllm"], gpu_mem=80 * GIB)
+    assert len(plan.jobs) == 48
+    for job in plan.jobs:
+        assert 1 <= job.memory.micro_batch and job.memory.peak <= 0.9 * 80 * GIB
+    whole = build_plan(["grid=pilot", "rollout.backend=vllm", "grpo.micro_batch_size=0"])
+    assert [j.per_iteration for j in whole.jobs] == [j.per_iteration for j in plan.jobs]
+
+
+def test_plan_refuses_jobs_that_cannot_fit_naming_job_phase_and_fix():
+    with pytest.raises(RaceError) as err:
+        build_plan(["grid=pilot", "rollout.backend=vllm"], gpu_mem=24 * GIB)
+    problems = err.value.problems
+    assert any(p.startswith("Job qwen2.5-7b_G4_mu1_prm-7b: the ") and "phase needs" in p and "Try:" in p
+               for p in problems)
+    assert not any("qwen2.5-0.5b_G4_mu1_rule" in p for p in problems)  # the 0.5B rule jobs fit in 24 GiB
+
+
+def test_race_plan_gpu_mem_exit_code_2():
+    out = subprocess.run([sys.executable, "-m", "race_cli", "plan", "grid=pilot", "--gpu-mem", "24GiB"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    assert "qwen2.5-7b" in out.stderr and "phase needs" in out.stderr and "Try:" in out.stderr
