@@ -141,7 +141,7 @@ def run_shape(name: str, args, tmp: Path) -> list[str]:
     print(f"  {'phase':8s} {'seconds':>8s} {'exec FLOPs':>11s} {'TFLOP/s':>8s} {'MFU':>6s} {'peak mem':>9s} "
           f"{'ledger':>9s} {'error':>7s}")
     for p in ("rollout", "update", "reward"):
-        s, fl = led["seconds"][p], led["flops"][p].executed
+        s, fl = led.seconds[p], led.flops[p].executed
         rate = fl / s if s > 0 else 0.0
         mfu = f"{rate / peak:6.1%}" if peak and fl else "     -"
         meas = peaks.peaks.get(p)
@@ -150,7 +150,7 @@ def run_shape(name: str, args, tmp: Path) -> list[str]:
         print(f"  {p:8s} {s:8.2f} {fl:11.3g} {rate / 1e12:8.2f} {mfu} "
               f"{(f'{meas / GiB:.2f}G' if meas else '-'):>9s} {(f'{plan / GiB:.2f}G' if plan else '-'):>9s} {err}")
     if cuda and "eval" in peaks.peaks:
-        print(f"  eval     {led['eval']['seconds']:8.2f}  (greedy, {args.num_eval} items, not budgeted)  "
+        print(f"  eval     {led.eval_seconds:8.2f}  (greedy, {args.num_eval} items, not budgeted)  "
               f"peak {peaks.peaks['eval'] / GiB:.2f}G")
     if not cuda:
         print("  peak memory: measured on CUDA only (on CPU see `race mem --audit`, fake tensors)")

@@ -140,7 +140,7 @@ def too_big_for_cpu(configs: Sequence[dict]) -> list[str]:
         for node in (cfg.get("model"), (cfg.get("reward") or {}).get("model")):
             if not node or not node.get("arch"):
                 continue
-            arch = Arch(**node["arch"])
+            arch = Arch.from_config(node["arch"])
             if arch.n_body + 2 * arch.n_head > CPU_MAX_PARAMS and node.get("name") not in big:
                 big.append(str(node.get("name") or node.get("path")))
     return big

@@ -195,7 +195,7 @@ def _params(node: dict | None) -> float:
 
     if not node or not node.get("arch"):
         return 0.0
-    arch = Arch(**node["arch"])
+    arch = Arch.from_config(node["arch"])
     return float(arch.n_body + 2 * arch.n_head)
 
 
