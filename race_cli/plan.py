@@ -111,6 +111,7 @@ def completion_estimate(cfg: dict) -> float:
 def iteration_cost(cfg: dict) -> dict:
     """Planned FLOPs of one GRPO iteration of this job, per phase (ledger.Flops)."""
     from race_cli import ledger
+    from race_cli.engine.rollout import shares_prefix
 
     g, lora_cfg = cfg["grpo"], cfg["lora"]
     lora = ledger.Lora(r=lora_cfg["r"], target_modules=tuple(lora_cfg["target_modules"])) if lora_cfg["enabled"] else None
@@ -122,7 +123,8 @@ def iteration_cost(cfg: dict) -> dict:
         prompts=g["prompts_per_iter"], group_size=g["group_size"],
         prompt_len=float(cfg["task"]["prompt_tokens"]), completion_len=completion_estimate(cfg),
         updates_per_batch=g["updates_per_batch"], lora=lora, beta=g["beta"],
-        grad_checkpointing=g["grad_checkpointing"], share_prefix=cfg["rollout"]["backend"] == "vllm",
+        grad_checkpointing=g["grad_checkpointing"], share_prefix=shares_prefix(cfg["rollout"]["backend"]),
+        padded=cfg["rollout"]["backend"] != "vllm",
         reward=reward, reward_head="classifier" if (cfg["reward"].get("model") or {}).get("format") == "classifier" else "token",
     )
 

@@ -37,7 +37,7 @@ def test_model_groups_carry_real_qwen_shapes():
     ("grpo.group_sise=4", "Did you mean 'grpo.group_size'"),
     ("model=tiny-x", "Available: qwen2.5-0.5b"),
     ("+grpo.foo=1", "Unknown config key 'grpo.foo'"),
-    ("rollout.backend=tgi", "rollout.backend='tgi' is not one of auto, hf, vllm"),
+    ("rollout.backend=tgi", "rollout.backend='tgi' is not one of auto, lean, hf, vllm"),
     ("rollout.top_p=1.5", "rollout.top_p=1.5 is out of range"),
 ])
 def test_bad_values_are_refused(override, fragment):
