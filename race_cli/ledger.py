@@ -471,9 +471,8 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
       backend (lean, vLLM) prefills each prompt once per group, otherwise HF `generate`
       prefills every row; `padded` (default: not share_prefix) says whether the executed figure
       counts padded kernels (HF, lean) or unpadded ones (vLLM).
-    - update: `updates_per_batch` train steps over the n sequences; plus one no-grad forward of
-      the policy for the old log-probs when updates_per_batch > 1 (with a single pass the old
-      log-probs are the current ones, detached); plus one no-grad reference forward when
+    - update: `updates_per_batch` train steps over the n sequences (the old policy's log-probs
+      are the first pass's own, detached: no extra forward); plus one no-grad reference forward when
       beta > 0 (LoRA: the base with adapters disabled; full FT: a frozen copy). The loss needs
       logits only at the completion positions (model convention: completion_len positions per
       sequence); the executed figure assumes logits at every position, as HF's forward does.
@@ -503,8 +502,6 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
     step = train_step_flops(policy, [s], lora=lora, grad_checkpointing=grad_checkpointing,
                             logit_positions=c)
     update = step * (updates_per_batch * n)
-    if updates_per_batch > 1:  # old-policy log-probs
-        update = update + forward_flops(policy, [s], logit_positions=c, lora=lora) * n
     if beta > 0:  # reference log-probs: the frozen base
         update = update + forward_flops(policy, [s], logit_positions=c) * n
 
