@@ -36,19 +36,46 @@ from race_cli.ledger import Arch, Lora, generate_flops
 
 @dataclass
 class Linear:
-    """One linear map as tensors: y = x W^T + b (+ sum of B(A(x)) * scale over active adapters)."""
+    """One linear map as tensors: y = x W^T + b, plus B(A(x)) * scale for each active adapter.
+
+    An adapter entry is (A [r, in], B [out_k, r], B's bias or None, scale, lo, hi): its output
+    lands on columns lo..hi-1 of y (the whole of y when lo is None), so several linear maps
+    fused into one weight (q|k|v, gate|up) keep their own unmerged adapters.
+    """
 
     weight: Any  # [out, in]
     bias: Any  # [out] or None
-    adapters: list  # [(A [r, in], B [out, r], B bias [out] or None, scale float)]
+    adapters: list
 
     def __call__(self, x):
         import torch.nn.functional as F
 
         y = F.linear(x, self.weight, self.bias)  # [..., out]
-        for a, b, b_bias, scale in self.adapters:
-            y = y + F.linear(F.linear(x if x.dtype == a.dtype else x.to(a.dtype), a), b, b_bias) * scale
+        for a, b, b_bias, scale, lo, hi in self.adapters:
+            delta = F.linear(F.linear(x if x.dtype == a.dtype else x.to(a.dtype), a), b, b_bias) * scale
+            if lo is None:
+                y = y + delta
+            else:
+                y[..., lo:hi] += delta
         return y
+
+
+def fuse(parts: list[Linear]) -> Linear:
+    """Linear maps reading the same input -> one (weights and biases stacked by output, adapters kept apart)."""
+    import torch
+
+    if len(parts) == 1:
+        return parts[0]
+    weight = torch.cat([p.weight for p in parts])
+    bias = None
+    if any(p.bias is not None for p in parts):
+        bias = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.size(0)) for p in parts])
+    adapters, lo = [], 0
+    for p in parts:
+        hi = lo + p.weight.size(0)
+        adapters += [(a, b, bb, scale, lo, hi) for a, b, bb, scale, _, _ in p.adapters]
+        lo = hi
+    return Linear(weight, bias, adapters)
 
 
 def read_linear(module: Any) -> Linear:
@@ -69,7 +96,7 @@ def read_linear(module: Any) -> Linear:
         if getattr(module, "use_dora", {}).get(name, False):
             raise RaceError("rollout.backend=lean does not implement DoRA adapters; use rollout.backend=hf.")
         a, b = module.lora_A[name], module.lora_B[name]
-        adapters.append((a.weight, b.weight, b.bias, float(module.scaling[name])))
+        adapters.append((a.weight, b.weight, b.bias, float(module.scaling[name]), None, None))
     return Linear(out.weight, out.bias, adapters)
 
 
@@ -77,12 +104,9 @@ def read_linear(module: Any) -> Linear:
 class Layer:
     ln1: Any  # [d] input RMSNorm weight
     ln2: Any  # [d] post-attention RMSNorm weight
-    q: Linear
-    k: Linear
-    v: Linear
+    qkv: Linear  # q|k|v stacked: [(heads + 2 kv) d_h, d]
     o: Linear
-    gate: Linear
-    up: Linear
+    gate_up: Linear  # gate|up stacked: [2 f, d]
     down: Linear
 
 
@@ -121,8 +145,8 @@ def read_weights(model: Any) -> Weights:
     for layer in body.layers:
         att, mlp = layer.self_attn, layer.mlp
         layers.append(Layer(layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
-                            read_linear(att.q_proj), read_linear(att.k_proj), read_linear(att.v_proj),
-                            read_linear(att.o_proj), read_linear(mlp.gate_proj), read_linear(mlp.up_proj),
+                            fuse([read_linear(att.q_proj), read_linear(att.k_proj), read_linear(att.v_proj)]),
+                            read_linear(att.o_proj), fuse([read_linear(mlp.gate_proj), read_linear(mlp.up_proj)]),
                             read_linear(mlp.down_proj)))
     heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
     d_head = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
@@ -133,9 +157,10 @@ def read_weights(model: Any) -> Weights:
 def rms_norm(x, weight, eps: float):
     """HF's Qwen2RMSNorm: normalise in float32, scale in the input dtype. x [..., d] -> [..., d]."""
     import torch
+    import torch.nn.functional as F
 
-    if x.dtype == torch.float32:
-        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.size(-1),), weight, eps)  # one fused kernel, the same arithmetic
     h = x.float()
     return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
@@ -156,7 +181,7 @@ def rope_tables(w: Weights, length: int, device: str):
 
 
 def rotate(x, cos, sin_signed):
-    """RoPE on x [n, heads, t, d_h] with cos/sin_signed broadcastable [n, 1, t, d_h]."""
+    """RoPE on x [n, t, heads, d_h] with cos/sin_signed broadcastable [n, t, 1, d_h]."""
     import torch
 
     return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * sin_signed
@@ -184,24 +209,24 @@ def attend(w: Weights, q, k, v, bias):
 def block(w: Weights, x, cos, sin, cache_k, cache_v, start: int, bias):
     """All decoder layers on x [n*t, d] at cache slots start..start+t-1; returns hidden [n*t, d].
 
-    cache_k/cache_v: per layer [n, kv_heads, T_max, d_h], written in place. cos/sin [n, 1, t, d_h].
+    cache_k/cache_v: per layer [n, kv_heads, T_max, d_h], written in place. cos/sin [n, t, 1, d_h].
     bias: additive mask [n, 1, t, start+t] (0 = attend, -inf = not) over the filled cache.
     """
     import torch.nn.functional as F
 
     n, t = bias.shape[0], bias.shape[2]
-    end = start + t
+    end, hq, hk = start + t, w.heads, w.heads + w.kv_heads
     for i, L in enumerate(w.layers):
         h = rms_norm(x, L.ln1, w.eps)
-        q = L.q(h).view(n, t, w.heads, w.d_head).transpose(1, 2)  # [n, heads, t, d_h]
-        k = L.k(h).view(n, t, w.kv_heads, w.d_head).transpose(1, 2)  # [n, kv, t, d_h]
-        v = L.v(h).view(n, t, w.kv_heads, w.d_head).transpose(1, 2)
-        cache_k[i][:, :, start:end] = rotate(k, cos, sin)
-        cache_v[i][:, :, start:end] = v
-        a = attend(w, rotate(q, cos, sin), cache_k[i][:, :, :end], cache_v[i][:, :, :end], bias)
+        qkv = L.qkv(h).view(n, t, hk + w.kv_heads, w.d_head)  # [n, t, heads + 2 kv, d_h]
+        qk = rotate(qkv[:, :, :hk], cos, sin)  # queries and keys rotated together
+        cache_k[i][:, :, start:end] = qk[:, :, hq:].transpose(1, 2)  # [n, kv, t, d_h]
+        cache_v[i][:, :, start:end] = qkv[:, :, hk:].transpose(1, 2)
+        a = attend(w, qk[:, :, :hq].transpose(1, 2), cache_k[i][:, :, :end], cache_v[i][:, :, :end], bias)
         x = x + L.o(a)
         h = rms_norm(x, L.ln2, w.eps)
-        x = x + L.down(F.silu(L.gate(h)) * L.up(h))
+        gate, up = L.gate_up(h).chunk(2, dim=-1)
+        x = x + L.down(F.silu(gate) * up)
     return x
 
 
@@ -266,7 +291,7 @@ def sample(model: Any, prompts: list[list[int]], *, group_size: int, greedy: boo
     allowed = (causal[None] & pmask[:, None, :]) | eye[None]  # [B, P, P]
     bias = torch.where(allowed, zero, neg)[:, None]  # [B, 1, P, P]
     x = w.embed[ids].reshape(B * P, -1)  # [B*P, d]
-    h = block(w, x, cos_tab[pos][:, None], sin_tab[pos][:, None], tmp_k, tmp_v, 0, bias)
+    h = block(w, x, cos_tab[pos][:, :, None], sin_tab[pos][:, :, None], tmp_k, tmp_v, 0, bias)
     h = rms_norm(h.view(B, P, -1)[:, -1], w.norm, w.eps)  # [B, d]: logits at the last position only
     logits = w.head(h).float().repeat_interleave(G, dim=0)  # [N, V]
     for i in range(len(w.layers)):  # share each prompt's keys/values with its G rows
@@ -287,7 +312,7 @@ def sample(model: Any, prompts: list[list[int]], *, group_size: int, greedy: boo
             break
         slot = P + step - 1  # tok goes to cache slot P+step-1, at RoPE position plen+step-1
         p = plen + (step - 1)  # [N]
-        cos, sin = cos_tab[p][:, None, None], sin_tab[p][:, None, None]  # [N, 1, 1, d_h]
+        cos, sin = cos_tab[p][:, None, None], sin_tab[p][:, None, None]  # [N, t=1, 1, d_h]
         h = block(w, w.embed[tok], cos, sin, cache_k, cache_v, slot, keys[:, None, None, :slot + 1])
         logits = w.head(rms_norm(h, w.norm, w.eps)).float()  # [N, V]
     return out[:, :step]
@@ -301,7 +326,10 @@ class LeanRollout:
 
     def __init__(self, model: Any, tokenizer: Any, *, arch: Arch, lora: Lora | None, eos_id: int, pad_id: int,
                  max_new_tokens: int, temperature: float, top_p: float, device: str):
-        read_weights(model)  # refuse an unsupported architecture at setup, not at iteration 1
+        import torch
+
+        with torch.no_grad():
+            read_weights(model)  # refuse an unsupported architecture at setup, not at iteration 1
         self.model, self.tokenizer, self.arch, self.lora = model, tokenizer, arch, lora
         self.eos_id, self.pad_id, self.device = eos_id, pad_id, device
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
