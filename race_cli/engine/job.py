@@ -119,8 +119,10 @@ class Job:
         self.policy = S.load_policy(c, self.device, self.dtype, self.log)
         self.train_prompts = S.PromptCache(self.train_items, self.policy.tokenizer)
         self.eval_prompts = S.PromptCache(self.eval_items, self.policy.tokenizer)
-        self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype)
-        self.reward = S.build_reward(c, self.device, self.dtype)
+        self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype,
+                                       prompts=(self.train_prompts, self.eval_prompts),
+                                       sync_dir=self.job_dir / ".vllm-adapter")
+        self.reward = S.build_reward(c, S.reward_device(self.device), self.dtype)  # its own GPU when there are 2+
         self.reward_arch = Arch.from_config(c.reward.model.arch) if c.reward.type == "prm" else None
         self.ref_model = None
         if c.grpo.beta > 0 and not c.lora.enabled:  # full FT: the reference needs its own frozen copy
@@ -432,6 +434,10 @@ class Job:
                                          "files already written, including the last complete checkpoint, are intact)")
         except Exception as exc:  # noqa: BLE001 - any crash becomes a failed status with a one-line reason
             return self._failed("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        finally:
+            close = getattr(getattr(self, "rollout", None), "close", None)
+            if close is not None:  # vLLM: its adapter sync folder goes on every exit path
+                close()
         self.set_status(state="done", stop_reason=stop, finished=_now(), exit_code=0)
         self.log(f"done ({stop}): {self.iteration} iterations, {self.spent():.3g} FLOPs, "
                  f"accuracy {self.state['eval_initial']['accuracy']:.3f} -> {self.state['eval_last']['accuracy']:.3f}")
