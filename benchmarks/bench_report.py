@@ -4,8 +4,10 @@
 
 Builds the sweep once (tests/report_fixtures.py: 50 conditions × 20 regimes × 5 seeds by
 default, 200 per-item scores per job), then runs reading, ranking (1000 bootstrap draws),
-fits and writing the CSV/markdown files `repeats` times and prints the median of each
-stage. Target: reading + ranking under 3 s on the 2-core dev machine.
+fits (with their p* bootstrap intervals) and writing the CSV/markdown files `repeats` times
+and prints the median of each stage. Every job carries its iteration-0 evaluation, so the
+ranking also bootstraps each regime's gain over its start. Target: reading + ranking under
+3 s on the 2-core dev machine.
 """
 
 from __future__ import annotations
@@ -45,15 +47,16 @@ def run_once(sweep: Path, out: Path, plots: bool) -> dict[str, float]:
     data = read_sweeps([sweep])
     t["read"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ranking = rank_all(data, "accuracy", CONDITION_COLS, n_boot=1000, seed=0)
+    draws: dict = {}
+    ranking = rank_all(data, "arithmetic", CONDITION_COLS, n_boot=1000, seed=0, draws_out=draws)
     t["rank"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    fits = R.fit_all(ranking)
+    fits = R.fit_all(ranking, True, draws)
     rec = R.recommend(ranking, fits, CONDITION_COLS)
-    moves = R.frontier_moves(rec, CONDITION_COLS)
+    moves = R.frontier_moves(rec, CONDITION_COLS + ["target"])
     t["fit+recommend"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ranked = rankable(data.jobs, "accuracy")
+    ranked = rankable(data.jobs, "arithmetic")
     jobs = label_jobs(data.jobs, CONDITION_COLS, regime_columns(data.jobs[ranked], data.knob_cols, CONDITION_COLS))
     jobs["ranked"] = ranked
     totals = R.compute_totals(jobs)
@@ -61,13 +64,13 @@ def run_once(sweep: Path, out: Path, plots: bool) -> dict[str, float]:
     (out / "runs.csv").write_text(jobs.to_csv(index=False))
     (out / "ranking.csv").write_text(ranking.to_csv(index=False))
     (out / "summary.md").write_text(render.markdown_summary(jobs, ranked, ranking, rec, moves, totals,
-                                                            "accuracy", True, 1000, []))
+                                                            ["arithmetic"], {"arithmetic": True}, 1000, []))
     t["write csv+md"] = time.perf_counter() - t0
     if plots:
         from race_cli.report.plots import write_plots
 
         t0 = time.perf_counter()
-        write_plots(out, jobs, ranking, rec, fits, data.curves, "accuracy", [], CONDITION_COLS)
+        write_plots(out, jobs, ranking, rec, fits, data.curves, ["arithmetic"], [], CONDITION_COLS)
         t["plots"] = time.perf_counter() - t0
     t["jobs"], t["conditions"] = len(jobs), len(rec)
     return t

@@ -166,7 +166,8 @@ class ReportFormat(str, Enum):
 def report(
     sweep_dirs: List[Path] = typer.Argument(..., help="Sweep folders written by race run (several are combined).",
                                             show_default=False),
-    target: str = typer.Option("accuracy", "--target", "-t", help="Evaluation target to rank by (eval/<target>)."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Rank one evaluation target (the <target> "
+                                         "of eval/<target>/accuracy); default: every target, a section each."),
     by: Optional[List[str]] = typer.Option(None, "--by", help="Condition columns (repeatable); default: model, "
                                            "budget, reward, task."),
     fmt: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f", help="table, csv, json or markdown."),
@@ -187,16 +188,53 @@ def report(
 
 
 @app.command()
+def validate(
+    pilot: Path = typer.Argument(..., help="The pilot sweep folder; `race report` must have written its report/.",
+                                 show_default=False),
+    budget: Optional[float] = typer.Option(None, "--budget", help="Validation budget per job, FLOPs (e.g. 1e12). "
+                                           "Exclusive with --scale."),
+    scale: Optional[float] = typer.Option(None, "--scale", help="Validation budget = K x each pilot job's budget "
+                                          "(default 2 when neither is given)."),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds per validated regime (fresh ones: after the pilot's largest)."),
+    top: Optional[int] = typer.Option(None, "--top", help="Validate the K regimes with the highest P(best) per "
+                                      "condition instead of the recommended ones."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Evaluation target whose recommendation to "
+                                         "validate (default: the one the pilot report ranks)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Validation sweep folder (default: "
+                                       "<pilot>-validate-x<K> or -C<budget>, beside the pilot)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Preview only; write nothing."),
+) -> None:
+    """Turn a pilot's recommendation into a validation sweep: the recommended regimes, a control, more seeds.
+
+    Per condition: the recommended regimes (or --top K by P(best)) and the pilot's lowest-ranked
+    one as a control, re-planned at the validation budget; the prediction goes in provenance.json.
+
+    Then [bold]race run --sweep-dir DIR[/] and [bold]race report DIR[/]: per condition, did the call hold?
+    """
+    from race_cli.validate import validate_main
+
+    typed = [str(pilot)] + [f"{k} {v}" for k, v in (("--budget", budget), ("--scale", scale), ("--seeds", seeds),
+                                                     ("--top", top), ("--target", target)) if v is not None]
+    try:
+        validate_main(pilot, budget=budget, scale=scale, seeds=seeds, top=top, target=target, out=out,
+                      dry_run=dry_run, typed=typed)
+    except RaceError as exc:
+        _fail(exc)
+
+
+@app.command()
 def zoo(
     names: Optional[List[str]] = typer.Argument(None, help="Entries to show or build (default: all).", show_default=False),
     build: bool = typer.Option(False, "--build", help="Build missing entries (tiny policies, tiny PRM)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when cached."),
+    verify: bool = typer.Option(False, "--verify", help="Rebuild from the recipe in a temp folder and check the "
+                                "weights equal the shipped copy bit for bit."),
 ) -> None:
     """List (and build) the embedded tiny model zoo: tiny-s/m/l policies and the tiny PRM."""
     from race_cli.zoo import zoo_main
 
     try:
-        code = zoo_main(names or None, build=build, force=force)
+        code = zoo_main(names or None, build=build, force=force, verify=verify)
     except RaceError as exc:
         _fail(exc)
     raise typer.Exit(code)

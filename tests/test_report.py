@@ -49,7 +49,7 @@ def test_every_job_is_listed_with_its_state(sweep):
     assert j.loc["tiny-s_G2_mu1_rule_failed", "model"] == "tiny-s"
     assert j.loc["tiny-s_G2_mu1_rule_failed", "group_size"] == 2
     assert data.knob_cols == ["group_size", "updates_per_batch", "prompts_per_iter"]
-    assert data.targets == ["accuracy"]
+    assert data.targets == ["arithmetic"]
 
 
 def test_shares_come_from_the_actual_ledger(tmp_path):
@@ -175,8 +175,8 @@ def test_several_sweeps_and_the_conditional_frontier(tmp_path):
 @pytest.mark.parametrize("make, args, words", [
     (lambda t: t, {}, "not a sweep"),
     (lambda t: (t / "jobs").mkdir() or t, {}, "has no jobs"),
-    (lambda t: build_sweep(t / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=5), {"target": "pass_at_8"},
-     "no finished job recorded eval/pass_at_8"),
+    (lambda t: build_sweep(t / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=5), {"target": "gsm8k"},
+     "no finished job recorded eval/gsm8k"),
     (lambda t: build_sweep(t / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=5), {"by": ["colour"]},
      "--by colour"),
     (lambda t: build_sweep(t / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=5), {"fmt": "xml"},
@@ -218,7 +218,7 @@ def test_items_are_paired_by_id_not_by_position(tmp_path):
     base = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
     jd = sorted((root / "jobs").iterdir())[0]
     s = json.loads((jd / "summary.json").read_text())
-    it = s["eval_items"]["accuracy"]
+    it = s["eval_items"]["arithmetic"]
     it["ids"], it["scores"] = it["ids"][::-1], it["scores"][::-1]
     (jd / "summary.json").write_text(json.dumps(s))
     rev = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
@@ -250,7 +250,7 @@ def test_by_accepts_commas_and_lower_is_better_targets():
 def test_by_with_commas_groups_by_those_columns(sweep, tmp_path):
     r = _quiet(sweep_dirs=[sweep], out=tmp_path, plots=False, bootstrap=200, by=["model,reward"])["ranking"]
     assert list(r.columns[:4]) == ["condition", "target", "model", "reward"]
-    assert r["condition"].unique().tolist() == ["model=tiny-s reward=rule"]
+    assert r["condition"].unique().tolist() == ["model=tiny-s reward=rule target=arithmetic"]
 
 
 def test_done_jobs_without_ledgers_are_explained_not_crashed(tmp_path, capsys):
@@ -260,3 +260,103 @@ def test_done_jobs_without_ledgers_are_explained_not_crashed(tmp_path, capsys):
     assert report([str(d)], plots=False) == 2  # a str path is accepted too
     err = capsys.readouterr().err
     assert "no job can be ranked" in err and "2 job(s) unreadable: ledger.json missing" in err
+
+
+# --- several evaluation targets ------------------------------------------------------------
+
+TWO = {"arithmetic": peaked(0.14, top=0.75, width=0.2), "arithmetic-hard": peaked(0.40, top=0.55, width=0.15)}
+
+
+@pytest.fixture(scope="module")
+def two_targets(tmp_path_factory) -> Path:
+    # The best split differs: arithmetic peaks at p = 0.14 (G=8 μ=1), arithmetic-hard at 0.40
+    # (G=4 μ=2). On arithmetic, p = 0.40 is 0.2·ln(0.40/0.14)² = 0.22 below the peak: a real
+    # difference. The hard target's neighbours sit 0.025 (p = 0.60) and 0.033 (p = 0.25) below
+    # its peak, ~2 sd of a paired gap on 500 items × 3 seeds. Both start at 0.3 and learn.
+    return build_sweep(tmp_path_factory.mktemp("t") / "sweep", targets=TWO, n_items=500, item_sd=0.1,
+                       initial=0.3)
+
+
+def test_every_target_gets_its_own_section_and_recommendation(two_targets, tmp_path):
+    res = _quiet(sweep_dirs=[two_targets], out=tmp_path, plots=False, bootstrap=300)
+    assert res["targets"] == ["arithmetic", "arithmetic-hard"]
+    rec = res["recommendations"].set_index("target")
+    assert rec.loc["arithmetic", "best_regime"] == "G=8 μ=1"
+    assert rec.loc["arithmetic-hard", "best_regime"] == "G=4 μ=2"
+    assert rec.loc["arithmetic", "condition"].endswith("target=arithmetic")  # a condition includes its target
+    md = (tmp_path / "summary.md").read_text()
+    assert md.index("### Target: arithmetic\n") < md.index("### Target: arithmetic-hard\n")
+    assert "Worth validating for arithmetic:" in md and "Worth validating for arithmetic-hard:" in md
+    assert "Target arithmetic-hard: pilot-best regime G=4 μ=2" in md  # each recommendation names its target
+    # the frontier takes the target as an axis and says in words where the best regime differs
+    assert "Along target" in md and "arithmetic: p=0.14 (G=8 μ=1) → arithmetic-hard: p=0." in md
+    diff = res["target_differences"]
+    assert len(diff) == 1 and "the best regime differs between targets" in diff[0]
+    assert "a real difference" in diff[0] and diff[0] in md
+    ranking = pd.read_csv(tmp_path / "ranking.csv")
+    assert set(ranking["target"]) == {"arithmetic", "arithmetic-hard"} and len(ranking) == 10
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["targets"] == ["arithmetic", "arithmetic-hard"] and doc["target"] is None
+
+
+def test_target_option_ranks_one_target(two_targets, tmp_path):
+    res = _quiet(sweep_dirs=[two_targets], out=tmp_path, plots=False, bootstrap=200, target="arithmetic-hard")
+    assert set(res["ranking"]["target"]) == {"arithmetic-hard"} and res["target_differences"] == []
+    md = (tmp_path / "summary.md").read_text()
+    assert "### Target: arithmetic-hard" in md and "### Target: arithmetic\n" not in md
+    # and through the command line, with plots
+    r = subprocess.run([sys.executable, "-m", "race_cli", "report", str(two_targets), "--target", "arithmetic",
+                        "--format", "csv", "--out", str(tmp_path / "cli"), "--bootstrap", "200"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    csv = pd.read_csv(StringIO(r.stdout))
+    assert set(csv["target"]) == {"arithmetic"} and csv.loc[0, "regime"] == "G=8 μ=1"
+    assert {"start", "gain", "gain_ci_lo", "gain_ci_hi", "beats_start"} <= set(csv.columns)
+    assert (tmp_path / "cli" / "curves.png").stat().st_size > 0
+
+
+def test_same_best_regime_on_every_target_is_said_plainly(tmp_path):
+    same = {"arithmetic": peaked(0.25, top=0.7, width=0.2), "gsm8k": peaked(0.25, top=0.5, width=0.2)}
+    root = build_sweep(tmp_path / "s", targets=same, n_items=500, item_sd=0.1, initial=0.3)
+    diff = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["target_differences"]
+    assert diff == ["model=tiny-s budget_flops=1e+12 reward=rule task=arithmetic: the best regime is the "
+                    "same for every target (G=8 μ=2 on arithmetic, gsm8k)."]
+
+
+def test_fractional_item_scores_are_read_and_ranked(tmp_path):
+    # eval.samples = 4: per-item scores are fractions k/4
+    root = build_sweep(tmp_path / "s", samples=4, n_items=100)
+    data = read_sweeps([root])
+    ids, scores = next(iter(data.items.values()))
+    assert set(np.unique(scores)) <= {0, 0.25, 0.5, 0.75, 1.0} and len(np.unique(scores)) > 2
+    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    assert r["method"].str.startswith("items (paired, n=100)").all()
+
+
+def test_scores_outside_0_1_make_the_job_unreadable(tmp_path):
+    root = build_sweep(tmp_path / "s", regimes=[Regime(4, 1, 0.3)], seeds=(0, 1), n_items=5)
+    jd = sorted((root / "jobs").iterdir())[0]
+    s = json.loads((jd / "summary.json").read_text())
+    s["eval_items"]["arithmetic"]["scores"][0] = 3
+    (jd / "summary.json").write_text(json.dumps(s))
+    j = read_sweeps([root]).jobs.set_index("job_id")
+    assert not j.loc[jd.name, "readable"] and "must lie in [0, 1]" in j.loc[jd.name, "problem"]
+
+
+def test_sweeps_from_before_targets_read_as_a_target_named_accuracy(tmp_path):
+    # The older single-target files: eval/accuracy in metrics.jsonl, summaries keyed "accuracy",
+    # no `targets` and no per-item start scores.
+    root = build_sweep(tmp_path / "s", n_items=50, initial=0.3)
+    for jd in (root / "jobs").iterdir():
+        s = json.loads((jd / "summary.json").read_text())
+        for k in ("eval", "eval_initial", "eval_items"):
+            s[k] = {"accuracy": s[k]["arithmetic"]}
+        del s["targets"], s["eval_items_initial"]
+        (jd / "summary.json").write_text(json.dumps(s))
+        m = (jd / "metrics.jsonl").read_text().replace('"eval/arithmetic/accuracy"', '"eval/accuracy"')
+        (jd / "metrics.jsonl").write_text(m)
+    data = read_sweeps([root])
+    assert data.targets == ["accuracy"] and set(data.curves["target"]) == {"accuracy"}
+    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    assert (r["target"] == "accuracy").all()
+    assert (r["gain_method"] == "seeds only (no per-item start scores)").all() and r["gain"].notna().all()

@@ -150,3 +150,62 @@ def test_tiny_prm_separates_correct_from_corrupted_steps(tiny_prm):
                                              separator=r.step_separator)
     fresh = make_examples([it.question for it in ArithmeticTask().eval_items()], random.Random(7), 0.5)
     assert heldout_auc(prm, fresh) >= 0.85  # new corruptions, through the scoring code's own loader
+
+
+# --- shipped weights: the default grid's entries come with the package -------------------------
+
+
+@pytest.mark.parametrize("name", ["tiny-s", "tiny-m", "tiny-prm"])
+def test_the_default_grids_entries_ship_for_their_current_recipe(name):
+    from race_cli.io import read_json
+    from race_cli.zoo.build import is_built, shipped_dir
+    from race_cli.zoo.recipes import RECIPES, recipe_hash
+
+    folder = shipped_dir(name)  # named by the current recipe's hash: a changed recipe needs scripts/ship_zoo.py
+    assert is_built(folder), f"{folder.name} missing: run `python scripts/ship_zoo.py` after changing a recipe"
+    info = read_json(folder / "recipe.json")
+    assert info["hash"] == recipe_hash(name) and info["recipe"] == json.loads(json.dumps(RECIPES[name]))
+    assert info.get("in_band", True) and info.get("meets_target", True)
+
+
+def test_a_shipped_entry_is_copied_into_the_cache_not_trained(tmp_path, monkeypatch):
+    import importlib
+
+    from race_cli import zoo
+
+    build_mod = importlib.import_module("race_cli.zoo.build")  # the module (race_cli.zoo.build is also a function)
+    monkeypatch.setenv("RACE_CACHE", str(tmp_path))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a shipped entry must not be trained again")
+
+    monkeypatch.setattr(build_mod, "_build_into", no_training)
+    for name in ("tiny-s", "tiny-prm"):
+        folder = zoo.build(name)
+        assert folder.parent == tmp_path / "zoo"
+        shipped = build_mod.shipped_dir(name)
+        assert sorted(f.name for f in folder.iterdir()) == sorted(f.name for f in shipped.iterdir())
+        assert all((folder / f.name).read_bytes() == f.read_bytes() for f in shipped.iterdir())
+
+
+def test_model_shapes_live_in_conf_and_the_recipes_read_them():
+    import yaml
+
+    from race_cli.compose import conf_dir
+    from race_cli.zoo.recipes import RECIPES
+
+    for name in ("tiny-s", "tiny-m", "tiny-l"):
+        arch = yaml.safe_load((conf_dir() / "model" / f"{name}.yaml").read_text())["arch"]
+        assert {k: RECIPES[name]["arch"][k] for k in arch} == arch
+    task = yaml.safe_load((conf_dir() / "task" / "arithmetic.yaml").read_text())
+    for key in ("min_ops", "max_ops", "max_operand", "eval_seed", "num_eval"):
+        assert RECIPES["tiny-s"]["task"][key] == task[key]
+
+
+@pytest.mark.slow
+def test_a_rebuild_from_the_recipe_equals_the_shipped_prm_bit_for_bit(tmp_path, monkeypatch):
+    from race_cli.zoo.build import verify
+
+    monkeypatch.setenv("RACE_CACHE", str(tmp_path))  # its base (tiny-s) comes from the shipped copy
+    result = verify("tiny-prm")
+    assert result["files"] and result["match"], result

@@ -26,6 +26,7 @@ from race_cli.pool import status as st
 
 LAUNCHERS = ("local", "slurm")
 TOP_SHOWN = 3  # regimes per condition printed at the end (the report has them all)
+TOP_LEFT_OUT = ("search / learning / feedback", "budget spent")  # columns only the full report shows
 
 
 # --- the sweep folder --------------------------------------------------------------------------
@@ -301,15 +302,19 @@ def print_report_top(sweep: Path, say) -> None:
         res = run_report([sweep], console=quiet)
         console = Console()
         if not console.is_terminal:
-            console = Console(width=max(console.width, 130))  # logs: room for the table's 9 columns
-        ranking = res["ranking"]
+            console = Console(width=max(console.width, 140))  # logs: room for the table's 10 columns
+        ranking, rec = res["ranking"], res["recommendations"]
+        no_gain = dict(zip(rec["condition"], rec["no_gain"])) if "no_gain" in rec else {}
         if len(ranking):
             for cond, g in ranking.groupby("condition", sort=False):
+                if no_gain.get(cond):  # a ranking that is not a finding must not read like one
+                    say(no_gain[cond])
                 t = Table(title=f"top of the ranking: {cond}", title_justify="left")
-                for h in RANK_HEAD:
-                    t.add_column(h, justify="left" if h == "regime" else "right")
+                keep = [i for i, h in enumerate(RANK_HEAD) if h not in TOP_LEFT_OUT]
+                for i in keep:
+                    t.add_column(RANK_HEAD[i], justify="left" if RANK_HEAD[i] == "regime" else "right")
                 for row in ranking_rows(g.head(TOP_SHOWN)):
-                    t.add_row(*row)
+                    t.add_row(*[row[i] for i in keep])
                 console.print(t)
         say(f"full report: {res['out_dir'] / 'summary.md'} (and {', '.join(f for f in res['files'] if f != 'summary.md')})")
     except RaceError as exc:

@@ -1,9 +1,12 @@
 """`race report`: read finished sweeps, rank allocation regimes, fit the response to p, write it up.
 
-    race report runs/<sweep> [runs/<other> ...] --target accuracy --format table
+    race report runs/<sweep> [runs/<other> ...] [--target gsm8k] --format table
 
 Reads only the files docs/files.md defines (never logs), so it runs while a sweep is still
-going: unfinished jobs are listed with their state. Writes under <first sweep>/report/
+going: unfinished jobs are listed with their state. Every evaluation target the jobs recorded
+gets its own section (a condition includes its target); --target ranks one. Each regime is
+shown with its gain over its starting policy (iteration 0), and a condition where no regime
+beats its start says so first. Writes under <first sweep>/report/
 (or --out): runs.csv, ranking.csv, recommendations.csv, report.json, summary.md and PNGs.
 Imports neither torch nor transformers; matplotlib only when plots are drawn.
 """
@@ -29,7 +32,7 @@ def maximize_target(target: str) -> bool:
     return not any(w in target.lower() for w in LOWER_IS_BETTER)
 
 
-def _validate_args(sweep_dirs: list[Path], target: str, fmt: str, bootstrap: int) -> None:
+def _validate_args(sweep_dirs: list[Path], target: str | None, fmt: str, bootstrap: int) -> None:
     problems = []
     if not sweep_dirs:
         problems.append("no sweep folder given. Expected: race report runs/<sweep> [runs/<other> ...].")
@@ -38,8 +41,9 @@ def _validate_args(sweep_dirs: list[Path], target: str, fmt: str, bootstrap: int
     if bootstrap < 100:
         problems.append(f"--bootstrap {bootstrap} is too few draws for a 95% interval; use at least 100 "
                         "(1000 is the default).")
-    if not target or "/" in target:
-        problems.append(f"--target {target!r}: give the name after eval/, e.g. --target accuracy.")
+    if target is not None and (not target or "/" in target):
+        problems.append(f"--target {target!r}: give an evaluation target's name (the <target> of "
+                        "eval/<target>/accuracy), e.g. --target gsm8k; leave it out to rank every target.")
     if problems:
         raise RaceError(*problems)
 
@@ -77,13 +81,30 @@ def _nothing_to_rank(jobs, target: str) -> list[str]:
     return lines
 
 
-def run_report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] | None = None,
+def _targets_to_rank(jobs, target: str | None, targets: list[str]) -> list[str]:
+    """--target NAME -> [NAME] (checked); no --target -> every target some finished job recorded."""
+    if target is not None:
+        _check_target(jobs, target, targets)
+        return [target]
+    done = jobs["state"] == "done"
+    found = [t for t in targets if (done & jobs[f"eval/{t}"].notna()).any()]
+    if not found:
+        _check_target(jobs, targets[0] if targets else "accuracy", targets)
+    return found
+
+
+def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | None = None,
                fmt: str = "table", out: Path | None = None, plots: bool = True,
                bootstrap: int = 1000, seed: int = 0, console=None) -> dict:
     """Do the report; raise RaceError on bad input (before anything is written).
 
-    Returns {"out_dir": Path, "files": [names], "ranking": DataFrame, "recommendations": DataFrame}.
+    target: one evaluation target to rank, or None for every target the jobs recorded.
+    Returns {"out_dir", "files", "ranking", "recommendations", "fits", "jobs", "targets",
+    "target_differences"}; `ranking` and `recommendations` carry a `target` column.
     """
+    import numpy as np
+    import pandas as pd
+
     from race_cli.report import recommend as R
     from race_cli.report import render
     from race_cli.report.rank import label_jobs, rank_all, rankable, regime_columns
@@ -93,17 +114,23 @@ def run_report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] |
     data = read_sweeps(sweep_dirs)
     by = list(CONDITION_COLS) if not by else [c.strip() for b in by for c in b.split(",") if c.strip()]
     _check_by(data.jobs, by, data.knob_cols)
-    _check_target(data.jobs, target, data.targets)
-    maximize = maximize_target(target)
+    targets = _targets_to_rank(data.jobs, target, data.targets)
+    maximize = {t: maximize_target(t) for t in targets}
 
     # --- compute (pure)
-    ranked = rankable(data.jobs, target)
+    ranked_by = {t: rankable(data.jobs, t) for t in targets}
+    ranked = np.logical_or.reduce([m.to_numpy() for m in ranked_by.values()])
+    ranked = pd.Series(ranked, index=data.jobs.index)
     if not ranked.any():
-        raise RaceError(*_nothing_to_rank(data.jobs, target))
-    ranking = rank_all(data, target, by, n_boot=bootstrap, seed=seed, maximize=maximize)
-    fits = R.fit_all(ranking, maximize)
+        raise RaceError(*_nothing_to_rank(data.jobs, " or ".join(targets)))
+    draws: dict = {}
+    parts = [rank_all(data, t, by, n_boot=bootstrap, seed=seed + i, maximize=maximize[t], draws_out=draws)
+             for i, t in enumerate(targets)]
+    ranking = pd.concat([p for p in parts if len(p)], ignore_index=True)
+    fits = R.fit_all(ranking, maximize, draws)
     rec = R.recommend(ranking, fits, by)
-    moves = R.frontier_moves(rec, by)
+    moves = R.frontier_moves(rec, by + ["target"])
+    diffs = R.target_differences(rec, ranking, by)
     totals = R.compute_totals(data.jobs)
     reg_cols = regime_columns(data.jobs[ranked], data.knob_cols, by)
     jobs = label_jobs(data.jobs, by, reg_cols)
@@ -118,7 +145,7 @@ def run_report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] |
 
         tmp = Path(tempfile.mkdtemp(dir=out_dir, prefix=".plots."))
         try:
-            figs = write_plots(tmp, jobs, ranking, rec, fits, data.curves, target, reg_cols, by)
+            figs = write_plots(tmp, jobs, ranking, rec, fits, data.curves, targets, reg_cols, by)
             for f in figs:
                 os.replace(tmp / f, out_dir / f)
         finally:
@@ -127,9 +154,9 @@ def run_report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] |
 
     for stale in set(PLOT_NAMES) - set(figs):  # a figure from an earlier report would mislead
         (out_dir / stale).unlink(missing_ok=True)
-    md = render.markdown_summary(jobs, ranked, ranking, rec, moves, totals, target, maximize,
-                                 bootstrap, figs)
-    doc = render.to_json(jobs, ranking, rec, fits, moves, totals, target)
+    md = render.markdown_summary(jobs, ranked, ranking, rec, moves, totals, targets, maximize,
+                                 bootstrap, figs, diffs)
+    doc = render.to_json(jobs, ranking, rec, fits, moves, totals, targets, diffs)
     texts = {"runs.csv": jobs.to_csv(index=False), "ranking.csv": ranking.to_csv(index=False),
              "recommendations.csv": rec.to_csv(index=False), "report.json": doc, "summary.md": md}
     for name, text in texts.items():
@@ -142,16 +169,22 @@ def run_report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] |
             from rich.console import Console
 
             console = Console()
-        render.print_report(console, jobs, ranked, ranking, rec, moves, totals, target, maximize)
+        render.print_report(console, jobs, ranked, ranking, rec, moves, totals, targets, maximize, diffs)
         console.print(f"Wrote {', '.join(files)} to {out_dir}")
     else:
         sys.stdout.write({"csv": texts["ranking.csv"], "json": doc, "markdown": md}[fmt])
         sys.stderr.write(f"Wrote {', '.join(files)} to {out_dir}\n")
+
+    # --- a validation sweep (race validate wrote provenance.json): did the pilot's call hold?
+    from race_cli.report.validation import report_validation
+
+    validation = report_validation(sweep_dirs, data, out_dir, fmt, console, bootstrap, seed)
+    files += validation["files"] if validation else []
     return {"out_dir": out_dir, "files": files, "ranking": ranking, "recommendations": rec,
-            "fits": fits, "jobs": jobs}
+            "fits": fits, "jobs": jobs, "targets": targets, "target_differences": diffs, "validation": validation}
 
 
-def report(sweep_dirs: list[Path], target: str = "accuracy", by: list[str] | None = None,
+def report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | None = None,
            fmt: str = "table", out: Path | None = None, plots: bool = True,
            bootstrap: int = 1000, seed: int = 0) -> int:
     """Rank the allocation regimes of finished sweeps; return the exit code (0, or 2 on bad input)."""

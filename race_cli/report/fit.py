@@ -1,9 +1,27 @@
 """Local response of the target to the update fraction p, with an honest fallback (no I/O).
 
-Five candidate curves are fitted by least squares to one point per regime (its mean p and
-mean target): constant; linear and quadratic in p; linear and quadratic in log p. The one
-with the smallest leave-one-out (LOO) squared error wins; ties go to fewer parameters.
-A curve needs at least (parameters + 1) points so that every LOO fit is determined.
+The response is a function of p, so regimes at the same p (to two decimals: with B fixed,
+G scales rollout and update alike and moves p only by a few 0.001) are replicates: they are
+averaged into one point per distinct p first (their bootstrap draws too). Five candidate
+curves are fitted by least squares to those points: constant; linear and quadratic in p;
+linear and quadratic in log p. The one with the smallest leave-one-out (LOO) squared error
+wins — leaving out one p value, i.e. predicting an allocation the grid did not try; ties go
+to fewer parameters. A curve needs at least (parameters + 1) points so that every LOO fit is
+determined. With exactly three distinct p (the default grid: three values of μ) LOO cannot
+judge a curve with curvature; the quadratic in log p is then chosen only when the bootstrap
+says its curvature is real (in at least 95% of the draws the curve through the three
+points bends the right way: a one-sided 95% test), else LOO chooses between the constant
+and the lines.
+
+The optimum p* of the chosen curve is searched over the sampled range of p extended by half
+its span in log p on each side (within (0, 1]; the same range for every curve), so the report
+can say whether p* lies inside the sampled range. Its bootstrap interval repeats the whole
+procedure on every bootstrap draw of the regime means (the ranking's draws: items paired,
+seeds resampled): the curve is chosen again by LOO error among the candidates with a slope
+(closed-form LOO for least squares, so all draws cost a few matrix products), refitted, and
+its optimum taken; the interval is the percentile interval of those optima. Re-choosing the
+curve per draw matters: a quadratic in p fitted to a peak that is quadratic in log p puts the
+optimum too high, and an interval that ignores that choice misses the true p*.
 
 The fit's optimum is used only when it is trustworthy. Otherwise the report falls back to
 the pilot-best point (the regime with the best mean) and says why:
@@ -11,8 +29,8 @@ the pilot-best point (the regime with the best mean) and says why:
 - the chosen design matrix is ill-conditioned (condition number > 1e4 with p scaled to [-1, 1];
   a well-spread grid gives < 100);
 - the chosen curve is constant (the target does not respond to p within the grid);
-- its optimum lies on the edge of the grid (within 2% of the p range of min p or max p):
-  the real optimum may be outside the pilot grid.
+- its optimum lies on the edge of the sampled range (within 2% of the p range of min p or
+  max p) or outside it: the real optimum may be outside the pilot grid.
 """
 
 from __future__ import annotations
@@ -24,6 +42,10 @@ import numpy as np
 MAX_COND = 1e4  # condition number (design scaled to [-1, 1]) above which a fit is unstable
 EDGE_FRAC = 0.02  # an optimum within this fraction of the p range from an end is "on the edge"
 MIN_DISTINCT_P = 3
+EXTEND = 0.5  # the optimum is searched this fraction of the sampled span beyond each end
+N_GRID = 401  # points of that search
+LEVEL = 0.95  # p* interval
+CURVATURE_SHARE = 0.95  # three distinct p: share of draws that must bend the right way (one-sided 95%)
 
 
 @dataclass
@@ -37,8 +59,15 @@ class FitResult:
     reason: str  # why the fallback was taken (or "fit optimum inside the grid")
     p_star: float  # recommended p: fit optimum, or pilot-best p on fallback
     y_star: float  # fitted target at p_star (pilot-best mean on fallback)
-    p_fit_opt: float = float("nan")  # where the chosen curve peaks on the grid range
-    curve_p: list[float] = field(default_factory=list)  # for plotting
+    p_fit_opt: float = float("nan")  # where the chosen curve peaks (sampled range ± EXTEND)
+    p_star_lo: float = float("nan")  # bootstrap interval of the curve's optimum
+    p_star_hi: float = float("nan")
+    p_min: float = float("nan")  # the sampled range of p
+    p_max: float = float("nan")
+    inside: bool | None = None  # p_fit_opt within the sampled range (None: no curve optimum)
+    interval_inside: bool | None = None  # the whole p* interval within the sampled range
+    chosen_by: str = "leave-one-out error"  # or the bootstrap curvature check (three regimes)
+    curve_p: list[float] = field(default_factory=list)  # for plotting (sampled range)
     curve_y: list[float] = field(default_factory=list)
 
 
@@ -74,27 +103,97 @@ def _scaled_cond(x: np.ndarray, degree: int) -> float:
     return float(np.linalg.cond(_design(z, degree)))
 
 
-def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True) -> FitResult:
+def search_grid(p: np.ndarray, logx: bool) -> np.ndarray:
+    """Where the optimum is looked for: the sampled p range ± EXTEND of its span in log p,
+    within (0, 1]; the same points for every curve (in p only when some p is not positive)."""
+    if (p > 0).all():
+        lo, hi = np.log(p.min()), np.log(p.max())
+        pad = EXTEND * (hi - lo)
+        return np.exp(np.linspace(lo - pad, min(hi + pad, 0.0), N_GRID))
+    lo, hi = p.min(), p.max()
+    pad = EXTEND * (hi - lo)
+    return np.linspace(max(lo - pad, 1e-4), min(hi + pad, 1.0), N_GRID)
+
+
+def optimum_draws(p: np.ndarray, draws: np.ndarray, logx: bool, degree: int, sign: float,
+                  grid: np.ndarray) -> np.ndarray:
+    """The chosen curve refitted to every bootstrap draw: where each one peaks within the
+    search range [grid[0], grid[-1]]. [B]
+
+    p [R] regime p; draws [B, R] bootstrap draws of the regime means. The design is fixed,
+    so every draw's least-squares coefficients are one matrix product with its pseudo-inverse;
+    the optimum of a line or a parabola on an interval is found in closed form.
+    """
+    x = np.log(p) if logx else p
+    coef = draws @ np.linalg.pinv(_design(x, degree)).T  # [B, degree+1], highest power first
+    lo, hi = (np.log(grid[0]), np.log(grid[-1])) if logx else (grid[0], grid[-1])
+    val = lambda z: sum(coef[:, k] * z ** (degree - k) for k in range(degree + 1))  # [B]
+    best = np.where(sign * val(hi) >= sign * val(lo), hi, lo)  # [B] the better end
+    if degree == 2:
+        a, b = coef[:, 0], coef[:, 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vertex = np.clip(-b / (2 * a), lo, hi)
+        peaks = sign * a < 0  # concave for a maximum (convex for a minimum): the vertex is best
+        best = np.where(peaks, vertex, best)
+    return np.exp(best) if logx else best
+
+
+def loo_mse_many(x: np.ndarray, Y: np.ndarray, degree: int) -> np.ndarray:
+    """loo_mse for every row of Y [B, n] at once: [B]. Exact for least squares: the LOO
+    residual of point i is its residual over (1 - h_ii), h the hat matrix's diagonal."""
+    X = _design(x, degree)
+    H = X @ np.linalg.pinv(X)  # [n, n]
+    h = np.diag(H)
+    if (h > 1 - 1e-9).any():
+        return np.full(len(Y), np.inf)
+    e = (Y - Y @ H.T) / (1 - h)  # [B, n]
+    return (e ** 2).mean(axis=1)
+
+
+def _curvature_supported(x: np.ndarray, draws: np.ndarray, sign: float) -> bool:
+    """Three points, three distinct x: does the curve through them bend the right way in
+    at least CURVATURE_SHARE of the draws (concave for a maximum)?"""
+    coef = draws @ np.linalg.pinv(_design(x, 2)).T  # [B, 3], leading coefficient first
+    return bool(np.mean(sign * coef[:, 0] < 0) >= CURVATURE_SHARE)
+
+
+def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True,
+                 draws: np.ndarray | None = None) -> FitResult:
     """Fit the target y against update fraction p (one point per regime) and pick p*.
 
-    p, y: arrays of equal length (regime means). Returns a FitResult; never raises for
-    too few points — that is a fallback with its reason.
+    p, y: arrays of equal length (regime means); draws [B, R]: bootstrap draws of the same
+    regime means (optional; without them there is no p* interval). Returns a FitResult;
+    never raises for too few points — that is a fallback with its reason.
     """
     p, y = np.asarray(p, float), np.asarray(y, float)
     ok = np.isfinite(p) & np.isfinite(y)
     p, y = p[ok], y[ok]
+    if draws is not None:
+        draws = np.asarray(draws, float)[:, ok]
+        if not np.isfinite(draws).all():
+            draws = None
     if len(p) == 0:
         return FitResult("", [], {}, True, "no regime has both p and the target", np.nan, np.nan)
     sign = 1.0 if maximize else -1.0
     ib = int(np.argmax(sign * y))
     pilot = (float(p[ib]), float(y[ib]))
+    rng_kw = dict(p_min=float(p.min()), p_max=float(p.max()))
 
     def fallback(reason: str, **kw) -> FitResult:
         base = dict(model="", coef=[], loo_mse={})
+        base.update(rng_kw)
         base.update(kw)
         return FitResult(fallback=True, reason=reason, p_star=pilot[0], y_star=pilot[1], **base)
 
-    n_distinct = len(np.unique(np.round(p, 2)))  # runs of one knob setting differ in p by a few 0.001
+    # --- one point per distinct p (regimes at the same p are replicates)
+    uniq, inv = np.unique(np.round(p, 2), return_inverse=True)
+    n_distinct = len(uniq)
+    cnt = np.bincount(inv).astype(float)
+    p, y = np.bincount(inv, p) / cnt, np.bincount(inv, y) / cnt
+    if draws is not None:
+        onehot = np.zeros((len(inv), n_distinct))
+        onehot[np.arange(len(inv)), inv] = 1.0 / cnt[inv]
+        draws = draws @ onehot  # [B, U] mean draw per distinct p
     scores: dict[str, float] = {}
     for name, logx, deg in CANDIDATES:
         if logx and (p <= 0).any():
@@ -103,18 +202,22 @@ def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True) -> FitResu
             continue
         scores[name] = loo_mse(np.log(p) if logx else p, y, deg)
     if not scores:
-        return fallback(f"only {len(p)} regime(s): too few points to fit any curve")
+        return fallback(f"only {n_distinct} distinct p value(s): too few points to fit any curve")
     # smallest LOO error; among near-equal errors (within 1e-12 relative), fewer parameters
     order = {name: (deg, i) for i, (name, _, deg) in enumerate(CANDIDATES)}
     best_err = min(scores.values())
     name = min((n for n, e in scores.items() if e <= best_err * (1 + 1e-12) + 1e-18),
                key=lambda n: order[n])
+    chosen_by = "leave-one-out error"
+    if n_distinct == 3 and (p > 0).all():  # LOO cannot judge curvature here
+        if draws is not None and _curvature_supported(np.log(p), draws, sign):
+            name, chosen_by = "quadratic in log p", "a bootstrap check of its curvature"
     logx, deg = next((lg, d) for n, lg, d in CANDIDATES if n == name)
     x = np.log(p) if logx else p
     coef = np.linalg.lstsq(_design(x, deg), y, rcond=None)[0]
     grid = np.linspace(p.min(), p.max(), 201)
     yhat = np.polyval(coef, np.log(grid) if logx else grid)
-    kw = dict(model=name, coef=[float(c) for c in coef], loo_mse=scores,
+    kw = dict(model=name, coef=[float(c) for c in coef], loo_mse=scores, chosen_by=chosen_by,
               curve_p=grid.tolist(), curve_y=yhat.tolist())
     if n_distinct < MIN_DISTINCT_P:
         return fallback(f"only {n_distinct} distinct p values (need {MIN_DISTINCT_P}): fit unstable", **kw)
@@ -122,13 +225,71 @@ def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True) -> FitResu
     if cond > MAX_COND:
         return fallback(f"fit ill-conditioned (condition number {cond:.2g})", **kw)
     if deg == 0:
-        return fallback("constant fit chosen: the target does not respond to p within the grid", **kw)
-    j = int(np.argmax(sign * yhat))
-    p_opt = float(grid[j])
+        why = "constant fit chosen: the target does not respond to p within the grid"
+        if n_distinct == 3:
+            why += (" (three distinct p: a curve is chosen only when its curvature is clear in the "
+                    "bootstrap" + ("" if draws is not None else "; no bootstrap draws were given") + ")")
+        return fallback(why, **kw)
+    # --- the optimum, and its bootstrap interval
+    wide = search_grid(p, logx)
+    yw = np.polyval(coef, np.log(wide) if logx else wide)
+    j = int(np.argmax(sign * yw))
+    p_opt, y_opt = float(wide[j]), float(yw[j])
+    per_draw = [(lg, d) for n, lg, d in CANDIDATES if n in scores and d > 0]
+    if n_distinct == 3 or not per_draw:  # LOO cannot choose among curves: keep the chosen one
+        per_draw = [(logx, deg)]
+    kw |= _interval(p, draws, per_draw, sign)
     span = p.max() - p.min()
-    if min(p_opt - p.min(), p.max() - p_opt) <= EDGE_FRAC * span:
-        edge = "lowest" if p_opt - p.min() <= EDGE_FRAC * span else "highest"
-        return fallback(f"fit optimum on the grid edge ({edge} p = {p_opt:.3g}); the optimum "
-                        "may lie outside the grid", p_fit_opt=p_opt, **kw)
+    lo_edge, hi_edge = p.min() + EDGE_FRAC * span, p.max() - EDGE_FRAC * span
+    kw |= dict(p_fit_opt=p_opt, inside=bool(p.min() <= p_opt <= p.max()))
+    if p_opt <= lo_edge or p_opt >= hi_edge:
+        low = p_opt <= lo_edge
+        end = f"lowest p = {p.min():.3g}" if low else f"highest p = {p.max():.3g}"
+        where = (f"on the grid edge ({end})" if p.min() <= p_opt <= p.max() else
+                 f"beyond the grid edge ({'below the' if low else 'above the'} {end}: the curve "
+                 f"peaks at p = {p_opt:.3g}{' or further' if j in (0, len(wide) - 1) else ''})")
+        return fallback(f"fit optimum {where}; the optimum may lie outside the grid", **kw)
     return FitResult(fallback=False, reason="fit optimum inside the grid", p_star=p_opt,
-                     y_star=float(yhat[j]), p_fit_opt=p_opt, **kw)
+                     y_star=y_opt, **rng_kw, **kw)
+
+
+def _interval(p: np.ndarray, draws: np.ndarray | None, candidates: list[tuple[bool, int]],
+              sign: float) -> dict:
+    """p* interval: per draw, the candidate with the smallest LOO error, refitted; its optimum.
+
+    candidates: (uses log p, degree) of the curves each draw may choose among (in CANDIDATES
+    order, so exact ties go to the first). Also says whether the interval lies inside the
+    sampled range.
+    """
+    if draws is None or len(draws) < 20:
+        return {}
+    opts, errs = [], []
+    for logx, deg in candidates:
+        x = np.log(p) if logx else p
+        opts.append(optimum_draws(p, draws, logx, deg, sign, search_grid(p, logx)))
+        errs.append(loo_mse_many(x, draws, deg) if len(candidates) > 1 else np.zeros(len(draws)))
+    pick = np.argmin(np.vstack(errs), axis=0)  # [B] the curve each draw chooses
+    opt = np.vstack(opts)[pick, np.arange(len(draws))]
+    a = (1 - LEVEL) / 2
+    lo, hi = (float(v) for v in np.quantile(opt, [a, 1 - a]))
+    return dict(p_star_lo=lo, p_star_hi=hi, interval_inside=bool(p.min() <= lo and hi <= p.max()))
+
+
+def describe_fit(fit: FitResult) -> str:
+    """The fit in one or two sentences: the curve, p* with its interval, inside or not."""
+    if not fit.model:
+        return f"Response fit: none ({fit.reason}); the pilot-best point stands (p = {fit.p_star:.3f})."
+    interval = (f" (95% interval {fit.p_star_lo:.3f}–{fit.p_star_hi:.3f})"
+                if np.isfinite(fit.p_star_lo) else " (no interval: no bootstrap draws)")
+    rng = f"the sampled range {fit.p_min:.3f}–{fit.p_max:.3f}"
+    if not fit.fallback:
+        where = (f"p* and its interval lie inside {rng}" if fit.interval_inside else
+                 f"p* lies inside {rng}" + (", but its interval reaches beyond it" if
+                                            fit.interval_inside is False else ""))
+        return (f"Response fit ({fit.model}, chosen by {fit.chosen_by}): optimum at "
+                f"p* = {fit.p_star:.3f}{interval}; {where}.")
+    s = f"Response fit ({fit.model}): fell back to the pilot-best point p = {fit.p_star:.3f} ({fit.reason})."
+    if "quadratic" in fit.model and np.isfinite(fit.p_fit_opt) and np.isfinite(fit.p_star_lo):
+        s += (f" The curve's own optimum: p = {fit.p_fit_opt:.3f}{interval}, "
+              f"{'inside' if fit.inside else 'outside'} {rng}.")
+    return s

@@ -2,9 +2,11 @@
 
 - shares.png    stacked compute shares (search / learning / feedback) per job, from the actual
                 ledger, with the planned learning share marked; per regime when jobs are many;
-- response.png  target against update fraction p per condition: jobs, regime means with 95%
-                intervals, the chosen response fit and the recommended point;
-- curves.png    eval/<target> against training FLOPs spent, one colour per regime;
+- response.png  target against update fraction p per condition (a condition includes its
+                target): regime means with 95% intervals, the starting level, the chosen
+                response fit, the recommended point and the p* interval of a fit;
+- curves.png    eval/<target>/accuracy against training FLOPs spent, one colour per regime,
+                with the starting policy's level (iteration 0) as a dashed line;
 - frontier.png  the recommended p of every condition (only when there are several).
 """
 
@@ -38,6 +40,13 @@ def _more(n: int) -> str | None:
     return f"best {_named(n)} of {n} regimes (dark = better)" if n > MAX_LEGEND else None
 
 
+def _wrap(title: str, width: int = 60) -> str:
+    """A condition label broken into lines that fit above one panel."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, width)) or title
+
+
 def _grid(plt, n: int, w: float = 4.6, h: float = 3.4):
     cols = min(3, n)
     rows = -(-n // cols)
@@ -56,6 +65,8 @@ def _shares(plt, jobs: pd.DataFrame, ranking: pd.DataFrame, path: Path) -> None:
         planned = df["planned_share_search"].to_numpy(float) if "planned_share_search" in df else None
         title = "Compute shares per job (actual ledger)"
     else:
+        if "target" in ranking:  # shares do not depend on the target: one target's rows
+            ranking = ranking[ranking["target"] == ranking["target"].iloc[0]]
         conds = list(dict.fromkeys(ranking["condition"]))
         keep, rows = [], 0
         for c in conds:  # whole conditions, up to MAX_JOB_BARS bars (at least one condition)
@@ -91,11 +102,21 @@ def _shares(plt, jobs: pd.DataFrame, ranking: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def _response(plt, jobs, ranking, fits, target, path: Path) -> None:
+def _start_level(g: pd.DataFrame) -> float:
+    """The condition's starting level: its regimes' mean start (NaN when none was recorded)."""
+    v = g["start"].to_numpy(float) if "start" in g else np.array([np.nan])
+    return float(np.nanmean(v)) if np.isfinite(v).any() else np.nan
+
+
+def _response(plt, jobs, ranking, fits, path: Path) -> None:
     conds = list(dict.fromkeys(ranking["condition"]))[:MAX_PANELS]
     fig, axes = _grid(plt, len(conds))
     for ax, cond in zip(axes, conds):
         g = ranking[ranking["condition"] == cond]
+        target = g["target"].iloc[0]
+        start = _start_level(g)
+        if np.isfinite(start):
+            ax.axhline(start, color="0.4", ls=":", lw=1.2, label=f"start (iteration 0): {start:.3f}")
         logx = g["p"].min() > 0 and g["p"].max() / g["p"].min() > 4
         cols = _colors(plt, len(g))
         ax.vlines(g["p"], g["ci_lo"], g["ci_hi"], colors=cols, lw=1.5)  # 95% intervals
@@ -103,7 +124,9 @@ def _response(plt, jobs, ranking, fits, target, path: Path) -> None:
         for col, reg in list(zip(cols, g["regime"]))[:_named(len(g))]:  # legend proxies, best first
             ax.plot([], [], "o", color=col, label=reg)
         fit = fits.get(cond)
-        lo, hi = float(g["ci_lo"].min()), float(g["ci_hi"].max())
+        lo, hi = float(np.nanmin(g["ci_lo"])), float(np.nanmax(g["ci_hi"]))
+        if np.isfinite(start):
+            lo, hi = min(lo, start), max(hi, start)
         if fit is not None and fit.curve_p:
             ax.plot(fit.curve_p, fit.curve_y, color="0.3", lw=1.5, ls="--", label=f"fit: {fit.model}")
             pad = 0.15 * max(hi - lo, 1e-3)
@@ -112,6 +135,9 @@ def _response(plt, jobs, ranking, fits, target, path: Path) -> None:
             what = "fallback: pilot best" if fit.fallback else "fit optimum p*"
             ax.plot(fit.p_star, fit.y_star, marker="*", ms=14, color="crimson", ls="none",
                     label=f"{what} (p={fit.p_star:.2f})")
+            if not fit.fallback and np.isfinite(fit.p_star_lo):
+                ax.axvspan(max(fit.p_star_lo, g["p"].min() * 0.5), fit.p_star_hi, color="crimson",
+                           alpha=0.08, label=f"p* 95% interval [{fit.p_star_lo:.2f}, {fit.p_star_hi:.2f}]")
         if logx:  # label the grid's own p values; log-axis default labels collide
             from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
@@ -127,23 +153,31 @@ def _response(plt, jobs, ranking, fits, target, path: Path) -> None:
             ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("update fraction p = learning FLOPs / total")
         ax.set_ylabel(f"eval {target} (mean, 95% CI)")
-        ax.set_title(cond, fontsize=8)
+        ax.set_title(_wrap(cond), fontsize=8)
         ax.legend(fontsize=6, loc="lower center", title=_more(len(g)), title_fontsize=6)
         ax.grid(alpha=0.3)
-    _finish(plt, fig, f"{target} against the update fraction p, per condition", path)
+    _finish(plt, fig, "Final score against the update fraction p, per condition and target", path)
 
 
-def _curves(plt, jobs, ranking, curves, target, reg_cols, path: Path) -> None:
+def _curves(plt, jobs, ranking, curves, reg_cols, path: Path) -> None:
     conds = list(dict.fromkeys(ranking["condition"]))[:MAX_PANELS]
-    meta = jobs.loc[jobs["ranked"] & jobs["condition"].isin(conds), ["sweep", "job_id", "condition", "regime"]]
-    c = curves[curves["target"] == target].merge(meta, on=["sweep", "job_id"])  # ranked jobs only
+    meta = jobs.loc[jobs["ranked"], ["sweep", "job_id", "condition", "regime"]].rename(
+        columns={"condition": "job_condition"})
+    c = curves.merge(meta, on=["sweep", "job_id"])  # ranked jobs only
     from matplotlib.collections import LineCollection
 
     fig, axes = _grid(plt, len(conds))
     for ax, cond in zip(axes, conds):
-        regimes = list(ranking.loc[ranking["condition"] == cond, "regime"])
+        g = ranking[ranking["condition"] == cond]
+        target = g["target"].iloc[0]
+        jc = g["job_condition"].iloc[0] if "job_condition" in g else cond
+        regimes = list(g["regime"])
         cols = dict(zip(regimes, _colors(plt, len(regimes))))
-        cc = c[c["condition"] == cond].sort_values(["sweep", "job_id", "flops_total"])
+        cc = c[(c["job_condition"] == jc) & (c["target"] == target)].sort_values(
+            ["sweep", "job_id", "flops_total"])
+        start = _start_level(g)
+        if np.isfinite(start):
+            ax.axhline(start, color="0.4", ls="--", lw=1.2, label=f"start (iteration 0): {start:.3f}")
         segs = {r: [] for r in regimes}  # one polyline per job, one collection per regime
         for (sw, jid, reg), jc in cc.groupby(["sweep", "job_id", "regime"], sort=False):
             segs.setdefault(reg, []).append(jc[["flops_total", "value"]].to_numpy(float))
@@ -157,10 +191,11 @@ def _curves(plt, jobs, ranking, curves, target, reg_cols, path: Path) -> None:
         ax.autoscale_view()
         ax.set_xlabel("training FLOPs spent (model convention)")
         ax.set_ylabel(f"eval {target}")
-        ax.set_title(cond, fontsize=8)
+        ax.set_title(_wrap(cond), fontsize=8)
         ax.legend(fontsize=6, loc="upper left", title=_more(len(regimes)), title_fontsize=6)
         ax.grid(alpha=0.3)
-    _finish(plt, fig, f"{target} during training, one line per job, coloured by regime", path)
+    _finish(plt, fig, "Evaluation during training, one line per job, coloured by regime; "
+            "dashed: the starting level", path)
 
 
 def _finish(plt, fig, title: str, path: Path) -> None:
@@ -175,13 +210,19 @@ def _frontier(plt, rec: pd.DataFrame, by: list[str], path: Path) -> None:
     y = np.arange(len(rec))
     ax.scatter(rec["best_p"], y, marker="o", color="#4C72B0", label="pilot-best regime's p", zorder=3)
     if "p_star" in rec:
-        fitted = ~rec["fit_fallback"].astype(bool)
-        ax.scatter(rec.loc[fitted, "p_star"], y[fitted.to_numpy()], marker="*", s=150,
-                   color="crimson", label="fit optimum p*", zorder=4)
+        fitted = (~rec["fit_fallback"].astype(bool)).to_numpy()
+        ax.scatter(rec.loc[fitted, "p_star"], y[fitted], marker="*", s=150,
+                   color="crimson", label="fit optimum p* (95% interval)", zorder=4)
+        if "p_star_lo" in rec:
+            lo, hi = rec["p_star_lo"].to_numpy(float), rec["p_star_hi"].to_numpy(float)
+            ok = fitted & np.isfinite(lo)
+            ax.hlines(y[ok], lo[ok], hi[ok], color="crimson", lw=1.5, zorder=3)
     vary = [c for c in by if c in rec and rec[c].nunique(dropna=False) > 1]  # what tells rows apart
     names = [" ".join(f"{c}={v:.3g}" if isinstance(v, float) else f"{c}={v}" for c, v in zip(vary, vals))
              for vals in rec[vary].itertuples(index=False)] if vary else list(rec["condition"])
-    ax.set_yticks(y, [f"{n}\nbest: {r}" for n, r in zip(names, rec["best_regime"])], fontsize=8)
+    learned = rec["learned"] if "learned" in rec else [True] * len(rec)
+    ax.set_yticks(y, [f"{n}\nbest: {r}" if ok else f"{n}\nno regime beats its start"
+                      for n, r, ok in zip(names, rec["best_regime"], learned)], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("update fraction p = learning FLOPs / total")
     ax.set_title("Conditional frontier: the best split per condition", fontsize=10)
@@ -193,7 +234,7 @@ def _frontier(plt, rec: pd.DataFrame, by: list[str], path: Path) -> None:
 
 
 def write_plots(out_dir: Path, jobs: pd.DataFrame, ranking: pd.DataFrame, rec: pd.DataFrame,
-                fits: dict, curves: pd.DataFrame, target: str, reg_cols: list[str],
+                fits: dict, curves: pd.DataFrame, targets: list[str] | str, reg_cols: list[str],
                 by: list[str]) -> list[str]:
     """Draw every figure into out_dir; return the file names written.
 
@@ -204,16 +245,17 @@ def write_plots(out_dir: Path, jobs: pd.DataFrame, ranking: pd.DataFrame, rec: p
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    targets = [targets] if isinstance(targets, str) else list(targets)
     written = []
     _shares(plt, jobs, ranking, out_dir / "shares.png")
     written.append("shares.png")
     if len(ranking) and "p" in ranking:
-        _response(plt, jobs, ranking, fits, target, out_dir / "response.png")
+        _response(plt, jobs, ranking, fits, out_dir / "response.png")
         written.append("response.png")
-    if len(curves) and (curves["target"] == target).any():
-        _curves(plt, jobs, ranking, curves, target, reg_cols, out_dir / "curves.png")
+    if len(curves) and curves["target"].isin(targets).any():
+        _curves(plt, jobs, ranking, curves, reg_cols, out_dir / "curves.png")
         written.append("curves.png")
     if len(rec) > 1:
-        _frontier(plt, rec, by, out_dir / "frontier.png")
+        _frontier(plt, rec, by + (["target"] if "target" in rec else []), out_dir / "frontier.png")
         written.append("frontier.png")
     return written

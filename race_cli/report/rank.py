@@ -1,7 +1,7 @@
 """Rank allocation regimes within each condition, with paired bootstrap intervals (no I/O).
 
 A *condition* is a group of jobs that share the `by` columns (default: model, budget,
-reward system, task; the evaluation target is chosen per report). Within it a *regime* is
+reward system, task) scored on one evaluation target. Within it a *regime* is
 one setting of the allocation knobs (group_size G, updates_per_batch μ, prompts per
 iteration, and any condition column left out of `by`); seeds are repeats of a regime.
 
@@ -12,7 +12,11 @@ ids) and, independently per regime, its seeds. From B draws it reports per regim
 - a percentile interval for the regime's mean target;
 - P(best): the fraction of draws in which the regime is best (ties split);
 - `tied_best`: whether the paired interval of (best − regime) reaches 0, i.e. the regime is
-  statistically indistinguishable from the pilot-best one.
+  statistically indistinguishable from the pilot-best one;
+- `start`, `gain`, `gain_ci_lo/hi`: the starting policy's score (iteration-0 evaluation, same
+  items), the gain final − start, and its interval from the same draws, items paired between
+  start and end; `beats_start` when that interval lies above zero. A ranking in which no
+  regime beats its start orders regimes that did not learn: it is not a finding.
 
 Two-stage resampling (items, then seeds) counts the per-item noise twice, so intervals
 lean conservative; tests/test_report_rank.py measures their coverage on synthetic sweeps.
@@ -78,16 +82,33 @@ def bootstrap_regimes(regime_of_job: np.ndarray, values: np.ndarray, scores: np.
     scores [J, n] per-item scores on the same item order for every job, or None.
     One draw: item weights shared by all jobs (paired), then each regime's seeds resampled.
     """
+    return bootstrap_many(regime_of_job, [(values, scores)], n_boot, rng)[0]
+
+
+def bootstrap_many(regime_of_job: np.ndarray, series: list[tuple[np.ndarray, np.ndarray | None]],
+                   n_boot: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """bootstrap_regimes for several per-job quantities at once, with the *same* draws.
+
+    series: (values [J], scores [J, n] or None) per quantity, e.g. the final score and the
+    gain over the start (final − initial, item by item). Every quantity with per-item scores
+    must list the same n items in the same order: one draw of item weights serves them all,
+    and one draw of seeds per regime, so the draws of different quantities are paired.
+    Returns one array [n_boot, R] per quantity.
+    """
     n_reg = int(regime_of_job.max()) + 1
-    if scores is not None:
-        n = scores.shape[1]
+    with_items = [i for i, (_, sc) in enumerate(series) if sc is not None]
+    job_means: list[np.ndarray] = [np.broadcast_to(v, (n_boot, len(v))) for v, _ in series]  # [B, J]
+    if with_items:
+        n = series[with_items[0]][1].shape[1]
         pick = rng.integers(0, n, size=(n_boot, n)) + n * np.arange(n_boot)[:, None]
         w = np.bincount(pick.ravel(), minlength=n_boot * n).reshape(n_boot, n)  # [B, n] counts
+        stacked = np.vstack([series[i][1] for i in with_items])  # [J·q, n]
         # float32 halves the cost; exact for 0/1 scores (integer sums < 2^24), ~1e-7 relative otherwise
-        job_means = (w.astype(np.float32) @ scores.T.astype(np.float32)).astype(float) / n  # [B, J]
-    else:
-        job_means = np.broadcast_to(values, (n_boot, len(values)))  # [B, J]
-    out = np.empty((n_boot, n_reg))
+        means = (w.astype(np.float32) @ stacked.T.astype(np.float32)).astype(float) / n  # [B, J·q]
+        n_jobs = len(regime_of_job)
+        for k, i in enumerate(with_items):
+            job_means[i] = means[:, k * n_jobs:(k + 1) * n_jobs]
+    outs = [np.empty((n_boot, n_reg)) for _ in series]
     n_seeds = np.bincount(regime_of_job, minlength=n_reg)
     order = np.argsort(regime_of_job, kind="stable")  # job indices grouped by regime
     starts = np.concatenate([[0], np.cumsum(n_seeds)[:-1]])
@@ -96,8 +117,9 @@ def bootstrap_regimes(regime_of_job: np.ndarray, values: np.ndarray, scores: np.
         jobs_of = order[starts[regs][:, None] + np.arange(k)]  # [R_k, k] job indices
         pick = rng.integers(0, k, size=(n_boot, len(regs), k))  # seeds with replacement
         chosen = jobs_of[np.arange(len(regs))[None, :, None], pick]  # [B, R_k, k]
-        out[:, regs] = job_means[np.arange(n_boot)[:, None, None], chosen].mean(axis=2)
-    return out
+        for out, jm in zip(outs, job_means):
+            out[:, regs] = jm[np.arange(n_boot)[:, None, None], chosen].mean(axis=2)
+    return outs
 
 
 def _draw_stats(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
@@ -133,42 +155,94 @@ def summarize_draws(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
 
 
 def _item_matrix(keys: list[tuple[str, str]], target: str,
-                 items: dict) -> tuple[np.ndarray | None, str]:
-    """Stack per-item scores of these jobs in sorted item-id order, or (None, why not).
+                 items: dict) -> tuple[np.ndarray | None, str, tuple | None]:
+    """Stack per-item scores of these jobs in sorted item-id order: (matrix, method, columns).
 
     Sorting by id makes the bootstrap independent of the order a job listed its items in.
+    columns = (ids in column order, the id list every job shared or None, its argsort);
+    without a common set of items: (None, why not, None).
     """
     got = [items.get((s, j, target)) for s, j in keys]
     if any(g is None for g in got):
-        return None, "seeds only (some jobs lack per-item scores)"
+        return None, "seeds only (some jobs lack per-item scores)", None
     ids0 = got[0][0]
     if all(g[0] == ids0 for g in got):  # the usual case; columns in sorted-id order, as below
         order = np.argsort(np.asarray(ids0, dtype=object), kind="stable")
-        return np.vstack([g[1] for g in got])[:, order], f"items (paired, n={len(ids0)}) × seeds"
+        ids = [ids0[i] for i in order]
+        return (np.vstack([g[1] for g in got])[:, order], f"items (paired, n={len(ids0)}) × seeds",
+                (ids, ids0, order))
     common = set(ids0).intersection(*[set(g[0]) for g in got[1:]])
     if not common:
-        return None, "seeds only (jobs share no item ids)"
+        return None, "seeds only (jobs share no item ids)", None
     order = sorted(common)
     mat = np.vstack([pd.Series(g[1], index=g[0]).loc[order].to_numpy() for g in got])
     most = max(len(g[0]) for g in got)
     if len(order) == most:  # same ids, listed in different orders
-        return mat, f"items (paired, n={most}) × seeds"
-    return mat, f"items (paired, {len(order)} common ids of {most}) × seeds"
+        return mat, f"items (paired, n={most}) × seeds", (order, None, None)
+    return mat, f"items (paired, {len(order)} common ids of {most}) × seeds", (order, None, None)
+
+
+def _start_matrix(keys: list[tuple[str, str]], target: str, items_initial: dict,
+                  columns: tuple) -> np.ndarray | None:
+    """Per-item scores of the starting policy on exactly the final matrix's columns, or None."""
+    got = [items_initial.get((s, j, target)) for s, j in keys]
+    if any(g is None for g in got):
+        return None
+    ids, ids0, order = columns
+    if ids0 is not None and all(g[0] == ids0 for g in got):  # listed as the final scores were
+        return np.vstack([g[1] for g in got])[:, order]
+    rows = []
+    for g in got:
+        if g[0] == ids:
+            rows.append(g[1])
+            continue
+        sr = pd.Series(g[1], index=g[0])
+        if sr.index.has_duplicates or not set(ids) <= set(sr.index):
+            return None
+        rows.append(sr.loc[ids].to_numpy())
+    return np.vstack(rows)
+
+
+def _gain_inputs(jobs: pd.DataFrame, keys, target: str, data_initial: dict, columns, scores,
+                 values: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, str]:
+    """Per-job gain over the start and, when the start was scored item by item, per-item gains.
+
+    Returns (gain values [J] or None, gain scores [J, n] or None, start values [J] or None,
+    how the interval is drawn).
+    """
+    start = None
+    if scores is not None:
+        start = _start_matrix(keys, target, data_initial, columns)
+    if start is not None:
+        d = scores - start  # [J, n] item by item: final − initial, same items (paired)
+        return d.mean(axis=1), d, start.mean(axis=1), "items (paired with the start) × seeds"
+    col = f"eval_initial/{target}"
+    if col not in jobs:
+        return None, None, None, "no starting evaluation recorded"
+    init = pd.to_numeric(jobs[col], errors="coerce").to_numpy(float)
+    if not np.isfinite(init).all():
+        return None, None, None, "no starting evaluation recorded for some jobs"
+    return values - init, None, init, "seeds only (no per-item start scores)"
 
 
 def rank_condition(jobs: pd.DataFrame, reg_cols: list[str], target: str, items: dict,
                    n_boot: int, rng: np.random.Generator, maximize: bool = True,
-                   level: float = 0.95) -> pd.DataFrame:
+                   level: float = 0.95, items_initial: dict | None = None) -> pd.DataFrame:
     """Rank the regimes of one condition's ranked jobs (done, readable, target recorded)."""
-    return pd.DataFrame(_condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, level))
+    return pd.DataFrame(_condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize,
+                                           level, items_initial or {})[0])
 
 
-def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, level) -> dict:
-    """rank_condition's table as column arrays, rows sorted best first."""
+def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, level,
+                       items_initial) -> tuple[dict, np.ndarray]:
+    """rank_condition's table as column arrays, rows sorted best first; and the draws [B, R]
+    of the regime means in that row order (the response fit bootstraps p* from them)."""
     col = f"eval/{target}"
     keys = list(zip(jobs["sweep"], jobs["job_id"]))
-    scores, method = _item_matrix(keys, target, items)
+    scores, method, columns = _item_matrix(keys, target, items)
     values = jobs[col].to_numpy(float) if scores is None else scores.mean(axis=1)
+    gain_v, gain_s, start_v, gain_method = _gain_inputs(jobs, keys, target, items_initial, columns,
+                                                        scores, values)
     if reg_cols:
         codes, uniq = pd.factorize(pd.MultiIndex.from_frame(jobs[reg_cols].astype(object)))
         regs = [dict(zip(reg_cols, u)) for u in uniq]
@@ -178,9 +252,14 @@ def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, lev
     n_seeds = np.bincount(codes, minlength=n_reg)
     mean_of = lambda v: np.bincount(codes, weights=v, minlength=n_reg) / n_seeds  # per regime
     point = mean_of(values)
-    draws = bootstrap_regimes(codes, values, scores, n_boot, rng)
+    series = [(values, scores)] + ([(gain_v, gain_s)] if gain_v is not None else [])
+    draws_all = bootstrap_many(codes, series, n_boot, rng)
+    draws = draws_all[0]
     cols: dict[str, np.ndarray] = {"regime": np.array([label(r) for r in regs], dtype=object)}
     cols.update(_draw_stats(point, draws, level, maximize))
+    cols.update(_gain_stats(start_v, gain_v, draws_all[1] if gain_v is not None else None, mean_of,
+                            level, maximize, n_reg))
+    cols["gain_method"] = np.full(n_reg, gain_method, dtype=object)
     cols.update({c: np.array([r[c] for r in regs], dtype=object) for c in reg_cols})
     cols["n_seeds"] = n_seeds
     cols["n_items"] = np.full(n_reg, 0 if scores is None else scores.shape[1])
@@ -188,12 +267,32 @@ def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, lev
     for c in ["p", "share_search", "share_learning", "share_feedback", "budget_spent", "flops_total"]:
         if c in jobs:
             cols[c] = mean_of(jobs[c].to_numpy(float))
-    if scores is None and (n_seeds < 2).any():  # one value and nothing to resample
+    if (n_seeds < 2).any():  # one value and nothing to resample
         one = n_seeds < 2
-        cols["ci_lo"][one] = cols["ci_hi"][one] = np.nan
-        cols["method"][one] = method + "; one seed, no interval"
+        if scores is None:
+            cols["ci_lo"][one] = cols["ci_hi"][one] = np.nan
+            cols["method"][one] = method + "; one seed, no interval"
+        if gain_v is not None and gain_s is None:
+            cols["gain_ci_lo"][one] = cols["gain_ci_hi"][one] = np.nan
+            cols["beats_start"][one] = False
+            cols["gain_method"][one] = gain_method + "; one seed, no interval"
     order = np.lexsort((cols["regime"].astype(str), cols["rank"]))
-    return {k: v[order] for k, v in cols.items()}
+    return {k: v[order] for k, v in cols.items()}, draws[:, order]
+
+
+def _gain_stats(start_v, gain_v, gain_draws, mean_of, level, maximize, n_reg) -> dict[str, np.ndarray]:
+    """Start level, gain over the start and its paired interval; `beats_start` when the
+    interval lies wholly on the better side of zero."""
+    nan = np.full(n_reg, np.nan)
+    if gain_v is None:
+        return {"start": nan, "gain": nan.copy(), "gain_ci_lo": nan.copy(), "gain_ci_hi": nan.copy(),
+                "beats_start": np.zeros(n_reg, dtype=bool)}
+    gain = mean_of(gain_v)
+    a = (1 - level) / 2
+    lo, hi = np.quantile(gain_draws, [a, 1 - a], axis=0)
+    beats = lo > 0 if maximize else hi < 0
+    return {"start": mean_of(start_v), "gain": gain, "gain_ci_lo": lo, "gain_ci_hi": hi,
+            "beats_start": beats}
 
 
 def rankable(jobs: pd.DataFrame, target: str) -> pd.Series:
@@ -206,8 +305,14 @@ def rankable(jobs: pd.DataFrame, target: str) -> pd.Series:
 
 
 def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, seed: int = 0,
-             maximize: bool = True, level: float = 0.95) -> pd.DataFrame:
-    """The ranking table of every condition: condition columns, then one row per regime."""
+             maximize: bool = True, level: float = 0.95,
+             draws_out: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+    """The ranking table of every condition: condition columns, then one row per regime.
+
+    A condition is the `by` columns plus the evaluation target: `condition` labels both,
+    `job_condition` only the `by` part (what a job belongs to, whatever it was scored on).
+    draws_out, when given, receives {condition: bootstrap draws [B, R] in row order}.
+    """
     jobs = data.jobs[rankable(data.jobs, target)]
     reg_cols = regime_columns(jobs, data.knob_cols, by)
     rng = np.random.default_rng(seed)
@@ -216,10 +321,15 @@ def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, se
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
         cond = dict(zip(by, key))
-        cols = _condition_columns(g, reg_cols, target, data.items, n_boot, rng, maximize, level)
+        cols, draws = _condition_columns(g, reg_cols, target, data.items, n_boot, rng, maximize,
+                                         level, data.items_initial)
         n = len(cols["regime"])
-        head = {"condition": [condition_label(cond)] * n, "target": [target] * n}
+        name = condition_label(cond | {"target": target})
+        if draws_out is not None:
+            draws_out[name] = draws
+        head = {"condition": [name] * n, "target": [target] * n}
         head.update({c: [v] * n for c, v in cond.items()})
+        head["job_condition"] = [condition_label(cond)] * n
         parts.append(head | cols)
     if not parts:
         return pd.DataFrame()

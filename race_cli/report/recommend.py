@@ -1,9 +1,11 @@
 """Turn rankings and response fits into recommendations and the conditional frontier (no I/O).
 
-Per condition: the pilot-best regime, the regimes statistically indistinguishable from it
-(those are the ones worth a validation run), and the response fit's p* or its fallback.
-Across conditions: how the best split moves with each condition column (model size,
-budget, reward system, task) while the others are held fixed.
+Per condition (condition columns + evaluation target): whether any regime beats its starting
+policy, the pilot-best regime, the regimes statistically indistinguishable from it (those are
+the ones worth a validation run), and the response fit's p* with its interval, or its
+fallback. Across conditions: how the best split moves with each condition column (model
+size, budget, reward system, task, target) while the others are held fixed, and in words
+where the best regime differs between targets.
 """
 
 from __future__ import annotations
@@ -11,16 +13,52 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from race_cli.report.fit import FitResult, fit_response
+from race_cli.report.fit import FitResult, describe_fit, fit_response
 
 CAVEAT = ("A pilot grid is a diagnostic, not a promise of held-out gains; "
           "validate before committing compute.")
 
 
-def fit_all(ranking: pd.DataFrame, maximize: bool = True) -> dict[str, FitResult]:
-    """Response fit of every condition, on its regime means (p, mean target)."""
-    return {cond: fit_response(g["p"].to_numpy(float), g["mean"].to_numpy(float), maximize)
-            for cond, g in ranking.groupby("condition", sort=False)} if "p" in ranking else {}
+def fit_all(ranking: pd.DataFrame, maximize: bool | dict[str, bool] = True,
+            draws: dict[str, np.ndarray] | None = None) -> dict[str, FitResult]:
+    """Response fit of every condition, on its regime means (p, mean target).
+
+    maximize: one flag, or {target: flag}; draws: {condition: bootstrap draws [B, R] of the
+    regime means in ranking row order} (from rank_all), for the p* intervals.
+    """
+    if "p" not in ranking:
+        return {}
+    out = {}
+    for cond, g in ranking.groupby("condition", sort=False):
+        mx = maximize if isinstance(maximize, bool) else maximize.get(g["target"].iloc[0], True)
+        out[cond] = fit_response(g["p"].to_numpy(float), g["mean"].to_numpy(float), mx,
+                                 (draws or {}).get(cond))
+    return out
+
+
+def no_gain_sentence(g: pd.DataFrame) -> str | None:
+    """The plain sentence that opens a condition's section when no regime beats its start.
+
+    g: one condition's ranking rows. None when at least one regime's gain interval lies on
+    the better side of zero.
+    """
+    target = g["target"].iloc[0]
+    if "gain" not in g or not np.isfinite(g["gain"].to_numpy(float)).any():
+        return (f"Gains over the starting policy are unknown for {target}: these jobs recorded no "
+                "iteration-0 evaluation, so this ranking cannot tell learning from no change.")
+    if g["beats_start"].astype(bool).any():
+        return None
+    top = g[g["is_best"]].iloc[0]
+    if not np.isfinite(g["gain_ci_lo"].to_numpy(float)).any():
+        return (f"No regime can be shown to beat its starting policy on {target}: one seed per regime "
+                f"and no per-item start scores leave every gain without an interval (start "
+                f"{top['start']:.3f}; the pilot-best regime {top['regime']} gains {top['gain']:+.3f}). "
+                "This ranking is not a finding; add seeds or record per-item scores.")
+    ci = (f" [{top['gain_ci_lo']:+.3f}, {top['gain_ci_hi']:+.3f}]"
+          if np.isfinite(top["gain_ci_lo"]) else " (no interval)")
+    return (f"No regime beats its starting policy on {target}: every gain interval reaches zero "
+            f"(start {top['start']:.3f}; the pilot-best regime {top['regime']} gains {top['gain']:+.3f}"
+            f"{ci}). This ranking orders regimes that did not measurably learn; it is not a finding.")
 
 
 def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) -> pd.DataFrame:
@@ -30,18 +68,28 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
         best = g[g["is_best"]].iloc[0]
         tied = g[g["tied_best"]]
         fit = fits.get(cond)
-        row = {"condition": cond, **{c: best[c] for c in by}, "target": best["target"],
+        learned = bool(g["beats_start"].astype(bool).any()) if "beats_start" in g else False
+        row = {"condition": cond, **{c: best[c] for c in by if c in best}, "target": best["target"],
                "best_regime": best["regime"], "best_mean": best["mean"], "best_ci_lo": best["ci_lo"],
                "best_ci_hi": best["ci_hi"], "best_p_best": best["p_best"],
+               "best_start": best.get("start", np.nan), "best_gain": best.get("gain", np.nan),
+               "best_gain_ci_lo": best.get("gain_ci_lo", np.nan),
+               "best_gain_ci_hi": best.get("gain_ci_hi", np.nan),
+               "learned": learned, "n_beat_start": int(g["beats_start"].astype(bool).sum())
+               if "beats_start" in g else 0,
+               "no_gain": no_gain_sentence(g) or "",
                "best_p": best.get("p", np.nan), "best_share_search": best.get("share_search", np.nan),
                "best_share_learning": best.get("share_learning", np.nan),
                "best_share_feedback": best.get("share_feedback", np.nan),
                "n_regimes": len(g), "n_tied": len(tied),
-               "validate": "; ".join(tied["regime"])}
+               "validate": "; ".join(tied["regime"]) if learned else ""}
         if fit is not None:
             row.update(fit_model=fit.model or "none", fit_fallback=fit.fallback,
-                       fit_reason=fit.reason, p_star=fit.p_star, y_star=fit.y_star)
-            if not fit.fallback and "p" in g:  # the pilot regime closest to the fit's optimum
+                       fit_reason=fit.reason, p_star=fit.p_star, y_star=fit.y_star,
+                       p_fit_opt=fit.p_fit_opt, p_star_lo=fit.p_star_lo, p_star_hi=fit.p_star_hi,
+                       p_min=fit.p_min, p_max=fit.p_max, p_star_inside=fit.inside,
+                       p_star_interval_inside=fit.interval_inside, fit_text=describe_fit(fit))
+            if learned and not fit.fallback and "p" in g:  # the pilot regime closest to the fit's optimum
                 near = g.iloc[int(np.argmin(np.abs(g["p"].to_numpy(float) - fit.p_star)))]
                 row["nearest_regime"] = near["regime"]
                 if near["regime"] not in row["validate"].split("; "):
@@ -51,21 +99,72 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
 
 
 def recommendation_text(rec: pd.Series) -> str:
-    """One paragraph per condition, for the terminal and summary.md."""
+    """One paragraph per condition, for the terminal and summary.md; it names its target."""
+    t = rec["target"]
     ci = (f" [{rec['best_ci_lo']:.3f}, {rec['best_ci_hi']:.3f}]"
           if np.isfinite(rec["best_ci_lo"]) else " (no interval: one seed, no per-item scores)")
-    s = (f"Pilot-best regime: {rec['best_regime']} (p = {rec['best_p']:.3f}), {rec['target']} "
-         f"{rec['best_mean']:.3f}{ci}, P(best) = {rec['best_p_best']:.2f}. ")
+    gain = ""
+    if np.isfinite(rec.get("best_gain", np.nan)):
+        gci = (f" [{rec['best_gain_ci_lo']:+.3f}, {rec['best_gain_ci_hi']:+.3f}]"
+               if np.isfinite(rec["best_gain_ci_lo"]) else "")
+        gain = f", gain over its start {rec['best_gain']:+.3f}{gci}"
+    s = f"Target {t}: "
+    s += ("pilot-best regime" if rec.get("learned") else
+          "no regime beats its start, so there is no pilot-best regime; the highest final score is")
+    s += (f" {rec['best_regime']} (p = {rec['best_p']:.3f}), {t} {rec['best_mean']:.3f}{ci}{gain}, "
+          f"P(best) = {rec['best_p_best']:.2f}. ")
+    if rec.get("learned") and rec.get("n_beat_start", 0) < rec["n_regimes"]:
+        s += f"{rec['n_beat_start']} of {rec['n_regimes']} regimes beat their start. "
     if rec["n_tied"] > 1:
         s += f"{rec['n_tied'] - 1} other regime(s) are statistically indistinguishable from it. "
-    if rec.get("fit_model") is not None:
-        if rec["fit_fallback"]:
-            s += f"Response fit: fell back to the pilot-best point ({rec['fit_reason']}). "
-        else:
-            s += (f"Response fit ({rec['fit_model']}, chosen by leave-one-out error): optimum at "
-                  f"p* = {rec['p_star']:.3f}, predicted {rec['target']} {rec['y_star']:.3f}. ")
-    s += f"Worth validating: {rec['validate']}."
+    if isinstance(rec.get("fit_text"), str):
+        s += rec["fit_text"] + " "
+    if rec.get("learned"):
+        s += f"Worth validating for {t}: {rec['validate']}."
+    else:
+        s += (f"Nothing is worth validating for {t} until a regime beats its start: give the jobs "
+              "more budget or an easier task, or score more evaluation items.")
     return s
+
+
+def target_differences(rec: pd.DataFrame, ranking: pd.DataFrame, by: list[str]) -> list[str]:
+    """In words, per condition (without the target): is the best regime the same for every target?
+
+    A difference is called real only when each target's best regime is distinguishably worse
+    than the best on some other target (its paired gap interval excludes zero there).
+    """
+    if "target" not in rec or rec["target"].nunique() < 2:
+        return []
+    others = [c for c in by if c != "target" and c in rec]
+    groups = rec.groupby(others, dropna=False, sort=False) if others else [((), rec)]
+    out = []
+    for key, g in groups:
+        if g["target"].nunique() < 2:
+            continue
+        key = key if isinstance(key, tuple) else (key,)
+        where = " ".join(f"{o}={_short(v)}" for o, v in zip(others, key)) or "all jobs"
+        bests = dict(zip(g["target"], g["best_regime"]))
+        not_learned = [t for t, ok in zip(g["target"], g["learned"]) if not ok]
+        listing = "; ".join(f"{t}: {r}" for t, r in bests.items())
+        if not_learned:  # a ranking that is not a finding cannot disagree with another
+            out.append(f"{where}: no comparison between targets — no regime beats its start on "
+                       f"{', '.join(not_learned)}, so the best final scores ({listing}) are not findings.")
+            continue
+        if len(set(bests.values())) == 1:
+            out.append(f"{where}: the best regime is the same for every target "
+                       f"({next(iter(bests.values()))} on {', '.join(bests)}).")
+            continue
+        tied = {}  # target -> regimes within noise of its best
+        for cond, t in zip(g["condition"], g["target"]):
+            r = ranking[ranking["condition"] == cond]
+            tied[t] = set(r.loc[r["tied_best"].astype(bool), "regime"])
+        real = [(a, bests[b]) for a in bests for b in bests if a != b and bests[b] not in tied[a]]
+        verdict = ("a real difference: " + "; ".join(f"on {a}, {r} is distinguishably worse than "
+                                                     f"{bests[a]}" for a, r in real) if real else
+                   "within noise: each target's best regime is statistically indistinguishable "
+                   "from the best on the others")
+        out.append(f"{where}: the best regime differs between targets ({listing}), {verdict}.")
+    return out
 
 
 def frontier_moves(rec: pd.DataFrame, by: list[str]) -> list[str]:
@@ -81,8 +180,10 @@ def frontier_moves(rec: pd.DataFrame, by: list[str]) -> list[str]:
                 continue
             key = key if isinstance(key, tuple) else (key,)
             fixed = ", ".join(f"{o}={_short(v)}" for o, v in zip(others, key))
-            steps = " → ".join(f"{_short(v)}: p={p:.2f} ({r})" for v, p, r in
-                               zip(g[c], g["p_star"] if "p_star" in g else g["best_p"], g["best_regime"]))
+            learned = g["learned"] if "learned" in g else [True] * len(g)
+            steps = " → ".join(f"{_short(v)}: p={p:.2f} ({r}{'' if ok else '; no regime beats its start'})"
+                               for v, p, r, ok in zip(g[c], g["p_star"] if "p_star" in g else g["best_p"],
+                                                      g["best_regime"], learned))
             out.append(f"Along {c}" + (f" ({fixed})" if fixed else "") + f": {steps}")
     return out
 

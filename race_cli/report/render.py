@@ -52,36 +52,66 @@ def unranked(jobs: pd.DataFrame, ranked_mask: pd.Series) -> pd.DataFrame:
     return out
 
 
+def _signed(v: Any) -> str:
+    return "–" if v is None or not np.isfinite(v) else f"{v:+.3f}"
+
+
+def gain_cell(r: pd.Series) -> str:
+    """'+0.050 [+0.010, +0.090]', or '–' without a starting evaluation."""
+    g = r.get("gain", np.nan)
+    if not np.isfinite(g):
+        return "–"
+    lo, hi = r.get("gain_ci_lo", np.nan), r.get("gain_ci_hi", np.nan)
+    return _signed(g) + (f" [{_signed(lo)}, {_signed(hi)}]" if np.isfinite(lo) else " (no interval)")
+
+
 def ranking_rows(g: pd.DataFrame) -> list[list[str]]:
     """Display cells of one condition's ranking (shared by rich and markdown)."""
     rows = []
     for _, r in g.iterrows():
+        beats = "–" if not np.isfinite(r.get("gain", np.nan)) else ("yes" if r["beats_start"] else "no")
         rows.append([str(r["rank"]), r["regime"] + (" ★" if r["is_best"] else ""),
-                     f"{_f(r['mean'])} [{_f(r['ci_lo'])}, {_f(r['ci_hi'])}]", _f(r["p_best"], 2),
+                     f"{_f(r['mean'])} [{_f(r['ci_lo'])}, {_f(r['ci_hi'])}]",
+                     _f(r.get("start", np.nan)), gain_cell(r), beats, _f(r["p_best"], 2),
                      "yes" if r["tied_best"] else "no", _f(r.get("p", np.nan)),
                      " / ".join(_pct(r.get(f"share_{n}", np.nan)) for n in ["search", "learning", "feedback"]),
                      _pct(r.get("budget_spent", np.nan)), str(r["n_seeds"])])
     return rows
 
 
-RANK_HEAD = ["rank", "regime", "mean [95% CI]", "P(best)", "≈ best", "p",
-             "search / learning / feedback", "budget spent", "seeds"]
+RANK_HEAD = ["rank", "regime", "final [95% CI]", "start", "gain [95% CI]", "> start", "P(best)",
+             "≈ best", "p", "search / learning / feedback", "budget spent", "seeds"]
+
+
+def _by_target(ranking: pd.DataFrame, targets: list[str]):
+    """(target, that target's ranking rows) in the order the targets were given."""
+    for t in targets:
+        yield t, ranking[ranking["target"] == t]
+
+
+def _target_line(t: str, maximize: dict[str, bool], g: pd.DataFrame) -> str:
+    n_cond = g["condition"].nunique()
+    n_learn = int(g.groupby("condition", sort=False)["beats_start"].any().sum()) if "beats_start" in g else 0
+    return (f"Target {t} ({'higher' if maximize.get(t, True) else 'lower'} is better): "
+            f"{n_cond} condition(s); in {n_learn} of them at least one regime beats its start.")
 
 
 # --- terminal --------------------------------------------------------------------------
 
 
 def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.DataFrame,
-                 rec: pd.DataFrame, moves: list[str], totals: dict, target: str,
-                 maximize: bool) -> None:
-    """Rich tables: job counts, unranked jobs, per-condition rankings, frontier, caveat."""
+                 rec: pd.DataFrame, moves: list[str], totals: dict, targets: list[str],
+                 maximize: dict[str, bool], diffs: list[str] | None = None) -> None:
+    """Rich tables: job counts, unranked jobs, one section per target with its conditions'
+    rankings (each opened by the no-gain sentence when no regime beats its start), the
+    frontier, the caveat."""
     from rich.panel import Panel
     from rich.table import Table
 
     counts = state_counts(jobs)
     console.print(f"[bold]race report[/]: {len(jobs)} jobs in {jobs['sweep'].nunique()} sweep(s) — "
                   + ", ".join(f"{k} {v}" for k, v in counts.items())
-                  + f"; target [bold]{target}[/] ({'higher' if maximize else 'lower'} is better)")
+                  + f"; target(s): [bold]{', '.join(targets)}[/]")
     un = unranked(jobs, ranked_mask)
     if len(un):
         t = Table(title=f"Jobs not ranked ({len(un)})", title_justify="left")
@@ -92,31 +122,46 @@ def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: p
         console.print(t)
         if len(un) > MAX_LISTED:
             console.print(f"… and {len(un) - MAX_LISTED} more (all in runs.csv)")
-    for cond, g in ranking.groupby("condition", sort=False):
-        t = Table(title=f"{cond}  ·  {g['method'].iloc[0]}", title_justify="left")
-        for h in RANK_HEAD:
-            t.add_column(h, justify="left" if h == "regime" else "right")
-        for row in ranking_rows(g):
-            t.add_row(*row)
-        console.print(t)
-        r = rec[rec["condition"] == cond]
-        if len(r):
-            console.print(recommendation_text(r.iloc[0]))
+    for target, gt in _by_target(ranking, targets):
+        console.rule(f"[bold]target: {target}")
+        console.print(_target_line(target, maximize, gt), highlight=False)
+        for cond, g in gt.groupby("condition", sort=False):
+            r = rec[rec["condition"] == cond]
+            if len(r) and r.iloc[0]["no_gain"]:
+                console.print(f"[bold yellow]{r.iloc[0]['no_gain']}[/]", highlight=False)
+            t = Table(title=f"{cond}  ·  {g['method'].iloc[0]}", title_justify="left")
+            for h in RANK_HEAD:
+                t.add_column(h, justify="left" if h == "regime" else "right")
+            for row in ranking_rows(g):
+                t.add_row(*row)
+            console.print(t)
+            if len(r):
+                console.print(recommendation_text(r.iloc[0]), highlight=False)
     if len(rec) > 1:
         t = Table(title="Conditional frontier: recommended split per condition", title_justify="left")
-        for h in ["condition", "best regime", "p (best)", "p* (fit or fallback)", "fit", "mean", "P(best)"]:
+        for h in ["condition", "target", "best regime", "beats start", "p (best)",
+                  "p* [95% CI] (fit or fallback)", "fit", "final", "P(best)"]:
             t.add_column(h)
         for _, r in rec.iterrows():
-            t.add_row(r["condition"], r["best_regime"], _f(r["best_p"]), _f(r.get("p_star")),
+            t.add_row(r["condition"], r["target"], r["best_regime"], "yes" if r["learned"] else "no",
+                      _f(r["best_p"]), _pstar(r),
                       "fallback" if r.get("fit_fallback") else str(r.get("fit_model", "–")),
                       _f(r["best_mean"]), _f(r["best_p_best"], 2))
         console.print(t)
         for m in moves:
-            console.print("• " + m)
+            console.print("• " + m, highlight=False)
+    for d in diffs or []:
+        console.print("• " + d, highlight=False)
     console.print(f"Compute: {_flops(totals['total'])} training FLOPs (model convention) — "
                   f"search {_share(totals, 'rollout')}, learning {_share(totals, 'update')}, "
                   f"feedback {_share(totals, 'reward')}; evaluation {_flops(totals['eval'])} FLOPs, not charged.")
     console.print(Panel(CAVEAT, title="caveat", border_style="yellow"))
+
+
+def _pstar(r: pd.Series) -> str:
+    lo, hi = r.get("p_star_lo", np.nan), r.get("p_star_hi", np.nan)
+    ci = f" [{_f(lo)}, {_f(hi)}]" if lo is not None and np.isfinite(lo) and not r.get("fit_fallback") else ""
+    return _f(r.get("p_star")) + ci
 
 
 def _share(totals: dict, ph: str) -> str:
@@ -134,14 +179,17 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.DataFrame,
-                     rec: pd.DataFrame, moves: list[str], totals: dict, target: str,
-                     maximize: bool, n_boot: int, plots: list[str]) -> str:
-    """summary.md: the compute reported as the paper asks, rankings, fits, the caveat."""
+                     rec: pd.DataFrame, moves: list[str], totals: dict, targets: list[str],
+                     maximize: dict[str, bool], n_boot: int, plots: list[str],
+                     diffs: list[str] | None = None) -> str:
+    """summary.md: the compute reported as the paper asks, one section of rankings per target,
+    fits, the frontier across targets, the caveat."""
     counts = state_counts(jobs)
     out = ["# RACE pilot-grid report", "",
            f"Sweeps: {', '.join(sorted(jobs['sweep'].unique()))}. Jobs: {len(jobs)} ("
-           + ", ".join(f"{k} {v}" for k, v in counts.items()) + f"). Target: `{target}` "
-           f"({'higher' if maximize else 'lower'} is better).", "",
+           + ", ".join(f"{k} {v}" for k, v in counts.items()) + "). Targets: "
+           + ", ".join(f"`{t}` ({'higher' if maximize.get(t, True) else 'lower'} is better)" for t in targets)
+           + ".", "",
            "## Compute", "",
            f"Total training compute: **{_flops(totals['total'])} FLOPs** (model convention: causal "
            f"attention pairs, no recompute), split search (rollout) {_share(totals, 'rollout')}, "
@@ -150,21 +198,32 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
            f"charged to the budgets ({_flops(totals['budget'])} FLOPs budgeted in all).", "",
            "## Rankings", "",
            f"Intervals: {n_boot} bootstrap draws over evaluation items (paired across regimes) and "
-           "seeds, 95% percentile. P(best): fraction of draws in which the regime is best. "
-           "≈ best: the paired 95% interval of the gap to the best regime reaches zero.", ""]
+           "seeds, 95% percentile. final: the regime's score at the end. start: its starting "
+           "policy's score (iteration-0 evaluation, same items). gain: final − start, its interval "
+           "from the same draws with items paired between start and end; > start: that interval "
+           "lies above zero. P(best): fraction of draws in which the regime is best. ≈ best: the "
+           "paired 95% interval of the gap to the best regime reaches zero.", ""]
     from race_cli.report.recommend import compute_totals
 
-    for cond, g in ranking.groupby("condition", sort=False):
-        t = compute_totals(jobs[jobs["condition"] == cond]) if "condition" in jobs else None
-        flops = (f"Training compute of this condition's readable jobs: {_flops(t['total'])} FLOPs "
-                 f"(search {_share(t, 'rollout')}, learning {_share(t, 'update')}, feedback "
-                 f"{_share(t, 'reward')}).") if t else ""
-        out += [f"### {cond}", "", flops, "", md_table(RANK_HEAD, ranking_rows(g)), ""]
-        r = rec[rec["condition"] == cond]
-        if len(r):
-            out += [recommendation_text(r.iloc[0]), ""]
-    if moves:
+    for target, gt in _by_target(ranking, targets):
+        out += [f"### Target: {target}", "", _target_line(target, maximize, gt), ""]
+        for cond, g in gt.groupby("condition", sort=False):
+            jc = g["job_condition"].iloc[0] if "job_condition" in g else cond
+            t = compute_totals(jobs[jobs["condition"] == jc]) if "condition" in jobs else None
+            flops = (f"Training compute of this condition's readable jobs: {_flops(t['total'])} FLOPs "
+                     f"(search {_share(t, 'rollout')}, learning {_share(t, 'update')}, feedback "
+                     f"{_share(t, 'reward')}).") if t else ""
+            r = rec[rec["condition"] == cond]
+            out += [f"#### {cond}", ""]
+            if len(r) and r.iloc[0]["no_gain"]:
+                out += [f"**{r.iloc[0]['no_gain']}**", ""]
+            out += [flops, "", md_table(RANK_HEAD, ranking_rows(g)), ""]
+            if len(r):
+                out += [recommendation_text(r.iloc[0]), ""]
+    if moves or diffs:
         out += ["## Conditional frontier", ""] + [f"- {m}" for m in moves] + [""]
+    if diffs:
+        out += ["Where the best regime differs between targets:", ""] + [f"- {d}" for d in diffs] + [""]
     un = unranked(jobs, ranked_mask)
     if len(un):
         out += [f"## Jobs not ranked ({len(un)})", "",
@@ -180,12 +239,14 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
 
 
 def to_json(jobs: pd.DataFrame, ranking: pd.DataFrame, rec: pd.DataFrame, fits: dict,
-            moves: list[str], totals: dict, target: str) -> str:
-    """Everything in one JSON document (NaN becomes null)."""
+            moves: list[str], totals: dict, targets: list[str], diffs: list[str] | None = None) -> str:
+    """Everything in one JSON document (NaN becomes null). `target` is the ranked target when
+    there is one, else null; `targets` lists them all."""
     recs = lambda df: json.loads(df.to_json(orient="records")) if len(df) else []
-    doc = {"target": target, "caveat": CAVEAT, "totals": totals, "jobs": recs(jobs),
+    doc = {"target": targets[0] if len(targets) == 1 else None, "targets": list(targets),
+           "caveat": CAVEAT, "totals": totals, "jobs": recs(jobs),
            "ranking": recs(ranking), "recommendations": recs(rec),
            "fits": {k: {kk: vv for kk, vv in vars(v).items() if kk not in ("curve_p", "curve_y")}
                     for k, v in fits.items()},
-           "frontier": moves}
+           "frontier": moves, "target_differences": list(diffs or [])}
     return dumps(doc)

@@ -8,7 +8,14 @@ there is no summary), exactly as docs/files.md defines them. It returns a `Sweep
            (model, budget_flops, reward, task), knobs, seed, eval/<target> values, actual and
            planned shares, FLOPs per phase and the fraction of the budget spent;
 - `items`  per (sweep, job_id, target): the per-item ids and scores of the final evaluation;
+- `items_initial` the same for the iteration-0 evaluation (the starting policy, same ids);
 - `curves` long table of (job_id, iteration, flops_total, target, value) from metrics.jsonl.
+
+Evaluation targets follow the results contract: summary.json names them in `targets` and
+gives `eval`, `eval_initial`, `eval_items` and `eval_items_initial` keyed by target;
+metrics.jsonl writes `eval/<target>/accuracy`. Older files keyed a single target by its
+metric (`eval/accuracy`); those read as a target named `accuracy`. Per-item scores are
+floats in [0, 1] (the fraction of k sampled completions that were correct).
 
 A job whose files are missing or corrupt gets `readable=False` and a one-line `problem`;
 the reading goes on. Only a folder that is not a sweep, or a sweep with no jobs at all, is
@@ -41,6 +48,7 @@ class SweepData:
 
     jobs: pd.DataFrame
     items: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = field(default_factory=dict)
+    items_initial: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = field(default_factory=dict)
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     knob_cols: list[str] = field(default_factory=list)  # allocation knobs seen in summaries
     targets: list[str] = field(default_factory=list)  # eval targets any job recorded
@@ -140,13 +148,15 @@ def _read_metrics(path: Path) -> tuple[list[dict], int | None]:
 
 
 def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
-    """One job folder -> (table row, {target: (ids, scores)}, eval curve rows).
+    """One job folder -> (table row, {(stage, target): (ids, scores)}, eval curve rows).
+
+    stage is "final" (eval_items) or "initial" (eval_items_initial, the iteration-0 policy).
 
     Never raises for a bad job: a missing or corrupt file sets readable=False and `problem`.
     """
     row: dict[str, Any] = {"sweep": sweep, "job_id": job_dir.name, "state": "unknown",
                            "readable": True, "problem": ""}
-    items: dict[str, tuple[list[str], np.ndarray]] = {}
+    items: dict[tuple[str, str], tuple[list[str], np.ndarray]] = {}
     curve: list[dict] = []
     problems: list[str] = []
 
@@ -192,11 +202,15 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
                 problems.append(f"ledger.json malformed ({e})")
         for r in evals:
             for k, v in r.items():
-                if k.startswith("eval/") and isinstance(v, (int, float)):
+                t = metric_target(k)
+                if t is not None and isinstance(v, (int, float)):
                     curve.append({"job_id": row["job_id"], "sweep": sweep,
                                   "iteration": r.get("iteration"),
                                   "flops_total": float(r.get("flops/total", np.nan)),
-                                  "target": k[5:], "value": float(v)})
+                                  "target": t, "value": float(v)})
+    for c in curve:  # no eval_initial in the summary: the iteration-0 line of metrics.jsonl is the start
+        if c["iteration"] == 0 and f"eval_initial/{c['target']}" not in row:
+            row[f"eval_initial/{c['target']}"] = c["value"]
     if "model" not in row:  # no summary: take what the overrides say
         try:
             text = (job_dir / ".hydra" / "overrides.yaml").read_text(encoding="utf-8")
@@ -212,7 +226,36 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
     return row, items, curve
 
 
-def _fill_from_summary(row: dict, s: dict) -> dict[str, tuple[list[str], np.ndarray]]:
+def metric_target(key: str) -> str | None:
+    """The evaluation target a metrics.jsonl key scores: `eval/gsm8k/accuracy` -> gsm8k.
+
+    The older single-target form `eval/accuracy` names the target `accuracy`; any other
+    `eval/...` key (a second metric of a target) is not a ranked value -> None.
+    """
+    if not key.startswith("eval/"):
+        return None
+    parts = key.split("/")
+    if len(parts) == 2:
+        return parts[1]
+    if len(parts) == 3 and parts[2] == "accuracy":
+        return parts[1]
+    return None
+
+
+def _item_block(block: Any, name: str) -> dict[str, tuple[list[str], np.ndarray]]:
+    """{target: {"ids": [...], "scores": [...]}} -> {target: (ids, scores in [0, 1])}."""
+    out = {}
+    for target, d in (block or {}).items():
+        ids, scores = list(d["ids"]), np.asarray(d["scores"], dtype=float)
+        if len(ids) != len(scores):
+            raise ValueError(f"{name}.{target}: {len(ids)} ids but {len(scores)} scores")
+        if len(scores) and not (np.nanmin(scores) >= 0 and np.nanmax(scores) <= 1):
+            raise ValueError(f"{name}.{target}: per-item scores must lie in [0, 1]")
+        out[target] = (ids, scores)
+    return out
+
+
+def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[str], np.ndarray]]:
     row["state"] = row["state"] if row["state"] != "unknown" else str(s.get("state", "unknown"))
     row.setdefault("stop_reason", s.get("stop_reason"))
     for k, v in (s.get("condition") or {}).items():
@@ -227,12 +270,10 @@ def _fill_from_summary(row: dict, s: dict) -> dict[str, tuple[list[str], np.ndar
     for k, v in (s.get("seconds") or {}).items():
         row[f"seconds_{k}"] = v
     row["_knobs"] = list((s.get("knobs") or {}).keys())
-    items = {}
-    for target, d in (s.get("eval_items") or {}).items():
-        ids, scores = list(d["ids"]), np.asarray(d["scores"], dtype=float)
-        if len(ids) != len(scores):
-            raise ValueError(f"eval_items.{target}: {len(ids)} ids but {len(scores)} scores")
-        items[target] = (ids, scores)
+    row["_targets"] = [str(t) for t in (s.get("targets") or [])]
+    items = {("final", t): v for t, v in _item_block(s.get("eval_items"), "eval_items").items()}
+    items |= {("initial", t): v for t, v in
+              _item_block(s.get("eval_items_initial"), "eval_items_initial").items()}
     return items
 
 
@@ -282,7 +323,9 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
 
     rows, curves = [], []
     items: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = {}
+    items_initial: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = {}
     knob_cols: list[str] = []
+    named_targets: list[str] = []  # in the order summaries list them
     for d in sweep_dirs:
         sweep = d.resolve().name
         job_dirs = sorted(p for p in (d / "jobs").iterdir() if p.is_dir())
@@ -292,11 +335,14 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
             for k in row.pop("_knobs", []):
                 if k not in knob_cols:
                     knob_cols.append(k)
+            for t in row.pop("_targets", []):
+                if t not in named_targets:
+                    named_targets.append(t)
             rows.append(row)
             curves.extend(curve)
             seen.add(jd.name)
-            for t, v in its.items():
-                items[(sweep, row["job_id"], t)] = v
+            for (stage, t), v in its.items():
+                (items if stage == "final" else items_initial)[(sweep, row["job_id"], t)] = v
         for jid in _planned_job_ids(d):
             if jid not in seen:
                 rows.append({"sweep": sweep, "job_id": jid, "state": "missing", "readable": False,
@@ -314,8 +360,10 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
             v = jobs[c].dropna()
             if len(v) and (v == v.round()).all():
                 jobs[c] = jobs[c].astype("Int64")
-    targets = sorted(c[5:] for c in jobs.columns if c.startswith("eval/"))
+    recorded = [c[5:] for c in jobs.columns if c.startswith("eval/")]
+    # the summaries' own order first (the first named target is the job's main one), then the rest
+    targets = [t for t in named_targets if t in recorded] + sorted(set(recorded) - set(named_targets))
     curves_df = pd.DataFrame(curves, columns=["job_id", "sweep", "iteration", "flops_total",
                                               "target", "value"])
-    return SweepData(jobs=jobs, items=items, curves=curves_df,
+    return SweepData(jobs=jobs, items=items, items_initial=items_initial, curves=curves_df,
                      knob_cols=[k for k in knob_cols if k not in DERIVED_KNOBS], targets=targets)

@@ -83,6 +83,9 @@ class ArithmeticTask:
     min_ops, max_ops: operations per problem (2..3 gives 2-3 steps).
     max_operand: operands are drawn from 0..max_operand.
     eval_seed: draws the evaluation set.
+    train_stream: names the training stream, `<train_stream>-<seed>`: jobs draw their RL prompts from
+        "arith-rl" streams, the zoo's warm start from "arith-train" streams, so RL never trains on a
+        problem the policy memorised during its warm start.
     """
 
     seed: int = 0
@@ -93,6 +96,7 @@ class ArithmeticTask:
     max_operand: int = 99
     eval_seed: int = 1234
     name: str = "arithmetic"
+    train_stream: str = "arith-rl"
 
     def __post_init__(self) -> None:
         problems = []
@@ -128,7 +132,7 @@ class ArithmeticTask:
         """`num_train` distinct problems drawn from seed, none of them an eval question; ids `arith-train-<i>`."""
         if self._train is None:
             held_out = {it.question for it in self.eval_items()}
-            rng = random.Random(f"arith-train-{self.seed}")
+            rng = random.Random(f"{self.train_stream}-{self.seed}")
             seen: dict[str, None] = {}
             while len(seen) < self.num_train:
                 q = random_question(rng, self.min_ops, self.max_ops, self.max_operand)

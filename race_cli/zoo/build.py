@@ -1,6 +1,11 @@
 """The zoo cache: build an entry once into `<cache>/zoo/<name>-<hash12>/`, reuse it afterwards.
 
 Cache root: `$RACE_CACHE` when set, else `~/.cache/race`; entries live in its `zoo/` folder.
+The entries the default grid needs ship with the package (`race_cli/zoo/weights/<name>-<hash12>/`,
+a few MB): when the cache lacks an entry whose current recipe hash matches a shipped folder, the
+shipped files are copied into the cache instead of training (seconds instead of minutes). The
+recipe stays the source of truth: `race zoo --verify NAME` rebuilds an entry from its recipe in a
+temp folder and checks that its weights equal the shipped ones bit for bit.
 An entry is built into a temp folder beside its final place and renamed when complete, so a
 crash never leaves a half-built entry; a lock file makes concurrent `race run` workers wait
 for one build instead of racing. Each entry holds the model (save_pretrained), the byte
@@ -20,6 +25,7 @@ from race_cli.errors import RaceError
 from race_cli.io import atomic_write_json, read_json
 from race_cli.zoo.recipes import RECIPES, count_params, recipe_hash
 
+SHIPPED = Path(__file__).parent / "weights"  # prebuilt entries that ship with the package
 BUILDS = {"count": 0}  # entries built by this process (tests check that a cached entry is not rebuilt)
 
 
@@ -31,6 +37,12 @@ def entry_dir(name: str) -> Path:
     """Where `name` built from the current recipe lives (whether or not it is built yet)."""
     _check_name(name)
     return cache_root() / "zoo" / f"{name}-{recipe_hash(name)}"
+
+
+def shipped_dir(name: str) -> Path:
+    """Where a prebuilt copy of `name` from the current recipe would ship (it may not exist)."""
+    _check_name(name)
+    return SHIPPED / f"{name}-{recipe_hash(name)}"
 
 
 def is_built(path: Path) -> bool:
@@ -75,9 +87,11 @@ def build(name: str, force: bool = False) -> Path:
             return final
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
         try:
-            figures = _build_into(name, recipe, base, tmp)
-            atomic_write_json(tmp / "recipe.json", {"name": name, "hash": recipe_hash(name), "recipe": recipe,
-                                                    "base": str(base) if base else None, **figures})
+            shipped = shipped_dir(name)
+            if is_built(shipped) and not force:  # a prebuilt copy of exactly this recipe: no training needed
+                shutil.copytree(shipped, tmp, dirs_exist_ok=True)
+            else:
+                _build_fresh(name, recipe, base, tmp)
             if final.exists():  # force: replace the old build
                 old = final.with_name(f".{final.name}.old")
                 shutil.rmtree(old, ignore_errors=True)
@@ -93,14 +107,50 @@ def build(name: str, force: bool = False) -> Path:
     return final
 
 
+def _build_fresh(name: str, recipe: dict[str, Any], base: Path | None, out: Path) -> None:
+    """Train entry `name` from its recipe into the (empty) folder `out`, with its recipe.json."""
+    figures = _build_into(name, recipe, base, out)
+    atomic_write_json(out / "recipe.json", {"name": name, "hash": recipe_hash(name), "recipe": recipe, **figures})
+
+
+def verify(name: str) -> dict:
+    """Rebuild `name` from its recipe in a temp folder and compare its weights with the shipped copy.
+
+    Returns {"name", "shipped", "match", "files": {file: equal?}, "seconds"}; the cache is untouched.
+    """
+    shipped = shipped_dir(name)
+    if not is_built(shipped):
+        raise RaceError(f"zoo:{name} has no shipped copy for its current recipe ({shipped.name}); "
+                        "nothing to verify. Ship it with scripts/ship_zoo.py after changing a recipe.")
+    recipe = RECIPES[name]
+    base = build(recipe["init_from"]) if recipe["kind"] == "prm" else None
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"race-verify-{name}-") as tmp:
+        _build_into(name, recipe, base, Path(tmp))
+        files = {f.name: f.read_bytes() == (Path(tmp) / f.name).read_bytes()
+                 for f in sorted(shipped.glob("*.safetensors"))}
+    return {"name": name, "shipped": str(shipped), "match": bool(files) and all(files.values()), "files": files,
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
 _build_entry = build  # zoo_main's `build` flag shadows the function
+
+
+def build_threads() -> int:
+    """Torch threads of a zoo build: $RACE_ZOO_THREADS, else 1. One thread makes a build bitwise
+    reproducible on a machine whatever its load (a reduction's order can change with the thread count),
+    and for models this small a second thread buys little."""
+    return int(os.environ.get("RACE_ZOO_THREADS", 1))
 
 
 def _build_into(name: str, recipe: dict[str, Any], base: Path | None, out: Path) -> dict:
     import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # only race's own bar: no "Writing model shards" / "Loading weights"
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("RACE_ZOO_THREADS", min(2, os.cpu_count() or 1))))
+    torch.set_num_threads(build_threads())
     t0 = time.perf_counter()
     bar, update = _progress_bar(name, recipe["fit"]["max_steps"])
     try:
@@ -116,7 +166,7 @@ def _build_into(name: str, recipe: dict[str, Any], base: Path | None, out: Path)
     finally:
         torch.set_num_threads(threads)
     figures["build_seconds"] = round(time.perf_counter() - t0, 1)
-    figures["threads"] = int(os.environ.get("RACE_ZOO_THREADS", min(2, os.cpu_count() or 1)))
+    figures["threads"] = build_threads()
     if figures.get("in_band") is False or figures.get("meets_target") is False:
         from rich.console import Console
 
@@ -152,14 +202,23 @@ def list_entries() -> list[dict]:
     return rows
 
 
-def zoo_main(names: list[str] | None, build: bool, force: bool) -> int:
-    """`race zoo [--build] [--force] [NAMES]`: build the named entries (all when none) if asked; print the table."""
+def zoo_main(names: list[str] | None, build: bool, force: bool, verify: bool = False) -> int:
+    """`race zoo [--build] [--force] [--verify] [NAMES]`: build (or verify) the named entries; print the table.
+
+    --verify: 0 when every named entry's rebuild equals its shipped copy, 1 otherwise.
+    """
     from rich.console import Console
     from rich.table import Table
 
-    names = names or list(RECIPES)
+    names = names or ([n for n in RECIPES if is_built(shipped_dir(n))] if verify else list(RECIPES))
     for n in names:
         _check_name(n)
+    if verify:
+        results = [globals()["verify"](n) for n in names]
+        for r in results:
+            verdict = "[green]bitwise equal[/]" if r["match"] else "[red]DIFFERENT[/]"
+            Console().print(f"zoo:{r['name']}: rebuilt in {r['seconds']:.0f} s, weights {verdict} to {r['shipped']}")
+        return 0 if all(r["match"] for r in results) else 1
     if build or force:
         for n in names:
             _build_entry(n, force=force)

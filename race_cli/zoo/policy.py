@@ -34,10 +34,11 @@ def build_policy(recipe: dict[str, Any], out: Path, progress: Progress | None = 
     """Train the policy of `recipe` and save model + tokenizer into `out`; returns the measured figures."""
     from race_cli.rewards.rule import rule_reward
     from race_cli.tasks.arithmetic import ArithmeticTask
+    from race_cli.zoo.recipes import sft_task_args
     from race_cli.tasks.prompting import format_prompt
 
     tok = byte_tokenizer()
-    task = ArithmeticTask(seed=recipe["seed"], **recipe["task"])
+    task = ArithmeticTask(**sft_task_args(recipe))
     train, evals = task.train_items(), task.eval_items()
     train_ex = encode_examples(tok, [format_prompt(it, tok) for it in train], [completion_of(it.solution) for it in train])
     eval_prompts = [format_prompt(it, tok) for it in evals]

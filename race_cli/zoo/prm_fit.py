@@ -106,8 +106,9 @@ def heldout_auc(scorer, examples: list[tuple[str, str, list[int]]]) -> float:
 def heldout_examples(recipe: dict[str, Any]) -> list[tuple[str, str, list[int]]]:
     """The PRM's held-out set: evaluation questions (never trained on), corrupted with seed + 1."""
     from race_cli.tasks.arithmetic import ArithmeticTask
+    from race_cli.zoo.recipes import sft_task_args
 
-    task = ArithmeticTask(seed=recipe["seed"], **recipe["task"])
+    task = ArithmeticTask(**sft_task_args(recipe))
     questions = [it.question for it in task.eval_items()]
     questions = questions * max(1, recipe["fit"]["num_heldout"] // len(questions))
     return make_examples(questions, random.Random(recipe["seed"] + 1), recipe["fit"]["corrupt_frac"])
@@ -151,6 +152,7 @@ def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progr
     from race_cli.rewards.prm import ProcessRewardModel
     from race_cli.rewards.rule import rule_reward
     from race_cli.tasks.arithmetic import ArithmeticTask
+    from race_cli.zoo.recipes import sft_task_args
     from race_cli.tasks.prompting import format_prompt
     from race_cli.zoo.fit import FitConfig, encode_examples, fit_policy
     from race_cli.zoo.policy import completion_of
@@ -163,7 +165,7 @@ def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progr
     model = AutoModelForCausalLM.from_pretrained(base_dir)
 
     # --- a stronger verifier: more supervised steps on correct solutions (another data order)
-    task = ArithmeticTask(seed=seed + 1, **recipe["task"])
+    task = ArithmeticTask(**sft_task_args(recipe, offset=1))
     train, evals = task.train_items(), task.eval_items()
     train_ex = encode_examples(tok, [format_prompt(it, tok) for it in train], [completion_of(it.solution) for it in train])
     eval_prompts = [format_prompt(it, tok) for it in evals]

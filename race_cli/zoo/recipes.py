@@ -15,33 +15,59 @@ from typing import Any
 
 BUILDER_VERSION = 1  # bump when the build code changes what it produces
 
-_TASK = {"min_ops": 2, "max_ops": 3, "max_operand": 99, "num_train": 20000, "num_eval": 200, "eval_seed": 1234}
+# The zoo's warm-start data comes from the task's "arith-train-<data_seed>" streams; the jobs' RL prompts
+# come from "arith-rl-<job seed>" streams (ArithmeticTask.train_stream): RL then trains on problems the
+# policy has never seen, not on ones it memorised during the warm start.
+SFT_STREAM = "arith-train"
+_FIXED_ARCH = {"max_position_embeddings": 256, "tie_word_embeddings": False}
 
 
-def _arch(hidden: int, layers: int, mlp: int) -> dict[str, Any]:
-    return {"hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "intermediate_size": mlp, "vocab_size": 257,
-            "max_position_embeddings": 256, "tie_word_embeddings": False}
+def _read_conf(group: str, name: str) -> dict[str, Any]:
+    """conf/<group>/<name>.yaml as a dict: the one place the tiny shapes and the task's parameters live."""
+    import yaml
 
+    from race_cli.compose import conf_dir
+
+    return yaml.safe_load((conf_dir() / group / f"{name}.yaml").read_text())
+
+
+def _arch(name: str) -> dict[str, Any]:
+    """The architecture of tiny policy `name`: conf/model/<name>.yaml's arch plus the zoo's fixed extras."""
+    return {**_read_conf("model", name)["arch"], **_FIXED_ARCH}
+
+
+def _task() -> dict[str, Any]:
+    """The warm-start task: conf/task/arithmetic.yaml's problem shape and eval set, a larger training pool."""
+    t = _read_conf("task", "arithmetic")
+    return {k: t[k] for k in ("min_ops", "max_ops", "max_operand", "num_eval", "eval_seed")} | {"num_train": 20000}
+
+
+def sft_task_args(recipe: dict[str, Any], offset: int = 0) -> dict[str, Any]:
+    """ArithmeticTask(**...) arguments of the data an entry is fitted on (see SFT_STREAM)."""
+    return {**recipe["task"], "seed": recipe["data_seed"] + offset, "train_stream": SFT_STREAM}
+
+
+_TASK = _task()
 
 RECIPES: dict[str, dict[str, Any]] = {
     # policies: supervised warm-start on the arithmetic task, stopped inside the accuracy band
-    "tiny-s": {"kind": "policy", "arch": _arch(64, 2, 128), "seed": 0, "task": _TASK,
-               "fit": {"batch_size": 64, "lr": 5e-3, "warmup_steps": 30, "max_steps": 3000,
-                       "band": [0.2, 0.5], "stop_at": 0.25, "monitor_every": 10}},
-    # measured: lr 5e-3 at batch 64 stalls tiny-m (loss 0.17, greedy 0.0 after 3000 steps);
-    # the trial's 0.55M model reached 0.43 at lr 3e-3, batch 128, 600 steps
-    "tiny-m": {"kind": "policy", "arch": _arch(96, 3, 256), "seed": 0, "task": _TASK,
-               "fit": {"batch_size": 128, "lr": 3e-3, "warmup_steps": 30, "max_steps": 3000,
-                       "band": [0.2, 0.5], "stop_at": 0.25, "monitor_every": 10}},
+    "tiny-s": {"kind": "policy", "arch": _arch("tiny-s"), "seed": 0, "data_seed": 0, "task": _TASK,
+               "fit": {"batch_size": 64, "lr": 5e-3, "warmup_steps": 30, "max_steps": 4000,
+                       "band": [0.3, 0.6], "stop_at": 0.4, "monitor_every": 10}},
+    # measured: lr 5e-3 at batch 64 stalls tiny-m (loss 0.17, greedy 0.0 after 3000 steps); lr 3e-3 at
+    # batch 128 learns. It stops higher than tiny-s so that model size is an axis the study can see.
+    # Data stream 1000: the one it was first built on (when a warm start "jumps" depends on the stream).
+    "tiny-m": {"kind": "policy", "arch": _arch("tiny-m"), "seed": 0, "data_seed": 1000, "task": _TASK,
+               "fit": {"batch_size": 128, "lr": 3e-3, "warmup_steps": 30, "max_steps": 4000,
+                       "band": [0.45, 0.75], "stop_at": 0.55, "monitor_every": 10}},
     # not yet measured; the trial's 2M model stalled at 3e-3 and needed 1e-3
-    "tiny-l": {"kind": "policy", "arch": _arch(128, 4, 384), "seed": 0, "task": _TASK,
+    "tiny-l": {"kind": "policy", "arch": _arch("tiny-l"), "seed": 0, "data_seed": 0, "task": _TASK,
                "fit": {"batch_size": 128, "lr": 2e-3, "warmup_steps": 30, "max_steps": 3000,
                        "band": [0.2, 0.5], "stop_at": 0.25, "monitor_every": 10}},
     # process reward model: a causal LM verifier from tiny-s, trained further on correct solutions and
     # calibrated on correct and corrupted steps; it reads the policy's own prompt layout (prm_fit.py)
     "tiny-prm": {"kind": "prm", "init_from": "tiny-s", "format": "logprob", "template": "policy",
-                 "seed": 0, "task": _TASK,
+                 "seed": 0, "data_seed": 0, "task": _TASK,
                  "fit": {"sft_steps": 400, "batch_size": 64, "lr": 3e-3, "warmup_steps": 10, "max_steps": 400,
                          "calib_examples": 2000, "corrupt_frac": 0.5, "num_heldout": 400, "target_auc": 0.85}},
 }

@@ -1,0 +1,450 @@
+"""`race validate`: turn a pilot's recommendation into a validation sweep, with its provenance.
+
+    race run grid=none model=tiny-s grpo.group_size=4,8 --sweep-dir runs/pilot   # the pilot
+    race validate runs/pilot --scale 2 --seeds 3       # preview + write runs/pilot-validate-x2/
+    race run --sweep-dir runs/pilot-validate-x2         # run it like any sweep
+    race report runs/pilot-validate-x2                  # ... and see whether the pilot's call held
+
+Reads the pilot's report (`<pilot>/report/report.json`, written by `race report`) and, per
+condition, takes the regimes it recommends for validation (the pilot-best and those
+statistically indistinguishable from it, or with --top K the K regimes with the highest
+P(best)) plus the pilot's lowest-ranked regime as a control. Each becomes N jobs with fresh
+seeds at the validation budget (--budget X, or --scale K times the pilot's), composed from
+the pilot job's own overrides and budget-matched by `race plan`'s solver and sweep writer
+(race_cli/plan.py: build_plan, write_sweep), so the free knob T is solved exactly as for any
+plan. The sweep folder gets `provenance.json` (race_cli/report/validation.py defines it):
+the pilot sweep, the recommendation with its interval, the pilot's predicted order and which
+job runs which pilot regime. The folder and its provenance appear together or not at all.
+
+Seeds: the validation uses seeds the pilot did not (the pilot's largest seed + 1, ...), so it
+does not reuse the pilot's luck. No torch import.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from race_cli.errors import RaceError
+
+REPORT_JSON = Path("report") / "report.json"
+CONDITION_COLS = ("model", "budget_flops", "reward", "task")  # as race_cli/report/table.py
+PER_JOB_KEYS = ("grid", "seed", "budget.flops")  # overrides the validation sets itself
+DEFAULT_SCALE = 2.0
+DEFAULT_SEEDS = 3
+
+
+@dataclass
+class Pick:
+    """One pilot regime of one condition chosen for validation."""
+
+    condition: str  # the pilot's condition label
+    regime: str  # the pilot's regime label, e.g. "G=8 μ=1"
+    role: str  # "pilot best" | "recommended" | "top K" | "control"
+    overrides: list[str]  # the pilot job's concrete overrides, less grid/seed/budget.flops
+    pilot_budget: float
+    budget: float = 0.0  # the validation budget
+    pilot_jobs: list[str] = field(default_factory=list)
+    job_ids: list[str] = field(default_factory=list)  # filled once the plan is built
+
+
+# --- reading the pilot's report (defensively: other report versions may add or nest fields) ----
+
+
+def load_pilot_report(pilot: Path) -> dict:
+    """The pilot's report.json; RaceError when the pilot or its report is missing or unreadable."""
+    from race_cli.io import read_json
+
+    if not pilot.is_dir() or not (pilot / "jobs").is_dir():
+        raise RaceError(f"{pilot}: not a sweep folder (no jobs/ inside).",
+                        "Expected the pilot's folder, e.g. race validate runs/tiny-<hash>.")
+    path = pilot / REPORT_JSON
+    if not path.is_file():
+        raise RaceError(f"{pilot} has no report ({REPORT_JSON} is missing): there is no recommendation to validate.",
+                        f"Run `race report {pilot}` first (after `race run` has finished its jobs), "
+                        f"then `race validate {pilot}`.")
+    try:
+        doc = read_json(path)
+    except (ValueError, UnicodeDecodeError, OSError) as e:
+        raise RaceError(f"{path} is unreadable ({type(e).__name__}).",
+                        f"Rewrite it with `race report {pilot}`.") from None
+    if not isinstance(doc, dict):
+        raise RaceError(f"{path} is not a race report (expected a JSON object).",
+                        f"Rewrite it with `race report {pilot}`.")
+    return doc
+
+
+def _records(doc: dict, key: str) -> list[dict]:
+    """Rows under `key`: at the top level and inside per-target sections (dicts or lists of dicts)."""
+    out: list[dict] = []
+
+    def take(node: Any, target: Any) -> None:
+        rows = node.get(key) if isinstance(node, dict) else None
+        if isinstance(rows, list):
+            out.extend(dict(r, target=r.get("target", target)) for r in rows if isinstance(r, dict))
+
+    take(doc, doc.get("target"))
+    for name in ("targets", "sections", "per_target"):
+        sub = doc.get(name)
+        if isinstance(sub, dict):
+            for t, node in sub.items():
+                take(node, node.get("target", t) if isinstance(node, dict) else t)
+        elif isinstance(sub, list):
+            for node in sub:
+                take(node, node.get("target") if isinstance(node, dict) else None)
+    seen, uniq = set(), []
+    for r in out:  # a row found both at the top and in a section counts once
+        k = (r.get("sweep"), r.get("condition"), r.get("target"), r.get("regime"), r.get("job_id"),
+             r.get("best_regime"))
+        if k not in seen:
+            seen.add(k)
+            uniq.append(r)
+    return uniq
+
+
+def _finite(v: Any) -> float:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return v if math.isfinite(v) else math.nan
+
+
+def choose_target(doc: dict, recs: list[dict], target: str | None, pilot: Path) -> str:
+    have = list(dict.fromkeys(str(r["target"]) for r in recs if r.get("target") is not None))
+    if target is None:
+        target = doc.get("target") if doc.get("target") in have else (have[0] if have else None)
+    if target is None or target not in have:
+        if not have:
+            raise RaceError(f"{pilot}'s report has no recommendation: no condition had a ranked regime.",
+                            f"Finish the pilot (race run --sweep-dir {pilot}), then `race report {pilot}` "
+                            "and validate again.")
+        raise RaceError(f"{pilot}'s report has no recommendation for target {target!r}; it recommends for "
+                        f"{', '.join(have)}.",
+                        f"Use --target {have[0]}, or `race report {pilot} --target {target}` first.")
+    return target
+
+
+def choose_regimes(ranking: list[dict], rec: dict, top: int | None) -> list[tuple[str, str]]:
+    """[(regime, role)] of one condition: the recommended (or top-K) regimes, then the control.
+
+    ranking: the pilot ranking rows of this condition; rec: its recommendation row.
+    """
+    order = sorted(ranking, key=lambda r: (_finite(r.get("rank")), -_finite(r.get("mean"))))
+    names = [str(r["regime"]) for r in order]
+    best = str(rec.get("best_regime") or names[0])
+    if top is not None:
+        by_pbest = sorted(order, key=lambda r: (-_finite(r.get("p_best")), _finite(r.get("rank"))))
+        chosen = [str(r["regime"]) for r in by_pbest[:top]]
+    else:
+        listed = [re.sub(r"\s*\(.*\)\s*$", "", s).strip() for s in str(rec.get("validate") or "").split(";")]
+        chosen = [s for s in listed if s in names]
+    chosen = [best] + [c for c in chosen if c != best]
+    out = [(c, "pilot best" if c == best else ("top K" if top is not None else "recommended")) for c in chosen]
+    worst = names[-1]
+    if worst not in chosen:
+        out.append((worst, "control"))
+    return out
+
+
+def predicted_order(ranking: list[dict], jobs: list[dict], target: str) -> list[dict]:
+    """The pilot's ranking of one condition, best first, with its gain over the start per FLOP.
+
+    A gain is an improvement: final minus start, or start minus final for a lower-is-better target.
+    """
+    from race_cli.report.command import maximize_target
+
+    sign = 1.0 if maximize_target(target) else -1.0
+    out = []
+    for r in sorted(ranking, key=lambda r: (_finite(r.get("rank")), -_finite(r.get("mean")))):
+        mine = [j for j in jobs if j.get("regime") == r["regime"] and j.get("state") == "done"]
+        gains = [sign * (_finite(j.get(f"eval/{target}")) - _finite(j.get(f"eval_initial/{target}"))) for j in mine]
+        flops = [_finite(j.get("flops_total")) for j in mine]
+        pairs = [(g, f) for g, f in zip(gains, flops) if math.isfinite(g) and math.isfinite(f) and f > 0]
+        gain = sum(g for g, _ in pairs) / len(pairs) if pairs else math.nan
+        mean_flops = sum(f for _, f in pairs) / len(pairs) if pairs else math.nan
+        row = {k: r.get(k) for k in ("regime", "rank", "mean", "ci_lo", "ci_hi", "p_best", "tied_best", "p",
+                                     "n_seeds", "share_search", "share_learning", "share_feedback")}
+        row.update({k: v for k, v in r.items() if k.startswith("gain")})  # the report's own gain fields
+        row.update(gain_over_start=gain, flops_total=mean_flops,
+                   gain_per_flop=gain / mean_flops if pairs else math.nan)
+        out.append(row)
+    return out
+
+
+def regime_overrides(pilot: Path, job_ids: list[str]) -> tuple[list[str], list[str]]:
+    """The pilot jobs' concrete overrides less grid/seed/budget.flops, and notes on disagreements."""
+    from race_cli.report.table import parse_overrides
+
+    seen: dict[str, list[str]] = {}
+    for jid in job_ids:
+        path = pilot / "jobs" / jid / ".hydra" / "overrides.yaml"
+        try:
+            ovs = parse_overrides(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        kept = [o for o in ovs if o.lstrip("+~").partition("=")[0] not in PER_JOB_KEYS]
+        seen.setdefault(" ".join(kept), kept)
+    if not seen:
+        raise RaceError(f"{pilot}: none of the jobs {', '.join(job_ids[:3])} has a readable .hydra/overrides.yaml, "
+                        "so their regime cannot be re-planned.",
+                        "Validate a pilot written by `race plan --out` / `race run` (the report must cover "
+                        "this sweep's own jobs).")
+    notes = []
+    if len(seen) > 1:
+        notes.append(f"jobs {', '.join(job_ids)} share a regime label but differ beyond seed and budget; "
+                     f"the validation uses the overrides of the first: {next(iter(seen))}")
+    return next(iter(seen.values())), notes
+
+
+# --- building the validation plan --------------------------------------------------------
+
+
+def _budget_text(x: float) -> str:
+    short = f"{x:g}"
+    return short if float(short) == x else repr(float(x))
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").partition("=")[0]
+
+
+def _name_jobs(jobs: list) -> dict[str, list[str]]:
+    """Give every job a readable id from the overrides that vary across the whole validation."""
+    from race_cli.sweep import job_id, unique_ids
+
+    keys: list[str] = []
+    values: dict[str, list[str | None]] = {}
+    per_job = [{_key(o): o for o in j.overrides} for j in jobs]
+    for d in per_job:
+        for k in d:
+            if k not in keys:
+                keys.append(k)
+    varying = [k for k in keys if len({d.get(k) for d in per_job}) > 1]
+    for j, d in zip(jobs, per_job):
+        j.axis_overrides = [d[k] for k in varying if k in d]
+    for j, jid in zip(jobs, unique_ids([job_id(j.axis_overrides) for j in jobs], [j.overrides for j in jobs])):
+        j.job_id = jid
+    for k in varying:
+        values[k] = list(dict.fromkeys(d[k].partition("=")[2] for d in per_job if k in d))
+    return values
+
+
+def build_validation(pilot: Path, *, budget: float | None = None, scale: float | None = None,
+                     seeds: int = DEFAULT_SEEDS, top: int | None = None, target: str | None = None,
+                     typed: list[str] | None = None) -> tuple[Any, dict, list[Pick], list[str]]:
+    """(Plan, provenance, picks, notes) of the validation of `pilot`; RaceError on bad input."""
+    from race_cli.plan import Plan, build_plan
+
+    pilot = Path(pilot)
+    _check_args(budget, scale, seeds, top)
+    if budget is None and scale is None:
+        scale = DEFAULT_SCALE
+    doc = load_pilot_report(pilot)
+    recs = _records(doc, "recommendations")
+    target = choose_target(doc, recs, target, pilot)
+    recs = [r for r in recs if r.get("target") == target and r.get("condition") is not None]
+    ranking = [r for r in _records(doc, "ranking") if r.get("target") in (target, None)]
+    jobs = _records(doc, "jobs")
+    if jobs and not all("condition" in j and "regime" in j for j in jobs[:1]):
+        raise RaceError(f"{pilot / REPORT_JSON} does not label its jobs with condition and regime.",
+                        f"Rewrite it with this version: `race report {pilot}`.")
+
+    picks: list[Pick] = []
+    notes: list[str] = []
+    conditions: list[dict] = []
+    all_seeds = [int(s) for j in jobs if isinstance(s := j.get("seed"), (int, float)) and math.isfinite(s)]
+    first_seed = max(all_seeds) + 1 if all_seeds else 0
+    seed_list = list(range(first_seed, first_seed + seeds))
+    budgets_seen: set[float] = set()
+    for rec in recs:
+        cond = rec["condition"]
+        rows = [r for r in ranking if r.get("condition") == cond]
+        # a ranked condition names its target; a job's condition does not (it is scored on every target)
+        job_cond = rows[0].get("job_condition", cond) if rows else cond
+        cjobs = [j for j in jobs if j.get("condition") in (cond, job_cond)]
+        if not rows:
+            notes.append(f"{cond}: the report has no ranking rows; skipped.")
+            continue
+        chosen = choose_regimes(rows, rec, top)
+        entry = {"condition": cond, "values": {c: rec[c] for c in CONDITION_COLS if c in rec},
+                 "recommendation": rec, "predicted_order": predicted_order(rows, cjobs, target),
+                 "control": next((r for r, role in chosen if role == "control"), None), "validated": []}
+        for regime, role in chosen:
+            mine = [j for j in cjobs if j.get("regime") == regime and j.get("state") == "done"] or \
+                   [j for j in cjobs if j.get("regime") == regime]
+            if not mine:
+                raise RaceError(f"{cond}: the report lists no job of regime {regime!r}.",
+                                f"Rewrite the report with `race report {pilot}` and validate again.")
+            ids = [str(j["job_id"]) for j in mine]
+            ovs, more = regime_overrides(pilot, ids)
+            notes += [f"{cond}, {regime}: {m}" for m in more]
+            b = {x for j in mine if math.isfinite(x := _finite(j.get("budget_flops")))}
+            if len(b) != 1:
+                raise RaceError(f"{cond}, {regime}: cannot tell the pilot's budget (budget_flops {sorted(b)}).",
+                                "Rewrite the report with `race report` and validate again.")
+            pb = b.pop()
+            budgets_seen.add(pb)
+            picks.append(Pick(cond, regime, role, ovs, pb, budget if budget is not None else pb * scale, ids))
+            entry["validated"].append({"regime": regime, "role": role, "pilot_jobs": ids, "overrides": ovs})
+        conditions.append(entry)
+    if not picks:
+        raise RaceError(f"{pilot}'s report has no recommendation to validate for target {target!r}.",
+                        f"Finish the pilot (race run --sweep-dir {pilot}), then `race report {pilot}`.")
+    if budget is not None and len(budgets_seen) > 1:
+        raise RaceError(f"--budget {budget:g}: the pilot ran at several budgets "
+                        f"({', '.join(f'{b:g}' for b in sorted(budgets_seen))}); one validation budget would "
+                        "merge its conditions.", "Use --scale K to multiply each pilot budget instead.")
+
+    # --- one plan per pick, through race plan's own composer and solver; then one sweep
+    plan_jobs = []
+    for pk in picks:
+        ovs = ["grid=none", *pk.overrides, f"budget.flops={_budget_text(pk.budget)}",
+               "seed=" + ",".join(map(str, seed_list))]
+        p = build_plan(ovs)
+        for j in p.jobs:
+            j.overrides = [o for o in j.overrides if _key(o) != "grid"]  # grid=none says nothing
+        plan_jobs.append((pk, p.jobs))
+    flat = [j for _, js in plan_jobs for j in js]
+    axes = _name_jobs(flat)
+    for pk, js in plan_jobs:
+        pk.job_ids = [j.job_id for j in js]
+    plan = Plan(typed=list(typed or []), grid={"name": "validate", "description":
+                f"validation of pilot {pilot} ({'budget ' + format(budget, 'g') if budget is not None else f'{scale:g}x its budgets'}, "
+                f"seeds {seed_list[0]}..{seed_list[-1]})"}, axes=axes, jobs=flat)
+
+    by_regime = {(pk.condition, pk.regime): pk for pk in picks}
+    for entry in conditions:
+        for v in entry["validated"]:
+            pk = by_regime[(entry["condition"], v["regime"])]
+            v["job_ids"], v["budget"] = pk.job_ids, pk.budget
+        entry["budget"] = next(v["budget"] for v in entry["validated"])
+    prov = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": ["race", "validate", *(typed or [])],
+            "pilot": {"sweep": str(pilot.resolve()), "report": str((pilot / REPORT_JSON).resolve()),
+                      "target": target, "caveat": doc.get("caveat")},
+            "target": target,
+            "settings": {"budget": budget, "scale": scale, "seeds": seed_list, "top": top,
+                         "selection": f"top {top} by P(best)" if top is not None else "recommended"},
+            "conditions": conditions,
+            "jobs": {jid: {"condition": pk.condition, "regime": pk.regime, "role": pk.role}
+                     for pk in picks for jid in pk.job_ids}}
+    return plan, prov, picks, notes
+
+
+def _check_args(budget: float | None, scale: float | None, seeds: int, top: int | None) -> None:
+    problems = []
+    if budget is not None and scale is not None:
+        problems.append("--budget and --scale both given: choose one (--budget X sets every validation job's "
+                        "budget; --scale K multiplies each pilot budget).")
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        problems.append(f"--budget {budget}: expected a positive number of FLOPs, e.g. --budget 1e12.")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        problems.append(f"--scale {scale}: expected a positive factor, e.g. --scale 2.")
+    if seeds < 1:
+        problems.append(f"--seeds {seeds}: expected at least 1 seed per regime (2 or more give intervals).")
+    if top is not None and top < 1:
+        problems.append(f"--top {top}: expected at least 1 regime per condition.")
+    if problems:
+        raise RaceError(*problems)
+
+
+# --- writing: the sweep and its provenance together, or nothing ----------------------------
+
+
+def write_validation(plan: Any, prov: dict, out: Path) -> bool:
+    """Write the sweep (race plan's writer) and provenance.json; False when `out` already holds it.
+
+    A new folder is built under a temporary name and renamed into place, provenance included.
+    An existing folder with the same plan keeps its provenance (the prediction made when the
+    validation was planned); one with a different plan is refused by write_sweep.
+    """
+    from race_cli.plan import write_sweep
+    from race_cli.report.validation import PROVENANCE, write_provenance
+
+    out = Path(out)
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+        written = write_sweep(plan, out)  # raises on a different plan or a non-sweep folder
+        if written or not (out / PROVENANCE).is_file():
+            write_provenance(out, prov)
+            return True
+        return False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        write_sweep(plan, tmp / "sweep")
+        write_provenance(tmp / "sweep", prov)
+        if out.exists():
+            out.rmdir()  # empty
+        os.replace(tmp / "sweep", out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return True
+
+
+def default_out(pilot: Path, budget: float | None, scale: float | None) -> Path:
+    tag = f"C{budget:g}" if budget is not None else f"x{(scale or DEFAULT_SCALE):g}"
+    return pilot.parent / f"{pilot.resolve().name}-validate-{tag}"
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def print_picks(picks: list[Pick], prov: dict, console) -> None:
+    """What the pilot predicted for each regime to be validated, and where it goes."""
+    from rich.table import Table
+
+    order = {(c["condition"], r["regime"]): r for c in prov["conditions"] for r in c["predicted_order"]}
+    t = Table(title=f"race validate: {len(picks)} regime(s) from pilot {prov['pilot']['sweep']} "
+              f"(target {prov['target']}; {prov['settings']['selection']} + control)", title_justify="left",
+              caption=f"seeds {', '.join(map(str, prov['settings']['seeds']))} per regime; the pilot's "
+              "interval is its 95% bootstrap interval.", caption_justify="left")
+    for h in ["condition", "role", "regime", "pilot rank", "pilot mean [95% CI]", "P(best)", "budget: pilot → validation",
+              "jobs"]:
+        t.add_column(h, justify="left" if h in ("condition", "role", "regime") else "right")
+    for pk in picks:
+        r = order.get((pk.condition, pk.regime), {})
+        ci = (f"{_finite(r.get('mean')):.3f} [{_finite(r.get('ci_lo')):.3f}, {_finite(r.get('ci_hi')):.3f}]")
+        t.add_row(pk.condition, pk.role, pk.regime, str(r.get("rank", "?")), ci.replace("nan", "–"),
+                  f"{_finite(r.get('p_best')):.2f}".replace("nan", "–"),
+                  f"{pk.pilot_budget:.3g} → {pk.budget:.3g}", str(len(pk.job_ids)))
+    console.print(t)
+
+
+def validate_main(pilot: Path, *, budget: float | None = None, scale: float | None = None,
+                  seeds: int = DEFAULT_SEEDS, top: int | None = None, target: str | None = None,
+                  out: Path | None = None, dry_run: bool = False, typed: list[str] | None = None,
+                  say: Callable[[str], None] | None = None) -> Path | None:
+    """Preview the validation sweep, then write it (unless dry_run); RaceError on bad input."""
+    import sys
+
+    from rich.console import Console
+
+    from race_cli.render import print_plan
+
+    pilot = Path(pilot)
+    plan, prov, picks, notes = build_validation(pilot, budget=budget, scale=scale, seeds=seeds, top=top,
+                                                target=target, typed=typed)
+    out = Path(out) if out is not None else default_out(pilot, budget, scale)
+    console = Console(width=max(160, Console().width))
+    print_picks(picks, prov, console)
+    print_plan(plan, "table")
+    err = Console(stderr=True)
+    say = say or (lambda s: err.print(s, highlight=False, soft_wrap=True))
+    for n in notes:
+        say(f"note: {n}")
+    if dry_run:
+        say(f"dry run: nothing written (would write {out}, {len(plan.jobs)} jobs)")
+        return None
+    written = write_validation(plan, prov, out)
+    say(f"{'wrote' if written else 'unchanged (same validation already there)'}: {out}  ({len(plan.jobs)} jobs)")
+    say(f"next: race run --sweep-dir {out}   then: race report {out}")
+    sys.stdout.flush()
+    return out

@@ -1,0 +1,342 @@
+"""`race validate` and the validation report, on synthetic pilot/validation pairs with a known outcome.
+
+The pilot (tests/report_fixtures.py) has five regimes whose true accuracies are 0.1 apart, so
+its order is certain: G=8 μ=2 (0.70) > G=4 μ=2 (0.60) > G=8 μ=1 (0.50) > G=4 μ=4 (0.40) >
+G=16 μ=1 (0.30). `race validate --top 3` therefore picks the first three plus G=16 μ=1 as the
+control. The validation's outcome is then written into the planned job folders with chosen true
+accuracies (again 0.1 apart), which fixes every verdict and rank correlation by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from race_cli.errors import RaceError
+from race_cli.io import dumps
+from race_cli.report import validation as V
+from race_cli.report.command import run_report
+from race_cli.validate import build_validation, validate_main
+from report_fixtures import DEFAULT_CONDITION, Regime, build_sweep, simulate_scores, write_job
+
+REPO = Path(__file__).resolve().parents[1]
+RULE = DEFAULT_CONDITION  # tiny-s, 1e12 FLOPs, rule reward, arithmetic
+PRM = dict(DEFAULT_CONDITION, reward="prm")
+REGIMES = {"G=16 μ=1": Regime(16, 1, 0.08), "G=8 μ=1": Regime(8, 1, 0.14), "G=8 μ=2": Regime(8, 2, 0.25),
+           "G=4 μ=2": Regime(4, 2, 0.40), "G=4 μ=4": Regime(4, 4, 0.60)}
+PILOT_TRUTH = {0.25: 0.70, 0.40: 0.60, 0.14: 0.50, 0.60: 0.40, 0.08: 0.30}  # p -> accuracy
+NOISE = dict(n_items=600, item_sd=0.1, seed_sd=0.02)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(file=StringIO(), width=200)
+
+
+def make_pilot(root: Path, conditions=(RULE,)) -> Path:
+    """A finished pilot with its report written (report/report.json), as `race report` leaves it."""
+    pilot = build_sweep(root, acc=lambda p, cond: PILOT_TRUTH[p], conditions=list(conditions), **NOISE)
+    run_report([pilot], plots=False, bootstrap=300, console=_console())
+    return pilot
+
+
+def run_validation(val: Path, truth: dict[str, dict[str, float]], only: set[str] | None = None,
+                   rng_seed: int = 5, skip: frozenset[str] = frozenset()) -> None:
+    """Stand in for `race run`: write each planned job's results with the given true accuracies.
+
+    truth: pilot condition's reward -> {regime label: accuracy}. Jobs of conditions not in
+    `only` (when given), and jobs of the regimes in `skip`, stay pending.
+    """
+    prov = json.loads((val / V.PROVENANCE).read_text())
+    rng = np.random.default_rng(rng_seed)
+    for cond in prov["conditions"]:
+        reward = cond["values"]["reward"]
+        if only is not None and reward not in only:
+            continue
+        vcond = dict(cond["values"], budget_flops=cond["budget"])
+        regs = [v["regime"] for v in cond["validated"]]
+        n_seeds = len(cond["validated"][0]["job_ids"])
+        which, scores = simulate_scores([truth[reward][r] for r in regs], n_seeds, rng=rng, **NOISE)
+        jids = [j for v in cond["validated"] for j in v["job_ids"]]  # regime-major, like `which`
+        for jid, r, s in zip(jids, which, scores):
+            if regs[r] in skip:
+                continue
+            tmp = val / "tmp-jobs"
+            made = write_job(tmp, vcond, REGIMES[regs[r]], 0, s, rng)
+            for f in (tmp / made).iterdir():
+                if f.name != ".hydra":
+                    shutil.move(str(f), val / "jobs" / jid / f.name)
+            shutil.rmtree(tmp)
+
+
+@pytest.fixture(scope="module")
+def pilot(tmp_path_factory) -> Path:
+    return make_pilot(tmp_path_factory.mktemp("p") / "pilot", conditions=(RULE, PRM))
+
+
+# --- the pure parts -------------------------------------------------------------------------
+
+
+def test_spearman_by_hand():
+    # no ties: ρ = 1 - 6Σd²/(n(n²-1)); one swapped pair of 4: Σd² = 2 -> 1 - 12/60 = 0.8
+    assert V.spearman(np.array([1, 2, 3, 4]), np.array([10, 30, 20, 40])) == pytest.approx(0.8)
+    assert V.spearman(np.array([1, 2, 3]), np.array([3, 2, 1])) == pytest.approx(-1.0)
+    # ties share the average rank: obs ranks (1.5, 1.5, 3) against (1, 2, 3):
+    # centred (-.5, -.5, 1)·(-1, 0, 1) = 1.5, norms √1.5·√2 -> 1.5/√3 = 0.866
+    assert V.spearman(np.array([1, 2, 3]), np.array([5, 5, 9])) == pytest.approx(1.5 / np.sqrt(3))
+    rows = V.spearman(np.array([1, 2, 3, 4]), np.array([[1, 2, 3, 4], [4, 3, 2, 1], [7, 7, 7, 7]]))
+    assert rows[:2] == pytest.approx([1.0, -1.0]) and np.isnan(rows[2])  # constant: no order
+
+
+def test_verdict_rules():
+    import pandas as pd
+
+    stats = pd.DataFrame({"regime": ["a", "b", "c"], "is_best": [True, False, False],
+                          "tied_best": [True, True, False]})
+    assert V.verdict("a", stats) == V.HELD
+    assert V.verdict("b", stats) == V.HELD_TIED
+    assert V.verdict("c", stats) == V.NOT_HELD
+    assert V.verdict("d", stats) == V.PENDING  # no finished validation job of the pilot's best
+
+
+def test_provenance_round_trip(tmp_path):
+    prov = {"target": "accuracy", "pilot": {"sweep": "/x"}, "conditions": [{"condition": "c", "x": [1.5, None]}],
+            "jobs": {"G8_s1": {"condition": "c", "regime": "G=8", "role": "pilot best"}}}
+    V.write_provenance(tmp_path, prov)
+    assert V.read_provenance(tmp_path) == {"kind": V.KIND, "version": V.VERSION, **prov}
+    assert not list(tmp_path.glob(".*.tmp"))  # the atomic write left no temp file
+    assert V.read_provenance(tmp_path / "nothing-here") is None  # an ordinary sweep
+    (tmp_path / V.PROVENANCE).write_text('{"kind": "race-validation", "conditions": [')
+    with pytest.raises(RaceError, match="unreadable"):
+        V.read_provenance(tmp_path)
+    (tmp_path / V.PROVENANCE).write_text('{"kind": "something-else"}')
+    with pytest.raises(RaceError, match="not a race validation provenance"):
+        V.read_provenance(tmp_path)
+
+
+# --- race validate ---------------------------------------------------------------------------
+
+
+def test_validate_writes_the_chosen_regimes_at_the_new_budget_with_provenance(pilot, tmp_path, capsys):
+    out = validate_main(pilot, scale=2, seeds=2, top=3, out=tmp_path / "val")
+    shown = capsys.readouterr()
+    assert "race plan: grid 'validate', 16 jobs" in shown.out  # previewed like race plan
+    assert "wrote" in shown.err
+    prov = V.read_provenance(out)
+    # the same provenance comes back from disk as build_validation made it (NaN -> null)
+    _, made, _, _ = build_validation(pilot, scale=2, seeds=2, top=3)
+    assert {k: v for k, v in prov.items() if k not in ("created", "kind", "version")} == \
+        {k: v for k, v in json.loads(dumps(made)).items() if k != "created"}
+    assert prov["pilot"]["sweep"] == str(pilot.resolve()) and prov["target"] == "accuracy"
+    for cond in prov["conditions"]:
+        assert [(v["regime"], v["role"]) for v in cond["validated"]] == [
+            ("G=8 μ=2", "pilot best"), ("G=4 μ=2", "top K"), ("G=8 μ=1", "top K"), ("G=16 μ=1", "control")]
+        assert [r["regime"] for r in cond["predicted_order"]] == ["G=8 μ=2", "G=4 μ=2", "G=8 μ=1", "G=4 μ=4",
+                                                                 "G=16 μ=1"]
+        rec = cond["recommendation"]
+        assert rec["best_regime"] == "G=8 μ=2" and rec["best_ci_lo"] < 0.70 < rec["best_ci_hi"]
+        assert cond["budget"] == 2e12
+        # the pilot's gain over its start (0.30 in the fixture) per FLOP: 0.40 / (0.90..0.99 × 1e12)
+        assert 0.36 / 0.99e12 < cond["predicted_order"][0]["gain_per_flop"] < 0.44 / 0.90e12
+    plan = {r["job_id"]: r for r in json.loads((out / "plan.json").read_text())}
+    assert len(plan) == 16 and set(prov["jobs"]) == set(plan)  # 2 conditions × 4 regimes × 2 seeds
+    for jid, row in plan.items():
+        assert row["seed"] in (3, 4)  # fresh seeds: the pilot used 0, 1, 2
+        assert row["budget_flops"] == 2e12
+        # the free knob T solved as race plan does: the largest T whose planned total fits the budget
+        per_it = row["planned_flops_total"] / row["iterations"]
+        assert row["planned_flops_total"] <= 2e12 < per_it * (row["iterations"] + 1)
+        cfg = (out / "jobs" / jid / ".hydra" / "config.yaml").read_text()
+        assert "flops: 2000000000000.0" in cfg
+        assert json.loads((out / "jobs" / jid / "status.json").read_text())["state"] == "pending"
+    tag = prov["jobs"]
+    g4 = [j for j in plan if tag[j]["regime"] == "G=4 μ=2" and tag[j]["condition"].endswith("reward=prm task=arithmetic")]
+    assert {(plan[j]["group_size"], plan[j]["updates_per_batch"], plan[j]["reward"]) for j in g4} == {(4, 2, "prm:tiny-prm")}
+    # `race run --sweep-dir` reads it like any sweep
+    from race_cli.pool.command import read_plan_rows
+
+    assert set(read_plan_rows(out)) == set(plan)
+    # the same command again finds it unchanged and keeps the stored prediction
+    before = (out / V.PROVENANCE).read_text()
+    validate_main(pilot, scale=2, seeds=2, top=3, out=out)
+    assert "unchanged" in capsys.readouterr().err and (out / V.PROVENANCE).read_text() == before
+
+
+def test_default_selection_is_the_recommendation_plus_the_control(pilot):
+    plan, prov, picks, _ = build_validation(pilot, budget=3e12, seeds=1)
+    for cond in prov["conditions"]:
+        validate = [s.strip() for s in cond["recommendation"]["validate"].split(";")]
+        roles = [(v["regime"], v["role"]) for v in cond["validated"]]
+        assert roles[0] == ("G=8 μ=2", "pilot best") and roles[-1] == ("G=16 μ=1", "control")
+        assert [r for r, _ in roles[:-1]] == [v.split(" (")[0] for v in validate]
+    assert {j.config["budget"]["flops"] for j in plan.jobs} == {3e12}
+    assert {j.config["seed"] for j in plan.jobs} == {3}
+
+
+# --- the validation report: known outcomes --------------------------------------------------
+
+
+def test_report_of_a_validation_gives_the_known_verdicts_and_correlations(pilot, tmp_path):
+    val = validate_main(pilot, scale=2, seeds=2, top=3, out=tmp_path / "val")
+    # rule: the pilot's order holds exactly (ranks 1 2 3 4 -> ρ = 1). prm: the pilot's best drops to
+    # third: observed ranks of (G8μ2, G4μ2, G8μ1, G16μ1) = (3, 1, 2, 4), d = (-2, 1, 1, 0), Σd² = 6,
+    # ρ = 1 - 6·6/(4·15) = 0.4; G=4 μ=2 beats G=8 μ=2 by 0.2 (≈ 7 standard errors): did not hold.
+    truth = {"rule": {"G=8 μ=2": 0.65, "G=4 μ=2": 0.55, "G=8 μ=1": 0.45, "G=16 μ=1": 0.35},
+             "prm": {"G=8 μ=2": 0.45, "G=4 μ=2": 0.65, "G=8 μ=1": 0.55, "G=16 μ=1": 0.35}}
+    run_validation(val, truth)
+    console = _console()
+    res = run_report([val], plots=False, bootstrap=400, console=console)["validation"]
+    by = {c["condition"].split("reward=")[1].split()[0]: c for c in res["conditions"]}
+    rule, prm = by["rule"], by["prm"]
+    assert rule["verdict"] == V.HELD and rule["val_best"] == "G=8 μ=2"
+    assert rule["spearman"] == pytest.approx(1.0) and rule["spearman_lo"] == pytest.approx(1.0)
+    assert prm["verdict"] == V.NOT_HELD and prm["val_best"] == "G=4 μ=2"
+    assert prm["spearman"] == pytest.approx(0.4)
+    assert prm["spearman_lo"] <= 0.4 <= prm["spearman_hi"]
+    assert not prm.get("control_not_below") and not rule.get("control_not_below")
+    # realised gain per FLOP: (0.65 - 0.30) / (0.90..0.99 × 2e12) against the pilot's 0.40 / ~1e12
+    assert 0.31 / 0.99 / 2e12 < rule["best_val_gain_per_flop"] < 0.39 / 0.90 / 2e12
+    assert rule["best_val_gain_per_flop"] < rule["best_pilot_gain_per_flop"]
+    assert rule["sentence"].startswith("Held: the pilot's best, G=8 μ=2, is best again at 2e+12 FLOPs")
+    assert prm["sentence"].startswith("Did not hold: G=4 μ=2")
+    assert "ρ = +1.00 [1.00, 1.00] over 4 regimes" in rule["sentence"]
+    assert res["summary"].startswith("The pilot's call held in 1 of 2 condition(s) (50%: 1 best again, 0 ≈ best)")
+    assert "diagnostic" in res["summary"]
+    text = console.file.getvalue()
+    assert "did the pilot's call hold?" in text and "Did not hold: G=4 μ=2" in text
+    out = val / "report"
+    md = (out / "validation.md").read_text()
+    assert "Held: the pilot's best" in md and "The pilot's call held in 1 of 2" in md
+    regs = json.loads((out / "validation.json").read_text())["regimes"]
+    assert len(regs) == 8 and {r["role"] for r in regs} == {"pilot best", "top K", "control"}
+    assert (out / "validation.csv").read_text().count("\n") == 3  # header + 2 conditions
+
+
+def test_a_reversed_order_and_a_pending_condition(pilot, tmp_path):
+    val = validate_main(pilot, scale=2, seeds=2, top=3, out=tmp_path / "val")
+    # rule reversed: the control comes out best, ρ = -1; prm's jobs never ran: pending.
+    run_validation(val, {"rule": {"G=8 μ=2": 0.35, "G=4 μ=2": 0.45, "G=8 μ=1": 0.55, "G=16 μ=1": 0.65}},
+                   only={"rule"})
+    res = run_report([val], plots=False, bootstrap=300, console=_console())["validation"]
+    by = {c["condition"].split("reward=")[1].split()[0]: c for c in res["conditions"]}
+    rule, prm = by["rule"], by["prm"]
+    assert rule["verdict"] == V.NOT_HELD and rule["val_best"] == "G=16 μ=1"
+    assert rule["spearman"] == pytest.approx(-1.0) and rule["control_not_below"]
+    assert "The control (G=16 μ=1, the pilot's lowest-ranked) did not fall below" in rule["sentence"]
+    assert prm["verdict"] == V.PENDING and prm["n_done"] == 0 and prm["n_jobs"] == 8
+    assert res["summary"].startswith("The pilot's call held in 0 of 1 condition(s) (0%")
+    assert "1 condition(s) pending" in res["summary"]
+
+
+def test_an_indistinguishable_best_counts_as_held(tmp_path):
+    pilot = make_pilot(tmp_path / "pilot")
+    val = validate_main(pilot, scale=2, seeds=2, top=2, out=tmp_path / "val")
+    # G=4 μ=2 truly 0.005 above the pilot's best: far inside the noise (se of a gap ≈ 0.02)
+    run_validation(val, {"rule": {"G=8 μ=2": 0.60, "G=4 μ=2": 0.605, "G=16 μ=1": 0.30}})
+    res = run_report([val], plots=False, bootstrap=300, console=_console())["validation"]
+    (c,) = res["conditions"]
+    assert c["verdict"] in (V.HELD, V.HELD_TIED)
+    assert res["summary"].startswith("The pilot's call held in 1 of 1")
+
+
+def test_one_finished_regime_is_not_yet_a_verdict(tmp_path):
+    pilot = make_pilot(tmp_path / "pilot")
+    val = validate_main(pilot, scale=2, seeds=2, out=tmp_path / "val")
+    run_validation(val, {"rule": {"G=8 μ=2": 0.60, "G=16 μ=1": 0.30}}, skip=frozenset({"G=16 μ=1"}))
+    res = run_report([val], plots=False, bootstrap=200, console=_console())["validation"]
+    (c,) = res["conditions"]
+    assert c["verdict"] == V.PENDING and c["n_done"] == 2 and c["n_jobs"] == 4
+    assert c["sentence"].startswith("Pending: only G=8 μ=2 has finished validation jobs (2 of 4 jobs done)")
+    assert res["summary"].startswith("No condition can be judged yet (1 pending)")
+
+
+def test_gain_pairs_each_item_with_its_start_when_jobs_keep_both(tmp_path):
+    pilot = make_pilot(tmp_path / "pilot")
+    val = validate_main(pilot, scale=2, seeds=2, out=tmp_path / "val")
+    run_validation(val, {"rule": {"G=8 μ=2": 0.60, "G=16 μ=1": 0.30}})
+    # every item wrong at the start: the per-item gain is the final score, so gain = final accuracy
+    for summary in val.glob("jobs/*/summary.json"):
+        s = json.loads(summary.read_text())
+        ids = s["eval_items"]["accuracy"]["ids"]
+        s["eval_initial"] = {"accuracy": 0.0}
+        s["eval_items_initial"] = {"accuracy": {"ids": ids, "scores": [0] * len(ids)}}
+        summary.write_text(json.dumps(s))
+    res = run_report([val], plots=False, bootstrap=300, console=_console())["validation"]
+    (c,) = res["conditions"]
+    assert c["best_val_gain"] == pytest.approx(c["best_val_mean"])
+    regs = res["regimes"].set_index("regime")
+    assert regs.loc["G=8 μ=2", "val_gain_ci_lo"] == pytest.approx(regs.loc["G=8 μ=2", "val_ci_lo"], abs=0.02)
+
+
+def test_an_ordinary_sweep_has_no_validation_section(pilot):
+    assert run_report([pilot], plots=False, bootstrap=200, console=_console())["validation"] is None
+
+
+# --- refusals: one clear message, exit 2, nothing written -------------------------------------
+
+
+def _no_report(t: Path) -> Path:
+    return build_sweep(t / "p", regimes=[Regime(4, 1, 0.3)], seeds=(0,), n_items=10)
+
+
+def _no_recommendation(t: Path) -> Path:
+    p = make_pilot(t / "p")
+    doc = json.loads((p / "report" / "report.json").read_text())
+    doc["recommendations"] = []
+    (p / "report" / "report.json").write_text(json.dumps(doc))
+    return p
+
+
+@pytest.mark.parametrize("make, kw, words", [
+    (_no_report, {}, "has no report"),
+    (_no_recommendation, {}, "has no recommendation"),
+    (lambda t: t, {}, "not a sweep folder"),
+    (make_pilot, {"budget": 1e12, "scale": 2.0}, "--budget and --scale both given"),
+    (make_pilot, {"seeds": 0}, "--seeds 0"),
+    (make_pilot, {"target": "math500"}, "no recommendation for target 'math500'"),
+    (lambda t: make_pilot(t / "p", conditions=(RULE, dict(RULE, budget_flops=2e12))), {"budget": 4e12},
+     "ran at several budgets"),
+])
+def test_refusals(tmp_path, make, kw, words):
+    pilot = make(tmp_path / "in")
+    out = tmp_path / "val"
+    with pytest.raises(RaceError) as e:
+        validate_main(pilot, out=out, **kw)
+    assert words in str(e.value)
+    assert not out.exists() and not list(tmp_path.glob(".val.*"))
+
+
+def test_a_folder_holding_another_plan_is_refused_and_kept(pilot, tmp_path, capsys):
+    out = validate_main(pilot, scale=2, seeds=1, out=tmp_path / "val")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    with pytest.raises(RaceError, match="already holds a different plan"):
+        validate_main(pilot, scale=2, seeds=2, out=out)
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_cli_refuses_with_exit_2_and_validates_without_torch(tmp_path):
+    bare = _no_report(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "race_cli", "validate", str(bare)], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "has no report" in r.stderr and f"race report {bare}" in r.stderr
+    pilot = make_pilot(tmp_path / "pilot")
+    code = ("import sys; from race_cli.cli import app; from typer.testing import CliRunner; "
+            f"r = CliRunner().invoke(app, ['validate', {str(pilot)!r}, '--scale', '2', '--seeds', '1', "
+            f"'--out', {str(tmp_path / 'v')!r}]); "
+            "heavy = [m for m in ('torch', 'transformers', 'peft', 'matplotlib') if m in sys.modules]; "
+            "print('EXIT', r.exit_code, 'HEAVY', heavy); print(r.output[-2000:])")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert "EXIT 0 HEAVY []" in r.stdout, r.stdout + r.stderr
+    assert (tmp_path / "v" / V.PROVENANCE).is_file()
+    r = subprocess.run([sys.executable, "-m", "race_cli", "validate", str(pilot), "--dry-run"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "dry run: nothing written" in r.stderr
+    assert not any(p.name.startswith("pilot-validate") for p in tmp_path.iterdir())
