@@ -34,24 +34,25 @@ from race_cli.ledger import Arch, Flops, Lora, iteration_flops
 
 PHASES = ("rollout", "update", "reward")  # the three phases charged to the budget
 SHARE_NAMES = {"rollout": "search", "update": "learning", "reward": "feedback"}  # phase -> share name
-BACKENDS = ("hf", "vllm")
+BACKENDS = ("hf", "lean", "vllm")
 
 
 # --- choices the plan and the job must make alike ------------------------------------------------
 
 
 def resolve_backend(requested: str, *, on_gpu: bool, vllm_installed: bool) -> str:
-    """The rollout backend a job samples with: `auto` -> vllm on a GPU with vLLM installed, else hf.
+    """The rollout backend a job samples with: `auto` -> vllm on a GPU with vLLM installed, else lean.
 
-    `hf` and `vllm` are taken as given (whether vLLM can run is checked when the job builds
-    it). The backend decides the rollout's cost: vLLM prefills each prompt once per group
-    and runs unpadded kernels, HF `generate` pads and prefills every row.
+    `hf`, `lean` and `vllm` are taken as given (whether vLLM can run is checked when the job
+    builds it). The backend decides the rollout's cost: lean (engine/sampler.py) and vLLM
+    prefill each prompt once per group, vLLM runs unpadded kernels, HF `generate` pads and
+    prefills every row.
     """
     if requested == "auto":
-        return "vllm" if (on_gpu and vllm_installed) else "hf"
+        return "vllm" if (on_gpu and vllm_installed) else "lean"
     if requested in BACKENDS:
         return requested
-    raise RaceError(f"rollout.backend={requested!r} is unknown: expected auto, hf or vllm.")
+    raise RaceError(f"rollout.backend={requested!r} is unknown: expected auto, hf, lean or vllm.")
 
 
 def reward_name(cfg: Mapping) -> str:
@@ -85,7 +86,8 @@ class IterationSpec:
     updates_per_batch: int  # mu
     beta: float  # > 0 adds the reference forward
     grad_checkpointing: bool
-    share_prefix: bool  # the backend prefills a group's prompt once (vLLM)
+    share_prefix: bool  # the backend prefills a group's prompt once (lean, vLLM)
+    padded: bool  # its kernels run on padded rows (HF, lean; not vLLM): the executed convention
     reward: Arch | None  # None = rule reward (0 FLOPs)
     reward_head: str  # classifier | token
     prompt_tokens: float  # planned mean prompt length
@@ -100,7 +102,7 @@ class IterationSpec:
             prompt_len=self.prompt_tokens if prompt_len is None else prompt_len,
             completion_len=self.completion_tokens if completion_len is None else completion_len,
             updates_per_batch=self.updates_per_batch, lora=self.lora, beta=self.beta,
-            grad_checkpointing=self.grad_checkpointing, share_prefix=self.share_prefix,
+            grad_checkpointing=self.grad_checkpointing, share_prefix=self.share_prefix, padded=self.padded,
             reward=self.reward, reward_head=self.reward_head)
 
     def worst_case(self, prompts: int, longest_prompt: float) -> float:
@@ -111,13 +113,13 @@ class IterationSpec:
 def iteration_spec(cfg: Mapping, backend: str) -> IterationSpec:
     """The iteration of a composed config (plain dict) sampled with `backend` (hf | vllm, see resolve_backend)."""
     if backend not in BACKENDS:
-        raise RaceError(f"backend {backend!r} is not resolved: expected hf or vllm (resolve_backend turns auto into one).")
+        raise RaceError(f"backend {backend!r} is not resolved: expected hf, lean or vllm (resolve_backend turns auto into one).")
     g, lc, r = cfg["grpo"], cfg["lora"], cfg["reward"]
     lora = Lora(r=lc["r"], target_modules=tuple(lc["target_modules"])) if lc["enabled"] else None
     return IterationSpec(
         policy=Arch.from_config(cfg["model"]["arch"]), lora=lora, prompts=g["prompts_per_iter"],
         group_size=g["group_size"], updates_per_batch=g["updates_per_batch"], beta=g["beta"],
-        grad_checkpointing=g["grad_checkpointing"], share_prefix=backend == "vllm",
+        grad_checkpointing=g["grad_checkpointing"], share_prefix=backend in ("lean", "vllm"), padded=backend != "vllm",
         reward=Arch.from_config(r["model"]["arch"]) if r["type"] == "prm" else None, reward_head=reward_head(cfg),
         prompt_tokens=float(cfg["task"]["prompt_tokens"]), completion_tokens=completion_estimate(cfg),
         max_new_tokens=int(cfg["rollout"]["max_new_tokens"]))

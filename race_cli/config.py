@@ -66,7 +66,7 @@ class GrpoConf:
 
 @dataclass
 class RolloutConf:
-    backend: str = "auto"  # auto | hf | vllm (auto: vllm when installed and on GPU, else hf)
+    backend: str = "auto"  # auto | lean | hf | vllm (auto: vllm when installed and on GPU, else lean)
     max_new_tokens: int = 48  # completion cap, tokens
     temperature: float = 1.0
     top_p: float = 1.0
@@ -183,7 +183,7 @@ def register_schema() -> None:
 # --- range checks the type system cannot express -------------------------------------------------
 
 CHOICES = {
-    "rollout.backend": ("auto", "hf", "vllm"),
+    "rollout.backend": ("auto", "lean", "hf", "vllm"),
     "reward.type": ("rule", "prm"),
     "reward.aggregate": ("min", "prod", "last", "mean"),
     "grpo.loss_agg": ("token", "sequence"),

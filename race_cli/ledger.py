@@ -381,7 +381,8 @@ def generate_flops(arch: Arch, prompt_lens: Sequence[int], completion_lens: Sequ
     left-padded to the longest prompt P, prefill over P tokens with the full P^2 matrix and
     logits at one position per row (`logits_to_keep=1`), then S-1 decode steps for EVERY row,
     step k attending the whole cache P+k, where S is the longest completion or
-    `max_new_tokens` when given (generation ran to the cap for every row). `padded=False`
+    `max_new_tokens` when given (generation ran to the cap for every row); with share_prefix=G
+    and `padded=True` (the lean backend) only one row per group is prefilled. `padded=False`
     (unpadded, causal kernels, vLLM-like): executed = model.
     """
     plens = _lengths("prompt_lens", prompt_lens)
@@ -422,7 +423,7 @@ def generate_flops(arch: Arch, prompt_lens: Sequence[int], completion_lens: Sequ
     rows, P = len(plens), max(plens)
     S = max(clens) if max_new_tokens is None else max_new_tokens
     steps = max(S - 1, 0)
-    executed = rows * (per_token * P + attn * P * P + head)  # prefill, full matrix
+    executed = (rows // share_prefix) * (per_token * P + attn * P * P + head)  # prefill, full matrix
     executed += rows * ((per_token + head) * steps + attn * (steps * P + _causal_pairs(steps)))
     return Flops(model, executed)
 
@@ -461,6 +462,7 @@ def reward_model_flops(arch: Arch, seq_lens: Sequence[int], *, padded_len: int |
 def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: float,
                     completion_len: float, updates_per_batch: int, lora: Lora | None,
                     beta: float = 0.0, grad_checkpointing: bool = False, share_prefix: bool = False,
+                    padded: bool | None = None,
                     reward: Arch | None = None, reward_head: str = "classifier") -> dict[str, Flops]:
     """Planning estimate of ONE GRPO iteration from mean lengths: {"rollout", "update", "reward"}.
 
@@ -469,11 +471,11 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
     the engine runs per iteration, with n = prompts * group_size sequences of prompt+completion:
 
     - rollout: one sampling call over n sequences (`generate_flops`); with `share_prefix` the
-      backend (vLLM) prefills each prompt once per group and runs unpadded kernels, otherwise
-      HF `generate` pads and prefills every row.
-    - update: `updates_per_batch` train steps over the n sequences; plus one no-grad forward of
-      the policy for the old log-probs when updates_per_batch > 1 (with a single pass the old
-      log-probs are the current ones, detached); plus one no-grad reference forward when
+      backend (lean, vLLM) prefills each prompt once per group, otherwise HF `generate`
+      prefills every row; `padded` (default: not share_prefix) says whether the executed figure
+      counts padded kernels (HF, lean) or unpadded ones (vLLM).
+    - update: `updates_per_batch` train steps over the n sequences (the old policy's log-probs
+      are the first pass's own, detached: no extra forward); plus one no-grad reference forward when
       beta > 0 (LoRA: the base with adapters disabled; full FT: a frozen copy). The loss needs
       logits only at the completion positions (model convention: completion_len positions per
       sequence); the executed figure assumes logits at every position, as HF's forward does.
@@ -495,15 +497,14 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
 
     n, p, c = prompts * group_size, float(prompt_len), float(completion_len)
     one_group = generate_flops(policy, [p] * group_size, [c] * group_size, lora=lora,
-                               share_prefix=group_size if share_prefix else 1, padded=not share_prefix)
+                               share_prefix=group_size if share_prefix else 1,
+                               padded=(not share_prefix) if padded is None else padded)
     rollout = one_group * prompts
 
     s = p + c
     step = train_step_flops(policy, [s], lora=lora, grad_checkpointing=grad_checkpointing,
                             logit_positions=c)
     update = step * (updates_per_batch * n)
-    if updates_per_batch > 1:  # old-policy log-probs
-        update = update + forward_flops(policy, [s], logit_positions=c, lora=lora) * n
     if beta > 0:  # reference log-probs: the frozen base
         update = update + forward_flops(policy, [s], logit_positions=c) * n
 

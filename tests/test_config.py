@@ -37,7 +37,7 @@ def test_model_groups_carry_real_qwen_shapes():
     ("grpo.group_sise=4", "Did you mean 'grpo.group_size'"),
     ("model=tiny-x", "Available: qwen2.5-0.5b"),
     ("+grpo.foo=1", "Unknown config key 'grpo.foo'"),
-    ("rollout.backend=tgi", "rollout.backend='tgi' is not one of auto, hf, vllm"),
+    ("rollout.backend=tgi", "rollout.backend='tgi' is not one of auto, lean, hf, vllm"),
     ("rollout.top_p=1.5", "rollout.top_p=1.5 is out of range"),
     # vLLM's LoRAConfig accepts max_lora_rank in (8, 16, 32, 64, ...): 12 would crash it at start-up
     ("rollout.backend=vllm lora.r=12", "lora.r=12 is not a rank vLLM accepts"),

@@ -113,6 +113,12 @@ def test_prefix_sharing_pays_one_prefill_per_group():
     alone = generate_flops(TINY_S, [5] * 4, [4] * 4)
     assert alone.model - shared.model == 3 * 777856
     assert shared.model == 777856 + 4 * 551808
+    # the lean backend: shared AND padded; with equal lengths its executed prefill is one padded
+    # prefill (full 5x5 matrix: 25 pairs instead of 15) and its decode is HF's padded decode
+    lean = generate_flops(TINY_S, [5] * 4, [4] * 4, share_prefix=4, padded=True)
+    assert lean.model == shared.model
+    # padded prefill of 5 tokens = model prefill 777856 + 10 more pairs x 512 (PAIR) = 782976; 3 fewer rows
+    assert alone.executed - lean.executed == 3 * 782976
 
 
 def test_iteration_update_scales_with_mu_and_beta():
@@ -121,9 +127,9 @@ def test_iteration_update_scales_with_mu_and_beta():
     kw = dict(prompts=1, group_size=1, prompt_len=5, completion_len=4, lora=None)
     fwd, step = 1481728, 3 * 1481728
     assert iteration_flops(TINY_S, updates_per_batch=1, **kw)["update"].model == step
-    # mu=2: two steps plus the old-policy log-prob forward
-    assert iteration_flops(TINY_S, updates_per_batch=2, **kw)["update"].model == 2 * step + fwd
-    assert iteration_flops(TINY_S, updates_per_batch=3, **kw)["update"].model == 3 * step + fwd
+    # mu=2, 3: two, three steps; the old policy's log-probs are the first pass's own (no extra forward)
+    assert iteration_flops(TINY_S, updates_per_batch=2, **kw)["update"].model == 2 * step
+    assert iteration_flops(TINY_S, updates_per_batch=3, **kw)["update"].model == 3 * step
     # beta > 0 adds the reference forward
     with_ref = iteration_flops(TINY_S, updates_per_batch=1, beta=0.04, **kw)["update"].model
     assert with_ref == step + fwd

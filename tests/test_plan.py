@@ -96,14 +96,18 @@ def test_solver_matches_a_hand_count():
     assert job.row()["planned_flops_total"] == pytest.approx((full + b / 8) * per_it, rel=1e-12)
     assert job.row()["planned_flops_total"] <= 1.1e11
     # the rollout phase by hand, tiny-s (d=64, L=2, h=4, kv=2, f=128, V=257), B*G=64 sequences,
-    # prompt 40 + completion 33 tokens (conf/config.yaml), LoRA r=16 on all 7 projections, no prefix sharing:
+    # prompt 40 + completion 33 tokens (conf/config.yaml), LoRA r=16 on all 7 projections:
     d, L, f, V, r = 64, 2, 128, 257, 16
     n_body = L * (d * (64 + 2 * 32) + 64 * d + 3 * d * f)  # q + k,v (2 kv heads x 16) + o + mlp
     lora = L * 2 * r * ((d + 64) + 2 * (d + 32) + (64 + d) + 2 * (d + f) + (f + d))  # 2r(in+out) per matrix
     prefill = 40 * (2 * n_body + lora) + 4 * L * 4 * 16 * (40 * 41 / 2) + 2 * d * V  # logits at last prompt pos
     decode = sum(2 * n_body + lora + 4 * L * 4 * 16 * t + 2 * d * V for t in range(41, 41 + 32))
     # 33 sampled tokens = prefill's logits + 32 decode forwards (the last token is never fed back)
-    assert job.per_iteration["rollout"].model == pytest.approx(64 * (prefill + decode), rel=1e-9)
+    # rollout.backend=auto (lean without vLLM): one prefill per prompt (B=8) shared by its G=8 rows
+    assert job.per_iteration["rollout"].model == pytest.approx(8 * prefill + 64 * decode, rel=1e-9)
+    # rollout.backend=hf: every one of the 64 rows prefilled
+    (hf,) = build_plan(["grid=none", "model=tiny-s", "budget.flops=1e11", "rollout.backend=hf"]).jobs
+    assert hf.per_iteration["rollout"].model == pytest.approx(64 * (prefill + decode), rel=1e-9)
 
 
 def test_job_ids_are_readable_and_safe():

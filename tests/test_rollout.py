@@ -32,11 +32,11 @@ def backend(model, **kw):
 PROMPTS = [list(b"Q: 1+2="), list(b"Q: 10+20-3=")]  # 7 and 11 tokens
 
 
-def test_auto_picks_hf_without_vllm_or_gpu():
-    assert choose_backend("auto", "cpu", vllm_installed=True) == "hf"
-    assert choose_backend("auto", "cuda:0", vllm_installed=False) == "hf"
+def test_auto_picks_lean_without_vllm_or_gpu():
+    assert choose_backend("auto", "cpu", vllm_installed=True) == "lean"
+    assert choose_backend("auto", "cuda:0", vllm_installed=False) == "lean"
     assert choose_backend("auto", "cuda:0", vllm_installed=True) == "vllm"
-    assert choose_backend("auto", "cpu") == "hf"  # this machine: no GPU
+    assert choose_backend("auto", "cpu") == "lean"  # this machine: no GPU
     assert choose_backend("hf", "cuda:0", vllm_installed=True) == "hf"
     with pytest.raises(RaceError, match="needs a CUDA device"):
         choose_backend("vllm", "cpu", vllm_installed=True)

@@ -173,11 +173,15 @@ class Job:
 
     # --- one GRPO iteration ----------------------------------------------------------------
 
-    def _logprobs(self, model: Any, ids, attn, comp, rows: slice, C: int):
-        return completion_logprobs(model, ids[rows], attn[rows], comp[rows], self.cfg.rollout.temperature)
-
     def update(self, ro: Any, advantages) -> dict:
-        """mu clipped-GRPO passes over the rollout batch; returns loss stats and the FLOPs that ran."""
+        """mu clipped-GRPO passes over the rollout batch; returns loss stats and the FLOPs that ran.
+
+        No forward the math does not need: the old policy's log-probs are the first pass's own,
+        detached (before any optimizer step the current policy IS the old one), so mu > 1 costs
+        mu train steps and nothing more; the reference forward runs once (beta > 0). Each
+        micro-batch is cut to its own longest prompt and completion, so it runs no padding
+        columns that only other micro-batches need.
+        """
         import torch
 
         g, model, dev = self.cfg.grpo, self.policy.model, self.device
@@ -189,42 +193,47 @@ class Job:
         N, C, P = comp.size(0), comp.size(1), ro.prompt_ids.size(1)
         mb = min(self.micro_batch, N)
         chunks = [slice(s, min(N, s + mb)) for s in range(0, N, mb)]
+        # per micro-batch: (rows, longest prompt p_s, longest completion c_s); columns P-p_s .. P+c_s-1 run
+        cuts = [(s, max(ro.prompt_lens[s]), max(max(ro.completion_lens[s]), 1)) for s in chunks]
         total_tokens = float(mask.sum().item())
         seq = [p + c for p, c in zip(ro.prompt_lens, ro.completion_lens)]
-        arch, lora = self.policy.arch, self.policy.lora
+        arch, lora, T = self.policy.arch, self.policy.lora, self.cfg.rollout.temperature
 
-        def shape(s: slice) -> dict:  # the real and padded shapes one micro-batch runs
-            return dict(padded_len=P + C, logit_positions=sum(ro.completion_lens[s]),
-                        executed_logit_positions=(s.stop - s.start) * (C + 1))
+        def logprobs(m: Any, s: slice, p_s: int, c_s: int):  # [n, c_s]
+            cols = slice(P - p_s, P + c_s)
+            return completion_logprobs(m, ids[s, cols], attn[s, cols], comp[s, :c_s], T)
+
+        def shape(s: slice, p_s: int, c_s: int) -> dict:  # the real and padded shapes one micro-batch runs
+            return dict(padded_len=p_s + c_s, logit_positions=sum(ro.completion_lens[s]),
+                        executed_logit_positions=(s.stop - s.start) * (c_s + 1))
 
         flops = Flops()
-        old = ref = None
-        with torch.no_grad():
-            if g.updates_per_batch > 1:  # the old policy's log-probs (mu = 1: the current ones, detached)
-                old = torch.cat([self._logprobs(model, ids, attn, comp, s, C) for s in chunks])
-                flops = flops + sum((forward_flops(arch, seq[s], lora=lora, **shape(s)) for s in chunks), Flops())
-            if g.beta > 0:  # the reference: the base with the adapter disabled (no second copy for LoRA)
+        ref = None
+        if g.beta > 0:  # the reference: the base with the adapter disabled (no second copy for LoRA)
+            with torch.no_grad():
                 if self.ref_model is None:
                     with model.disable_adapter():
-                        ref = torch.cat([self._logprobs(model, ids, attn, comp, s, C) for s in chunks])
+                        ref = [logprobs(model, *cut) for cut in cuts]
                 else:
-                    ref = torch.cat([self._logprobs(self.ref_model, ids, attn, comp, s, C) for s in chunks])
-                flops = flops + sum((forward_flops(arch, seq[s], **shape(s)) for s in chunks), Flops())
+                    ref = [logprobs(self.ref_model, *cut) for cut in cuts]
+            flops = flops + sum((forward_flops(arch, seq[s], **shape(s, p_s, c_s)) for s, p_s, c_s in cuts), Flops())
+        old: list = []  # the first pass's log-probs, detached: the old policy of every pass
         losses, kls, clips = [], [], []
         for _ in range(g.updates_per_batch):
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum, kl_sum, clip_sum = 0.0, 0.0, 0.0
-            for s in chunks:
-                logp = self._logprobs(model, ids, attn, comp, s, C)  # [n, C]
-                out: GrpoLoss = grpo_loss(logp, (old[s] if old is not None else logp.detach()), adv[s], mask[s],
-                                          clip_eps=g.clip_eps, beta=g.beta,
-                                          ref_logp=None if ref is None else ref[s], loss_agg=g.loss_agg,
+            for k, (s, p_s, c_s) in enumerate(cuts):
+                logp = logprobs(model, s, p_s, c_s)  # [n, c_s]
+                if len(old) == k:
+                    old.append(logp.detach())
+                out: GrpoLoss = grpo_loss(logp, old[k], adv[s], mask[s, :c_s], clip_eps=g.clip_eps, beta=g.beta,
+                                          ref_logp=None if ref is None else ref[k], loss_agg=g.loss_agg,
                                           num_tokens=total_tokens, num_seqs=N)
                 if not torch.isfinite(out.loss):
                     raise NanLoss(f"the GRPO loss is {out.loss.item()} at iteration {self.iteration + 1}")
                 out.loss.backward()
                 flops = flops + train_step_flops(arch, seq[s], lora=lora, grad_checkpointing=self.grad_checkpointing,
-                                                 **shape(s))
+                                                 **shape(s, p_s, c_s))
                 loss_sum += out.loss.item()
                 clip_sum += out.clip_frac * out.tokens
                 kl_sum += (out.kl or 0.0) * out.tokens

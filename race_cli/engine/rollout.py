@@ -1,16 +1,20 @@
 """Rollout backends: sample G completions per prompt and say what the sampling cost.
 
-One small interface, two backends (`rollout.backend=auto|hf|vllm`):
+One small interface, three backends (`rollout.backend=auto|lean|hf|vllm`):
 
+- `LeanRollout` (engine/sampler.py): a plain-torch decoder on the training model's own
+  weights; one prefill per prompt shared by its G completions, a preallocated KV cache,
+  sampling exactly softmax(logits / T) with top-p. Charged with share_prefix=G, padded.
 - `HFRollout`: batched `model.generate` on the training model itself (CPU or GPU), prompts
   left-padded, every group's prompt repeated G times, sampling with temperature / top-p
-  (top-k off), stops at EOS. The ledger charges padded HF generation: every row prefilled
-  (share_prefix=1) and decoded until the longest completion (`generate_flops(padded=True)`).
+  (top-k off), stops at EOS. The model's own generation_config (repetition penalty, top-k,
+  n-gram bans, ...) is set aside for the call. The ledger charges padded HF generation: every
+  row prefilled (share_prefix=1) and decoded until the longest completion (`generate_flops(padded=True)`).
 - `VLLMRollout` (GPU boxes, `pip install race-cli[vllm]`): in `race_cli.engine.rollout_vllm`,
   with its lifecycle (sleep around updates, one adapter sync folder per job, a new LoRARequest
   id per update). One prefill per group: charged with share_prefix=G, unpadded.
 
-`choose_backend` resolves `auto`: vLLM only when it is installed and the device is a GPU.
+`choose_backend` resolves `auto`: vLLM when it is installed and the device is a GPU, else lean.
 """
 
 from __future__ import annotations
@@ -40,12 +44,12 @@ class Rollout:
 
 
 def choose_backend(requested: str, device: str, *, vllm_installed: bool | None = None) -> str:
-    """`auto` -> `vllm` when vLLM is importable and the device is CUDA, else `hf`; checks explicit choices."""
+    """`auto` -> `vllm` when vLLM is importable and the device is CUDA, else `lean`; checks explicit choices."""
     if vllm_installed is None:
         vllm_installed = importlib.util.find_spec("vllm") is not None
     on_gpu = device.startswith("cuda")
     if requested == "auto":
-        return "vllm" if (vllm_installed and on_gpu) else "hf"
+        return "vllm" if (vllm_installed and on_gpu) else "lean"
     if requested == "vllm":
         problems = []
         if not on_gpu:
@@ -53,11 +57,19 @@ def choose_backend(requested: str, device: str, *, vllm_installed: bool | None =
         if not vllm_installed:
             problems.append("rollout.backend=vllm needs vLLM: pip install 'race-cli[vllm]' on a GPU box.")
         if problems:
-            raise RaceError(*problems, "Use rollout.backend=hf (or auto) to sample with transformers instead.")
+            raise RaceError(*problems, "Use rollout.backend=lean (or auto) to sample on the training model instead.")
         return "vllm"
-    if requested == "hf":
-        return "hf"
-    raise RaceError(f"rollout.backend={requested!r} is unknown: expected auto, hf or vllm.")
+    if requested in ("lean", "hf"):
+        return requested
+    raise RaceError(f"rollout.backend={requested!r} is unknown: expected auto, lean, hf or vllm.")
+
+
+def shares_prefix(requested: str) -> bool:
+    """Does the backend `requested` resolves to prefill once per group? (lean and vllm do; `auto` is one of them.)
+
+    Pure and torch-free, so `race plan` charges the rollout the way the job will.
+    """
+    return requested != "hf"
 
 
 class RolloutBackend(Protocol):
@@ -130,15 +142,25 @@ class HFRollout:
 
     def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool = False) -> Rollout:
         import torch
+        from transformers import GenerationConfig
 
         rows = [p for p in prompts for _ in range(group_size)]  # groups consecutive
         ids, mask = left_pad(rows, self.pad_id)
         was_training = self.model.training
         self.model.eval()
+        # generate fills every field left at its default from the model's own generation_config
+        # (a checkpoint's repetition_penalty, top_k, no_repeat_ngram_size...): set it aside so the
+        # sampled policy is exactly softmax(logits / T) within top-p
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        saved = base.generation_config
+        base.generation_config = GenerationConfig(eos_token_id=self.eos_id, pad_token_id=self.pad_id)
         t0 = time.perf_counter()
-        with torch.no_grad():
-            out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                      generation_config=self._config(greedy))
+        try:
+            with torch.no_grad():
+                out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                          generation_config=self._config(greedy))
+        finally:
+            base.generation_config = saved
         seconds = time.perf_counter() - t0
         if was_training:
             self.model.train()

@@ -327,6 +327,10 @@ def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: st
     name = choose_backend(backend, device, vllm_installed=vllm_installed())  # vllm: refused without a GPU or vLLM
     common = dict(arch=policy.arch, lora=policy.lora, eos_id=policy.eos_id, pad_id=policy.pad_id,
                   max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
+    if name == "lean":
+        from race_cli.engine.sampler import LeanRollout
+
+        return LeanRollout(policy.model, policy.tokenizer, device=device, **common)
     if name == "hf":
         return HFRollout(policy.model, policy.tokenizer, device=device, **common)
     import tempfile
