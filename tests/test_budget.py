@@ -19,7 +19,7 @@ TINY = Arch(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_
 
 def spec(**kw) -> B.IterationSpec:
     base = dict(policy=TINY, lora=None, prompts=8, group_size=4, updates_per_batch=1, beta=0.0,
-                grad_checkpointing=False, share_prefix=False, reward=None, reward_head="token",
+                grad_checkpointing=False, share_prefix=False, padded=True, reward=None, reward_head="token",
                 prompt_tokens=40.0, completion_tokens=30.0, max_new_tokens=48)
     return B.IterationSpec(**(base | kw))
 
@@ -28,15 +28,15 @@ def spec(**kw) -> B.IterationSpec:
 
 
 @pytest.mark.parametrize("requested, gpu, vllm, expected", [
-    ("auto", True, True, "vllm"), ("auto", True, False, "hf"), ("auto", False, True, "hf"),
-    ("auto", False, False, "hf"), ("hf", True, True, "hf"), ("vllm", False, False, "vllm"),
+    ("auto", True, True, "vllm"), ("auto", True, False, "lean"), ("auto", False, True, "lean"),
+    ("auto", False, False, "lean"), ("hf", True, True, "hf"), ("lean", True, True, "lean"), ("vllm", False, False, "vllm"),
 ])
 def test_resolve_backend(requested, gpu, vllm, expected):
     assert B.resolve_backend(requested, on_gpu=gpu, vllm_installed=vllm) == expected
 
 
 def test_unknown_backend_is_refused():
-    with pytest.raises(RaceError, match="auto, hf or vllm"):
+    with pytest.raises(RaceError, match="auto, hf, lean or vllm"):
         B.resolve_backend("sglang", on_gpu=True, vllm_installed=True)
 
 
@@ -142,7 +142,7 @@ def test_plan_and_job_setup_compute_the_same_T_and_planned_ledger(grid, tmp_path
     from race_cli.engine import setup as S
 
     seen = set()
-    for backend in ("hf", "vllm", "auto"):
+    for backend in ("hf", "lean", "vllm", "auto"):
         sweep = tmp_path / backend
         saved = None
         for machine, (gpu, vllm) in MACHINES.items():
@@ -155,7 +155,8 @@ def test_plan_and_job_setup_compute_the_same_T_and_planned_ledger(grid, tmp_path
                 saved = {j.job_id: OmegaConf.to_container(load_job_config(sweep / "jobs" / j.job_id / ".hydra" /
                                                                           "config.yaml"), resolve=True)
                          for j in plan.jobs}
-            expected = "vllm" if backend == "vllm" or (backend == "auto" and gpu and vllm) else "hf"
+            expected = ("vllm" if backend == "vllm" or (backend == "auto" and gpu and vllm)
+                        else "lean" if backend in ("lean", "auto") else "hf")
             for job in plan.jobs:
                 job_backend, job_plan = S.budget_plan(saved[job.job_id], "cuda:0" if gpu else "cpu")
                 assert job.backend == job_backend == expected, (job.job_id, machine)
@@ -166,4 +167,4 @@ def test_plan_and_job_setup_compute_the_same_T_and_planned_ledger(grid, tmp_path
     by_backend = {}
     for jid, be, _, rollout in seen:
         by_backend.setdefault(jid, {})[be] = rollout
-    assert all(r["vllm"] < r["hf"] for r in by_backend.values())
+    assert all(r["vllm"] < r["hf"] and r["lean"] < r["hf"] for r in by_backend.values())

@@ -190,7 +190,7 @@ class Job:
         ids = torch.cat([ro.prompt_ids.to(dev), comp], dim=1)  # [N, P+C]
         attn = torch.cat([ro.prompt_mask.to(dev), mask.long()], dim=1)  # [N, P+C]
         adv = advantages.to(dev)  # [N]
-        N, C, P = comp.size(0), comp.size(1), ro.prompt_ids.size(1)
+        N, P = comp.size(0), ro.prompt_ids.size(1)
         mb = min(self.micro_batch, N)
         chunks = [slice(s, min(N, s + mb)) for s in range(0, N, mb)]
         # per micro-batch: (rows, longest prompt p_s, longest completion c_s); columns P-p_s .. P+c_s-1 run
