@@ -7,6 +7,10 @@ The final line uses GSM8K's `#### N` form, so the same rule reward and prompts s
 
 The evaluation set depends only on `eval_seed` (so every job of a sweep scores the same items);
 the training set depends on `seed` and never contains an evaluation question.
+
+`harder()` is the held-out variant behind the `arithmetic-hard` evaluation target: the same
+generator with one operation more than any training chain (exactly max_ops+1, so no training
+question can appear in it), the same operands, its own evaluation stream and ids `arith-hard-<i>`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 
 from race_cli.errors import RaceError
 from race_cli.tasks.base import Item
+from race_cli.tasks.prompting import HASHES
 
 # one step of a solution: left operand, operator, right operand, result
 Step = tuple[int, str, int, int]
@@ -83,6 +88,7 @@ class ArithmeticTask:
     min_ops, max_ops: operations per problem (2..3 gives 2-3 steps).
     max_operand: operands are drawn from 0..max_operand.
     eval_seed: draws the evaluation set.
+    eval_prefix: evaluation item ids are `<eval_prefix>-<i>`.
     """
 
     seed: int = 0
@@ -93,6 +99,10 @@ class ArithmeticTask:
     max_operand: int = 99
     eval_seed: int = 1234
     name: str = "arithmetic"
+    eval_prefix: str = "arith-eval"
+
+    grader = "number"  # race_cli.rewards.graders: the final '#### N' read as a number (class attribute)
+    convention = HASHES  # prompts ask for '#### <number>'
 
     def __post_init__(self) -> None:
         problems = []
@@ -115,13 +125,13 @@ class ArithmeticTask:
         self._train: list[Item] | None = None
 
     def eval_items(self) -> list[Item]:
-        """`num_eval` distinct problems drawn from eval_seed alone; ids `arith-eval-<i>`."""
+        """`num_eval` distinct problems drawn from eval_seed alone; ids `<eval_prefix>-<i>` (`arith-eval-<i>`)."""
         if self._eval is None:
-            rng = random.Random(f"arith-eval-{self.eval_seed}")
+            rng = random.Random(f"{self.eval_prefix}-{self.eval_seed}")
             seen: dict[str, None] = {}
             while len(seen) < self.num_eval:
                 seen.setdefault(random_question(rng, self.min_ops, self.max_ops, self.max_operand))
-            self._eval = [make_item(f"arith-eval-{i}", q) for i, q in enumerate(seen)]
+            self._eval = [make_item(f"{self.eval_prefix}-{i}", q) for i, q in enumerate(seen)]
         return self._eval
 
     def train_items(self) -> list[Item]:
@@ -136,3 +146,16 @@ class ArithmeticTask:
                     seen.setdefault(q)
             self._train = [make_item(f"arith-train-{i}", q) for i, q in enumerate(seen)]
         return self._train
+
+    def harder(self) -> "ArithmeticTask":
+        """The held-out harder variant (target `arithmetic-hard`): chains of exactly max_ops+1
+        operations on the same operands, num_eval items of its own (ids `arith-hard-<i>`), no training set."""
+        return ArithmeticTask(seed=self.seed, num_train=0, num_eval=self.num_eval, min_ops=self.max_ops + 1,
+                              max_ops=self.max_ops + 1, max_operand=self.max_operand, eval_seed=self.eval_seed,
+                              name="arithmetic-hard", eval_prefix="arith-hard")
+
+    def max_solution_chars(self) -> int:
+        """The longest solution text this generator can produce (one byte-level token per character):
+        each step `a±b=r` has at most 3 numbers of at most len(str(max_ops·max_operand))+1 characters."""
+        width = len(str(self.max_ops * self.max_operand)) + 1  # sign included
+        return self.max_ops * (3 * width + 3) + len("#### ") + width
