@@ -51,7 +51,7 @@ def local_gsm8k_dir() -> Path:
     return Path(os.environ[ENV_DIR]) if os.environ.get(ENV_DIR) else PACKAGED_DIR
 
 
-def _open_text(file: Path):
+def open_text(file: Path):
     return gzip.open(file, "rt", encoding="utf-8") if file.suffix == ".gz" else open(file, encoding="utf-8")
 
 
@@ -73,7 +73,7 @@ def read_jsonl_split(file: Path, split: str) -> list[Item]:
     """Every row of a GSM8K JSONL file (.jsonl or .jsonl.gz) as Items `gsm8k-<split>-<i>`
     (i = 0-based row index, blank lines skipped)."""
     items = []
-    with _open_text(file) as f:
+    with open_text(file) as f:
         for i, line in enumerate(f):
             if not line.strip():
                 continue
