@@ -49,27 +49,42 @@ def test_full_sets_without_caps():
     assert len(build_targets(cfg, build_task(cfg))[0].items) == 1319
 
 
+def _operands(question: str) -> list[int]:
+    return [int(x) for x in question.replace("-", "+").split("+")]
+
+
 def test_own_target_follows_the_task_parameters():
-    cfg = _cfg("task.max_operand=4", "task.num_eval=8", "task.num_train=16", "task.min_ops=1", "task.max_ops=1",
+    cfg = _cfg("task.max_operand=4", "task.num_eval=8", "task.num_train=16", "task.min_ops=1", "task.max_ops=2",
                "eval.targets=[arithmetic,arithmetic-hard]")
     own, hard = build_targets(cfg, build_task(cfg))
-    assert len(own.items) == 8 and all(len(solve(it.question)) == 1 for it in own.items)
-    assert all(len(solve(it.question)) == 2 for it in hard.items)  # max_ops + 1 steps
-    assert all(int(x) <= 4 for it in hard.items for x in it.question.replace("-", "+").split("+"))
+    assert len(own.items) == 8 and {len(solve(it.question)) for it in own.items} == {1, 2}
+    assert {len(solve(it.question)) for it in hard.items} == {2}  # the longest chains only
+    assert all(max(_operands(it.question)) <= 4 for it in hard.items)
+    train_q = {it.question for it in build_task(cfg).train_items()}
+    assert not train_q & {it.question for it in hard.items}  # held out of training
 
 
-def test_arithmetic_hard_is_held_out_and_longer():
+def test_default_task_items_are_unchanged():
+    """arithmetic-hard must not move the training task's items (the zoo and the lead's tuning rely on them):
+    these are the generator's draws before arithmetic-hard existed."""
+    task = ArithmeticTask()
+    assert [it.question for it in task.eval_items()[:2]] == ["53+0+28", "36+47+2"]
+    assert task.train_items()[5].question == "21-44-97"
+
+
+def test_arithmetic_hard_is_the_longest_chains_held_out():
     task = ArithmeticTask(num_train=2000)
     hard = task.harder()
     assert hard.name == "arithmetic-hard" and hard.eval_items()[0].id == "arith-hard-0"
-    assert {len(solve(it.question)) for it in hard.eval_items()} == {4}  # training chains have 2-3 steps
-    train_q = {it.question for it in task.train_items() + task.eval_items()}
-    assert not train_q & {it.question for it in hard.eval_items()}
+    assert {len(solve(it.question)) for it in hard.eval_items()} == {3}  # training chains have 2-3 steps
+    assert all(max(_operands(it.question)) <= 99 for it in hard.eval_items())
+    assert not {it.question for it in task.train_items()} & {it.question for it in hard.eval_items()}
     assert hard.train_items() == []
-    # its completion cap covers every reference solution (byte tokens) plus the space and EOS
+    assert {len(solve(it.question)) for it in ArithmeticTask(min_ops=2, max_ops=2).harder().eval_items()} == {3}
+    # its completion cap covers every reference solution (byte tokens) plus the leading space and EOS
     cfg = _cfg("eval.targets=[arithmetic-hard]")
     (t,) = build_targets(cfg, build_task(cfg))
-    assert t.min_new_tokens >= max(len(it.solution) for it in t.items) + 2 > 48  # rollout.max_new_tokens
+    assert t.min_new_tokens == max(len(it.solution) for it in t.items) + 2
 
 
 def test_unknown_target_and_bad_caps_are_refused_at_compose():

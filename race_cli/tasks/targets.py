@@ -7,7 +7,7 @@ grader and prompt convention that go with them; each writes `eval/<target>/accur
 | target            | items                                                     | grader | prompt asks for |
 |-------------------|-----------------------------------------------------------|--------|-----------------|
 | `arithmetic`      | the arithmetic task's held-out set (task.* when task=arithmetic) | number | `#### <number>` |
-| `arithmetic-hard` | the same generator, one operation longer (ArithmeticTask.harder) | number | `#### <number>` |
+| `arithmetic-hard` | the same generator, longest chains only, held out of training (ArithmeticTask.harder) | number | `#### <number>` |
 | `gsm8k`           | GSM8K test, all 1,319 (task.num_eval when task=gsm8k)     | number | `#### <number>` |
 | `math500`         | MATH-500, all 500                                         | math   | `\\boxed{}` |
 | `<label>`         | a jsonl task's held-out rows (task=jsonl, see jsonl.py)    | task.grader | per grader |
@@ -116,8 +116,9 @@ class Target:
     min_new_tokens: int = 0  # completion cap its reference solutions need (0 = no need known)
 
 
-def _arithmetic_cap(task) -> int:
-    return task.max_solution_chars() + COMPLETION_MARGIN
+def _solution_cap(items: list[Item]) -> int:
+    """Tokens the longest reference solution takes a byte-level model (one per character), plus the margin."""
+    return max(len(it.solution or "") for it in items) + COMPLETION_MARGIN
 
 
 def _standard_target(name: str, cfg: Any, task: Any) -> Target:
@@ -126,8 +127,9 @@ def _standard_target(name: str, cfg: Any, task: Any) -> Target:
 
         base = task if cfg.task.name == "arithmetic" else ArithmeticTask(num_train=0)
         src = base if name == "arithmetic" else base.harder()
-        cap = 0 if name == "arithmetic" else _arithmetic_cap(src)  # the own target keeps today's cap
-        return Target(name, src.eval_items(), src.grader, src.convention, cap)
+        items = src.eval_items()
+        cap = 0 if name == "arithmetic" else _solution_cap(items)  # the own target keeps rollout.max_new_tokens
+        return Target(name, items, src.grader, src.convention, cap)
     if name == "gsm8k":
         from race_cli.tasks.gsm8k import GSM8KTask
 
