@@ -128,7 +128,9 @@ def run(
     partition: Optional[str] = typer.Option(None, "--partition", help="SLURM partition (default: the cluster's default)."),
     time_min: int = typer.Option(60, "--time-min", help="SLURM time limit per task, minutes; a task that reaches it is requeued and resumes."),
     array_parallelism: Optional[int] = typer.Option(None, "--array-parallelism", help="SLURM: most tasks of the array running at once (default: all)."),
-    cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", help="SLURM: CPUs per task (default 1; also the job's torch threads)."),
+    cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", help="SLURM: CPUs per task (default: 8 per GPU, 4 for a CPU-only task; also the job's torch threads)."),
+    mem_gb: Optional[int] = typer.Option(None, "--mem-gb", help="SLURM: host memory per task, GB (default: sized from the plan's largest models, see pool/slurm.task_memory_gb)."),
+    allow_cpu: bool = typer.Option(False, "--allow-cpu", help="Run hub-sized models (e.g. grid=pilot) on CPU workers when no GPU is visible (refused otherwise)."),
     setup: Optional[List[str]] = typer.Option(None, "--setup", help="SLURM: a shell line run before each task, e.g. "
                                               "'module load cuda' or 'source .venv/bin/activate' (repeatable)."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="SLURM: follow the tasks to the end (default), or submit and exit."),
@@ -146,7 +148,8 @@ def run(
         code = run_main(overrides or [], sweep_dir=sweep_dir, workers=workers, gpus_per_job=gpus_per_job,
                         launcher=launcher, retry_failed=retry_failed, yes=yes, max_jobs=max_jobs,
                         partition=partition, time_min=time_min, array_parallelism=array_parallelism,
-                        setup=setup or [], cpus_per_task=cpus_per_task, wait=wait)
+                        setup=setup or [], cpus_per_task=cpus_per_task, mem_gb=mem_gb, allow_cpu=allow_cpu,
+                        wait=wait)
     except RaceError as exc:
         _fail(exc)
     raise typer.Exit(code)

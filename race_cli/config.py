@@ -31,7 +31,8 @@ class ModelConf:
     path: str = "zoo:tiny-s"  # HF id, local folder, or zoo:<name> (built offline on first use)
     arch: ArchConf = field(default_factory=ArchConf)
     dtype: str = "auto"  # auto = bf16 on GPU, fp32 on CPU; or float32 / bfloat16 / float16
-    trust_remote_code: bool = False  # stays off unless the model needs it
+    revision: Optional[str] = None  # hub commit to load (pin it for hub ids); ignored for local folders
+    trust_remote_code: bool = False  # runs code from the model repository: only with a revision pinned
 
 
 @dataclass
@@ -69,7 +70,8 @@ class RolloutConf:
     temperature: float = 1.0
     top_p: float = 1.0
     expected_completion_tokens: Optional[float] = None  # planning estimate; None = max_new_tokens (worst case)
-    gpu_memory_utilization: float = 0.3  # vLLM only
+    gpu_memory_utilization: Optional[float] = None  # vLLM only: GPU fraction for its weights + KV cache; None = sized from the plan (rollout_vllm.memory_fraction)
+    max_model_len: Optional[int] = None  # vLLM only: longest prompt+completion, tokens; None = the task's longest prompt + max_new_tokens
 
 
 @dataclass
@@ -84,7 +86,8 @@ class RewardModelConf:
     step_joiner: Optional[str] = None  # joins tagged steps; None = the separator (or nothing if the tag ends with it)
     good_token: str = "+"  # token format: p(good) / (p(good) + p(bad)) at the tag
     bad_token: str = "-"
-    trust_remote_code: bool = False  # Qwen2.5-Math-PRM ships its two-layer head as remote code
+    revision: Optional[str] = None  # hub commit to load (pin it for hub ids); ignored for local folders
+    trust_remote_code: bool = False  # never needed for Qwen2.5-Math-PRM (its head is built here); only with a revision
 
 
 @dataclass
@@ -173,6 +176,10 @@ class RaceConfig:
     threads: int = 0  # torch CPU threads; 0 = leave torch's default
 
 
+# LoRA ranks vLLM accepts as max_lora_rank (vllm/config: LoRAConfig's possible_max_ranks, the same
+# in every version of the `vllm` extra's range); vLLM refuses others when the engine starts.
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
 _registered = False
 
 
@@ -258,6 +265,15 @@ def validate(cfg: Any) -> list[str]:
         problems.append(f"reward.model.format={fmt!r} is not one of classifier, token, logprob.")
     if _get(cfg, "reward.type") == "prm" and _get(cfg, "reward.model") is None:
         problems.append("reward.type=prm needs reward.model (its path and architecture): use reward=prm.")
+    gmu = _get(cfg, "rollout.gpu_memory_utilization")
+    if gmu is not None:
+        need("rollout.gpu_memory_utilization", 0 < gmu < 1, "a fraction in (0, 1) of the GPU memory for vLLM, "
+             "such as 0.4, or null to size it from the plan")
+    mml = _get(cfg, "rollout.max_model_len")
+    if mml is not None:
+        need("rollout.max_model_len", mml > _get(cfg, "rollout.max_new_tokens"),
+             "more tokens than rollout.max_new_tokens (it holds the prompt and the completion), or null")
+    problems += vllm_problems(cfg) + remote_code_problems(cfg)
     for key in ("model.arch", "reward.model.arch"):
         try:
             arch = _get(cfg, key)
@@ -271,4 +287,34 @@ def validate(cfg: Any) -> list[str]:
             problems.append(f"{key}: num_attention_heads={h} must be a multiple of num_key_value_heads={kv}.")
         elif _get(arch, "head_dim") is None and d % h:
             problems.append(f"{key}: hidden_size={d} is not divisible by num_attention_heads={h}; set head_dim.")
+    return problems
+
+
+def vllm_problems(cfg: Any) -> list[str]:
+    """What vLLM would refuse at start-up, found at plan time when the backend can be vLLM (vllm or auto)."""
+    backend = _get(cfg, "rollout.backend")
+    if backend not in ("vllm", "auto"):
+        return []
+    problems = []
+    r, lora = _get(cfg, "lora.r"), _get(cfg, "lora.enabled")
+    if lora and r not in VLLM_LORA_RANKS:
+        problems.append(f"lora.r={r} is not a rank vLLM accepts (rollout.backend={backend} can sample with vLLM): "
+                        f"expected one of {', '.join(map(str, VLLM_LORA_RANKS))}; or set rollout.backend=hf.")
+    if backend == "vllm" and not lora:
+        problems.append("rollout.backend=vllm samples with LoRA adapters only (lora.enabled=true): full fine-tuning "
+                        "would copy every weight into vLLM after each update. Use rollout.backend=hf (or auto).")
+    return problems
+
+
+def remote_code_problems(cfg: Any) -> list[str]:
+    """trust_remote_code runs a repository's code: allowed only with an explicit revision pin."""
+    problems = []
+    for key in ("model", "reward.model"):
+        node = _get(cfg, key)
+        if node is None or not _get(node, "trust_remote_code"):
+            continue
+        if not _get(node, "revision"):
+            problems.append(f"{key}.trust_remote_code=true runs code from {_get(node, 'path')}'s repository, but "
+                            f"{key}.revision is not set: pin the commit (e.g. {key}.revision=<40-hex sha>) so the "
+                            "code that runs is the code that was read, or turn trust_remote_code off.")
     return problems

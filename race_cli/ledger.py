@@ -434,21 +434,24 @@ def reward_model_flops(arch: Arch, seq_lens: Sequence[int], *, padded_len: int |
                        head: str = "token", num_labels: int = 1) -> Flops:
     """A reward model's forward over the sequences it scores.
 
-    `head="token"`: the LM head (d*V) at every position (Math-Shepherd-style PRMs read the
-    logits of label tokens). `head="classifier"` or `"scalar"`: a small d*num_labels head at
-    every position (HF's *ForSequenceClassification / token-classification heads run it on all
-    positions and then pick). Model: real tokens, causal pairs; executed: padded rows, full
-    matrix, head on every padded position.
+    The head runs at every position (HF's token-classification heads run on all positions and
+    then pick), per position:
+    - `head="token"`: the LM head, d*V MACs (Math-Shepherd-style PRMs read label-token logits);
+    - `head="classifier"`: the Qwen2.5-Math-PRM head, Linear(d, d) -> ReLU -> Linear(d, num_labels):
+      d*d + d*num_labels MACs;
+    - `head="scalar"`: one Linear(d, num_labels) (transformers' *ForTokenClassification), d*num_labels.
+    Model: real tokens, causal pairs; executed: padded rows, full matrix, head on every padded position.
     """
     if head not in ("token", "classifier", "scalar"):
-        raise RaceError(f"reward head {head!r} is unknown; expected 'token' (LM head at every "
-                        "position) or 'classifier'/'scalar' (num_labels outputs).")
+        raise RaceError(f"reward head {head!r} is unknown; expected 'token' (LM head at every position), "
+                        "'classifier' (two-layer d->d->num_labels head) or 'scalar' (one d->num_labels layer).")
     if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
         raise RaceError(f"num_labels must be a positive integer, got {num_labels!r}.")
     lens = _lengths("seq_lens", seq_lens)
     pad = _padded(lens, padded_len)
     body = forward_flops(arch, lens, padded_len=pad, logit_positions=0, executed_logit_positions=0)
-    width = arch.n_head if head == "token" else arch.hidden_size * num_labels
+    d = arch.hidden_size
+    width = {"token": arch.n_head, "classifier": d * d + d * num_labels, "scalar": d * num_labels}[head]  # MACs per position
     return body + Flops(2 * width * sum(lens), 2 * width * len(lens) * pad)
 
 

@@ -39,10 +39,18 @@ def test_model_groups_carry_real_qwen_shapes():
     ("+grpo.foo=1", "Unknown config key 'grpo.foo'"),
     ("rollout.backend=tgi", "rollout.backend='tgi' is not one of auto, hf, vllm"),
     ("rollout.top_p=1.5", "rollout.top_p=1.5 is out of range"),
+    # vLLM's LoRAConfig accepts max_lora_rank in (8, 16, 32, 64, ...): 12 would crash it at start-up
+    ("rollout.backend=vllm lora.r=12", "lora.r=12 is not a rank vLLM accepts"),
+    ("lora.r=4", "lora.r=4 is not a rank vLLM accepts (rollout.backend=auto"),  # auto may pick vLLM on a GPU
+    ("rollout.backend=vllm lora.enabled=false", "LoRA adapters only"),
+    ("rollout.gpu_memory_utilization=1.2", "rollout.gpu_memory_utilization=1.2 is out of range"),
+    ("rollout.max_model_len=10", "rollout.max_model_len=10 is out of range"),
+    ("model.trust_remote_code=true", "model.revision is not set"),
+    ("reward=prm-7b reward.model.trust_remote_code=true reward.model.revision=null", "reward.model.revision is not set"),
 ])
 def test_bad_values_are_refused(override, fragment):
     with pytest.raises(RaceError) as err:
-        compose([override])
+        compose(override.split())
     assert fragment in str(err.value)
 
 
@@ -66,3 +74,20 @@ def test_saved_job_config_reloads_under_the_schema(tmp_path):
 def test_a_sweep_given_to_a_single_job_command_is_explained():
     with pytest.raises(RaceError, match="runs ONE job"):
         compose(["grpo.group_size=4,8"])
+
+
+def test_vllm_ranks_and_remote_code_pass_when_allowed():
+    assert compose(["rollout.backend=hf", "lora.r=12"]).lora.r == 12  # HF sampling takes any rank
+    assert compose(["rollout.backend=vllm", "lora.r=32"]).lora.r == 32
+    pinned = compose(["model.trust_remote_code=true", "model.revision=" + "a" * 40])
+    assert pinned.model.trust_remote_code and pinned.model.revision == "a" * 40
+
+
+def test_hub_models_are_pinned_and_run_no_remote_code():
+    import re
+
+    for option in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b"):
+        m = compose([f"model={option}"]).model
+        assert re.fullmatch(r"[0-9a-f]{40}", m.revision) and not m.trust_remote_code, option
+    prm = compose(["reward=prm-7b"]).reward.model
+    assert re.fullmatch(r"[0-9a-f]{40}", prm.revision) and prm.trust_remote_code is False

@@ -144,11 +144,13 @@ def test_iteration_phases_scale_with_batch_and_group():
 
 def test_reward_model_heads_by_hand():
     # s=9 scored by a tiny-s reward model: BODY*9 + PAIR*45 = 1350144, plus the head on 9 positions
-    assert reward_model_flops(TINY_S, [9], head="classifier").model == 1350144 + 2 * 64 * 9
+    # the Qwen2.5-Math-PRM head: Linear(64, 64) + Linear(64, 1) per position = 64*64 + 64 MACs
+    assert reward_model_flops(TINY_S, [9], head="classifier").model == 1350144 + 2 * (64 * 64 + 64) * 9
+    assert reward_model_flops(TINY_S, [9], head="scalar").model == 1350144 + 2 * 64 * 9  # one Linear(64, 1)
     assert reward_model_flops(TINY_S, [9], head="token").model == 1350144 + HEAD * 9
     it = iteration_flops(TINY_S, prompts=1, group_size=2, prompt_len=5, completion_len=4,
                          updates_per_batch=1, lora=None, reward=TINY_S)
-    assert it["reward"].model == 2 * (1350144 + 2 * 64 * 9)
+    assert it["reward"].model == 2 * (1350144 + 2 * (64 * 64 + 64) * 9)
 
 
 def test_flops_arithmetic():

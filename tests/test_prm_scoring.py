@@ -227,7 +227,7 @@ def test_info_token_counts_and_flops(classifier):
     assert info["batch_seq_lens"] == [order[0:2], order[2:4], order[4:5]]
     assert info["padded_lens"] == [order[1], order[3], order[4]]
     arch = Arch.from_config(classifier.config)
-    want = sum((reward_model_flops(arch, b, padded_len=p, head="classifier", num_labels=2)
+    want = sum((reward_model_flops(arch, b, padded_len=p, head="scalar", num_labels=2)  # one Linear head
                 for b, p in zip(info["batch_seq_lens"], info["padded_lens"])), Flops())
     assert info["flops"] == want
     # executed convention == what torch counted on these forwards (eager attention on CPU)

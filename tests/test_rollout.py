@@ -1,13 +1,10 @@
 """Rollout backends (race_cli/engine/rollout.py) on a tiny random Qwen2: shapes, EOS, cost, log-probs."""
 
-import sys
-import types
-
 import pytest
 import torch
 
 from race_cli.engine.job import completion_logprobs
-from race_cli.engine.rollout import HFRollout, VLLMRollout, choose_backend, left_pad
+from race_cli.engine.rollout import HFRollout, choose_backend, left_pad
 from race_cli.errors import RaceError
 from race_cli.ledger import Arch, Lora, generate_flops
 
@@ -115,61 +112,3 @@ def test_training_logprobs_equal_sampling_distribution():
     with torch.no_grad():
         got = completion_logprobs(model, torch.cat([ids, comp], 1), attn, comp, temperature=0.7)
     assert torch.allclose(got, want, atol=1e-5)
-
-
-def test_vllm_adapter_new_lora_id_after_every_update(monkeypatch, tmp_path):
-    """The thin vLLM adapter with a stand-in `vllm` module: a NEW LoRARequest id per sync, the latest
-    request used for sampling, n=G samples per prompt, and one prefill per group charged."""
-    calls = {}
-
-    class LLM:
-        def __init__(self, **kw):
-            calls["init"] = kw
-
-        def generate(self, prompts, params, lora_request=None, use_tqdm=False):
-            calls.setdefault("requests", []).append(lora_request)
-            out = types.SimpleNamespace
-            return [out(outputs=[out(token_ids=[65, 66, EOS]) if k == 0 else out(token_ids=[67] * 4)
-                                 for k in range(params.n)]) for _ in prompts]
-
-    class SamplingParams:
-        def __init__(self, n, temperature, max_tokens, top_p=1.0, top_k=-1):
-            self.n = n
-
-    class LoRARequest:
-        def __init__(self, name, lora_int_id, lora_path):
-            self.name, self.lora_int_id, self.lora_path = name, lora_int_id, lora_path
-
-    vllm = types.ModuleType("vllm")
-    vllm.LLM, vllm.SamplingParams = LLM, SamplingParams
-    req = types.ModuleType("vllm.lora.request")
-    req.LoRARequest = LoRARequest
-    for name, mod in (("vllm", vllm), ("vllm.lora", types.ModuleType("vllm.lora")), ("vllm.lora.request", req)):
-        monkeypatch.setitem(sys.modules, name, mod)
-
-    class Saver:
-        def save_pretrained(self, path):
-            import os
-
-            os.makedirs(path)
-
-    from race_cli.zoo import byte_tokenizer
-
-    arch = Arch(32, 2, 4, 2, 64, 257)
-    lora = Lora(r=4)
-    b = VLLMRollout("/m", byte_tokenizer(), arch=arch, lora=lora, eos_id=EOS, pad_id=EOS, max_new_tokens=4,
-                    temperature=1.0, top_p=1.0, dtype="bfloat16", seed=0, gpu_memory_utilization=0.3)
-    assert calls["init"]["enable_prefix_caching"] and calls["init"]["enable_lora"]
-    b.sync(Saver())
-    b.sync(Saver())
-    ro = b.generate(PROMPTS, group_size=2)
-    b.sync(Saver())
-    b.generate(PROMPTS, group_size=2)
-    ids = [r.lora_int_id for r in calls["requests"]]
-    assert ids == [2, 3] and calls["requests"][0].name != calls["requests"][1].name
-    assert ro.completion_lens == [3, 4, 3, 4] and ro.texts[0] == "AB"
-    assert ro.flops == generate_flops(arch, ro.prompt_lens, ro.completion_lens, lora=lora, share_prefix=2, padded=False)
-    with pytest.raises(RaceError, match="LoRA"):
-        VLLMRollout("/m", byte_tokenizer(), arch=arch, lora=None, eos_id=EOS, pad_id=EOS, max_new_tokens=4,
-                    temperature=1.0, top_p=1.0, dtype="bfloat16", seed=0, gpu_memory_utilization=0.3)
-    b.close()

@@ -139,8 +139,11 @@ class Job:
         self.policy = S.load_policy(c, self.device, self.dtype, self.log)
         self.train_prompts = S.PromptCache(self.train_items, self.policy.tokenizer, self.task.convention)
         self.target_prompts = {t.name: S.PromptCache(t.items, self.policy.tokenizer, t.convention) for t in self.targets}
-        self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype)
-        self.reward = S.build_reward(c, self.device, self.dtype, grader=self.task.grader)
+        self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype,
+                                       prompts=(self.train_prompts, *self.target_prompts.values()),
+                                       sync_dir=self.job_dir / ".vllm-adapter")
+        self.reward = S.build_reward(c, S.reward_device(self.device), self.dtype,  # its own GPU when there are 2+
+                                     grader=self.task.grader)
         self.reward_arch = Arch.from_config(c.reward.model.arch) if c.reward.type == "prm" else None
         self.ref_model = None
         if c.grpo.beta > 0 and not c.lora.enabled:  # full FT: the reference needs its own frozen copy
@@ -482,6 +485,9 @@ class Job:
             return self._failed("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         finally:
             self.logger.close()
+            close = getattr(getattr(self, "rollout", None), "close", None)
+            if close is not None:  # vLLM: its adapter sync folder goes on every exit path
+                close()
         self.set_status(state="done", stop_reason=stop, finished=_now(), exit_code=0)
         first, last = self.state["eval_initial"]["accuracy"], self.state["eval_last"]["accuracy"]
         self.log(f"done ({stop}): {self.iteration} iterations, {self.spent():.3g} FLOPs, accuracy "

@@ -6,10 +6,9 @@ One small interface, two backends (`rollout.backend=auto|hf|vllm`):
   left-padded, every group's prompt repeated G times, sampling with temperature / top-p
   (top-k off), stops at EOS. The ledger charges padded HF generation: every row prefilled
   (share_prefix=1) and decoded until the longest completion (`generate_flops(padded=True)`).
-- `VLLMRollout` (GPU boxes, `pip install race-cli[vllm]`, imported lazily): the base model in
-  a vLLM engine with prefix caching, the current LoRA adapter handed over after every update
-  as a `LoRARequest` with a NEW integer id (a reused id/name serves stale prefix-cache blocks).
-  One prefill per group (`n=G` samples of one prompt): charged with share_prefix=G, unpadded.
+- `VLLMRollout` (GPU boxes, `pip install race-cli[vllm]`): in `race_cli.engine.rollout_vllm`,
+  with its lifecycle (sleep around updates, one adapter sync folder per job, a new LoRARequest
+  id per update). One prefill per group: charged with share_prefix=G, unpadded.
 
 `choose_backend` resolves `auto`: vLLM only when it is installed and the device is a GPU.
 """
@@ -17,11 +16,8 @@ One small interface, two backends (`rollout.backend=auto|hf|vllm`):
 from __future__ import annotations
 
 import importlib.util
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from race_cli.errors import RaceError
@@ -157,70 +153,3 @@ class HFRollout:
 
     def sync(self, model: Any) -> None:
         """Nothing to do: generation runs on the training model itself."""
-
-
-class VLLMRollout:
-    """Sampling with vLLM (GPU only); the LoRA adapter is re-registered after every update."""
-
-    name = "vllm"
-    share_prefix = True
-
-    def __init__(self, model_path: str, tokenizer: Any, *, arch: Arch, lora: Lora | None, eos_id: int, pad_id: int,
-                 max_new_tokens: int, temperature: float, top_p: float, dtype: str, seed: int,
-                 gpu_memory_utilization: float, trust_remote_code: bool = False):
-        if lora is None:
-            raise RaceError("rollout.backend=vllm supports LoRA policies only (lora.enabled=true): "
-                            "full fine-tuning would need the weights copied into vLLM after every update. "
-                            "Use rollout.backend=hf for full fine-tuning.")
-        from vllm import LLM  # optional extra: imported only here
-
-        self.tokenizer, self.arch, self.lora = tokenizer, arch, lora
-        self.eos_id, self.pad_id = eos_id, pad_id
-        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
-        self.llm = LLM(model=model_path, dtype=dtype, seed=seed, enable_lora=True, max_lora_rank=max(lora.r, 8),
-                       enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
-                       trust_remote_code=trust_remote_code)
-        self._dir = Path(tempfile.mkdtemp(prefix="race-vllm-lora-"))
-        self._lora_id = 0  # a new integer id per update
-        self._request = None
-
-    def sync(self, model: Any) -> None:
-        from vllm.lora.request import LoRARequest
-
-        self._lora_id += 1
-        path = self._dir / f"adapter-{self._lora_id}"
-        model.save_pretrained(str(path))
-        old = self._dir / f"adapter-{self._lora_id - 1}"
-        self._request = LoRARequest(f"policy-{self._lora_id}", self._lora_id, str(path))
-        if old.exists():
-            shutil.rmtree(old, ignore_errors=True)
-
-    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool = False) -> Rollout:
-        from vllm import SamplingParams
-
-        if greedy:
-            params = SamplingParams(n=group_size, temperature=0.0, max_tokens=self.max_new_tokens)
-        else:
-            params = SamplingParams(n=group_size, temperature=self.temperature, top_p=self.top_p, top_k=-1,
-                                    max_tokens=self.max_new_tokens)
-        t0 = time.perf_counter()
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
-                                 lora_request=self._request, use_tqdm=False)
-        seconds = time.perf_counter() - t0
-        rows, comps = [], []
-        for p, out in zip(prompts, outs):
-            for o in out.outputs:
-                rows.append(p)
-                comps.append(list(o.token_ids))
-        comp = right_pad(comps, self.pad_id)
-        share = group_size  # the n samples of one prompt share its prefill
-
-        def flops(plens, clens):
-            # prefix caching: one prefill per group; paged kernels run no padding
-            return generate_flops(self.arch, plens, clens, lora=self.lora, share_prefix=share, padded=False)
-
-        return _finish(rows, comp, eos_id=self.eos_id, pad_id=self.pad_id, tokenizer=self.tokenizer,
-                       flops_fn=flops, seconds=seconds)
-
-    def close(self) -> None:
-        shutil.rmtree(self._dir, ignore_errors=True)

@@ -41,6 +41,24 @@ def resolve_device(requested: str) -> str:
     raise RaceError(f"device={requested!r} is unknown: expected auto, cpu, cuda or cuda:N.")
 
 
+def reward_device(policy_device: str, n_gpus: int | None = None) -> str:
+    """Where the reward model runs: its own GPU when the job sees two or more, else beside the policy.
+
+    `race run --gpus-per-job 2` gives a job two GPUs (cuda:0, cuda:1 inside it): the policy and
+    vLLM stay on the policy's GPU and the PRM takes the next one, so neither squeezes the other.
+    """
+    if not policy_device.startswith("cuda"):
+        return policy_device
+    if n_gpus is None:
+        import torch
+
+        n_gpus = torch.cuda.device_count()
+    if n_gpus < 2:
+        return policy_device
+    index = int(policy_device.split(":")[1]) if ":" in policy_device else 0
+    return f"cuda:{(index + 1) % n_gpus}"
+
+
 def resolve_dtype(requested: str, device: str):
     """`auto` = bfloat16 on a GPU, float32 on CPU; otherwise the named torch dtype."""
     import torch
@@ -153,7 +171,8 @@ def build_reward(cfg: Any, device: str, dtype: Any, grader: str = "number") -> C
                                                  template=r.model.template, step_tag=r.model.step_tag,
                                                  step_joiner=r.model.step_joiner, good_token=r.model.good_token,
                                                  bad_token=r.model.bad_token,
-                                                 trust_remote_code=r.model.trust_remote_code)
+                                                 trust_remote_code=r.model.trust_remote_code,
+                                                 revision=r.model.revision)
 
         def process(items: list, completions: list[str]) -> RewardResult:
             t0 = time.perf_counter()
@@ -207,8 +226,9 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     path = resolve_model_path(cfg.model.path)
     trust = bool(cfg.model.trust_remote_code)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust)
+        rev = cfg.model.revision
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust, revision=rev)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust, revision=rev)
     except (OSError, ValueError) as exc:
         raise RaceError(f"Cannot load model.path={cfg.model.path} ({path}): {str(exc).splitlines()[0]}. "
                         "Expected a transformers causal-LM folder or hub id (no network here: use a local folder "
@@ -237,9 +257,16 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     return Policy(model, tokenizer, path, arch, lora, int(tokenizer.eos_token_id), int(tokenizer.pad_token_id))
 
 
-def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any):
-    """The rollout backend `rollout.backend` resolves to on this device (see rollout.choose_backend)."""
-    from race_cli.engine.rollout import HFRollout, VLLMRollout, choose_backend
+def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, *, prompts: tuple = (),
+                  sync_dir: str | Path | None = None):
+    """The rollout backend `rollout.backend` resolves to on this device (see rollout.choose_backend).
+
+    vLLM only: `prompts` (PromptCaches of the task's splits) size max_model_len (the longest
+    prompt + max_new_tokens) unless rollout.max_model_len is set; the GPU fraction comes from the
+    plan's batch (prompts_per_iter x group_size sequences) unless rollout.gpu_memory_utilization
+    is set; `sync_dir` is the job's one adapter folder (removed when the backend closes).
+    """
+    from race_cli.engine.rollout import HFRollout, choose_backend
 
     r = cfg.rollout
     name = choose_backend(r.backend, device)
@@ -247,10 +274,26 @@ def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any):
                   max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
     if name == "hf":
         return HFRollout(policy.model, policy.tokenizer, device=device, **common)
-    dtype_name = str(dtype).replace("torch.", "")
-    backend = VLLMRollout(policy.path, policy.tokenizer, dtype=dtype_name, seed=cfg.seed,
-                          gpu_memory_utilization=r.gpu_memory_utilization,
-                          trust_remote_code=bool(cfg.model.trust_remote_code), **common)
+    import tempfile
+
+    import torch
+
+    from race_cli.engine.rollout_vllm import VLLMRollout, memory_fraction, model_len
+
+    if r.max_model_len is not None:
+        max_len = int(r.max_model_len)
+    else:
+        longest = max((len(c.ids(i)) for c in prompts for i in range(len(c.items))), default=0)
+        max_len = model_len(longest, r.max_new_tokens)
+    fraction = r.gpu_memory_utilization
+    if fraction is None:
+        fraction = memory_fraction(policy.arch, dtype_bytes=torch.finfo(dtype).bits // 8, lora=policy.lora,
+                                   sequences=cfg.grpo.prompts_per_iter * cfg.grpo.group_size, max_model_len=max_len,
+                                   gpu_bytes=torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    sync = Path(sync_dir) if sync_dir is not None else Path(tempfile.mkdtemp(prefix="race-vllm-")) / "adapter"
+    backend = VLLMRollout(policy.path, policy.tokenizer, dtype=str(dtype).replace("torch.", ""), seed=cfg.seed,
+                          gpu_memory_utilization=float(fraction), max_model_len=max_len, sync_dir=sync,
+                          revision=cfg.model.revision, trust_remote_code=bool(cfg.model.trust_remote_code), **common)
     backend.sync(policy.model)
     return backend
 

@@ -42,15 +42,23 @@ def default_sweep_dir(plan, runs_root: Path = Path("runs")) -> Path:
 
 
 def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool, max_jobs: int,
-                  runs_root: Path = Path("runs"), say: Callable[[str], None] = print) -> Path:
+                  runs_root: Path = Path("runs"), say: Callable[[str], None] = print,
+                  check: Callable[[list[dict]], None] | None = None) -> Path:
     """The sweep folder to run: an existing one as it is (--sweep-dir, no overrides), else the plan
-    of `overrides` written (or found unchanged) at --sweep-dir or the default folder."""
+    of `overrides` written (or found unchanged) at --sweep-dir or the default folder.
+    `check(job configs)` may refuse the sweep (RaceError) before anything is written."""
     if sweep_dir is not None and not overrides and (Path(sweep_dir) / "plan.json").is_file():
         say(f"sweep: {sweep_dir} (resuming the plan already there)")
+        if check is not None:
+            import yaml
+
+            check([yaml.safe_load(p.read_text()) or {} for p in sorted(Path(sweep_dir).glob("jobs/*/.hydra/config.yaml"))])
         return Path(sweep_dir)
     from race_cli.plan import build_plan, write_sweep
 
     plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes)
+    if check is not None:
+        check([job.config for job in plan.jobs])
     target = Path(sweep_dir) if sweep_dir is not None else default_sweep_dir(plan, runs_root)
     try:
         written = write_sweep(plan, target)
@@ -113,7 +121,8 @@ def read_states(sweep_dir: Path, job_ids: Sequence[str]) -> dict[str, str]:
 # --- the command -------------------------------------------------------------------------------
 
 def validate_args(*, launcher: str, workers: int | None, gpus_per_job: int, time_min: int,
-                  array_parallelism: int | None, cpus_per_task: int | None, grace_s: float) -> None:
+                  array_parallelism: int | None, cpus_per_task: int | None, grace_s: float,
+                  mem_gb: int | None = None) -> None:
     problems = []
     if launcher not in LAUNCHERS:
         problems.append(f"--launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}.")
@@ -130,6 +139,8 @@ def validate_args(*, launcher: str, workers: int | None, gpus_per_job: int, time
         problems.append(f"--cpus-per-task {cpus_per_task}: expected at least 1.")
     if grace_s < 0:
         problems.append(f"grace {grace_s} s: expected >= 0.")
+    if mem_gb is not None and mem_gb < 1:
+        problems.append(f"--mem-gb {mem_gb}: expected at least 1 GB of host memory per SLURM task.")
     if problems:
         raise RaceError(*problems)
 
@@ -139,6 +150,7 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
              max_jobs: int = 512, partition: str | None = None, time_min: int = 60,
              array_parallelism: int | None = None, setup: Sequence[str] = (), cpus_per_task: int | None = None,
              wait: bool = True, grace_s: float = 10.0, live: bool | None = None, report: bool = True,
+             allow_cpu: bool = False, mem_gb: int | None = None,
              job_command: Callable[[Path], list[str]] | None = None, runs_root: Path = Path("runs"),
              say: Callable[[str], None] = print) -> int:
     """Plan (or reopen) the sweep, run what is not done, print the outcome; returns the exit code.
@@ -149,9 +161,17 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
 
     own_jobs = job_command is None  # the real engine (tests inject fake jobs)
     validate_args(launcher=launcher, workers=workers, gpus_per_job=gpus_per_job, time_min=time_min,
-                  array_parallelism=array_parallelism, cpus_per_task=cpus_per_task, grace_s=grace_s)
+                  array_parallelism=array_parallelism, cpus_per_task=cpus_per_task, grace_s=grace_s, mem_gb=mem_gb)
     job_command = job_command or default_job_command
-    sweep = prepare_sweep(overrides, sweep_dir, yes=yes, max_jobs=max_jobs, runs_root=runs_root, say=say)
+    check: Callable[[list[dict]], None] | None = None
+    if launcher == "local":  # hub-sized models on CPU workers only when asked (--allow-cpu)
+        from race_cli.pool.local import refuse_cpu_for_big_models, visible_gpus
+
+        gpus = visible_gpus()
+        check = lambda configs: refuse_cpu_for_big_models(configs, gpus=gpus, allow_cpu=allow_cpu)  # noqa: E731
+
+    sweep = prepare_sweep(overrides, sweep_dir, yes=yes, max_jobs=max_jobs, runs_root=runs_root, say=say,
+                          check=check)
     rows = read_plan_rows(sweep)
 
     if launcher == "slurm":
@@ -159,7 +179,7 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
 
         code = run_slurm(sweep, rows, retry_failed=retry_failed, partition=partition, time_min=time_min,
                          gpus_per_job=gpus_per_job, array_parallelism=array_parallelism, setup=list(setup),
-                         cpus_per_task=cpus_per_task, wait=wait, job_command=job_command, say=say)
+                         cpus_per_task=cpus_per_task, mem_gb=mem_gb, wait=wait, job_command=job_command, say=say)
         if code is not None:
             return code
     else:

@@ -15,6 +15,7 @@ folder the rerun resumes). Status records: race_cli.pool.status.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -67,22 +68,56 @@ class Slot:
     env: dict[str, str] = field(default_factory=dict)  # set in the child
 
 
+def parse_smi_listing(text: str) -> list[str]:
+    """CUDA_VISIBLE_DEVICES ids from `nvidia-smi -L`: a GPU's index, or its MIG devices' UUIDs.
+
+        GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5d5b...)            -> "0"
+        GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-9e1f...)            (MIG on: its devices instead)
+          MIG 3g.20gb     Device  0: (UUID: MIG-c6d4...)            -> "MIG-c6d4..."
+          MIG 3g.20gb     Device  1: (UUID: MIG-0a7e...)            -> "MIG-0a7e..."
+
+    A MIG device can only be selected by its UUID, and a process uses at most one of them.
+    """
+    gpus: list[tuple[str, list[str]]] = []  # (index, its MIG UUIDs)
+    for line in text.splitlines():
+        m = re.match(r"\s*GPU (\d+):", line)
+        if m:
+            gpus.append((m.group(1), []))
+            continue
+        m = re.match(r"\s+MIG .*\(UUID: (MIG-[^)\s]+)\)", line)
+        if m and gpus:
+            gpus[-1][1].append(m.group(1))
+    return [dev for index, migs in gpus for dev in (migs or [index])]
+
+
+def parse_visible_devices(value: str) -> list[str]:
+    """CUDA_VISIBLE_DEVICES as ids: indices, GPU-/MIG- UUIDs (kept as written); '' or -1 first: none.
+
+    CUDA stops at the first invalid entry, and so does this: '0,-1,2' is ['0'].
+    """
+    ids: list[str] = []
+    for x in (x.strip() for x in value.split(",")):
+        if not x or x.startswith("-"):
+            break
+        ids.append(x)
+    return ids
+
+
 def visible_gpus() -> list[str]:
     """GPU ids this process may use, without importing torch when nvidia-smi can tell.
 
-    CUDA_VISIBLE_DEVICES, when set, is the answer ('' or -1: none). Else `nvidia-smi -L`;
-    else, only where an NVIDIA device node exists, torch.cuda.device_count().
+    CUDA_VISIBLE_DEVICES, when set, is the answer (indices or UUIDs; '' or -1: none). Else
+    `nvidia-smi -L` (MIG devices by UUID, see parse_smi_listing); else, only where an NVIDIA
+    device node exists, torch.cuda.device_count().
     """
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
-        ids = [x.strip() for x in env.split(",") if x.strip()]
-        return [] if not ids or ids[0] == "-1" else ids
+        return parse_visible_devices(env)
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
             out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
-            n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
-            return [str(i) for i in range(n)]
+            return parse_smi_listing(out)
         except (OSError, subprocess.SubprocessError):
             pass
     if Path("/dev/nvidia0").exists():
@@ -93,6 +128,37 @@ def visible_gpus() -> list[str]:
         except Exception:  # noqa: BLE001 - a broken CUDA install means no GPUs for us
             return []
     return []
+
+
+# A job whose policy or reward model has more parameters than this is not for CPU workers
+# (Qwen2.5-0.5B has ~5e8; the embedded tiny zoo ~1e5): race run refuses it without --allow-cpu.
+CPU_MAX_PARAMS = 1e8
+
+
+def too_big_for_cpu(configs: Sequence[dict]) -> list[str]:
+    """Names of the models in these job configs that are hub-sized (over CPU_MAX_PARAMS parameters)."""
+    from race_cli.ledger import Arch
+
+    big: list[str] = []
+    for cfg in configs:
+        for node in (cfg.get("model"), (cfg.get("reward") or {}).get("model")):
+            if not node or not node.get("arch"):
+                continue
+            arch = Arch(**node["arch"])
+            if arch.n_body + 2 * arch.n_head > CPU_MAX_PARAMS and node.get("name") not in big:
+                big.append(str(node.get("name") or node.get("path")))
+    return big
+
+
+def refuse_cpu_for_big_models(configs: Sequence[dict], *, gpus: Sequence[str], allow_cpu: bool) -> None:
+    """RaceError (exit 2) when no GPU is visible and a job loads a hub-sized model, unless allow_cpu."""
+    if gpus or allow_cpu:
+        return
+    big = too_big_for_cpu(configs)
+    if big:
+        raise RaceError(f"No GPU is visible here, and this sweep loads hub-sized models ({', '.join(big)}): "
+                        "CPU workers would take days per job. Run it on a GPU machine (or --launcher slurm), "
+                        "or pass --allow-cpu to run it on CPU anyway.")
 
 
 def cpu_cores() -> int:
@@ -126,6 +192,9 @@ def make_slots(*, gpus: Sequence[str], gpus_per_job: int, workers: int | None, n
                cores: int | None = None) -> list[Slot]:
     cores = cores or cpu_cores()
     if gpus:
+        if gpus_per_job > 1 and any(g.startswith("MIG-") for g in gpus):
+            raise RaceError(f"--gpus-per-job {gpus_per_job}: the visible GPUs are MIG devices, and a process can use "
+                            "only one MIG device. Use --gpus-per-job 1, or whole GPUs (MIG off).")
         if gpus_per_job > len(gpus):
             raise RaceError(f"--gpus-per-job {gpus_per_job} is more than the {len(gpus)} GPUs visible here "
                             f"({','.join(gpus)}). Lower --gpus-per-job, or set CUDA_VISIBLE_DEVICES.")

@@ -14,6 +14,7 @@ decides. A scancel (SIGTERM to every process of the task) marks the job interrup
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -182,11 +183,49 @@ def refuse_if_live_on_slurm(sweep: Path) -> None:
                         f"--sweep-dir {sweep}) or cancel them (scancel), then rerun.")
 
 
+# --- resources per task --------------------------------------------------------------------------
+
+CPUS_PER_GPU = 8  # data loading, tokenising, the rule reward and vLLM's scheduler per GPU
+CPUS_CPU_ONLY = 4  # a CPU-only task's torch threads
+BASE_MEM_GB = 16  # Python, CUDA context, tokenizers, the task's data
+
+
+def _params(node: dict | None) -> float:
+    from race_cli.ledger import Arch
+
+    if not node or not node.get("arch"):
+        return 0.0
+    arch = Arch(**node["arch"])
+    return float(arch.n_body + 2 * arch.n_head)
+
+
+def task_memory_gb(configs: Sequence[dict]) -> int:
+    """Host memory one task needs, GB, for the largest job of the sweep (bf16 weights, 2 bytes each):
+
+        BASE_MEM_GB + 3 x policy weights (loading, the trainer's copy, vLLM's sleep offload to CPU)
+                    + 2 x reward-model weights (loading, the model)
+    """
+    worst = 0.0
+    for cfg in configs:
+        policy = _params(cfg.get("model")) * 2 / 1e9
+        reward = _params((cfg.get("reward") or {}).get("model")) * 2 / 1e9
+        worst = max(worst, 3 * policy + 2 * reward)
+    return int(math.ceil(BASE_MEM_GB + worst))
+
+
+def task_resources(configs: Sequence[dict], *, gpus_per_job: int, cpus_per_task: int | None,
+                   mem_gb: int | None) -> dict[str, int]:
+    """submitit's cpus_per_task and mem_gb: what was asked, else sized from the GPUs and the plan's models."""
+    cpus = cpus_per_task or (CPUS_PER_GPU * gpus_per_job if gpus_per_job else CPUS_CPU_ONLY)
+    return {"cpus_per_task": cpus, "mem_gb": mem_gb or task_memory_gb(configs)}
+
+
 # --- submit and wait -------------------------------------------------------------------------
 
 def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partition: str | None, time_min: int,
               gpus_per_job: int, array_parallelism: int | None, setup: Sequence[str], cpus_per_task: int | None,
-              wait: bool, job_command: Callable[[Path], list[str]], say=print, poll_s: float = 2.0) -> int | None:
+              wait: bool, job_command: Callable[[Path], list[str]], say=print, poll_s: float = 2.0,
+              mem_gb: int | None = None) -> int | None:
     """Submit what is not done as one job array, then (unless not `wait`) follow it to the end.
 
     Returns an exit code to stop with (130 on Ctrl-C while waiting, 0 after --no-wait), or None
@@ -219,8 +258,12 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
         if todo:
             template = job_command(Path(PLACEHOLDER))
             executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
+            import yaml
+
+            configs = [yaml.safe_load((sweep / "jobs" / j / ".hydra" / "config.yaml").read_text()) or {} for j in todo]
+            resources = task_resources(configs, gpus_per_job=gpus_per_job, cpus_per_task=cpus_per_task, mem_gb=mem_gb)
             params: dict[str, Any] = {
-                "timeout_min": time_min, "cpus_per_task": cpus_per_task or 1, "name": f"race-{sweep.name}",
+                "timeout_min": time_min, **resources, "name": f"race-{sweep.name}",
                 "slurm_array_parallelism": array_parallelism or len(todo),
                 "slurm_setup": [f"export PYTHONPATH={package_root()}${{PYTHONPATH:+:$PYTHONPATH}}", *setup],
             }
@@ -236,7 +279,8 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
             atomic_write_json(folder / SUBMITTED, record)
             handles.update(zip(order, jobs))
             say(f"submitted {len(order)} job(s) as SLURM array {jobs[0].job_id.split('_')[0]} "
-                f"(partition {partition or 'default'}, {time_min} min, {gpus_per_job} GPU(s) per task)")
+                f"(partition {partition or 'default'}, {time_min} min, {gpus_per_job} GPU(s), "
+                f"{resources['cpus_per_task']} CPU(s), {resources['mem_gb']} GB per task)")
         elif not live:
             say("nothing to submit: every job is done" + ("" if retry_failed else " or failed (--retry-failed reruns failed ones)"))
             return None

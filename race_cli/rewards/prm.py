@@ -16,17 +16,20 @@ and each step's score is read at one token that ends it:
 
 Two ways to turn the model's output at those tokens into P(step is correct):
 
-- `format="classifier"`: a token-classification model (`AutoModelForTokenClassification`, the
-  Qwen2.5-Math-PRM style). num_labels=2: softmax probability of label 1; num_labels=1: sigmoid
-  of the single logit.
+- `format="classifier"`: a token-classification model: the Qwen2.5-Math-PRM layout (a Qwen2
+  body and a two-layer head, built here from its safetensors by weight name, see
+  `load_qwen2_prm`: none of the repository's code runs) or any transformers
+  `*ForTokenClassification`. num_labels=2: softmax probability of label 1; num_labels=1:
+  sigmoid of the single logit.
 - `format="token"`: a causal LM (`AutoModelForCausalLM`, the Math-Shepherd style): p(good) /
   (p(good) + p(bad)) from the next-token distribution at the tag, for the configured good and
   bad tokens ("+" and "-" by default), i.e. the softmax over those two logits.
 
-Presets: Qwen2.5-Math-PRM-7B is `format="classifier", separator="\\n\\n", step_tag="<extra_0>",
-step_joiner=""` with its chat template written into `template` (load the model with its own
-`trust_remote_code` class and pass it to the constructor). Math-Shepherd is `format="token",
-step_tag=" ки", template="{question} {completion}"`. The embedded byte-level tiny PRM reads
+Presets: Qwen2.5-Math-PRM-7B is `format="classifier", step_tag="<extra_0>", step_joiner=""`
+with its chat template written into `template` (conf/reward/prm-7b.yaml); the separator is the
+one the policy is told to use (one step per line: "\\n"), so each line reaches the PRM as
+one `step<extra_0>` unit, the layout the PRM's card builds from its own steps. Math-Shepherd
+is `format="token", step_tag=" ки", template="{question} {completion}"`. The embedded byte-level tiny PRM reads
 at each newline with the default template.
 
 Scoring runs under `torch.no_grad()` (not `inference_mode`, so FlopCounterMode can audit it),
@@ -87,6 +90,139 @@ def _owner_of_chars(offsets: Sequence[tuple[int, int]], n_chars: int) -> list[in
     return owner
 
 
+# --- the Qwen2.5-Math-PRM layout, built here (no remote code) -------------------------------
+#
+# Its config.json says model_type "qwen2", architectures ["Qwen2ForProcessRewardModel"], and maps
+# AutoConfig/AutoModel to code in the repository (auto_map). That code is a Qwen2 body plus
+#     score = Sequential(Linear(d, d), ReLU(), Linear(d, num_labels=2))
+# read at every position; the safetensors hold `model.*` (the body, Qwen2Model's names) and
+# `score.0.weight`, `score.0.bias`, `score.2.weight`, `score.2.bias`. P(step correct) is the
+# softmax's label 1 at the `<extra_0>` token written after each step. We build the same modules
+# from transformers' own Qwen2Model and copy the tensors in by name: nothing from the repository
+# is imported or run. (A checkpoint may also carry `lm_head.weight`: unused, skipped.)
+
+PRM_ARCHITECTURE = "Qwen2ForProcessRewardModel"
+PRM_HEAD_WEIGHTS = ("score.0.weight", "score.0.bias", "score.2.weight", "score.2.bias")
+_FETCH_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]  # never *.py
+
+
+def fetch_checkpoint(path: str, revision: str | None = None) -> str:
+    """A local folder as is; a hub id downloaded at `revision` (config, safetensors, tokenizer: no code)."""
+    from pathlib import Path
+
+    if Path(path).expanduser().is_dir():
+        return str(Path(path).expanduser())
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(path, revision=revision, allow_patterns=_FETCH_PATTERNS)
+
+
+def _read_config(folder: str) -> dict:
+    import json
+    from pathlib import Path
+
+    file = Path(folder) / "config.json"
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise OSError(f"{file} is missing or not JSON ({e})") from None
+
+
+def is_qwen2_prm(folder: str) -> bool:
+    """Does the checkpoint's config name the Qwen2.5-Math-PRM architecture?"""
+    return PRM_ARCHITECTURE in (_read_config(folder).get("architectures") or [])
+
+
+def read_safetensors(folder: str, device: str = "cpu") -> dict:
+    """Every tensor of a checkpoint folder: model.safetensors, or the shards its index lists."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    root = Path(folder)
+    index = root / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    elif (root / "model.safetensors").is_file():
+        shards = ["model.safetensors"]
+    else:
+        raise OSError(f"{root} holds no model.safetensors (nor model.safetensors.index.json); "
+                      "this loader reads safetensors only (never pickled .bin files)")
+    tensors: dict = {}
+    for shard in shards:
+        tensors.update(load_file(str(root / shard), device=device))
+    return tensors
+
+
+_PRM_CLASS = None
+
+
+def qwen2_prm_class():
+    """The module class (built on first use, so importing this file does not import torch)."""
+    global _PRM_CLASS
+    if _PRM_CLASS is not None:
+        return _PRM_CLASS
+    import torch
+    from transformers import Qwen2Model
+    from transformers.modeling_outputs import TokenClassifierOutput
+
+    class Qwen2ProcessRewardModel(torch.nn.Module):
+        """Qwen2 body + two-layer scoring head; forward(input_ids, attention_mask).logits is [B, T, num_labels]."""
+
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+            self.model = Qwen2Model(config)
+            d = config.hidden_size
+            self.score = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.ReLU(),
+                                             torch.nn.Linear(d, config.num_labels))
+
+        def forward(self, input_ids=None, attention_mask=None, **kwargs):
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state  # [B, T, d]
+            return TokenClassifierOutput(logits=self.score(hidden))  # [B, T, num_labels]
+
+    _PRM_CLASS = Qwen2ProcessRewardModel
+    return _PRM_CLASS
+
+
+def load_qwen2_prm(folder: str, *, device: str = "cpu", dtype=None):
+    """Build the Qwen2.5-Math-PRM layout from `folder`'s config and copy its safetensors in by name.
+
+    Refuses a checkpoint whose tensors do not match the layout exactly (missing or extra names,
+    other shapes): a wrong file must not score with random weights. dtype None = the checkpoint's.
+    """
+    import torch
+    from transformers import Qwen2Config
+
+    raw = {k: v for k, v in _read_config(folder).items() if k not in ("auto_map", "architectures")}
+    raw.setdefault("num_labels", 2)  # the published head has 2 labels; its config does not say so
+    config = Qwen2Config(**raw)
+    config.architectures = [PRM_ARCHITECTURE]
+    tensors = {k: v for k, v in read_safetensors(folder).items() if not k.startswith("lm_head.")}
+    with torch.device("meta"):  # no random init of billions of weights: the checkpoint fills them
+        model = qwen2_prm_class()(config)
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    missing = sorted(set(want) - set(tensors))
+    extra = sorted(set(tensors) - set(want))
+    wrong = sorted(k for k in set(want) & set(tensors) if tuple(tensors[k].shape) != want[k])
+    if missing or extra or wrong:
+        raise ValueError(f"{folder} does not hold the {PRM_ARCHITECTURE} layout: "
+                         f"missing {missing[:4]}, unexpected {extra[:4]}, wrong shape {wrong[:4]}")
+    model.load_state_dict(tensors, strict=True, assign=True)
+    model.model.rotary_emb = type(model.model.rotary_emb)(config)  # its buffers are computed, not stored
+    target = dtype if dtype is not None else next(iter(tensors.values())).dtype
+    return model.to(device=device, dtype=target).eval()
+
+
+def _two_layer_head(model) -> bool:
+    """True for the Qwen2.5-Math-PRM head (Linear d->d, ReLU, Linear d->labels), False for one Linear."""
+    import torch
+
+    score = getattr(model, "score", None)
+    return isinstance(score, torch.nn.Sequential) and len(score) == 3
+
+
 class ProcessRewardModel:
     """Scores completions step by step with a PRM (see the module docstring for the input layout).
 
@@ -145,12 +281,16 @@ class ProcessRewardModel:
 
     @classmethod
     def from_pretrained(cls, path: str, *, format: str = "classifier", device: str = "cpu",
-                        dtype: str | None = None, trust_remote_code: bool = False,
+                        dtype: str | None = None, trust_remote_code: bool = False, revision: str | None = None,
                         **kwargs) -> "ProcessRewardModel":
         """Load a PRM and its tokenizer from a local folder or hub id; kwargs go to the constructor.
 
-        format="classifier" loads AutoModelForTokenClassification, "token" AutoModelForCausalLM.
-        dtype: None or "auto" (the checkpoint's), "float32", "bfloat16", "float16", or a torch.dtype.
+        format="classifier": a checkpoint whose config names `Qwen2ForProcessRewardModel` (the
+        Qwen2.5-Math-PRM layout) is built here by weight name (`load_qwen2_prm`, no remote code);
+        any other classifier through AutoModelForTokenClassification. "token"/"logprob":
+        AutoModelForCausalLM. dtype: None or "auto" (the checkpoint's), "float32", "bfloat16",
+        "float16", or a torch.dtype. revision: the hub commit to load (ignored for local folders).
+        trust_remote_code: off unless the config says so (with a revision: see config.validate).
         """
         import torch
         import transformers
@@ -164,17 +304,22 @@ class ProcessRewardModel:
             dtype = getattr(torch, dtype)
         elif dtype is not None and not isinstance(dtype, (str, torch.dtype)):
             raise RaceError(f"PRM dtype {dtype!r} is unknown; expected auto, float32, bfloat16 or float16.")
-        auto = AutoModelForTokenClassification if format == "classifier" else AutoModelForCausalLM  # token, logprob
-        major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
-        dtype_key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
-        load_kw = {dtype_key: dtype} if dtype is not None else {}
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-            model = auto.from_pretrained(path, trust_remote_code=trust_remote_code, **load_kw)
+            folder = fetch_checkpoint(path, revision)
+            if format == "classifier" and is_qwen2_prm(folder):
+                tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+                model = load_qwen2_prm(folder, device=device, dtype=None if dtype == "auto" else dtype)
+                return cls(model, tokenizer, format=format, **kwargs)
+            auto = AutoModelForTokenClassification if format == "classifier" else AutoModelForCausalLM
+            major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+            dtype_key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
+            load_kw = {dtype_key: dtype} if dtype is not None else {}
+            tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+            model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code, **load_kw)
         except (OSError, ValueError) as e:
             raise RaceError(f"Could not load the reward model from {path!r}: {str(e).splitlines()[0]}",
                             "Expected a local folder with config.json, weights and tokenizer files, or a hub id "
-                            "(needs network); check reward.model.path.") from None
+                            "(needs network); check reward.model.path and reward.model.revision.") from None
         model.to(device).eval()
         return cls(model, tokenizer, format=format, **kwargs)
 
@@ -337,7 +482,8 @@ class ProcessRewardModel:
         scores: list[list[float]] = [[] for _ in encoded]
         todo = sorted((i for i, (_, pos, _) in enumerate(encoded) if pos), key=lambda i: seq_lens[i])
         batch_lens, padded, flops = [], [], []
-        head = "classifier" if self.format == "classifier" else "token"
+        # the two-layer Qwen2.5-Math-PRM head vs one Linear (transformers' *ForTokenClassification)
+        head = ("classifier" if _two_layer_head(self.model) else "scalar") if self.format == "classifier" else "token"
         for b in range(0, len(todo), self.batch_size):
             idx = todo[b: b + self.batch_size]
             lens = [seq_lens[i] for i in idx]
