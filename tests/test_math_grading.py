@@ -127,6 +127,7 @@ def test_near_miss_is_wrong_under_the_normaliser(pred, gold):
 @pytest.mark.parametrize("pred, gold", NEAR_MISSES)
 def test_near_miss_is_wrong_under_math_verify(pred, gold):
     assert not grade("math-verify", f"So the answer is $\\boxed{{{pred}}}$.", gold)
+    assert not grade("math", f"So the answer is $\\boxed{{{pred}}}$.", gold)  # the two together
 
 
 def test_enough_near_misses():

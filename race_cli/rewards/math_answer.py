@@ -4,8 +4,8 @@
     math_equal("(-\\infty, 2]", "(-\\infty, 2)")    # False: the brackets differ
     extract_math_answer("... so $\\boxed{\\frac{\\sqrt3}{3}}$.")  # '\\frac{\\sqrt3}{3}'
 
-This is the fallback grader of the `math` grader (race_cli/rewards/graders.py) when the optional
-`math-verify` package is not installed, and the `math-normalizer` grader always. Pure Python,
+The `math` grader (race_cli/rewards/graders.py) asks it first, and alone when the optional
+`math-verify` package is not installed; the `math-normalizer` grader is this module alone. Pure Python,
 no sympy; nothing here raises on any input string.
 
 Forms it covers (each both as the reference and as the model's answer):
