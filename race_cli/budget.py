@@ -254,6 +254,7 @@ class Ledger:
     eval_flops: Flops = field(default_factory=Flops)  # held-out evaluation: recorded, never charged
     eval_seconds: float = 0.0
     eval_runs: int = 0
+    eval_targets: dict[str, dict] = field(default_factory=dict)  # per target: flops, executed_flops, seconds, items
 
     def add(self, phase: str, flops: Flops, seconds: float) -> None:
         """Charge one phase of the current iteration."""
@@ -262,9 +263,19 @@ class Ledger:
         self.flops[phase] = self.flops[phase] + flops
         self.seconds[phase] += seconds
 
-    def add_eval(self, flops: Flops, seconds: float) -> None:
+    def add_eval(self, flops: Flops, seconds: float, target: str | None = None, items: int = 0) -> None:
+        """Record evaluation work (never charged); with `target`, also in that target's own sums."""
         self.eval_flops = self.eval_flops + flops
         self.eval_seconds += seconds
+        if target is not None:
+            mine = self.eval_targets.setdefault(target, {"flops": 0.0, "executed_flops": 0.0, "seconds": 0.0,
+                                                         "items": items})
+            mine["flops"] += flops.model
+            mine["executed_flops"] += flops.executed
+            mine["seconds"] += seconds
+
+    def end_eval(self) -> None:
+        """One evaluation point (every target) is complete."""
         self.eval_runs += 1
 
     def spent(self) -> float:
@@ -286,14 +297,16 @@ class Ledger:
 
     def eval_json(self) -> dict[str, Any]:
         return {"flops": self.eval_flops.model, "executed_flops": self.eval_flops.executed,
-                "seconds": self.eval_seconds, "runs": self.eval_runs}
+                "seconds": self.eval_seconds, "runs": self.eval_runs,
+                "targets": {t: dict(v) for t, v in self.eval_targets.items()}}
 
     def to_json(self) -> dict[str, Any]:
         """Everything, exactly (the checkpoint keeps it so a resumed job continues the same sums)."""
         return {"iterations": self.iterations, "prompts": self.prompts,
                 "flops": {p: self.flops[p].to_dict() for p in PHASES},
                 "seconds": dict(self.seconds), "tokens": dict(self.tokens),
-                "eval": {"flops": self.eval_flops.to_dict(), "seconds": self.eval_seconds, "runs": self.eval_runs}}
+                "eval": {"flops": self.eval_flops.to_dict(), "seconds": self.eval_seconds, "runs": self.eval_runs,
+                         "targets": {t: dict(v) for t, v in self.eval_targets.items()}}}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Ledger":
@@ -301,7 +314,8 @@ class Ledger:
         return cls(iterations=int(d["iterations"]), prompts=int(d.get("prompts", 0)), flops={p: Flops(**d["flops"][p]) for p in PHASES},
                    seconds={k: float(v) for k, v in d["seconds"].items()},
                    tokens={k: int(v) for k, v in d["tokens"].items()}, eval_flops=Flops(**ev["flops"]),
-                   eval_seconds=float(ev["seconds"]), eval_runs=int(ev["runs"]))
+                   eval_seconds=float(ev["seconds"]), eval_runs=int(ev["runs"]),
+                   eval_targets={t: dict(v) for t, v in (ev.get("targets") or {}).items()})
 
 
 def with_policy(spec: IterationSpec, policy: Arch, lora: Lora | None) -> IterationSpec:

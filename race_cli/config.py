@@ -104,15 +104,24 @@ class RewardConf:
 
 @dataclass
 class TaskConf:
-    name: str = "arithmetic"  # arithmetic | gsm8k
-    path: Optional[str] = None  # gsm8k: local folder/JSONL; None = openai/gsm8k through datasets
-    num_eval: int = 200  # held-out items per evaluation
-    num_train: Optional[int] = None  # None = all (gsm8k) / an unbounded stream (arithmetic)
+    name: str = "arithmetic"  # the training task: arithmetic | gsm8k | jsonl (race_cli/tasks/targets.py)
+    path: Optional[str] = None  # gsm8k: folder/JSONL (None = the packaged copy, hub = openai/gsm8k); jsonl: file or hf:<id>
+    num_eval: Optional[int] = 200  # held-out items of the task's own target; None = the whole split
+    num_train: Optional[int] = None  # None = all (gsm8k, jsonl) / an unbounded stream (arithmetic)
     prompt_tokens: float = 40.0  # planning estimate of the mean prompt length, tokens
     min_ops: int = 2  # arithmetic: operations per problem
     max_ops: int = 3
     max_operand: int = 99
     eval_seed: int = 1234  # the held-out set depends only on this: same items in every job
+    # jsonl only (race_cli/tasks/jsonl.py):
+    eval_path: Optional[str] = None  # held-out rows from this file (or hf:<id>); None = hold out num_eval rows of path
+    question_field: str = "question"  # the row field holding the question
+    answer_field: str = "answer"  # the row field holding the gold answer
+    answer_format: str = "raw"  # raw (the field is the answer) | hashes ('... #### 42') | boxed (last \boxed{})
+    grader: str = "number"  # number ('#### N' prompts) | math | math-verify | math-normalizer (\boxed{} prompts)
+    label: Optional[str] = None  # target name in eval/<label>/accuracy; None = the file's stem
+    split_train: str = "train"  # hf: split names
+    split_eval: str = "test"
 
 
 @dataclass
@@ -125,9 +134,14 @@ class BudgetConf:
 @dataclass
 class EvalConf:
     every: int = 10  # evaluate every K iterations (and at start and end); never charged to the budget
-    greedy: bool = True  # greedy decoding for the target; false = sampled at rollout.temperature
-    batch_size: int = 200
-    targets: list[str] = field(default_factory=lambda: ["accuracy"])
+    greedy: bool = True  # with samples = 1: greedy decoding; false = one sample at the eval temperature
+    batch_size: int = 200  # prompts per generate call
+    targets: list[str] = field(default_factory=list)  # arithmetic | arithmetic-hard | gsm8k | math500 | a jsonl label; [] = the task's own
+    samples: int = 1  # k completions per item; k > 1 samples at the eval temperature, item score = fraction correct
+    temperature: Optional[float] = None  # sampling temperature at evaluation; None = rollout.temperature
+    max_items: Optional[int] = None  # first N items of every target (a subset for small runs); None = all
+    max_items_by_target: dict[str, int] = field(default_factory=dict)  # per-target N overriding max_items, e.g. {math500: 50}
+    max_new_tokens: Optional[int] = None  # completion cap at evaluation; None = rollout.max_new_tokens, raised to what a target needs
 
 
 @dataclass
@@ -159,6 +173,7 @@ class RaceConfig:
     grid: GridConf = field(default_factory=GridConf)
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
+    logger: str = "none"  # none | tensorboard | wandb (offline): metrics.jsonl is always written and is the source of truth
     threads: int = 0  # torch CPU threads; 0 = leave torch's default
 
 
@@ -187,7 +202,10 @@ CHOICES = {
     "reward.type": ("rule", "prm"),
     "reward.aggregate": ("min", "prod", "last", "mean"),
     "grpo.loss_agg": ("token", "sequence"),
-    "task.name": ("arithmetic", "gsm8k"),
+    "task.name": ("arithmetic", "gsm8k", "jsonl"),
+    "task.answer_format": ("raw", "hashes", "boxed"),
+    "task.grader": ("number", "math", "math-verify", "math-normalizer"),
+    "logger": ("none", "tensorboard", "wandb"),
     "budget.free_knob": ("iterations",),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
 }
@@ -259,7 +277,16 @@ def validate(cfg: Any) -> list[str]:
              "a mean completion length in (0, rollout.max_new_tokens]")
     need("budget.flops", _get(cfg, "budget.flops") > 0, "a positive FLOP budget such as 1e12")
     need("lora.r", _get(cfg, "lora.r") >= 1, "a LoRA rank >= 1")
-    need("task.num_eval", _get(cfg, "task.num_eval") >= 1, "at least one held-out item")
+    num_eval = _get(cfg, "task.num_eval")
+    need("task.num_eval", num_eval is None or num_eval >= 1, "at least one held-out item, or null for the whole split")
+    need("eval.samples", _get(cfg, "eval.samples") >= 1, "at least 1 completion per item")
+    temp = _get(cfg, "eval.temperature")
+    need("eval.temperature", temp is None or temp > 0, "a sampling temperature > 0, or null for rollout.temperature")
+    cap = _get(cfg, "eval.max_new_tokens")
+    need("eval.max_new_tokens", cap is None or cap >= 1, "at least 1 completion token, or null")
+    from race_cli.tasks.targets import target_problems
+
+    problems.extend(target_problems(cfg))
     need("task.prompt_tokens", _get(cfg, "task.prompt_tokens") > 0, "a positive mean prompt length")
     need("eval.every", _get(cfg, "eval.every") >= 1, "an integer >= 1")
     need("checkpoint.every", _get(cfg, "checkpoint.every") >= 1, "an integer >= 1")

@@ -1,7 +1,8 @@
-"""GSM8K task loading (real files, a single file, the hub path, bad input) and prompt formatting."""
+"""GSM8K task loading (the packaged real files, a single file, the hub path, bad input) and prompt formatting."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import types
@@ -11,21 +12,29 @@ import pytest
 from race_cli.errors import RaceError
 from race_cli.rewards.rule import rule_reward
 from race_cli.tasks.base import Item
-from race_cli.tasks.gsm8k import GSM8KTask, local_gsm8k_dir, strip_calculator
-from race_cli.tasks.prompting import CHAT_INSTRUCTION, PLAIN_INSTRUCTION, format_prompt, split_steps
+from race_cli.tasks.gsm8k import PACKAGED_DIR, GSM8KTask, local_gsm8k_dir, strip_calculator
+from race_cli.tasks.prompting import BOXED, CHAT_INSTRUCTION, PLAIN_INSTRUCTION, format_prompt, split_steps
 
-GSM8K = local_gsm8k_dir()
-needs_gsm8k = pytest.mark.skipif(
-    GSM8K is None, reason="real GSM8K not found: set RACE_GSM8K_DIR or put it at <checkout>/../shared/data/gsm8k")
+GSM8K = PACKAGED_DIR  # shipped in race_cli/data/gsm8k with its LICENSE
 
 
 def _raw(split: str) -> list[dict]:
+    if split == "train":
+        with gzip.open(GSM8K / "train.jsonl.gz", "rt", encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
     return [json.loads(line) for line in open(GSM8K / f"{split}.jsonl", encoding="utf-8")]
 
 
 # --- the real files -----------------------------------------------------------------
 
-@needs_gsm8k
+def test_packaged_copy_is_the_default_and_has_its_license(monkeypatch):
+    monkeypatch.delenv("RACE_GSM8K_DIR", raising=False)
+    assert local_gsm8k_dir() == PACKAGED_DIR
+    assert "MIT License" in (PACKAGED_DIR / "LICENSE").read_text()
+    assert GSM8KTask().eval_items() == GSM8KTask(path=str(PACKAGED_DIR)).eval_items()
+    assert len(_raw("train")) == 7473 and len(_raw("test")) == 1319  # GSM8K's published split sizes
+
+
 def test_real_splits_load_whole():
     task = GSM8KTask(path=str(GSM8K))
     train, test = task.train_items(), task.eval_items()
@@ -41,7 +50,6 @@ def test_real_splits_load_whole():
     assert {it.id for it in train} == {f"gsm8k-train-{i}" for i in range(7473)}
 
 
-@needs_gsm8k
 def test_real_comma_answers_normalised_and_annotations_stripped():
     task = GSM8KTask(path=str(GSM8K))
     raw = _raw("test")
@@ -53,7 +61,6 @@ def test_real_comma_answers_normalised_and_annotations_stripped():
     assert task.eval_items()[1].solution.splitlines()[0] == "It takes 2/2=1 bolt of white fiber"
 
 
-@needs_gsm8k
 def test_eval_prefix_and_seeded_train_order():
     full = GSM8KTask(path=str(GSM8K))
     some = GSM8KTask(path=str(GSM8K), num_eval=5, num_train=10, seed=3)
@@ -64,10 +71,10 @@ def test_eval_prefix_and_seeded_train_order():
     assert some.train_items() == GSM8KTask(path=str(GSM8K), seed=3).train_items()[:10]
 
 
-@needs_gsm8k
-def test_env_dir_used_when_no_path(monkeypatch):
-    monkeypatch.setenv("RACE_GSM8K_DIR", str(GSM8K))
-    assert GSM8KTask(num_eval=2).eval_items()[0].id == "gsm8k-test-0"
+def test_env_dir_used_when_no_path(monkeypatch, tmp_path):
+    _write(tmp_path / "test.jsonl", ROWS[2:])
+    monkeypatch.setenv("RACE_GSM8K_DIR", str(tmp_path))
+    assert [it.answer for it in GSM8KTask().eval_items()] == ["-3"]
 
 
 # --- small files written here -------------------------------------------------------
@@ -139,7 +146,7 @@ def test_hub_rows_become_items(monkeypatch):
         return ROWS
 
     _fake_datasets(monkeypatch, load_dataset)
-    items = GSM8KTask(num_eval=2).eval_items()
+    items = GSM8KTask(path="hub", num_eval=2).eval_items()
     assert calls == [("openai/gsm8k", "main", "test")]
     assert [(it.id, it.answer) for it in items] == [("gsm8k-test-0", "7"), ("gsm8k-test-1", "1750")]
 
@@ -149,8 +156,8 @@ def test_hub_unreachable_says_pass_a_path(monkeypatch):
         raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)")
 
     _fake_datasets(monkeypatch, load_dataset)
-    with pytest.raises(RaceError, match=r"task\.path=") as e:
-        GSM8KTask().eval_items()
+    with pytest.raises(RaceError, match=r"leave task\.path unset") as e:
+        GSM8KTask(path="hub").eval_items()
     assert "ConnectionError" in str(e.value)
 
 
@@ -158,7 +165,7 @@ def test_datasets_missing_says_install(monkeypatch):
     monkeypatch.delenv("RACE_GSM8K_DIR", raising=False)
     monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
     with pytest.raises(RaceError, match=r"pip install 'race-cli\[data\]'"):
-        GSM8KTask().train_items()
+        GSM8KTask(path="hub").train_items()
 
 
 def test_strip_calculator():
@@ -202,6 +209,12 @@ def test_auto_without_template_is_plain_and_chat_needs_one():
         format_prompt(ITEM, tok, style="chat")
     with pytest.raises(RaceError, match="unknown"):
         format_prompt(ITEM, tok, style="fancy")
+
+
+def test_boxed_convention_prompts():
+    assert format_prompt(ITEM, convention=BOXED) == "Put the final answer in \\boxed{}.\nQ: 45+74-27\nA:"
+    tok = _chat_tokenizer()
+    assert format_prompt(ITEM, tok, convention=BOXED) == f"<|user|>45+74-27\n{BOXED.chat}\n<|assistant|>"
 
 
 def test_split_steps():

@@ -101,9 +101,9 @@ def test_job_writes_the_documented_files(model_dir, tmp_path):
     rows = read_jsonl(job / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
     assert rows[0] == {"iteration": 0, "flops/rollout": 0.0, "flops/update": 0.0, "flops/reward": 0.0,
-                       "flops/total": 0.0, "eval/accuracy": rows[0]["eval/accuracy"]}
-    assert set(rows[1]) == METRIC_KEYS and set(rows[2]) == METRIC_KEYS | {"eval/accuracy"}
-    assert set(rows[3]) == METRIC_KEYS | {"eval/accuracy"}  # the final evaluation
+                       "flops/total": 0.0, "eval/arithmetic/accuracy": rows[0]["eval/arithmetic/accuracy"]}
+    assert set(rows[1]) == METRIC_KEYS and set(rows[2]) == METRIC_KEYS | {"eval/arithmetic/accuracy"}
+    assert set(rows[3]) == METRIC_KEYS | {"eval/arithmetic/accuracy"}  # the final evaluation
     assert rows[1]["train/kl"] is None  # beta = 0: no reference forward, nothing to report
     assert rows[1]["tokens/prompt"] > 0 and rows[1]["tokens/completion"] <= 2 * 4 * 3
     assert any(r["train/reward_std"] > 0 for r in rows[1:])  # the task gives this policy a signal
@@ -118,6 +118,7 @@ def test_job_writes_the_documented_files(model_dir, tmp_path):
     assert act["tokens"]["completion"] == sum(r["tokens/completion"] for r in rows[1:])
     assert set(act["seconds"]) == {"rollout", "update", "reward", "total"}
     assert ledger["eval"]["runs"] == 3 and ledger["eval"]["flops"] > 0  # start, iteration 2, end
+    assert ledger["eval"]["targets"]["arithmetic"]["flops"] == ledger["eval"]["flops"]  # the only target
     # planned: floor(C / planned per-iteration total), capped at max_iterations = 3 (so no smaller last one)
     cfg = compose(ov)
     from omegaconf import OmegaConf
@@ -132,11 +133,14 @@ def test_job_writes_the_documented_files(model_dir, tmp_path):
                                                                 "prompts_per_iter": 2, "iterations": 3}
     assert summary["condition"] == {"model": "tiny-rand", "budget_flops": 1e12, "reward": "rule", "task": "arithmetic"}
     assert summary["overrides"] == ov and summary["seed"] == 0
-    assert summary["eval"]["accuracy"] == rows[3]["eval/accuracy"]
-    assert summary["eval_initial"]["accuracy"] == rows[0]["eval/accuracy"]
-    items = summary["eval_items"]["accuracy"]
+    assert summary["targets"] == ["arithmetic"]  # eval.targets=[]: the training task's own
+    assert summary["eval"]["arithmetic"] == rows[3]["eval/arithmetic/accuracy"]
+    assert summary["eval_initial"]["arithmetic"] == rows[0]["eval/arithmetic/accuracy"]
+    items = summary["eval_items"]["arithmetic"]
     assert len(items["ids"]) == 8 and items["ids"][0] == "arith-eval-0"
-    assert sum(items["scores"]) / 8 == summary["eval"]["accuracy"]
+    assert sum(items["scores"]) / 8 == summary["eval"]["arithmetic"]
+    first = summary["eval_items_initial"]["arithmetic"]
+    assert first["ids"] == items["ids"] and sum(first["scores"]) / 8 == summary["eval_initial"]["arithmetic"]
     sh = summary["shares"]
     assert sh["search"] + sh["learning"] + sh["feedback"] == pytest.approx(1.0)
     assert sh["p"] == sh["learning"] == pytest.approx(act["flops"]["update"] / act["flops"]["total"])

@@ -77,7 +77,7 @@ def test_budget_error_names_the_job_and_the_shortfall():
 def test_fast_path_equals_hydra_composition():
     """The plain-dict override path must give exactly what Hydra composes for the same overrides."""
     overrides = ["grid=none", "model=tiny-m", "reward=prm", "grpo.group_size=4", "grpo.lr=3e-4",
-                 "rollout.expected_completion_tokens=20", "lora.enabled=false", "eval.targets=[accuracy]",
+                 "rollout.expected_completion_tokens=20", "lora.enabled=false", "eval.targets=[arithmetic,math500]",
                  "reward.model.arch.num_hidden_layers=3", "device=cpu", "budget.flops=5e12"]
     (job,) = build_plan(overrides).jobs
     reference = OmegaConf.to_container(compose(overrides), resolve=True)

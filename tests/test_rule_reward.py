@@ -10,11 +10,9 @@ import pytest
 from race_cli.errors import RaceError
 from race_cli.rewards import rule
 from race_cli.rewards.rule import answers_match, extract_answer, normalize_number, rule_reward, score_batch
-from race_cli.tasks.gsm8k import local_gsm8k_dir
+from race_cli.tasks.gsm8k import PACKAGED_DIR, open_text
 
-GSM8K = local_gsm8k_dir()
-needs_gsm8k = pytest.mark.skipif(
-    GSM8K is None, reason="real GSM8K not found: set RACE_GSM8K_DIR (see race_cli.tasks.gsm8k.local_gsm8k_dir)")
+GSM8K = PACKAGED_DIR  # shipped in race_cli/data/gsm8k (train as .jsonl.gz)
 
 
 # --- each extraction form -----------------------------------------------------------
@@ -171,11 +169,12 @@ def test_math_verify_when_installed():
 # --- every real GSM8K solution ------------------------------------------------------
 
 def _gold_rows(split: str) -> list[tuple[str, str]]:
-    rows = [json.loads(line) for line in open(GSM8K / f"{split}.jsonl", encoding="utf-8")]
+    file = GSM8K / f"{split}.jsonl"
+    with open_text(file if file.is_file() else file.with_suffix(".jsonl.gz")) as f:
+        rows = [json.loads(line) for line in f]
     return [(r["answer"], r["answer"].rpartition("####")[2].strip()) for r in rows]
 
 
-@needs_gsm8k
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_every_gsm8k_solution_scores_its_own_answer(split):
     """Each raw solution (calculator annotations included) is 1 against its gold and 0 against

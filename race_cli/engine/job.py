@@ -10,10 +10,13 @@ shapes that ran. Before every iteration the job takes the most prompts (<= B) wh
 last iterations may be smaller; it stops cleanly (stop_reason "budget") when not one prompt
 fits, or after budget.max_iterations ("iterations"). The planned ledger is race_cli.budget's,
 the same as `race plan`'s. Held-out evaluation runs at the start, every eval.every iterations
-and at the end; it has its own ledger entry and is never charged to the budget.
+and at the end, on every target of eval.targets (race_cli/tasks/targets.py: each with its items,
+prompt convention and grader); it has its own ledger entry, per target, and is never charged to
+the budget.
 
 Files (docs/files.md): status.json, metrics.jsonl (one line per iteration, iteration 0 = the
-initial evaluation), ledger.json, summary.json, adapter/, checkpoint/ (see checkpoint.py).
+initial evaluation), ledger.json, summary.json, adapter/, checkpoint/ (see checkpoint.py); with
+logger=tensorboard|wandb the same metric lines are mirrored there too (engine/loggers.py).
 Resume: the last checkpoint is restored (weights, optimizer, scheduler, RNG states) and
 metrics.jsonl is cut back to its iteration, so a killed-and-resumed CPU run ends bitwise equal
 to an uninterrupted one.
@@ -29,6 +32,7 @@ import os
 import signal
 import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,6 +53,20 @@ def _now() -> str:
     import datetime as dt
 
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@contextmanager
+def eval_sampling(rollout: Any, **settings: Any):
+    """Run a block with some rollout settings changed (max_new_tokens, temperature), then restore them.
+    Settings a backend does not have are left alone."""
+    old = {k: getattr(rollout, k) for k in settings if hasattr(rollout, k)}
+    for k in old:
+        setattr(rollout, k, settings[k])
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(rollout, k, v)
 
 
 def completion_logprobs(model: Any, ids, attn, comp, temperature: float = 1.0, chunk: int = LOGPROB_CHUNK):
@@ -84,6 +102,9 @@ class Job:
         self.log = log or (lambda msg: print(msg, flush=True))
         self.job_id = self.job_dir.name
         self.metrics_path = self.job_dir / "metrics.jsonl"
+        from race_cli.engine.loggers import NullLogger
+
+        self.logger = NullLogger()  # the real one opens in start_or_resume (it needs the resume step)
 
     # --- setup ------------------------------------------------------------------------------
 
@@ -104,21 +125,22 @@ class Job:
         self.max_iterations = int(c.budget.max_iterations)
         self.dtype = S.resolve_dtype(c.model.dtype, self.device)
         S.configure_torch(c.seed, c.threads, self.device)
-        for target in c.eval.targets:
-            if target != "accuracy":
-                raise RaceError(f"eval.targets has {target!r}; the engine evaluates 'accuracy' (rule-checked final answers).")
+        from race_cli.tasks.targets import build_targets
+
         self.task = S.build_task(c)
-        self.train_items, self.eval_items = self.task.train_items(), self.task.eval_items()
+        self.train_items = self.task.train_items()
+        self.targets = build_targets(c, self.task)
         self.policy = S.load_policy(c, self.device, self.dtype, self.log)
         self.micro_batch, self.grad_checkpointing = S.resolve_micro_batch(self.cfg_dict, self.device)
         if self.grad_checkpointing and not c.grpo.grad_checkpointing:  # the memory ledger needs it
             S.enable_checkpointing(self.policy.model, lora=c.lora.enabled)
-        self.train_prompts = S.PromptCache(self.train_items, self.policy.tokenizer)
-        self.eval_prompts = S.PromptCache(self.eval_items, self.policy.tokenizer)
+        self.train_prompts = S.PromptCache(self.train_items, self.policy.tokenizer, self.task.convention)
+        self.target_prompts = {t.name: S.PromptCache(t.items, self.policy.tokenizer, t.convention) for t in self.targets}
         self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype, self.backend,
-                                       prompts=(self.train_prompts, self.eval_prompts),
+                                       prompts=(self.train_prompts, *self.target_prompts.values()),
                                        sync_dir=self.job_dir / ".vllm-adapter")
-        self.reward = S.build_reward(c, S.reward_device(self.device), self.dtype)  # its own GPU when there are 2+
+        self.reward = S.build_reward(c, S.reward_device(self.device), self.dtype,  # its own GPU when there are 2+
+                                     grader=self.task.grader)
         self.ref_model = None
         if c.grpo.beta > 0 and not c.lora.enabled:  # full FT: the reference needs its own frozen copy
             import copy
@@ -153,23 +175,48 @@ class Job:
     # --- evaluation --------------------------------------------------------------------------
 
     def evaluate(self) -> dict:
-        """Held-out accuracy (greedy unless eval.greedy=false); charged to the eval ledger only."""
-        from race_cli.rewards.rule import rule_reward
+        """Every evaluation target; charged to the eval ledger only (in total and per target).
 
-        t0 = time.perf_counter()
-        scores: list[float] = []
-        flops = Flops()
-        n, bs = len(self.eval_items), max(1, self.cfg.eval.batch_size)
-        for start in range(0, n, bs):
-            idx = list(range(start, min(n, start + bs)))
-            ro = self.rollout.generate([self.eval_prompts.ids(i) for i in idx], group_size=1,
-                                       greedy=self.cfg.eval.greedy)
-            flops = flops + ro.flops
-            scores += [rule_reward(t, self.eval_items[i].answer) for i, t in zip(idx, ro.texts)]
-        self.ledger.add_eval(flops, time.perf_counter() - t0)
-        acc = sum(scores) / len(scores)
-        return {"accuracy": acc, "items": {"accuracy": {"ids": [it.id for it in self.eval_items],
-                                                         "scores": [int(s) for s in scores]}}}
+        Per item: eval.samples = k completions (greedy when k = 1 and eval.greedy, else sampled at
+        the eval temperature), graded by the target's grader; its score is the fraction correct.
+        Returns {"accuracy": {target: mean score}, "items": {target: {"ids": [...], "scores": [...]}}}.
+        """
+        from race_cli.rewards.graders import grade
+
+        e = self.cfg.eval
+        k = int(e.samples)
+        greedy = bool(e.greedy) and k == 1
+        temperature = e.temperature if e.temperature is not None else self.cfg.rollout.temperature
+        per_call = max(1, e.batch_size // k)  # prompts per generate call: batch_size completions
+        out: dict = {"accuracy": {}, "items": {}}
+        for target in self.targets:
+            t0 = time.perf_counter()
+            prompts, items = self.target_prompts[target.name], target.items
+            cap = e.max_new_tokens or max(self.cfg.rollout.max_new_tokens, target.min_new_tokens)
+            flops, scores = Flops(), []
+            with eval_sampling(self.rollout, max_new_tokens=cap, temperature=temperature):
+                for start in range(0, len(items), per_call):
+                    idx = list(range(start, min(len(items), start + per_call)))
+                    ro = self.rollout.generate([prompts.ids(i) for i in idx], group_size=k, greedy=greedy)
+                    flops = flops + ro.flops
+                    for j, i in enumerate(idx):  # completions of item i: rows j*k .. j*k+k-1
+                        right = sum(grade(target.grader, text, items[i].answer) for text in ro.texts[j * k:(j + 1) * k])
+                        scores.append(right / k)
+            self.ledger.add_eval(flops, time.perf_counter() - t0, target=target.name, items=len(items))
+            out["accuracy"][target.name] = sum(scores) / len(scores)
+            out["items"][target.name] = {"ids": [it.id for it in items], "scores": scores}
+        self.ledger.end_eval()
+        return out
+
+    @staticmethod
+    def eval_metrics(ev: dict) -> dict:
+        """The metrics.jsonl keys of one evaluation: eval/<target>/accuracy."""
+        return {f"eval/{name}/accuracy": acc for name, acc in ev["accuracy"].items()}
+
+    def write_metrics(self, line: dict) -> None:
+        """Append one line to metrics.jsonl (the source of truth) and mirror it to the logger."""
+        append_jsonl(self.metrics_path, [line])
+        self.logger.log(line)
 
     # --- one GRPO iteration ----------------------------------------------------------------
 
@@ -298,15 +345,17 @@ class Job:
         flops = led.model_flops()
         secs = {p: led.seconds[p] for p in PHASES}
         secs |= {"eval": led.eval_seconds, "total": led.seconds["total"] + led.eval_seconds}
-        final = self.state["eval_last"]
+        final, first = self.state["eval_last"], self.state["eval_initial"]
         return {"job_id": self.job_id, "state": "done", "stop_reason": stop_reason,
                 "condition": {"model": c.model.name, "budget_flops": float(c.budget.flops),
                               "reward": reward_name(self.cfg_dict), "task": c.task.name},
                 "knobs": {"group_size": c.grpo.group_size, "updates_per_batch": c.grpo.updates_per_batch,
                           "prompts_per_iter": c.grpo.prompts_per_iter, "iterations": led.iterations},
                 "seed": c.seed, "overrides": self.overrides,
-                "eval": {"accuracy": final["accuracy"]}, "eval_initial": {"accuracy": self.state["eval_initial"]["accuracy"]},
-                "eval_items": final["items"], "shares": led.shares(), "planned_shares": shares(self.planned["flops"]),
+                "targets": [t.name for t in self.targets],
+                "eval": dict(final["accuracy"]), "eval_initial": dict(first["accuracy"]),
+                "eval_items": final["items"], "eval_items_initial": first["items"], "shares": led.shares(),
+                "planned_shares": shares(self.planned["flops"]),
                 "flops": flops | {"total": sum(flops.values())}, "seconds": secs}
 
     def set_status(self, **fields: Any) -> None:
@@ -323,7 +372,11 @@ class Job:
 
     def start_or_resume(self) -> None:
         """Restore the last checkpoint (cutting metrics.jsonl back to it), or start fresh with an evaluation."""
+        from race_cli.engine.loggers import make_logger
+
         found = ckpt_io.find(self.job_dir)
+        self.logger = make_logger(self.cfg.logger, self.job_dir, self.cfg_dict, job_id=self.job_id,
+                                  resume_step=None if found is None else int(found.state["iteration"]))
         if found is not None:
             ckpt_io.restore(found, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler)
             self.rollout.sync(self.policy.model)
@@ -340,9 +393,10 @@ class Job:
             self.metrics_path.unlink()
         ev = self.evaluate()
         self.state = {"eval_initial": ev, "eval_last": ev}
-        append_jsonl(self.metrics_path, [{"iteration": 0, **{f"flops/{p}": 0.0 for p in PHASES}, "flops/total": 0.0,
-                                          "eval/accuracy": ev["accuracy"]}])
-        self.log(f"initial eval: accuracy {ev['accuracy']:.3f} on {len(self.eval_items)} held-out items")
+        self.write_metrics({"iteration": 0, **{f"flops/{p}": 0.0 for p in PHASES}, "flops/total": 0.0,
+                            **self.eval_metrics(ev)})
+        self.log("initial eval: " + ", ".join(f"{t.name} {ev['accuracy'][t.name]:.3f} on {len(t.items)} items"
+                                             for t in self.targets))
 
     def train(self) -> str:
         """Iterate until the budget or the iteration cap stops the job; returns the stop reason.
@@ -362,12 +416,12 @@ class Job:
             if i % c.eval.every == 0 or last:
                 ev = self.evaluate()
                 self.state["eval_last"] = ev
-                line["eval/accuracy"] = ev["accuracy"]
-            append_jsonl(self.metrics_path, [line])
+                line.update(self.eval_metrics(ev))
+            self.write_metrics(line)
             atomic_write_json(self.job_dir / "ledger.json", self.ledger_json())
             self.log(f"iter {i}: reward {line['train/reward_mean']:.3f} loss {line['train/loss']:+.4f} "
                      f"len {line['train/completion_len']:.1f} flops {line['flops/total']:.3g}/{budget:.3g}"
-                     + (f" eval {line['eval/accuracy']:.3f}" if "eval/accuracy" in line else ""))
+                     + "".join(f" {k[5:-9]} {v:.3f}" for k, v in line.items() if k.startswith("eval/")))
             if i % c.checkpoint.every == 0 or last:
                 self.save_checkpoint()
         return "iterations" if self.iteration >= self.max_iterations else "budget"
@@ -430,12 +484,14 @@ class Job:
         except Exception as exc:  # noqa: BLE001 - any crash becomes a failed status with a one-line reason
             return self._failed("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         finally:
+            self.logger.close()
             close = getattr(getattr(self, "rollout", None), "close", None)
             if close is not None:  # vLLM: its adapter sync folder goes on every exit path
                 close()
         self.set_status(state="done", stop_reason=stop, finished=_now(), exit_code=0)
-        self.log(f"done ({stop}): {self.iteration} iterations, {self.spent():.3g} FLOPs, "
-                 f"accuracy {self.state['eval_initial']['accuracy']:.3f} -> {self.state['eval_last']['accuracy']:.3f}")
+        first, last = self.state["eval_initial"]["accuracy"], self.state["eval_last"]["accuracy"]
+        self.log(f"done ({stop}): {self.iteration} iterations, {self.spent():.3g} FLOPs, accuracy "
+                 + ", ".join(f"{name} {first[name]:.3f} -> {last[name]:.3f}" for name in last))
         return 0
 
     def _failed(self, reason: str, message: str) -> int:

@@ -90,32 +90,27 @@ def configure_torch(seed: int, threads: int, device: str) -> None:
 
 def build_task(cfg: Any):
     """The task of `task.name` with the job's seed (training order) and the shared eval items."""
-    t = cfg.task
-    if t.name == "arithmetic":
-        from race_cli.tasks.arithmetic import ArithmeticTask
+    from race_cli.tasks.targets import build_task as build
 
-        return ArithmeticTask(seed=cfg.seed, num_train=t.num_train if t.num_train is not None else 20000,
-                              num_eval=t.num_eval, min_ops=t.min_ops, max_ops=t.max_ops,
-                              max_operand=t.max_operand, eval_seed=t.eval_seed)
-    if t.name == "gsm8k":
-        from race_cli.tasks.gsm8k import GSM8KTask
-
-        return GSM8KTask(path=t.path, num_eval=t.num_eval, num_train=t.num_train, seed=cfg.seed)
-    raise RaceError(f"task.name={t.name!r} is unknown: expected arithmetic or gsm8k.")
+    return build(cfg)
 
 
 class PromptCache:
-    """Prompt token ids of items, computed once each (format_prompt + tokenizer, no special tokens)."""
+    """Prompt token ids of items, computed once each (format_prompt + tokenizer, no special tokens).
 
-    def __init__(self, items: list, tokenizer: Any):
-        from race_cli.tasks.prompting import format_prompt
+    convention: the answer form the prompt asks for (prompting.HASHES or BOXED); None = HASHES.
+    """
+
+    def __init__(self, items: list, tokenizer: Any, convention: Any = None):
+        from race_cli.tasks.prompting import HASHES, format_prompt
 
         self.items, self.tokenizer, self._format = items, tokenizer, format_prompt
+        self.convention = convention or HASHES
         self._ids: dict[int, list[int]] = {}
 
     def ids(self, index: int) -> list[int]:
         if index not in self._ids:
-            text = self._format(self.items[index], self.tokenizer)
+            text = self._format(self.items[index], self.tokenizer, convention=self.convention)
             self._ids[index] = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return self._ids[index]
 
@@ -150,14 +145,19 @@ class RewardResult:
     seconds: float
 
 
-def build_reward(cfg: Any, device: str, dtype: Any) -> Callable[[list, list[str]], RewardResult]:
-    """`reward(items, completions) -> RewardResult`: rule (answer check) or a process reward model."""
+def build_reward(cfg: Any, device: str, dtype: Any, grader: str = "number") -> Callable[[list, list[str]], RewardResult]:
+    """`reward(items, completions) -> RewardResult`: rule (answer check) or a process reward model.
+
+    grader: the training task's grader (race_cli/rewards/graders.py); the rule reward uses it, so
+    training on MATH-style data is rewarded by the same verdict its evaluation gives.
+    """
     r = cfg.reward
     if r.type == "rule":
         from race_cli.rewards.rule import score_batch
 
         def rule(items: list, completions: list[str]) -> RewardResult:
-            rewards, seconds = score_batch(completions, [it.answer for it in items], use_math_verify=r.use_math_verify)
+            rewards, seconds = score_batch(completions, [it.answer for it in items], use_math_verify=r.use_math_verify,
+                                           grader=grader)
             return RewardResult(rewards, Flops(), seconds)
 
         return rule

@@ -28,7 +28,11 @@ as `²` are not decimal digits and are never read as numbers. Comparison is exac
 arithmetic (`fractions.Fraction`) with a small relative tolerance, so a 400-digit number
 compares without overflow; nothing here raises on any input string.
 
-`use_math_verify=True` additionally asks the `math-verify` package (optional, imported lazily)
+`grader=` picks the answer convention (race_cli/rewards/graders.py): `number` (the default,
+everything above) or `math` / `math-verify` / `math-normalizer` for MATH-style data, where the
+reward is the same verdict the evaluation of a MATH target gives.
+
+`use_math_verify=True` (with grader `number`) additionally asks the `math-verify` package (optional, imported lazily)
 when the numeric check fails, for MATH-style answers (`\\sqrt{2}`, intervals, expressions); when
 it is not installed the numeric check alone decides.
 """
@@ -288,12 +292,17 @@ def _math_verify_match(completion: str, gold: str) -> bool:
         return False
 
 
-def rule_reward(completion: str, gold: str, *, use_math_verify: bool = False) -> float:
+def rule_reward(completion: str, gold: str, *, use_math_verify: bool = False, grader: str = "number") -> float:
     """1.0 when the completion's final answer (`extract_answer`) equals `gold`, else 0.0.
 
     use_math_verify: when the numeric check fails, ask math-verify (if installed) whether the
         completion's answer is mathematically equal to `gold` (MATH-style answers).
+    grader: "number" (the numeric check above) or a MATH grader of race_cli.rewards.graders.
     """
+    if grader != "number":
+        from race_cli.rewards.graders import grade
+
+        return 1.0 if grade(grader, completion, gold) else 0.0
     if answers_match(extract_answer(completion), gold):
         return 1.0
     if use_math_verify and isinstance(completion, str) and isinstance(gold, str):
@@ -302,11 +311,11 @@ def rule_reward(completion: str, gold: str, *, use_math_verify: bool = False) ->
 
 
 def score_batch(completions: Sequence[str], golds: Sequence[str], *,
-                use_math_verify: bool = False) -> tuple[list[float], float]:
+                use_math_verify: bool = False, grader: str = "number") -> tuple[list[float], float]:
     """Rule rewards of paired completions and gold answers, and the wall seconds it took."""
     if len(completions) != len(golds):
         raise RaceError(f"score_batch got {len(completions)} completions but {len(golds)} gold answers; "
                         "pass one gold answer per completion (repeat a prompt's gold for each of its G rollouts).")
     start = time.perf_counter()
-    rewards = [rule_reward(c, g, use_math_verify=use_math_verify) for c, g in zip(completions, golds)]
+    rewards = [rule_reward(c, g, use_math_verify=use_math_verify, grader=grader) for c, g in zip(completions, golds)]
     return rewards, time.perf_counter() - start

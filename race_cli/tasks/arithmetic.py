@@ -7,6 +7,14 @@ The final line uses GSM8K's `#### N` form, so the same rule reward and prompts s
 
 The evaluation set depends only on `eval_seed` (so every job of a sweep scores the same items);
 the training set depends on `seed` and never contains an evaluation question.
+
+`harder()` is the held-out variant behind the `arithmetic-hard` evaluation target: the same
+generator restricted to the longest chains (exactly max_ops operations; max_ops+1 when every chain
+has the same length), the same operands, its own evaluation stream and ids `arith-hard-<i>`. The
+training set excludes its questions as it excludes the task's own evaluation questions.
+Measured with the embedded tiny-s (greedy, 200 items): 27% on the task's own set, 4% on these
+chains; one step longer chains (0/60) or operands above max_operand (0/200) scored nothing, so
+such a target could not rank anything.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from dataclasses import dataclass
 
 from race_cli.errors import RaceError
 from race_cli.tasks.base import Item
+from race_cli.tasks.prompting import HASHES
 
 # one step of a solution: left operand, operator, right operand, result
 Step = tuple[int, str, int, int]
@@ -86,6 +95,7 @@ class ArithmeticTask:
     train_stream: names the training stream, `<train_stream>-<seed>`: jobs draw their RL prompts from
         "arith-rl" streams, the zoo's warm start from "arith-train" streams, so RL never trains on a
         problem the policy memorised during its warm start.
+    eval_prefix: evaluation item ids are `<eval_prefix>-<i>`.
     """
 
     seed: int = 0
@@ -97,6 +107,10 @@ class ArithmeticTask:
     eval_seed: int = 1234
     name: str = "arithmetic"
     train_stream: str = "arith-rl"
+    eval_prefix: str = "arith-eval"
+
+    grader = "number"  # race_cli.rewards.graders: the final '#### N' read as a number (class attribute)
+    convention = HASHES  # prompts ask for '#### <number>'
 
     def __post_init__(self) -> None:
         problems = []
@@ -119,19 +133,21 @@ class ArithmeticTask:
         self._train: list[Item] | None = None
 
     def eval_items(self) -> list[Item]:
-        """`num_eval` distinct problems drawn from eval_seed alone; ids `arith-eval-<i>`."""
+        """`num_eval` distinct problems drawn from eval_seed alone; ids `<eval_prefix>-<i>` (`arith-eval-<i>`)."""
         if self._eval is None:
-            rng = random.Random(f"arith-eval-{self.eval_seed}")
+            rng = random.Random(f"{self.eval_prefix}-{self.eval_seed}")
             seen: dict[str, None] = {}
             while len(seen) < self.num_eval:
                 seen.setdefault(random_question(rng, self.min_ops, self.max_ops, self.max_operand))
-            self._eval = [make_item(f"arith-eval-{i}", q) for i, q in enumerate(seen)]
+            self._eval = [make_item(f"{self.eval_prefix}-{i}", q) for i, q in enumerate(seen)]
         return self._eval
 
     def train_items(self) -> list[Item]:
         """`num_train` distinct problems drawn from seed, none of them an eval question; ids `arith-train-<i>`."""
         if self._train is None:
             held_out = {it.question for it in self.eval_items()}
+            if self.eval_prefix != "arith-hard":  # nor any question of the arithmetic-hard target
+                held_out |= {it.question for it in self.harder().eval_items()}
             rng = random.Random(f"{self.train_stream}-{self.seed}")
             seen: dict[str, None] = {}
             while len(seen) < self.num_train:
@@ -140,3 +156,12 @@ class ArithmeticTask:
                     seen.setdefault(q)
             self._train = [make_item(f"arith-train-{i}", q) for i, q in enumerate(seen)]
         return self._train
+
+    def harder(self) -> "ArithmeticTask":
+        """The held-out harder variant (target `arithmetic-hard`): the longest chains only, exactly
+        max_ops operations (max_ops+1 when min_ops == max_ops), the same operands; num_eval items of
+        its own (ids `arith-hard-<i>`), no training set."""
+        ops = self.max_ops if self.min_ops < self.max_ops else self.max_ops + 1
+        return ArithmeticTask(seed=self.seed, num_train=0, num_eval=self.num_eval, min_ops=ops, max_ops=ops,
+                              max_operand=self.max_operand, eval_seed=self.eval_seed, name="arithmetic-hard",
+                              eval_prefix="arith-hard")

@@ -14,10 +14,15 @@ Two prompt styles:
 
   The completion starts right after "A:" (e.g. " 45+74=119\n119-27=92\n#### 92").
 
-Both state the final-answer form `#### <number>` that `race_cli.rewards.rule` reads first.
+A task's *prompt convention* says which final-answer form its instruction asks for: `HASHES`
+(`#### <number>`, read first by `race_cli.rewards.rule`; arithmetic, GSM8K) or `BOXED`
+(`\\boxed{}`, the MATH convention read by `race_cli.rewards.math_answer`; MATH-500, jsonl tasks
+graded with `math`). Plain prompts then read e.g. "Put the final answer in \\boxed{}.\nQ: ...\nA:".
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from race_cli.errors import RaceError
 from race_cli.tasks.base import Item
@@ -27,19 +32,35 @@ CHAT_INSTRUCTION = "Solve the problem step by step, one step per line, and end w
 STYLES = ("auto", "chat", "plain")
 
 
+@dataclass(frozen=True)
+class Convention:
+    """The answer form a task asks for: its instruction line for plain and for chat prompts."""
+
+    name: str  # "hashes" | "boxed"
+    plain: str  # instruction line of plain prompts (short: byte-level models pay a token per character)
+    chat: str  # instruction line of chat prompts
+
+
+HASHES = Convention("hashes", PLAIN_INSTRUCTION, CHAT_INSTRUCTION)
+BOXED = Convention("boxed", "Put the final answer in \\boxed{}.",
+                   "Solve the problem step by step, and put the final answer in \\boxed{}.")
+CONVENTIONS = {c.name: c for c in (HASHES, BOXED)}
+
+
 def has_chat_template(tokenizer) -> bool:
     """True when `tokenizer` carries a chat template (`tokenizer.chat_template` is set)."""
     return bool(getattr(tokenizer, "chat_template", None))
 
 
 def format_prompt(item: Item | str, tokenizer=None, *, style: str = "auto",
-                  instruction: str | None = None) -> str:
+                  instruction: str | None = None, convention: Convention = HASHES) -> str:
     """The prompt text for one item (or a bare question string).
 
     style: "auto" = chat when the tokenizer has a chat template, plain otherwise; "chat" requires
         a template; "plain" never uses one.
-    instruction: the line that states the answer format; None = PLAIN_INSTRUCTION for plain
-        prompts, CHAT_INSTRUCTION for chat prompts; "" = no instruction line.
+    instruction: the line that states the answer format; None = the convention's line (HASHES:
+        PLAIN_INSTRUCTION for plain prompts, CHAT_INSTRUCTION for chat prompts); "" = no line.
+    convention: the task's answer form (HASHES or BOXED).
     """
     if style not in STYLES:
         raise RaceError(f"Prompt style {style!r} is unknown; expected one of {', '.join(STYLES)}.")
@@ -51,11 +72,11 @@ def format_prompt(item: Item | str, tokenizer=None, *, style: str = "auto",
         if not has_chat_template(tokenizer):
             raise RaceError("Prompt style 'chat' needs a tokenizer with a chat template "
                             f"({type(tokenizer).__name__} has none); use style='plain' or 'auto'.")
-        line = CHAT_INSTRUCTION if instruction is None else instruction
+        line = convention.chat if instruction is None else instruction
         text = f"{question}\n{line}" if line else question
         return tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                              add_generation_prompt=True, tokenize=False)
-    line = PLAIN_INSTRUCTION if instruction is None else instruction
+    line = convention.plain if instruction is None else instruction
     head = f"{line}\n" if line else ""
     return f"{head}Q: {question}\nA:"
 
