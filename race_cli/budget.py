@@ -40,8 +40,9 @@ BACKENDS = ("hf", "lean", "vllm")
 # --- choices the plan and the job must make alike ------------------------------------------------
 
 
-def resolve_backend(requested: str, *, on_gpu: bool, vllm_installed: bool) -> str:
-    """The rollout backend a job samples with: `auto` -> vllm on a GPU with vLLM installed, else lean.
+def resolve_backend(requested: str, *, on_gpu: bool, vllm_installed: bool, lora: bool = True) -> str:
+    """The rollout backend a job samples with: `auto` -> vllm on a GPU with vLLM installed (and a LoRA
+    policy: vLLM takes adapters, not a full copy of the weights after every update), else lean.
 
     `hf`, `lean` and `vllm` are taken as given (whether vLLM can run is checked when the job
     builds it). The backend decides the rollout's cost: lean (engine/sampler.py) and vLLM
@@ -49,7 +50,7 @@ def resolve_backend(requested: str, *, on_gpu: bool, vllm_installed: bool) -> st
     prefills every row.
     """
     if requested == "auto":
-        return "vllm" if (on_gpu and vllm_installed) else "lean"
+        return "vllm" if (on_gpu and vllm_installed and lora) else "lean"
     if requested in BACKENDS:
         return requested
     raise RaceError(f"rollout.backend={requested!r} is unknown: expected auto, hf, lean or vllm.")

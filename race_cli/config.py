@@ -291,7 +291,9 @@ def validate(cfg: Any) -> list[str]:
     need("eval.every", _get(cfg, "eval.every") >= 1, "an integer >= 1")
     need("checkpoint.every", _get(cfg, "checkpoint.every") >= 1, "an integer >= 1")
     for key, most in UPPER.items():
-        need(key, _get(cfg, key) <= most, f"at most {most}")
+        value = _get(cfg, key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # None / auto: checked elsewhere
+            need(key, value <= most, f"at most {most}")
     for key, options in CHOICES.items():
         value = _get(cfg, key)
         if value not in options:

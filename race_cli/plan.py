@@ -132,7 +132,7 @@ def vllm_installed() -> bool:
 def planned_backend(cfg: dict) -> str:
     """The rollout backend a job of `cfg` will use on this machine (the job resolves it again where it runs)."""
     return resolve_backend(cfg["rollout"]["backend"], on_gpu=gpu_visible(cfg["device"]),
-                           vllm_installed=vllm_installed())
+                           vllm_installed=vllm_installed(), lora=bool(cfg["lora"]["enabled"]))
 
 
 # --- building a plan ---------------------------------------------------------------------------

@@ -35,6 +35,10 @@ def test_resolve_backend(requested, gpu, vllm, expected):
     assert B.resolve_backend(requested, on_gpu=gpu, vllm_installed=vllm) == expected
 
 
+def test_auto_never_picks_vllm_for_full_fine_tuning():
+    assert B.resolve_backend("auto", on_gpu=True, vllm_installed=True, lora=False) == "lean"
+
+
 def test_unknown_backend_is_refused():
     with pytest.raises(RaceError, match="auto, hf, lean or vllm"):
         B.resolve_backend("sglang", on_gpu=True, vllm_installed=True)
@@ -102,13 +106,17 @@ def test_ledger_adds_and_round_trips_exactly():
     led.add("rollout", Flops(1.5, 2.0), 0.25)
     led.add("update", Flops(3.0, 4.5), 1.0)
     led.add("rollout", Flops(0.5, 1.0), 0.25)
-    led.add_eval(Flops(7.0, 8.0), 2.0)
+    led.add_eval(Flops(3.0, 3.5), 0.5, target="arithmetic", items=200)  # one evaluation point, two targets
+    led.add_eval(Flops(4.0, 4.5), 1.5, target="arithmetic-hard", items=200)
+    led.end_eval()
     led.iterations, led.prompts = 2, 11
     assert led.spent() == 5.0 and led.shares()["p"] == 0.6
     actual = led.actual()
     assert actual["flops"] == {"rollout": 2.0, "update": 3.0, "reward": 0.0, "total": 5.0}
     assert actual["executed_flops"]["total"] == 7.5 and actual["seconds"]["rollout"] == 0.5
-    assert led.eval_json() == {"flops": 7.0, "executed_flops": 8.0, "seconds": 2.0, "runs": 1}
+    assert led.eval_json() == {"flops": 7.0, "executed_flops": 8.0, "seconds": 2.0, "runs": 1, "targets": {
+        "arithmetic": {"flops": 3.0, "executed_flops": 3.5, "seconds": 0.5, "items": 200},
+        "arithmetic-hard": {"flops": 4.0, "executed_flops": 4.5, "seconds": 1.5, "items": 200}}}
     import json
 
     assert B.Ledger.from_json(json.loads(json.dumps(led.to_json()))) == led
@@ -121,7 +129,7 @@ def test_ledger_adds_and_round_trips_exactly():
 
 def test_every_default_grid_job_spends_98_to_100_percent():
     used = [r["budget_used"] for r in build_plan([]).rows()]
-    assert len(used) == 16 and all(0.98 <= u <= 1.0 for u in used), used
+    assert len(used) == 24 and all(0.98 <= u <= 1.0 for u in used), used
     assert statistics.median(used) > 0.99
 
 
@@ -149,13 +157,15 @@ def test_plan_and_job_setup_compute_the_same_T_and_planned_ledger(grid, tmp_path
             monkeypatch.setattr(plan_mod, "gpu_visible", lambda device, gpu=gpu: gpu)
             monkeypatch.setattr(plan_mod, "vllm_installed", lambda vllm=vllm: vllm)
             monkeypatch.setattr(S, "vllm_installed", lambda vllm=vllm: vllm)
-            plan = build_plan([f"grid={grid}", f"rollout.backend={backend}"])
+            lora = ["lora.enabled=true"] if backend == "vllm" else []  # vLLM samples LoRA policies only
+            plan = build_plan([f"grid={grid}", f"rollout.backend={backend}", *lora])
             if saved is None:
                 write_sweep(plan, sweep)
                 saved = {j.job_id: OmegaConf.to_container(load_job_config(sweep / "jobs" / j.job_id / ".hydra" /
                                                                           "config.yaml"), resolve=True)
                          for j in plan.jobs}
-            expected = ("vllm" if backend == "vllm" or (backend == "auto" and gpu and vllm)
+            lora_policy = grid == "pilot" or backend == "vllm"  # grid=tiny fine-tunes fully
+            expected = ("vllm" if backend == "vllm" or (backend == "auto" and gpu and vllm and lora_policy)
                         else "lean" if backend in ("lean", "auto") else "hf")
             for job in plan.jobs:
                 job_backend, job_plan = S.budget_plan(saved[job.job_id], "cuda:0" if gpu else "cpu")

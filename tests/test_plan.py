@@ -23,7 +23,7 @@ from race_cli.sweep import job_id
 def test_default_plan_is_the_tiny_grid():
     plan = build_plan([])
     assert plan.grid["name"] == "tiny"
-    assert len(plan.jobs) == 2 * 2 * 2 * 2  # model x G x mu x reward of conf/grid/tiny.yaml
+    assert len(plan.jobs) == 2 * 2 * 3 * 2  # model x G x mu x reward of conf/grid/tiny.yaml
     assert plan.jobs[0].job_id == "tiny-s_G4_mu1_rule"
     assert len({j.job_id for j in plan.jobs}) == len(plan.jobs)
 
@@ -48,7 +48,7 @@ def test_sweep_forms_range_glob_and_plus():
 def test_command_line_axis_replaces_the_grid_axis():
     plan = build_plan(["grpo.group_size=16"])  # grid=tiny sweeps G; a fixed value wins
     assert {j.config["grpo"]["group_size"] for j in plan.jobs} == {16}
-    assert len(plan.jobs) == 8
+    assert len(plan.jobs) == 12  # model x mu x reward
 
 
 @pytest.mark.parametrize("overrides, fragment", [
@@ -163,7 +163,7 @@ def _race(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 def test_cli_plan_formats_and_exit_codes(tmp_path):
     res = _race("plan", "--format", "json")
     assert res.returncode == 0, res.stderr
-    assert len(json.loads(res.stdout)["jobs"]) == 16
+    assert len(json.loads(res.stdout)["jobs"]) == 24
     res = _race("plan", "--format", "csv", "model=tiny-s")
     assert res.returncode == 0 and res.stdout.splitlines()[0].startswith("job_id,model,group_size")
     res = _race("plan")

@@ -305,11 +305,11 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def rollout_backend(requested: str, device: str) -> str:
+def rollout_backend(requested: str, device: str, lora: bool = True) -> str:
     """The backend this job samples with: race_cli.budget.resolve_backend on this device (the plan's rule)."""
     from race_cli.budget import resolve_backend
 
-    return resolve_backend(requested, on_gpu=device.startswith("cuda"), vllm_installed=vllm_installed())
+    return resolve_backend(requested, on_gpu=device.startswith("cuda"), vllm_installed=vllm_installed(), lora=lora)
 
 
 def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: str, *, prompts: tuple = (),
@@ -368,5 +368,5 @@ def budget_plan(cfg_dict: dict, device: str) -> tuple[str, Any]:
     """
     from race_cli.budget import plan_budget
 
-    backend = rollout_backend(cfg_dict["rollout"]["backend"], device)
+    backend = rollout_backend(cfg_dict["rollout"]["backend"], device, lora=bool(cfg_dict["lora"]["enabled"]))
     return backend, plan_budget(cfg_dict, backend)
