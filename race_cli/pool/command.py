@@ -211,9 +211,15 @@ def prebuild_zoo(sweep: Path, job_ids: list[str], say: Callable[[str], None]) ->
         return
     from race_cli import zoo
 
+    from race_cli.zoo.build import shipped_dir
+
     missing = [n for n in names if not zoo.is_built(zoo.entry_dir(n))]
-    if missing:
-        say(f"building the embedded zoo once (cached under {zoo.cache_root()}): {', '.join('zoo:' + n for n in missing)}")
+    shipped = [n for n in missing if zoo.is_built(shipped_dir(n))]
+    if shipped:
+        say(f"copying the shipped tiny zoo into {zoo.cache_root()} once: {', '.join('zoo:' + n for n in shipped)}")
+    if len(shipped) < len(missing):
+        say(f"building the embedded zoo once (cached under {zoo.cache_root()}): "
+            f"{', '.join('zoo:' + n for n in missing if n not in shipped)}")
     for name in names:
         zoo.build(name)
 
