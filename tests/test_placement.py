@@ -92,7 +92,10 @@ def test_slurm_resources_from_the_plan_by_hand():
     assert task_memory_gb([rule]) == 62  # 16 + 3 * 15.2306 = 61.69
     assert task_resources([rule, pilot], gpus_per_job=2, cpus_per_task=None, mem_gb=None) == \
         {"cpus_per_task": 16, "mem_gb": 93}
-    assert task_resources([rule], gpus_per_job=0, cpus_per_task=None, mem_gb=None)["cpus_per_task"] == 4
+    # CPU-only: the jobs' torch threads (0 -> 1), a smaller base; never more CPUs than the jobs use
+    assert task_resources([rule], gpus_per_job=0, cpus_per_task=None, mem_gb=None)["cpus_per_task"] == \
+        max(int(rule.get("threads") or 0), 1)
+    assert task_resources([dict(rule, threads=3)], gpus_per_job=0, cpus_per_task=None, mem_gb=None)["cpus_per_task"] == 3
     assert task_resources([pilot], gpus_per_job=1, cpus_per_task=6, mem_gb=40) == {"cpus_per_task": 6, "mem_gb": 40}
 
 

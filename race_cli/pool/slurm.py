@@ -186,8 +186,8 @@ def refuse_if_live_on_slurm(sweep: Path) -> None:
 # --- resources per task --------------------------------------------------------------------------
 
 CPUS_PER_GPU = 8  # data loading, tokenising, the rule reward and vLLM's scheduler per GPU
-CPUS_CPU_ONLY = 4  # a CPU-only task's torch threads
 BASE_MEM_GB = 16  # Python, CUDA context, tokenizers, the task's data
+BASE_MEM_GB_CPU = 4  # a CPU-only task: Python, torch, tokenizers, the task's data
 
 
 def _params(node: dict | None) -> float:
@@ -199,25 +199,33 @@ def _params(node: dict | None) -> float:
     return float(arch.n_body + 2 * arch.n_head)
 
 
-def task_memory_gb(configs: Sequence[dict]) -> int:
+def task_memory_gb(configs: Sequence[dict], base_gb: int = BASE_MEM_GB) -> int:
     """Host memory one task needs, GB, for the largest job of the sweep (bf16 weights, 2 bytes each):
 
-        BASE_MEM_GB + 3 x policy weights (loading, the trainer's copy, vLLM's sleep offload to CPU)
-                    + 2 x reward-model weights (loading, the model)
+        base_gb + 3 x policy weights (loading, the trainer's copy, vLLM's sleep offload to CPU)
+                + 2 x reward-model weights (loading, the model)
     """
     worst = 0.0
     for cfg in configs:
         policy = _params(cfg.get("model")) * 2 / 1e9
         reward = _params((cfg.get("reward") or {}).get("model")) * 2 / 1e9
         worst = max(worst, 3 * policy + 2 * reward)
-    return int(math.ceil(BASE_MEM_GB + worst))
+    return int(math.ceil(base_gb + worst))
 
 
 def task_resources(configs: Sequence[dict], *, gpus_per_job: int, cpus_per_task: int | None,
                    mem_gb: int | None) -> dict[str, int]:
-    """submitit's cpus_per_task and mem_gb: what was asked, else sized from the GPUs and the plan's models."""
-    cpus = cpus_per_task or (CPUS_PER_GPU * gpus_per_job if gpus_per_job else CPUS_CPU_ONLY)
-    return {"cpus_per_task": cpus, "mem_gb": mem_gb or task_memory_gb(configs)}
+    """submitit's cpus_per_task and mem_gb: what was asked, else sized from the GPUs and the plan's models.
+
+    A CPU-only task asks for the torch threads its jobs are configured with (`threads`, 0 -> 1):
+    asking for more than a node has leaves the array pending forever (SLURM: PartitionConfig).
+    """
+    if gpus_per_job:
+        cpus = cpus_per_task or CPUS_PER_GPU * gpus_per_job
+        return {"cpus_per_task": cpus, "mem_gb": mem_gb or task_memory_gb(configs)}
+    threads = max((int(c.get("threads") or 0) for c in configs), default=0)
+    return {"cpus_per_task": cpus_per_task or max(threads, 1),
+            "mem_gb": mem_gb or task_memory_gb(configs, base_gb=BASE_MEM_GB_CPU)}
 
 
 # --- submit and wait -------------------------------------------------------------------------
