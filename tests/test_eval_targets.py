@@ -64,7 +64,7 @@ def test_gsm8k_and_math500_targets_through_race_train(model_dir, tmp_path):
     row, items, _ = read_job(job, "sweep")
     assert row["readable"], row["problem"]
     assert row["eval/gsm8k"] == s["eval"]["gsm8k"] and row["eval/math500"] == s["eval"]["math500"]
-    assert set(items) == {"gsm8k", "math500"}
+    assert set(items) == {(stage, t) for stage in ("initial", "final") for t in ("gsm8k", "math500")}
 
 
 def test_task_jsonl_trains_and_evaluates(model_dir, tmp_path):

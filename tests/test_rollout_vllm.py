@@ -278,7 +278,7 @@ def test_the_vllm_extra_pins_a_tested_range():
 
 def test_plan_refuses_a_rank_vllm_cannot_load(tmp_path):
     env = os.environ | {"PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "race_cli", "plan", "rollout.backend=vllm", "lora.r=12"],
+    proc = subprocess.run([sys.executable, "-m", "race_cli", "plan", "grid=none", "rollout.backend=vllm", "lora.r=12"],
                           env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 2
     assert "lora.r=12 is not a rank vLLM accepts" in proc.stdout + proc.stderr
