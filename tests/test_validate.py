@@ -70,7 +70,8 @@ def run_validation(val: Path, truth: dict[str, dict[str, float]], only: set[str]
             if regs[r] in skip:
                 continue
             tmp = val / "tmp-jobs"
-            made = write_job(tmp, vcond, REGIMES[regs[r]], 0, s, rng)
+            made = write_job(tmp, vcond, REGIMES[regs[r]], 0, {"arithmetic": s}, rng,  # the fixtures' target
+                             start={"arithmetic": np.full_like(s, 0.30)})  # every job starts at 0.30
             for f in (tmp / made).iterdir():
                 if f.name != ".hydra":
                     shutil.move(str(f), val / "jobs" / jid / f.name)
@@ -135,7 +136,7 @@ def test_validate_writes_the_chosen_regimes_at_the_new_budget_with_provenance(pi
     _, made, _, _ = build_validation(pilot, scale=2, seeds=2, top=3)
     assert {k: v for k, v in prov.items() if k not in ("created", "kind", "version")} == \
         {k: v for k, v in json.loads(dumps(made)).items() if k != "created"}
-    assert prov["pilot"]["sweep"] == str(pilot.resolve()) and prov["target"] == "accuracy"
+    assert prov["pilot"]["sweep"] == str(pilot.resolve()) and prov["target"] == "arithmetic"
     for cond in prov["conditions"]:
         assert [(v["regime"], v["role"]) for v in cond["validated"]] == [
             ("G=8 μ=2", "pilot best"), ("G=4 μ=2", "top K"), ("G=8 μ=1", "top K"), ("G=16 μ=1", "control")]
@@ -158,7 +159,7 @@ def test_validate_writes_the_chosen_regimes_at_the_new_budget_with_provenance(pi
         assert "flops: 2000000000000.0" in cfg
         assert json.loads((out / "jobs" / jid / "status.json").read_text())["state"] == "pending"
     tag = prov["jobs"]
-    g4 = [j for j in plan if tag[j]["regime"] == "G=4 μ=2" and tag[j]["condition"].endswith("reward=prm task=arithmetic")]
+    g4 = [j for j in plan if tag[j]["regime"] == "G=4 μ=2" and "reward=prm task=arithmetic" in tag[j]["condition"]]
     assert {(plan[j]["group_size"], plan[j]["updates_per_batch"], plan[j]["reward"]) for j in g4} == {(4, 2, "prm:tiny-prm")}
     # `race run --sweep-dir` reads it like any sweep
     from race_cli.pool.command import read_plan_rows
@@ -265,9 +266,9 @@ def test_gain_pairs_each_item_with_its_start_when_jobs_keep_both(tmp_path):
     # every item wrong at the start: the per-item gain is the final score, so gain = final accuracy
     for summary in val.glob("jobs/*/summary.json"):
         s = json.loads(summary.read_text())
-        ids = s["eval_items"]["accuracy"]["ids"]
-        s["eval_initial"] = {"accuracy": 0.0}
-        s["eval_items_initial"] = {"accuracy": {"ids": ids, "scores": [0] * len(ids)}}
+        ids = s["eval_items"]["arithmetic"]["ids"]
+        s["eval_initial"] = {"arithmetic": 0.0}
+        s["eval_items_initial"] = {"arithmetic": {"ids": ids, "scores": [0] * len(ids)}}
         summary.write_text(json.dumps(s))
     res = run_report([val], plots=False, bootstrap=300, console=_console())["validation"]
     (c,) = res["conditions"]

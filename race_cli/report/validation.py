@@ -245,7 +245,7 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
     jobs = jobs[jobs["pilot_regime"].isin(regs)]
     codes = np.array([regs.index(r) for r in jobs["pilot_regime"]])
     keys = list(zip(jobs["sweep"], jobs["job_id"]))
-    scores, method = _item_matrix(keys, target, items)
+    scores, method, _ = _item_matrix(keys, target, items)
     values = jobs[f"eval/{target}"].to_numpy(float) if scores is None else scores.mean(axis=1)
     n_seeds = np.bincount(codes, minlength=len(regs))
     point = np.bincount(codes, weights=values, minlength=len(regs)) / n_seeds
