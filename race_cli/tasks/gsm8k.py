@@ -23,7 +23,6 @@ sweep); training items are the training split in an order drawn from `seed`, the
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import random
 import re
@@ -31,7 +30,7 @@ from pathlib import Path
 
 from race_cli.errors import RaceError
 from race_cli.rewards.rule import normalize_number
-from race_cli.tasks.base import Item
+from race_cli.tasks.base import Item, jsonl_rows
 from race_cli.tasks.prompting import HASHES
 
 ENV_DIR = "RACE_GSM8K_DIR"  # a folder with train.jsonl / test.jsonl, used when path is None
@@ -73,18 +72,9 @@ def read_jsonl_split(file: Path, split: str) -> list[Item]:
     """Every row of a GSM8K JSONL file (.jsonl or .jsonl.gz) as Items `gsm8k-<split>-<i>`
     (i = 0-based row index, blank lines skipped)."""
     items = []
-    with open_text(file) as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RaceError(f"{file}:{i + 1}: not valid JSON ({e.msg}); expected one GSM8K "
-                                "object per line.") from None
-            if not isinstance(row, dict):
-                row = {}
-            items.append(make_item(split, len(items), row.get("question"), row.get("answer"), f"{file}:{i + 1}"))
+    for line_no, row in jsonl_rows(file, "GSM8K"):
+        row = row if isinstance(row, dict) else {}
+        items.append(make_item(split, len(items), row.get("question"), row.get("answer"), f"{file}:{line_no}"))
     if not items:
         raise RaceError(f"{file} holds no rows; expected GSM8K JSONL lines.")
     return items

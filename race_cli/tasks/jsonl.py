@@ -26,8 +26,6 @@ its accuracy is `eval/<label>/accuracy`. Item ids are `<label>-<row>` (0-based r
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 import re
 from pathlib import Path
@@ -36,7 +34,7 @@ from typing import Any, Iterable
 from race_cli.errors import RaceError
 from race_cli.rewards.graders import MATH_GRADERS, check_grader
 from race_cli.rewards.math_answer import last_boxed
-from race_cli.tasks.base import Item
+from race_cli.tasks.base import Item, jsonl_rows
 from race_cli.tasks.prompting import BOXED, HASHES
 
 ANSWER_FORMATS = ("raw", "hashes", "boxed")
@@ -72,18 +70,7 @@ def read_answer(value: Any, answer_format: str) -> str | None:
 
 def _read_file(file: Path) -> list[tuple[int, dict]]:
     """(line number, row) of every non-blank line of a .jsonl / .jsonl.gz file."""
-    opener = gzip.open if file.suffix == ".gz" else open
-    rows = []
-    with opener(file, "rt", encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RaceError(f"{file}:{i + 1}: not valid JSON ({e.msg}); expected one JSON object per line.") from None
-            rows.append((i + 1, row))
-    return rows
+    return jsonl_rows(file, "JSON")
 
 
 def _read_hub(spec: str, split: str) -> list[tuple[int, dict]]:

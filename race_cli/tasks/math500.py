@@ -14,11 +14,10 @@ training task; to train on MATH-style data use `task=jsonl` with `task.grader=ma
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from race_cli.errors import RaceError
-from race_cli.tasks.base import Item
+from race_cli.tasks.base import Item, jsonl_rows
 from race_cli.tasks.prompting import BOXED
 
 PACKAGED_FILE = Path(__file__).resolve().parent.parent / "data" / "math500" / "test.jsonl"
@@ -27,19 +26,12 @@ PACKAGED_FILE = Path(__file__).resolve().parent.parent / "data" / "math500" / "t
 def read_math_jsonl(file: Path, prefix: str) -> list[Item]:
     """Rows {"problem", "answer", "solution"?} of a MATH-format JSONL file as Items `<prefix>-<row>`."""
     items = []
-    with open(file, encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RaceError(f"{file}:{i + 1}: not valid JSON ({e.msg}); expected one MATH object per line.") from None
-            if not isinstance(row, dict) or not isinstance(row.get("problem"), str) or \
-                    not isinstance(row.get("answer"), str) or not row["answer"].strip():
-                raise RaceError(f"{file}:{i + 1}: not a MATH row; expected {{'problem': str, 'answer': str, ...}}.")
-            items.append(Item(id=f"{prefix}-{len(items)}", question=row["problem"].strip(),
-                              answer=row["answer"].strip(), solution=row.get("solution")))
+    for line_no, row in jsonl_rows(file, "MATH"):
+        if not isinstance(row, dict) or not isinstance(row.get("problem"), str) or \
+                not isinstance(row.get("answer"), str) or not row["answer"].strip():
+            raise RaceError(f"{file}:{line_no}: not a MATH row; expected {{'problem': str, 'answer': str, ...}}.")
+        items.append(Item(id=f"{prefix}-{len(items)}", question=row["problem"].strip(),
+                          answer=row["answer"].strip(), solution=row.get("solution")))
     if not items:
         raise RaceError(f"{file} holds no rows; expected MATH JSONL lines.")
     return items
