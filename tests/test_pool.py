@@ -332,3 +332,25 @@ def test_bad_arguments_are_reported_together(tmp_path):
         run_main([], sweep_dir=tmp_path, workers=0, gpus_per_job=-1, launcher="k8s", time_min=0)
     assert len(e.value.problems) == 4
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_a_rerun_waits_for_a_worker_an_earlier_run_left_training(tmp_path):
+    """SIGKILL of `race run` orphans its workers; the next run must not train a job beside one."""
+    import subprocess
+    import sys
+
+    from race_cli.lock import JOB_LOCK_NAME
+    from race_cli.pool.command import wait_for_live_trainers
+
+    job = tmp_path / "jobs" / "G2"
+    job.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from race_cli.lock import JobLock; lock = JobLock(sys.argv[1], say=lambda m: None).acquire(); "
+        "print('held', flush=True); time.sleep(1.5); lock.release()"), str(job)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    said: list[str] = []
+    assert wait_for_live_trainers(tmp_path, ["G2", "G4"], said.append, poll_s=0.05) == ["G2"]
+    assert holder.poll() is not None or not (job / JOB_LOCK_NAME).exists()  # returned only once the lock was free
+    assert not (job / JOB_LOCK_NAME).exists() and "G2: pid" in said[0] and "waiting" in said[0]
+    holder.wait(timeout=10)
+    assert wait_for_live_trainers(tmp_path, ["G2"], said.append) == []  # nothing held: no wait, no message

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -224,6 +225,34 @@ def prebuild_zoo(sweep: Path, job_ids: list[str], say: Callable[[str], None]) ->
         zoo.build(name)
 
 
+def wait_for_live_trainers(sweep: Path, job_ids: list[str], say, poll_s: float = 0.5) -> list[str]:
+    """Wait until no live process holds a job lock of this sweep; returns the jobs waited for.
+
+    Under the sweep lock no other race run is alive, so a live holder is a worker an earlier run
+    left behind when it was killed (SIGKILL orphans its children), or a `race train --job-dir` by
+    hand. Starting the job beside it would interleave its files; waiting lets it finish or stop,
+    and its status then says what is left to do.
+    """
+    from race_cli.lock import JOB_LOCK_NAME, stale_reason
+
+    def holder(j: str) -> dict | None:
+        try:
+            record = json.loads((sweep / "jobs" / j / JOB_LOCK_NAME).read_text() or "{}")
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) and record and stale_reason(record) is None else None
+
+    waited = [j for j in job_ids if holder(j) is not None]
+    for j in waited:
+        record = holder(j)
+        if record is not None:
+            say(f"{j}: pid {record.get('pid')} (left by an earlier run, or a race train by hand) is still "
+                "training it; waiting for it to stop before running the sweep")
+        while holder(j) is not None:
+            time.sleep(poll_s)
+    return waited
+
+
 def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_per_job: int,
               retry_failed: bool, grace_s: float, live: bool | None, job_command, say) -> int | None:
     """Run the jobs not yet done on this machine under the sweep lock; returns the stopping signal or None."""
@@ -235,6 +264,7 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
         from race_cli.pool.slurm import refuse_if_live_on_slurm
 
         refuse_if_live_on_slurm(sweep)
+        wait_for_live_trainers(sweep, list(rows), say)
         st.sweep_temp_files(sweep)
         states = st.read_states(sweep, list(rows))
         orphans = st.adopt_orphans(sweep, states)
