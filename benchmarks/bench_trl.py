@@ -47,7 +47,9 @@ def race_side(lora: bool, iters: int, warmup: int, model: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         job = Job(compose(ov), Path(tmp) / "bench", ov, log=lambda m: None)
         job.setup()
-        job.iteration, job.ledger, job.state = 0, __import__("race_cli.engine.job", fromlist=["x"])._fresh_ledger(), {}
+        from race_cli.budget import Ledger
+
+        job.iteration, job.ledger, job.state = 0, Ledger(), {}
         rows = []
         for i in range(1, warmup + iters + 1):
             t0 = time.perf_counter()

@@ -143,7 +143,8 @@ class MemSpec:
     grad_checkpointing: bool = False
     updates_per_batch: int = 1
     beta: float = 0.0
-    backend: str = "hf"  # hf | vllm (the backend `rollout.backend` resolves to on the planned device)
+    backend: str = "hf"  # hf | lean | vllm (the backend `rollout.backend` resolves to on the planned device)
+    group_size: int = 1  # G: the lean backend prefills one row per group (sequences / G rows)
     vllm_fraction: float | None = None  # vLLM's gpu_memory_utilization; None = sized as rollout_vllm.memory_fraction
     reward: Arch | None = None  # the PRM's architecture (None = rule reward)
     reward_head: int | None = 2  # classifier outputs, or None for an LM head (token / logprob formats)
@@ -243,17 +244,20 @@ def vllm_need_bytes(s: MemSpec) -> int:
 
 
 def rollout_bytes(s: MemSpec, device_bytes: int | None) -> dict[str, int]:
-    """KV cache and sampling of one rollout batch (HF generate), or vLLM's reservation."""
+    """KV cache and sampling of one rollout batch (HF generate or lean), or vLLM's reservation.
+
+    lean holds the same B·G-row KV cache as HF generate but prefills one row per group
+    (engine/sampler.py); its prefill term is modelled, not audited (the audit covers HF)."""
     if s.backend == "vllm":  # vLLM sleeps during the update (weights to CPU, KV freed): rollout phase only
         if device_bytes is None:
             return {"vllm_reserved": 0}
         if s.vllm_fraction is not None:
             return {"vllm_reserved": int(s.vllm_fraction * device_bytes)}
         return {"vllm_reserved": vllm_need_bytes(s)}
-        return {"vllm_reserved": int(fraction * device_bytes)}
     tokens = s.sequences * (s.prompt_len + s.completion_len)
     N, V = s.sequences, s.arch.vocab_size
-    prefill = s.sequences * s.prompt_len * inference_layer_bytes(s.arch, s.lora_r)
+    rows = s.sequences // max(s.group_size, 1) if s.backend == "lean" else s.sequences  # lean: one per group
+    prefill = rows * s.prompt_len * inference_layer_bytes(s.arch, s.lora_r)
     return {"kv_cache": kv_cache_bytes(s.arch, tokens, s.dtype_bytes),
             "kv_growth": kv_cache_bytes(s.arch, tokens, s.dtype_bytes) // s.arch.num_hidden_layers,  # one layer's cat
             "sampling_or_prefill": max(N * V * (s.dtype_bytes + 4 * 3), prefill)}
@@ -339,15 +343,18 @@ def spec_from_config(cfg: dict, *, device_is_gpu: bool = True) -> MemSpec:
                    completion_len=int(ro["max_new_tokens"]), micro_batch=mb,
                    grad_checkpointing=bool(g.get("grad_checkpointing", False)),
                    updates_per_batch=int(g["updates_per_batch"]), beta=float(g.get("beta", 0.0)),
-                   backend=_planned_backend(ro.get("backend", "auto"), device_is_gpu, importlib.util.find_spec("vllm")),
+                   backend=_planned_backend(ro.get("backend", "auto"), device_is_gpu, importlib.util.find_spec("vllm"),
+                                            bool(lora["enabled"])),
+                   group_size=int(g["group_size"]),
                    vllm_fraction=ro.get("gpu_memory_utilization"), reward=reward,
                    reward_head=reward_head, reward_batch=int(r.get("batch_size") or 16), reward_len=reward_len)
 
 
-def _planned_backend(requested: str, gpu: bool, vllm_spec) -> str:
-    if requested == "vllm" or (requested == "auto" and gpu and vllm_spec is not None):
-        return "vllm"
-    return "hf"
+def _planned_backend(requested: str, gpu: bool, vllm_spec, lora: bool = True) -> str:
+    """The backend the job will resolve (race_cli.budget.resolve_backend, the plan's and the job's rule)."""
+    from race_cli.budget import resolve_backend
+
+    return resolve_backend(requested, on_gpu=gpu, vllm_installed=vllm_spec is not None, lora=lora)
 
 
 def plan_memory(cfg: dict, device_bytes: int | None) -> JobMemory:
