@@ -159,7 +159,7 @@ def predicted_order(ranking: list[dict], jobs: list[dict], target: str) -> list[
 
     A gain is an improvement: final minus start, or start minus final for a lower-is-better target.
     """
-    from race_cli.report.command import maximize_target
+    from race_cli.report.table import maximize_target
 
     sign = 1.0 if maximize_target(target) else -1.0
     out = []

@@ -21,18 +21,10 @@ from pathlib import Path
 
 from race_cli.errors import RaceError
 from race_cli.io import atomic_write_text
-from race_cli.report.table import CONDITION_COLS, read_sweeps
+from race_cli.report.table import CONDITION_COLS, maximize_target, read_sweeps
 
 FORMATS = ("table", "csv", "json", "markdown")
 MAX_BOOTSTRAP = 100_000
-LOWER_IS_BETTER = ("loss", "error", "perplexity", "ppl", "regret")  # name fragments
-
-
-def maximize_target(target: str) -> bool:
-    """Higher is better unless the target's name says it is a loss or an error rate."""
-    return not any(w in target.lower() for w in LOWER_IS_BETTER)
-
-
 def _validate_args(sweep_dirs: list[Path], target: str | None, fmt: str, bootstrap: int) -> None:
     problems = []
     if not sweep_dirs:

@@ -55,6 +55,14 @@ class SweepData:
     targets: list[str] = field(default_factory=list)  # eval targets any job recorded
 
 
+LOWER_IS_BETTER = ("loss", "error", "perplexity", "ppl", "regret")  # name fragments
+
+
+def maximize_target(target: str) -> bool:
+    """Higher is better unless the target's name says it is a loss or an error rate."""
+    return not any(w in target.lower() for w in LOWER_IS_BETTER)
+
+
 # --- small parsers ---------------------------------------------------------------------
 
 

@@ -326,7 +326,7 @@ def compare(sweep_dir: Path, prov: dict, data, n_boot: int = 1000, seed: int = 0
 
     Returns {"target", "conditions": [row], "regimes": DataFrame, "summary": sentence}.
     """
-    from race_cli.report.command import maximize_target
+    from race_cli.report.table import maximize_target
     from race_cli.report.rank import rankable
 
     target = prov["target"]

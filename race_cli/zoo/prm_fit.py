@@ -133,17 +133,6 @@ def fit_calibration(features: list[float], labels: list[int], iters: int = 50) -
     return {"scale": float(w[0]), "bias": float(w[1])}
 
 
-def policy_template() -> str:
-    """The policy's plain prompt with {question} and {completion} slots, closed by the end token.
-
-    The end token makes completeness part of the score: without it, GRPO against this PRM learned
-    within 150 iterations to answer with 3 tokens the verifier found likely (accuracy 0.28 -> 0.00).
-    """
-    from race_cli.tasks.prompting import format_prompt
-
-    return format_prompt("{question}", None, style="plain") + "{completion}<|endoftext|>"
-
-
 def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progress | None = None) -> dict:
     """Train the verifier LM from the policy in `base_dir`, fit its calibration, save it into `out`."""
     import torch
@@ -175,6 +164,8 @@ def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progr
     sft = fit_policy(model, tok, train_ex, eval_ex, eval_prompts, [it.answer for it in evals], rule_reward, cfg, progress)
 
     # --- calibration on training questions' steps, held-out AUC on evaluation questions
+    from race_cli.zoo.recipes import policy_template
+
     template = policy_template() if recipe.get("template") == "policy" else recipe.get("template") or None
     scorer = ProcessRewardModel(model, tok, format="logprob", batch_size=256,
                                 **({"template": template} if template else {}))

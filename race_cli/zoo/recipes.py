@@ -80,6 +80,17 @@ def prompt_example() -> str:
     return format_prompt("12+34-5", None, style="plain")
 
 
+def policy_template() -> str:
+    """The policy's plain prompt with {question} and {completion} slots, closed by the end token.
+
+    The end token makes completeness part of the score: without it, GRPO against this PRM learned
+    within 150 iterations to answer with 3 tokens the verifier found likely (accuracy 0.28 -> 0.00).
+    """
+    from race_cli.tasks.prompting import format_prompt
+
+    return format_prompt("{question}", None, style="plain") + "{completion}<|endoftext|>"
+
+
 def recipe_hash(name: str, recipes: dict[str, dict[str, Any]] | None = None) -> str:
     """12 hex digits naming the folder of `name` built from `recipes` (default RECIPES)."""
     recipes = RECIPES if recipes is None else recipes
@@ -88,8 +99,6 @@ def recipe_hash(name: str, recipes: dict[str, dict[str, Any]] | None = None) -> 
     if recipe["kind"] == "prm":
         material["base"] = recipe_hash(recipe["init_from"], recipes)
         if recipe.get("template") == "policy":  # the text the PRM reads is part of what it is
-            from race_cli.zoo.prm_fit import policy_template
-
             material["template"] = policy_template()
     text = json.dumps(material, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
