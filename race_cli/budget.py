@@ -53,7 +53,7 @@ def resolve_backend(requested: str, *, on_gpu: bool, vllm_installed: bool, lora:
         return "vllm" if (on_gpu and vllm_installed and lora) else "lean"
     if requested in BACKENDS:
         return requested
-    raise RaceError(f"rollout.backend={requested!r} is unknown: expected auto, hf, lean or vllm.")
+    raise RaceError(f"rollout.backend={requested!r} is unknown: expected auto, lean, hf or vllm.")
 
 
 def reward_name(cfg: Mapping) -> str:

@@ -318,7 +318,7 @@ def spec_from_config(cfg: dict, *, device_is_gpu: bool = True) -> MemSpec:
     """The MemSpec of a composed job config (plain dict); micro_batch 'auto'/0 = the whole batch.
 
     `rollout.backend: auto` plans vLLM when it is installed and the device is a GPU (as the job
-    will choose, rollout.choose_backend), else HF generate.
+    will choose, budget.resolve_backend), else lean.
     """
     import importlib.util
 

@@ -40,7 +40,7 @@ def test_auto_never_picks_vllm_for_full_fine_tuning():
 
 
 def test_unknown_backend_is_refused():
-    with pytest.raises(RaceError, match="auto, hf, lean or vllm"):
+    with pytest.raises(RaceError, match="auto, lean, hf or vllm"):
         B.resolve_backend("sglang", on_gpu=True, vllm_installed=True)
 
 

@@ -14,7 +14,7 @@ One small interface, three backends (`rollout.backend=auto|lean|hf|vllm`):
   with its lifecycle (sleep around updates, one adapter sync folder per job, a new LoRARequest
   id per update). One prefill per group: charged with share_prefix=G, unpadded.
 
-`choose_backend` resolves `auto`: vLLM when it is installed and the device is a GPU, else lean.
+`choose_backend` resolves `auto` by race_cli.budget's rule (vLLM on a GPU with vLLM installed, else lean).
 """
 
 from __future__ import annotations
@@ -44,13 +44,15 @@ class Rollout:
 
 
 def choose_backend(requested: str, device: str, *, vllm_installed: bool | None = None) -> str:
-    """`auto` -> `vllm` when vLLM is importable and the device is CUDA, else `lean`; checks explicit choices."""
+    """The backend a job on `device` samples with (race_cli.budget.resolve_backend, the plan's rule),
+    refusing an explicit `vllm` this machine cannot run."""
+    from race_cli.budget import resolve_backend
+
     if vllm_installed is None:
         vllm_installed = importlib.util.find_spec("vllm") is not None
     on_gpu = device.startswith("cuda")
-    if requested == "auto":
-        return "vllm" if (vllm_installed and on_gpu) else "lean"
-    if requested == "vllm":
+    name = resolve_backend(requested, on_gpu=on_gpu, vllm_installed=vllm_installed)
+    if name == "vllm":
         problems = []
         if not on_gpu:
             problems.append(f"rollout.backend=vllm needs a CUDA device, but the job runs on {device}.")
@@ -58,10 +60,7 @@ def choose_backend(requested: str, device: str, *, vllm_installed: bool | None =
             problems.append("rollout.backend=vllm needs vLLM: pip install 'race-cli[vllm]' on a GPU box.")
         if problems:
             raise RaceError(*problems, "Use rollout.backend=lean (or auto) to sample on the training model instead.")
-        return "vllm"
-    if requested in ("lean", "hf"):
-        return requested
-    raise RaceError(f"rollout.backend={requested!r} is unknown: expected auto, lean, hf or vllm.")
+    return name
 
 
 def shares_prefix(requested: str) -> bool:
