@@ -251,16 +251,19 @@ def forward_flops(arch: Arch, seq_lens: Sequence[int], *, padded_len: int | None
 # --- train step -------------------------------------------------------------------------
 
 
-def _lora_backward_per_token(arch: Arch, lora: Lora,
-                             input_requires_grad: bool) -> tuple[float, int, bool]:
+def _lora_backward_per_token(arch: Arch, lora: Lora, input_requires_grad: bool,
+                             merged: bool = False) -> tuple[float, int, bool]:
     """Executed backward matmul FLOPs per token of the frozen base plus adapters.
 
     Autograd computes a gradient only for tensors that need one. With the base frozen and the
     embedding output not requiring grad, the residual stream starts requiring grad at the
     first adapted matrix; a frozen matrix reading a stream that does not require grad gets no
     activation gradient (with all-linear LoRA: layer 0's q/k/v base matmuls and their
-    adapters' A-input gradients). Returns (FLOPs per token, number of layers whose attention
-    needs a backward, whether the final stream - the LM head's input - requires grad).
+    adapters' A-input gradients). `merged`: each adapted matrix ran as one weight W + s*B*A,
+    so it gets the full weight gradient (2*d_in*d_out per token) instead of the adapters' own;
+    the per-call merge matmuls are `_merge_flops`. Returns (FLOPs per token, number of layers
+    whose attention needs a backward, whether the final stream - the LM head's input -
+    requires grad).
     """
     mats = arch.matrices()
     targets = set(lora.target_modules)
@@ -274,6 +277,9 @@ def _lora_backward_per_token(arch: Arch, lora: Lora,
         d_in, d_out = mats[name]
         if x_rg:
             total += 2 * d_in * d_out  # base activation gradient
+        if name in targets and merged:
+            total += 2 * d_in * d_out  # the merged weight's gradient
+            return True
         if name in targets:
             r = lora.r
             total += 2 * r * d_out * 2  # B: activation gradient and weight gradient
@@ -291,6 +297,13 @@ def _lora_backward_per_token(arch: Arch, lora: Lora,
         hidden_rg = any([matrix("gate_proj", stream), matrix("up_proj", stream)])
         stream = matrix("down_proj", hidden_rg) or stream
     return total, attn_bwd_layers, stream
+
+
+def _merge_flops(arch: Arch, lora: Lora) -> float:
+    """Matmul FLOPs of merging the adapters once per train step: B @ A forward, then B's and A's
+    gradients from the merged weight's (two more matmuls of the same size), every adapted matrix."""
+    mats = arch.matrices()
+    return arch.num_hidden_layers * sum(3 * 2 * lora.r * mats[m][0] * mats[m][1] for m in lora.target_modules)
 
 
 def _recompute_skipped_per_token(arch: Arch, lora: Lora | None) -> int:
@@ -313,7 +326,7 @@ def train_step_flops(arch: Arch, seq_lens: Sequence[int], *, lora: Lora | None,
                      grad_checkpointing: bool = False, padded_len: int | None = None,
                      logit_positions: int | None = None,
                      executed_logit_positions: int | None = None,
-                     attn_kernel: str = "fused") -> Flops:
+                     attn_kernel: str = "fused", merged_lora: bool = False) -> Flops:
     """One forward + backward over a batch (a policy-gradient step, optimizer not counted).
 
     Model: full fine-tuning is 3x `forward_flops`; LoRA is 2x the base's forward (forward +
@@ -326,7 +339,13 @@ def train_step_flops(arch: Arch, seq_lens: Sequence[int], *, lora: Lora | None,
     the forward, scores recomputed) or "math" (eager attention or SDPA's math path: 2x).
     With LoRA and checkpointing, the input embeddings are made to require grad (transformers /
     peft call `enable_input_require_grads`), so layer 0's gradients are computed too.
+    `merged_lora` (the update's merged path, `merged_lora_update`): each adapted matrix runs as
+    one weight W + s*B*A, so no adapter matmuls per token, a full weight gradient for each
+    adapted matrix, and the merge's own matmuls once per call. Model FLOPs do not change.
     """
+    if merged_lora and (lora is None or grad_checkpointing):
+        raise RaceError("merged_lora needs a LoRA adapter and no gradient checkpointing (the recompute "
+                        "would run the unmerged layers).")
     if attn_kernel not in _ATTN_BWD_EXECUTED:
         raise RaceError(f"attn_kernel {attn_kernel!r} is unknown; expected 'fused' (SDPA flash / "
                         "efficient kernels) or 'math' (eager attention).")
@@ -351,15 +370,41 @@ def train_step_flops(arch: Arch, seq_lens: Sequence[int], *, lora: Lora | None,
         a = lora.forward_per_token(arch)
         model_bwd = ((2 * arch.n_body + 2 * a) * tokens + 2 * arch.n_head * logits
                      + _ATTN_BWD_MODEL * arch.attn_pair * pairs)
-        per_token, attn_layers, head_rg = _lora_backward_per_token(arch, lora, grad_checkpointing)
+        per_token, attn_layers, head_rg = _lora_backward_per_token(arch, lora, grad_checkpointing, merged_lora)
         executed_bwd = (per_token * ex_tokens + (2 * arch.n_head * ex_logits if head_rg else 0)
                         + attn_bwd * arch.attn_pair * ex_pairs * attn_layers / L)
+        if merged_lora:  # the forward ran the base shapes only, plus the merge
+            unadapted = forward_flops(arch, lens, padded_len=pad, logit_positions=logit_positions,
+                                      executed_logit_positions=executed_logit_positions)
+            fwd = Flops(fwd.model, unadapted.executed)
+            executed_bwd += _merge_flops(arch, lora)
     executed_recompute = 0.0
     if grad_checkpointing:
         per_token = 2 * arch.n_body + (lora.forward_per_token(arch) if lora else 0)
         per_token -= L * _recompute_skipped_per_token(arch, lora)
         executed_recompute = per_token * ex_tokens + _ATTN_FWD * arch.attn_pair * ex_pairs
     return fwd + Flops(model_bwd, executed_bwd + executed_recompute)
+
+
+def merged_lora_update(arch: Arch, lora: Lora | None, *, dropout: float, grad_checkpointing: bool,
+                       float32: bool) -> bool:
+    """Whether the update runs each adapted matrix as one merged weight W + s*B*A (`auto`).
+
+    Merging trades the adapters' two small matmuls and their elementwise ops for a full weight
+    gradient: at most 1.5x the adapter path's matmul FLOPs per token, less at high rank. It pays
+    only where kernels, not arithmetic, bound the time, so `auto` merges when the merged step
+    does at most 1.25x the adapter path's FLOPs per token (tiny-s at r >= 8, tiny-m at r >= 16;
+    measured on tiny-s, r=16, one CPU thread: fwd+bwd 76 ms merged against 96 ms), never on
+    real model shapes (Qwen2.5-0.5B: 1.45x). It also needs float32 weights (a bfloat16 W + s*B*A
+    would round the adapter's update away), no LoRA dropout (it acts on the adapter's input
+    only) and no gradient checkpointing (the recompute would run the unmerged layers).
+    """
+    if lora is None or dropout > 0 or grad_checkpointing or not float32:
+        return False
+    adapter = (2 * arch.n_body + lora.forward_per_token(arch)
+               + _lora_backward_per_token(arch, lora, False)[0])
+    merged = 2 * arch.n_body + _lora_backward_per_token(arch, lora, False, merged=True)[0]
+    return merged <= 1.25 * adapter
 
 
 # --- sampling ---------------------------------------------------------------------------
@@ -477,8 +522,9 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
     - update: `updates_per_batch` train steps over the n sequences (the old policy's log-probs
       are the first pass's own, detached: no extra forward); plus one no-grad reference forward when
       beta > 0 (LoRA: the base with adapters disabled; full FT: a frozen copy). The loss needs
-      logits only at the completion positions (model convention: completion_len positions per
-      sequence); the executed figure assumes logits at every position, as HF's forward does.
+      logits only at the completion positions, and the engine computes no others (model and
+      executed: completion_len positions per sequence). The executed figure assumes the adapter
+      path; a tiny float32 LoRA policy may run the merged one (`merged_lora_update`).
     - reward: the reward model's forward over prompt+completion of each sequence
       (`reward_model_flops`), or 0 for a rule-based reward (`reward=None`).
     """
@@ -503,10 +549,10 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
 
     s = p + c
     step = train_step_flops(policy, [s], lora=lora, grad_checkpointing=grad_checkpointing,
-                            logit_positions=c)
+                            logit_positions=c, executed_logit_positions=c)
     update = step * (updates_per_batch * n)
     if beta > 0:  # reference log-probs: the frozen base
-        update = update + forward_flops(policy, [s], logit_positions=c) * n
+        update = update + forward_flops(policy, [s], logit_positions=c, executed_logit_positions=c) * n
 
     scored = Flops()
     if reward is not None:

@@ -27,8 +27,10 @@ adapters run in float32 on a bf16 base — PEFT's default upcast); `race mem --a
   float32 (4d for q, k, v, gate, up; 4q for o; 4f for down) and its rank-r output (4r):
   28d + 12q + 10f + 4h + 28r + 8 bytes;
 - gradient checkpointing keeps only each layer's input (2d) and recomputes one layer at a time;
-- the padding mask: one [n, 1, S, S] tensor of b bytes per layer (HF's SDPA path);
-- log-probs run in blocks of LOGPROB_CHUNK rows (engine/grpo.py): their backward holds
+- no padding mask: the update re-packs each row to start at column 0 and runs plain causal
+  attention (engine/job.completion_logprobs);
+- log-probs run in blocks of `block_rows(V)` rows (engine/grpo.py), on the real completion
+  tokens only: their backward holds
   about 2b + 16 bytes per (row, vocabulary) element (bf16 logits, their float32 copy,
   the softmax and its gradient in float32, the bf16 gradient), the no-grad forward 2b + 4.
 
@@ -51,7 +53,7 @@ from race_cli.ledger import Arch
 
 GiB = 2**30
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-LOGPROB_CHUNK = 256  # rows per log-prob block; equal to race_cli.engine.grpo.LOGPROB_CHUNK (a test checks)
+LOGIT_BLOCK = 256 * 151_936  # logits (rows x vocabulary) alive at once in the log-probs: 256 rows at Qwen2.5's V
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 HEADROOM = 0.9  # plan to use at most this share of the device (allocator fragmentation, CUDA context, buffers)
 
@@ -105,9 +107,14 @@ def layer_backward_bytes(a: Arch) -> int:
     return 12 * d + 6 * f
 
 
+def block_rows(vocab: int) -> int:
+    """Rows per log-prob block (engine/grpo.py uses this): as many as keep [rows, V] within LOGIT_BLOCK, >= 1."""
+    return max(1, LOGIT_BLOCK // max(int(vocab), 1))
+
+
 def logprob_bytes(rows: int, vocab: int, dtype_bytes: int, *, grad: bool) -> int:
-    """Peak bytes of the chunked log-probs of `rows` positions (one block of LOGPROB_CHUNK at a time)."""
-    block = min(rows, LOGPROB_CHUNK)
+    """Peak bytes of the chunked log-probs of `rows` positions (one block of `block_rows(V)` at a time)."""
+    block = min(rows, block_rows(vocab))
     return block * vocab * ((2 * dtype_bytes + 16) if grad else (dtype_bytes + 4))
 
 
@@ -206,17 +213,16 @@ def update_bytes(s: MemSpec, micro_batch: int, grad_checkpointing: bool) -> dict
     a, S, n = s.arch, s.prompt_len + s.completion_len, micro_batch
     tokens, L = n * S, a.num_hidden_layers
     layer = layer_activation_bytes(a, s.lora_r)
-    mask = n * S * S * s.dtype_bytes  # [n, 1, S, S] padding mask, one per layer that holds it
     head = logprob_bytes(n * s.completion_len, a.vocab_size, s.dtype_bytes, grad=True)
     back = tokens * layer_backward_bytes(a)
     outside = tokens * 4 * a.hidden_size  # embeddings' output, the final norm (float32), the hidden slice
     if not s.lora_r:
         head += a.vocab_size * a.hidden_size * s.dtype_bytes  # the head's weight gradient, first to appear
     if grad_checkpointing:
-        saved = tokens * L * 2 * a.hidden_size + mask
-        during = max(head, tokens * layer + mask + back)  # one layer recomputed, then its backward
+        saved = tokens * L * 2 * a.hidden_size
+        during = max(head, tokens * layer + back)  # one layer recomputed, then its backward
     else:
-        saved = tokens * L * layer + L * mask
+        saved = tokens * L * layer
         during = max(head, back)
     return {"activations": saved + outside, "backward_or_logprobs": max(during, grad_bytes(s) - saved - outside)}
 

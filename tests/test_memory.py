@@ -45,26 +45,36 @@ def test_chunked_token_logprobs_equal_log_softmax_values_and_gradients():
     assert torch.allclose(g_got, g_want, rtol=0, atol=1e-12)
 
 
-def test_completion_logprobs_in_blocks_equal_the_full_logits_path():
-    """Decoder once, head + log-softmax per block of 5 positions == the whole [N, C, V] logits (old code)."""
+def test_completion_logprobs_in_blocks_equal_each_row_run_alone():
+    """Re-packed rows, no mask, head + log-softmax per block of 5 real positions == every row run alone,
+    unpadded, through the whole logits (values and gradients); padding positions give 0."""
     model = tiny_qwen()
     torch.manual_seed(2)
     ids = torch.randint(0, 61, (3, 12))  # [N, P+C], P=5, C=7
     attn = torch.ones_like(ids)
     attn[0, :2] = 0  # a left-padded prompt
+    attn[1, 9:] = 0  # a completion that ended after 4 tokens (right-padded)
     comp = ids[:, 5:]
-    out = model(input_ids=ids, attention_mask=attn, logits_to_keep=8, use_cache=False)
-    want = torch.log_softmax(out.logits[:, :-1], -1).gather(-1, comp[..., None])[..., 0]  # [N, C]
+    want = torch.zeros(3, 7, dtype=torch.float64)
+    for i in range(3):
+        real = ids[i][attn[i].bool()]  # the row alone: its prompt, then its completion
+        c = int(attn[i, 5:].sum())
+        logits = model(input_ids=real[None], use_cache=False).logits[0]  # [len, V]
+        lp = torch.log_softmax(logits[-c - 1:-1], -1).gather(-1, real[-c:, None])[:, 0]  # [c]
+        want = want.index_put((torch.full((c,), i), torch.arange(c)), lp)
     g_want = torch.autograd.grad(want.sum(), list(model.parameters()))
-    got = completion_logprobs(model, ids, attn, comp, chunk=5)
+    got = completion_logprobs(model, ids, attn, comp, chunk=5)  # 18 real positions in blocks of 5
     g_got = torch.autograd.grad(got.sum(), list(model.parameters()))
     assert torch.allclose(got, want, rtol=0, atol=1e-12)
+    assert (got[1, 4:] == 0).all()
     for a, b in zip(g_got, g_want):
         assert torch.allclose(a, b, rtol=1e-9, atol=1e-12)
 
 
-def test_logprob_chunk_sizes_agree():
-    assert memory.LOGPROB_CHUNK == grpo.LOGPROB_CHUNK
+def test_logprob_blocks_hold_256_rows_at_qwen_vocabulary():
+    assert memory.block_rows(151_936) == 256  # the block the GPU memory figures were measured with
+    assert memory.block_rows(257) == 38_895_616 // 257 == 151_344  # tiny policies: every completion token in one block
+    assert memory.block_rows(10**12) == 1
 
 
 # --- micro-batches: the same loss and gradient as one batch ------------------------------------------
@@ -78,7 +88,7 @@ def _update_job(model, micro_batch: int, loss_agg: str) -> Job:
                               rollout=SimpleNamespace(temperature=1.0))
     job.policy = SimpleNamespace(model=model, arch=Arch(32, 2, 4, 2, 64, 61), lora=None)
     job.device, job.iteration, job.ref_model = "cpu", 0, None
-    job.micro_batch, job.grad_checkpointing = micro_batch, False
+    job.micro_batch, job.grad_checkpointing, job.merge_lora = micro_batch, False, False
     job.optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     job.scheduler = SimpleNamespace(step=lambda: None)
     job.rollout = SimpleNamespace(sync=lambda m: None)

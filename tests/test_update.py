@@ -52,18 +52,63 @@ def test_mu_2_runs_two_passes_and_nothing_more(model_dir, tmp_path, monkeypatch)
     monkeypatch.setattr(J, "completion_logprobs", lambda *a, **k: calls.append(a[1].shape) or real(*a, **k))
     out = job.update(ro, torch.randn(8))
     assert len(calls) == 2 * 3  # mu passes x 3 micro-batches (3, 3, 2 rows); no old-policy forward
-    # charged: exactly the train steps that ran, each micro-batch at its own padded width
+    # charged (model convention): exactly the train steps that ran
     want = Flops()
     for start, stop in ((0, 3), (3, 6), (6, 8)):
         rows = slice(start, stop)
-        p_s, c_s = max(ro.prompt_lens[rows]), max(ro.completion_lens[rows])
         seq = [p + c for p, c in zip(ro.prompt_lens[rows], ro.completion_lens[rows])]
-        want = want + train_step_flops(job.policy.arch, seq, lora=job.policy.lora, padded_len=p_s + c_s,
-                                       logit_positions=sum(ro.completion_lens[rows]),
-                                       executed_logit_positions=(stop - start) * (c_s + 1))
-    assert out["flops"] == want * 2
+        want = want + train_step_flops(job.policy.arch, seq, lora=job.policy.lora,
+                                       logit_positions=sum(ro.completion_lens[rows]))
+    assert out["flops"].model == want.model * 2
     assert [s[1] for s in calls[:3]] == [max(ro.prompt_lens[r]) + max(ro.completion_lens[r])
                                         for r in (slice(0, 3), slice(3, 6), slice(6, 8))]
+
+
+@pytest.mark.parametrize("extra", [
+    {"lora.enabled": "true"},  # r=16 on a 32-wide model: the merged path
+    {"lora.enabled": "true", "lora.dropout": 0.1},  # dropout rules merging out: the adapter path
+    {"lora.enabled": "false", "grpo.beta": 0.1},  # full FT + the frozen reference's forward
+    {"lora.enabled": "true", "lora.dropout": 0.1, "grpo.beta": 0.1, "grpo.micro_batch_size": 3,
+     "grpo.updates_per_batch": 2},
+], ids=["lora-merged", "lora", "full-beta", "lora-beta-mb3-mu2"])
+def test_update_executed_flops_equal_flop_counter(model_dir, tmp_path, extra):
+    """The update's executed ledger == torch's FlopCounterMode over the real update (re-packed rows, real
+    completion positions only, merged or adapter LoRA, the reference forward)."""
+    from race_cli.audit import count_flops, register_cpu_sdpa_flops
+
+    register_cpu_sdpa_flops()
+    job = make_job(model_dir, tmp_path / "j", **extra)
+    assert job.merge_lora == (extra["lora.enabled"] == "true" and "lora.dropout" not in extra)
+    torch.manual_seed(0)
+    ro = job.rollout.generate([job.train_prompts.ids(j) for j in job.batch(1)], group_size=4)
+    assert len(set(ro.prompt_lens)) > 1 or len(set(ro.completion_lens)) > 1  # padding is there to skip
+    out = {}
+    measured = count_flops(lambda: out.update(job.update(ro, torch.linspace(-1, 1, 8))))
+    assert out["flops"].executed == pytest.approx(measured, rel=1e-9)
+
+
+def test_merged_lora_update_equals_the_adapter_path(model_dir, tmp_path):
+    """One update through merged weights W + s*B*A == through PEFT's adapters: the loss and every adapter's gradient.
+    (Gradients, not the stepped weights: Adam turns rounding-level gradients into lr-sized steps.)"""
+    results = []
+    for merge in (False, True):
+        job = make_job(model_dir, tmp_path / f"m{merge}", **{"lora.enabled": "true", "grpo.lr": 1e-2})
+        torch.manual_seed(0)
+        with torch.no_grad():  # B = 0 at init would make both paths trivially equal
+            for name, p in job.policy.model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.1)
+        torch.manual_seed(1)
+        ro = job.rollout.generate([job.train_prompts.ids(j) for j in job.batch(1)], group_size=4)
+        job.merge_lora = merge
+        loss = job.update(ro, torch.linspace(-1, 1, 8))["loss"]
+        results.append((loss, {n: p.grad.clone() for n, p in job.policy.model.named_parameters() if p.requires_grad}))
+    (loss_a, w_a), (loss_m, w_m) = results
+    assert loss_m == pytest.approx(loss_a, rel=1e-5, abs=1e-7)
+    assert w_a.keys() == w_m.keys() and len(w_a) == 2 * 2 * 7  # A and B of 7 matrices x 2 layers
+    for n in w_a:
+        assert w_a[n].norm() > 0, n
+        assert (w_m[n] - w_a[n]).norm() <= 1e-4 * w_a[n].norm(), n
 
 
 def test_micro_batches_cut_to_their_padding_give_the_whole_batch_loss(model_dir, tmp_path):

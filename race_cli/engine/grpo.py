@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from race_cli.memory import block_rows  # rows per log-prob block, shared with the memory ledger
+
 STD_EPS = 1e-4  # added to the group std before dividing (TRL's value)
 
 
@@ -63,9 +65,6 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     return (positions <= first[:, None]).float()  # [N, T]
 
 
-LOGPROB_CHUNK = 256  # rows (sequence positions) whose [rows, V] logits exist at once; ~0.8 GB in backward at V=151,936
-
-
 def rows_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
     """log p(token) for a block of rows: logits [R, V], tokens [R] -> [R] (float32, float64 kept)."""
     if logits.dtype in (torch.float16, torch.bfloat16):
@@ -77,35 +76,39 @@ def rows_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float
     return picked - logz
 
 
-def chunked_logprobs(fn, hidden: torch.Tensor, tokens: torch.Tensor, chunk: int = LOGPROB_CHUNK) -> torch.Tensor:
-    """Apply `fn(hidden_rows [R, ...], tokens [R]) -> [R]` over blocks of `chunk` rows; hidden [N, T, ...] -> [N, T].
+def chunked_logprobs(fn, hidden: torch.Tensor, tokens: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Apply `fn(hidden_rows [R, ...], tokens [R]) -> [R]` over blocks of `chunk` rows; hidden [N, ...] -> [N].
 
-    Under autograd each block runs inside a (non-reentrant) checkpoint: its float32 logits are
-    freed after the forward and recomputed in the backward, so at most one block's [chunk, V]
-    logits ever exist, never the whole [N, T, V].
+    With more than one block under autograd, each block runs inside a (non-reentrant)
+    checkpoint: its float32 logits are freed after the forward and recomputed in the backward,
+    so at most one block's [chunk, V] logits ever exist. A single block needs no checkpoint
+    (its logits are the one block either way), which saves the recompute.
     """
     from torch.utils.checkpoint import checkpoint
 
-    N, T = tokens.shape
-    flat_h = hidden.reshape(N * T, *hidden.shape[2:])  # [N*T, ...]
-    flat_t = tokens.reshape(N * T)  # [N*T]
+    n = tokens.size(0)
+    if n <= chunk:
+        return fn(hidden, tokens) if n else tokens.new_zeros((0,), dtype=torch.float32)
     grad = torch.is_grad_enabled() and hidden.requires_grad
     parts = []
-    for s in range(0, N * T, chunk):
-        h, t = flat_h[s:s + chunk], flat_t[s:s + chunk]
+    for s in range(0, n, chunk):
+        h, t = hidden[s:s + chunk], tokens[s:s + chunk]
         parts.append(checkpoint(fn, h, t, use_reentrant=False) if grad else fn(h, t))  # [R]
-    return torch.cat(parts).view(N, T) if parts else flat_t.new_zeros((N, T), dtype=torch.float32)
+    return torch.cat(parts)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
-                   chunk: int = LOGPROB_CHUNK) -> torch.Tensor:
+                   chunk: int | None = None) -> torch.Tensor:
     """log p(token) under softmax(logits / temperature): logits [N, T, V], tokens [N, T] -> [N, T] float32.
 
     Dividing by the sampling temperature makes the trained policy the one that was sampled
-    (TRL does the same); top-p is not re-applied. Computed in blocks of `chunk` positions, so no
-    float32 [N, T, V] copy is made (see `chunked_logprobs`).
+    (TRL does the same); top-p is not re-applied. Computed in blocks of `chunk` positions
+    (default `block_rows(V)`), so no float32 [N, T, V] copy is made (see `chunked_logprobs`).
     """
-    return chunked_logprobs(lambda h, t: rows_logprobs(h, t, temperature), logits, tokens, chunk)
+    N, T, V = logits.shape
+    out = chunked_logprobs(lambda h, t: rows_logprobs(h, t, temperature), logits.reshape(N * T, V),
+                           tokens.reshape(N * T), chunk or block_rows(V))
+    return out.view(N, T)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

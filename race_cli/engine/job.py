@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from race_cli.engine import checkpoint as ckpt_io
-from race_cli.engine.grpo import (LOGPROB_CHUNK, GrpoLoss, rows_logprobs, chunked_logprobs, group_advantages,
+from race_cli.engine.grpo import (GrpoLoss, block_rows, rows_logprobs, chunked_logprobs, group_advantages,
                                   grpo_loss)
 from race_cli.errors import RaceError
 from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from race_cli.budget import PHASES, Ledger, check_fits, prompts_that_fit, reward_name, shares, with_policy
-from race_cli.ledger import Flops, forward_flops, train_step_flops
+from race_cli.ledger import Flops, forward_flops, merged_lora_update, train_step_flops
 
 
 class NanLoss(RuntimeError):
@@ -69,26 +69,80 @@ def eval_sampling(rollout: Any, **settings: Any):
             setattr(rollout, k, v)
 
 
-def completion_logprobs(model: Any, ids, attn, comp, temperature: float = 1.0, chunk: int = LOGPROB_CHUNK):
+def merged_lora_weights(lm: Any) -> dict:
+    """{parameter name: W + s*B*A} for every LoRA-adapted linear of `lm` (the base model under the
+    PEFT wrapper), built from the live adapters so gradients flow back to A and B."""
+    out = {}
+    for name, mod in lm.named_modules():
+        if not (hasattr(mod, "lora_A") and hasattr(mod, "base_layer")):
+            continue
+        w = mod.base_layer.weight
+        for adapter in mod.active_adapters:
+            if adapter in mod.lora_A:
+                w = w + mod.scaling[adapter] * (mod.lora_B[adapter].weight @ mod.lora_A[adapter].weight)
+        out[f"{name}.base_layer.weight"] = w
+    return out
+
+
+def completion_logprobs(model: Any, ids, attn, comp, temperature: float = 1.0, chunk: int | None = None, *,
+                        merge_lora: bool = False):
     """Log-probs [N, C] of the completion tokens under `model`, as sampled at `temperature`.
 
-    ids, attn [N, P+C]: left-padded prompts followed by the completions comp [N, C]. The decoder
-    body runs once; the LM head and the log-softmax run on blocks of `chunk` positions
-    (grpo.chunked_logprobs), so neither the [N, C, V] logits nor their float32 copy are ever
-    whole: position P-1+t predicts token t. RoPE attention depends on relative positions only,
-    so left padding needs no position ids.
+    ids, attn [N, P+C]: left-padded prompts followed by the completions comp [N, C], each
+    right-padded after its EOS (attn None: no padding). Each row is re-packed to start at
+    column 0 (its prompt, its completion, then filler), so plain causal attention is exact for
+    every real token: no padding mask is built (SDPA runs its causal kernel) and the decoder
+    body runs over the longest real row. RoPE depends on relative positions only, so the shift
+    changes nothing but rounding. The LM head and the log-softmax run on the real completion
+    positions only (row i's token t is predicted at position p_i - 1 + t), in blocks of
+    `chunk` rows (default grpo.block_rows(V); see grpo.chunked_logprobs). Padding positions
+    of the result are 0.
+
+    `merge_lora` (see ledger.merged_lora_update): each adapted matrix runs as one weight
+    W + s*B*A through `torch.func.functional_call` with the adapters switched off; the same
+    function as PEFT's base + B(A(x))*s up to rounding, with gradients to A and B.
     """
+    import torch
+
+    N, S = ids.shape
     C = comp.size(1)
-    lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # the LoRA layers stay in place
+    P = S - C
+    if attn is None:  # no padding: nothing to re-pack (and no data-dependent shapes, for the memory audit)
+        packed = ids
+    else:
+        real = attn.bool()
+        p_len = real[:, :P].sum(dim=1)  # [N] prompt tokens per row (>= 1)
+        c_real = real[:, P:]  # [N, C] real completion tokens (up to and including EOS)
+        lens = p_len + c_real.sum(dim=1)  # [N]
+        L = int(lens.max())
+        j = torch.arange(L, device=ids.device)[None, :]  # [1, L]
+        packed = ids.gather(1, ((P - p_len)[:, None] + j).clamp(max=S - 1))  # [N, L] row i: its real tokens first
+        packed = packed.masked_fill(j >= lens[:, None], 0)  # filler after the real tokens: causal attention never reads it
+
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     body = lm.get_decoder() if hasattr(lm, "get_decoder") else lm.model
-    hidden = body(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [N, P+C, d]
-    hidden = hidden[:, -(C + 1):-1]  # [N, C, d] the positions that predict the completion tokens
+    if merge_lora and hasattr(model, "disable_adapter"):
+        from torch.func import functional_call
+
+        prefix = next(n for n, m in lm.named_modules() if m is body)
+        weights = {k[len(prefix) + 1:]: w for k, w in merged_lora_weights(lm).items()}  # built before the
+        with model.disable_adapter():  # adapters go off (peft also marks them frozen inside the block)
+            hidden = functional_call(body, weights, (), {"input_ids": packed, "use_cache": False}).last_hidden_state
+    else:
+        hidden = body(input_ids=packed, use_cache=False).last_hidden_state  # [N, L, d]
     head = lm.get_output_embeddings()
+    chunk = chunk or block_rows(head.weight.size(0))
 
-    def rows(h, t):  # h [R, d], t [R] -> [R]
-        return rows_logprobs(head(h), t, temperature)
+    def block(x, tok):  # x [r, d], tok [r] -> [r]
+        return rows_logprobs(head(x), tok, temperature)
 
-    return chunked_logprobs(rows, hidden, comp, chunk)  # [N, C]
+    if attn is None:  # position P-1+t predicts token t
+        h = hidden[:, P - 1:S - 1].reshape(N * C, -1)  # [N*C, d]
+        return chunked_logprobs(block, h, comp.reshape(N * C), chunk).view(N, C)
+    rows, t = c_real.nonzero(as_tuple=True)  # [R] each real completion token
+    h = hidden[rows, p_len[rows] - 1 + t]  # [R, d] the positions that predict them
+    lp = chunked_logprobs(block, h, comp[rows, t], chunk)  # [R]
+    return torch.zeros((N, C), dtype=lp.dtype, device=lp.device).index_put((rows, t), lp)  # [N, C]
 
 
 class Job:
@@ -134,6 +188,10 @@ class Job:
         self.micro_batch, self.grad_checkpointing = S.resolve_micro_batch(self.cfg_dict, self.device)
         if self.grad_checkpointing and not c.grpo.grad_checkpointing:  # the memory ledger needs it
             S.enable_checkpointing(self.policy.model, lora=c.lora.enabled)
+        # tiny float32 LoRA policies train faster with each adapted matrix merged (ledger.merged_lora_update)
+        self.merge_lora = merged_lora_update(self.policy.arch, self.policy.lora, dropout=float(c.lora.dropout),
+                                             grad_checkpointing=self.grad_checkpointing,
+                                             float32=self.dtype == torch.float32)
         self.train_prompts = S.PromptCache(self.train_items, self.policy.tokenizer, self.task.convention)
         self.target_prompts = {t.name: S.PromptCache(t.items, self.policy.tokenizer, t.convention) for t in self.targets}
         self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype, self.backend,
@@ -246,13 +304,14 @@ class Job:
         seq = [p + c for p, c in zip(ro.prompt_lens, ro.completion_lens)]
         arch, lora, T = self.policy.arch, self.policy.lora, self.cfg.rollout.temperature
 
-        def logprobs(m: Any, s: slice, p_s: int, c_s: int):  # [n, c_s]
+        def logprobs(m: Any, s: slice, p_s: int, c_s: int, merge: bool = False):  # [n, c_s]
             cols = slice(P - p_s, P + c_s)
-            return completion_logprobs(m, ids[s, cols], attn[s, cols], comp[s, :c_s], T)
+            return completion_logprobs(m, ids[s, cols], attn[s, cols], comp[s, :c_s], T, merge_lora=merge)
 
         def shape(s: slice, p_s: int, c_s: int) -> dict:  # the real and padded shapes one micro-batch runs
-            return dict(padded_len=p_s + c_s, logit_positions=sum(ro.completion_lens[s]),
-                        executed_logit_positions=(s.stop - s.start) * (c_s + 1))
+            # rows re-packed to start at column 0: the body runs the longest real row; the head only real completion tokens
+            return dict(padded_len=max(seq[s]), logit_positions=sum(ro.completion_lens[s]),
+                        executed_logit_positions=sum(ro.completion_lens[s]))
 
         flops = Flops()
         ref = None
@@ -270,7 +329,7 @@ class Job:
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum, kl_sum, clip_sum = 0.0, 0.0, 0.0
             for k, (s, p_s, c_s) in enumerate(cuts):
-                logp = logprobs(model, s, p_s, c_s)  # [n, c_s]
+                logp = logprobs(model, s, p_s, c_s, self.merge_lora)  # [n, c_s]
                 if len(old) == k:
                     old.append(logp.detach())
                 out: GrpoLoss = grpo_loss(logp, old[k], adv[s], mask[s, :c_s], clip_eps=g.clip_eps, beta=g.beta,
@@ -280,7 +339,7 @@ class Job:
                     raise NanLoss(f"the GRPO loss is {out.loss.item()} at iteration {self.iteration + 1}")
                 out.loss.backward()
                 flops = flops + train_step_flops(arch, seq[s], lora=lora, grad_checkpointing=self.grad_checkpointing,
-                                                 **shape(s, p_s, c_s))
+                                                 merged_lora=self.merge_lora, **shape(s, p_s, c_s))
                 loss_sum += out.loss.item()
                 clip_sum += out.clip_frac * out.tokens
                 kl_sum += (out.kl or 0.0) * out.tokens
