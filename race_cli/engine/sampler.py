@@ -59,6 +59,14 @@ class Linear:
                 y[..., lo:hi] += delta
         return y
 
+    def add_to(self, residual, x):
+        """residual + self(x), x [n, in]: one addmm kernel when there is no bias and no adapter."""
+        import torch
+
+        if self.bias is None and not self.adapters and x.dim() == 2:
+            return torch.addmm(residual, x, self.weight.t())
+        return residual + self(x)
+
 
 def fuse(parts: list[Linear]) -> Linear:
     """Linear maps reading the same input -> one (weights and biases stacked by output, adapters kept apart)."""
@@ -184,26 +192,33 @@ def rotate(x, cos, sin_signed):
     """RoPE on x [n, t, heads, d_h] with cos/sin_signed broadcastable [n, t, 1, d_h]."""
     import torch
 
-    return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * sin_signed
+    return torch.addcmul(x * cos, torch.roll(x, x.shape[-1] // 2, dims=-1), sin_signed)
 
 
 def attend(w: Weights, q, k, v, bias):
     """Causal GQA attention as two batched matmuls (FlopCounterMode and the ledger count them as SDPA).
 
-    q [n, heads, t, d_h]; k, v [n, kv, T, d_h] (views of the cache: no copy); bias [n, 1, t, T]
-    additive (0 or -inf) -> [n*t, heads*d_h]. The g = heads/kv query heads of one key/value head
-    are stacked as g*t query rows, so keys and values are never repeated.
+    q [n, heads, t, d_h]; k, v [n, kv, T, d_h] (views of the cache: no copy); bias [n*kv, g*t, T]
+    additive (0 or -inf; `group_bias`) -> [n*t, heads*d_h]. The g = heads/kv query heads of one
+    key/value head are stacked as g*t query rows, so keys and values are never repeated; the
+    scale and the mask enter the first matmul (baddbmm): one kernel instead of three.
     """
     import torch
 
     n, _, t, d = q.shape
     g, T = w.heads // w.kv_heads, k.size(2)
     qg = q.reshape(n * w.kv_heads, g * t, d)  # [n*kv, g*t, d_h]
-    scores = torch.bmm(qg, k.reshape(n * w.kv_heads, T, d).transpose(1, 2)) * (d ** -0.5)  # [n*kv, g*t, T]
-    scores = scores.view(n, w.kv_heads, g, t, T) + bias.unsqueeze(1)
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(n * w.kv_heads, g * t, T)
+    scores = torch.baddbmm(bias, qg, k.reshape(n * w.kv_heads, T, d).transpose(1, 2), alpha=d ** -0.5)
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # [n*kv, g*t, T]
     out = torch.bmm(probs, v.reshape(n * w.kv_heads, T, d))  # [n*kv, g*t, d_h]
     return out.view(n, w.heads, t, d).transpose(1, 2).reshape(n * t, w.heads * d)
+
+
+def group_bias(w: Weights, bias):
+    """The additive mask [n, 1, t, T] laid out as attend's score rows [n*kv, g*t, T] (built once per call)."""
+    n, _, t, T = bias.shape
+    g = w.heads // w.kv_heads
+    return bias.unsqueeze(1).expand(n, w.kv_heads, g, t, T).reshape(n * w.kv_heads, g * t, T)
 
 
 def block(w: Weights, x, cos, sin, cache_k, cache_v, start: int, bias):
@@ -216,6 +231,7 @@ def block(w: Weights, x, cos, sin, cache_k, cache_v, start: int, bias):
 
     n, t = bias.shape[0], bias.shape[2]
     end, hq, hk = start + t, w.heads, w.heads + w.kv_heads
+    bias = group_bias(w, bias)  # [n*kv, g*t, T] shared by every layer
     for i, L in enumerate(w.layers):
         h = rms_norm(x, L.ln1, w.eps)
         qkv = L.qkv(h).view(n, t, hk + w.kv_heads, w.d_head)  # [n, t, heads + 2 kv, d_h]
@@ -223,10 +239,10 @@ def block(w: Weights, x, cos, sin, cache_k, cache_v, start: int, bias):
         cache_k[i][:, :, start:end] = qk[:, :, hq:].transpose(1, 2)  # [n, kv, t, d_h]
         cache_v[i][:, :, start:end] = qkv[:, :, hk:].transpose(1, 2)
         a = attend(w, qk[:, :, :hq].transpose(1, 2), cache_k[i][:, :, :end], cache_v[i][:, :, :end], bias)
-        x = x + L.o(a)
+        x = L.o.add_to(x, a)  # the residual enters the matmul
         h = rms_norm(x, L.ln2, w.eps)
         gate, up = L.gate_up(h).chunk(2, dim=-1)
-        x = x + L.down(F.silu(gate) * up)
+        x = L.down.add_to(x, F.silu(gate) * up)
     return x
 
 
@@ -300,6 +316,8 @@ def sample(model: Any, prompts: list[list[int]], *, group_size: int, greedy: boo
     del tmp_k, tmp_v
 
     plen = pmask.sum(1).repeat_interleave(G)  # [N] real prompt tokens = RoPE position of the first new token
+    steps = (plen[:, None] + torch.arange(S_max, device=device)[None]).clamp(max=P + S_max - 1)  # [N, S] positions
+    cos_steps, sin_steps = cos_tab[steps][:, :, None, None], sin_tab[steps][:, :, None, None]  # [N, S, 1, 1, d_h]
     out = torch.full((N, S_max), pad_id, dtype=torch.long, device=device)
     done = torch.zeros(N, dtype=torch.bool, device=device)
     step = 0
@@ -311,8 +329,7 @@ def sample(model: Any, prompts: list[list[int]], *, group_size: int, greedy: boo
         if step == S_max or bool(done.all()):
             break
         slot = P + step - 1  # tok goes to cache slot P+step-1, at RoPE position plen+step-1
-        p = plen + (step - 1)  # [N]
-        cos, sin = cos_tab[p][:, None, None], sin_tab[p][:, None, None]  # [N, t=1, 1, d_h]
+        cos, sin = cos_steps[:, step - 1], sin_steps[:, step - 1]  # [N, t=1, 1, d_h] at position plen+step-1
         h = block(w, w.embed[tok], cos, sin, cache_k, cache_v, slot, keys[:, None, None, :slot + 1])
         logits = w.head(rms_norm(h, w.norm, w.eps)).float()  # [N, V]
     return out[:, :step]
