@@ -238,17 +238,20 @@ def validate(
                                           "(default 2 when neither is given)."),
     seeds: int = typer.Option(3, "--seeds", help="Seeds per validated regime (fresh ones: after the pilot's largest)."),
     top: Optional[int] = typer.Option(None, "--top", help="Validate the K regimes with the highest P(best) per "
-                                      "condition instead of the recommended ones."),
+                                      "condition instead of the pilot's best alone."),
+    tied: bool = typer.Option(False, "--tied", help="Also validate every regime the pilot could not tell from its "
+                              "best (the report's 'validate' list); costs one regime's jobs each."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Evaluation target whose recommendation to "
                                          "validate (default: the one the pilot report ranks)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Validation sweep folder (default: "
                                        "<pilot>-validate-x<K> or -C<budget>, beside the pilot)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Preview only; write nothing."),
 ) -> None:
-    """Turn a pilot's recommendation into a validation sweep: the recommended regimes, a control, more seeds.
+    """Turn a pilot's recommendation into a validation sweep: the pilot's best, a control, more seeds.
 
-    Per condition: the recommended regimes (or --top K by P(best)) and the pilot's lowest-ranked
-    one as a control, re-planned at the validation budget; the prediction goes in provenance.json.
+    Per condition: the pilot's best regime (with --tied also those it could not tell from it, or
+    --top K by P(best)) and its lowest-ranked one as a control, re-planned at the validation
+    budget and evaluated on the validated target; the prediction goes in provenance.json.
 
     Then [bold]race run --sweep-dir DIR[/] and [bold]race report DIR[/]: per condition, did the call hold?
     """
@@ -256,8 +259,9 @@ def validate(
 
     typed = [str(pilot)] + [f"{k} {v}" for k, v in (("--budget", budget), ("--scale", scale), ("--seeds", seeds),
                                                      ("--top", top), ("--target", target)) if v is not None]
+    typed += ["--tied"] if tied else []
     try:
-        validate_main(pilot, budget=budget, scale=scale, seeds=seeds, top=top, target=target, out=out,
+        validate_main(pilot, budget=budget, scale=scale, seeds=seeds, top=top, tied=tied, target=target, out=out,
                       dry_run=dry_run, typed=typed)
     except RaceError as exc:
         _fail(exc)

@@ -6,9 +6,10 @@
     race report runs/pilot-validate-x2                  # ... and see whether the pilot's call held
 
 Reads the pilot's report (`<pilot>/report/report.json`, written by `race report`) and, per
-condition, takes the regimes it recommends for validation (the pilot-best and those
-statistically indistinguishable from it, or with --top K the K regimes with the highest
-P(best)) plus the pilot's lowest-ranked regime as a control. Each becomes N jobs with fresh
+condition, takes the regime it recommends (the pilot's best; with --tied also every regime
+the report could not tell from it, with --top K the K regimes with the highest P(best)) plus
+the pilot's lowest-ranked regime as a control. Evaluation is narrowed to the validated
+target, at the pilot's fractions of the run (eval.every times the budget factor). Each becomes N jobs with fresh
 seeds at the validation budget (--budget X, or --scale K times the pilot's), composed from
 the pilot job's own overrides and budget-matched by `race plan`'s solver and sweep writer
 (race_cli/plan.py: build_plan, write_sweep), so the free knob T is solved exactly as for any
@@ -47,7 +48,7 @@ class Pick:
 
     condition: str  # the pilot's condition label
     regime: str  # the pilot's regime label, e.g. "G=8 μ=1"
-    role: str  # "pilot best" | "recommended" | "top K" | "control"
+    role: str  # "pilot best" | "≈ best" | "top K" | "control"
     overrides: list[str]  # the pilot job's concrete overrides, less grid/seed/budget.flops
     pilot_budget: float
     budget: float = 0.0  # the validation budget
@@ -132,8 +133,9 @@ def choose_target(doc: dict, recs: list[dict], target: str | None, pilot: Path) 
     return target
 
 
-def choose_regimes(ranking: list[dict], rec: dict, top: int | None) -> list[tuple[str, str]]:
-    """[(regime, role)] of one condition: the recommended (or top-K) regimes, then the control.
+def choose_regimes(ranking: list[dict], rec: dict, top: int | None, tied: bool = False) -> list[tuple[str, str]]:
+    """[(regime, role)] of one condition: the pilot's best (or the top K by P(best), or with `tied`
+    every regime the report could not tell from the best), then the control.
 
     ranking: the pilot ranking rows of this condition; rec: its recommendation row.
     """
@@ -143,15 +145,33 @@ def choose_regimes(ranking: list[dict], rec: dict, top: int | None) -> list[tupl
     if top is not None:
         by_pbest = sorted(order, key=lambda r: (-_finite(r.get("p_best")), _finite(r.get("rank"))))
         chosen = [str(r["regime"]) for r in by_pbest[:top]]
-    else:
+    elif tied:
         listed = [re.sub(r"\s*\(.*\)\s*$", "", s).strip() for s in str(rec.get("validate") or "").split(";")]
         chosen = [s for s in listed if s in names]
+    else:
+        chosen = []
     chosen = [best] + [c for c in chosen if c != best]
-    out = [(c, "pilot best" if c == best else ("top K" if top is not None else "recommended")) for c in chosen]
+    out = [(c, "pilot best" if c == best else ("top K" if top is not None else "≈ best")) for c in chosen]
     worst = names[-1]
     if worst not in chosen:
         out.append((worst, "control"))
     return out
+
+
+def validation_eval(overrides: list[str], target: str, factor: float) -> list[str]:
+    """The pilot job's overrides with evaluation narrowed to the validated target, at the same
+    fractions of the run: eval.every scaled by the budget factor (start and end always run)."""
+    from race_cli.config import EvalConf
+
+    every = EvalConf().every
+    kept = []
+    for o in overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        if key == "eval.every":
+            every = int(float(value)) if re.fullmatch(r"\s*\d+(\.\d*)?\s*", value) else every
+        elif key not in ("eval.targets", "eval.max_items_by_target"):
+            kept.append(o)
+    return kept + [f"eval.targets=[{target}]", f"eval.every={max(1, math.ceil(every * factor))}"]
 
 
 def predicted_order(ranking: list[dict], jobs: list[dict], target: str) -> list[dict]:
@@ -238,13 +258,14 @@ def _name_jobs(jobs: list) -> dict[str, list[str]]:
 
 
 def build_validation(pilot: Path, *, budget: float | None = None, scale: float | None = None,
-                     seeds: int = DEFAULT_SEEDS, top: int | None = None, target: str | None = None,
+                     seeds: int = DEFAULT_SEEDS, top: int | None = None, tied: bool = False,
+                     target: str | None = None,
                      typed: list[str] | None = None) -> tuple[Any, dict, list[Pick], list[str]]:
     """(Plan, provenance, picks, notes) of the validation of `pilot`; RaceError on bad input."""
     from race_cli.plan import Plan, build_plan
 
     pilot = Path(pilot)
-    _check_args(budget, scale, seeds, top)
+    _check_args(budget, scale, seeds, top, tied)
     if budget is None and scale is None:
         scale = DEFAULT_SCALE
     doc = load_pilot_report(pilot)
@@ -273,7 +294,7 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
         if not rows:
             notes.append(f"{cond}: the report has no ranking rows; skipped.")
             continue
-        chosen = choose_regimes(rows, rec, top)
+        chosen = choose_regimes(rows, rec, top, tied)
         entry = {"condition": cond, "values": {c: rec[c] for c in CONDITION_COLS if c in rec},
                  "recommendation": rec, "predicted_order": predicted_order(rows, cjobs, target),
                  "control": next((r for r, role in chosen if role == "control"), None), "validated": []}
@@ -306,7 +327,8 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
     # --- one plan per pick, through race plan's own composer and solver; then one sweep
     plan_jobs = []
     for pk in picks:
-        ovs = ["grid=none", *pk.overrides, f"budget.flops={_budget_text(pk.budget)}",
+        ovs = ["grid=none", *validation_eval(pk.overrides, target, pk.budget / pk.pilot_budget),
+               f"budget.flops={_budget_text(pk.budget)}",
                "seed=" + ",".join(map(str, seed_list))]
         p = build_plan(ovs)
         for j in p.jobs:
@@ -331,16 +353,20 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
             "pilot": {"sweep": str(pilot.resolve()), "report": str((pilot / REPORT_JSON).resolve()),
                       "target": target, "caveat": doc.get("caveat")},
             "target": target,
-            "settings": {"budget": budget, "scale": scale, "seeds": seed_list, "top": top,
-                         "selection": f"top {top} by P(best)" if top is not None else "recommended"},
+            "settings": {"budget": budget, "scale": scale, "seeds": seed_list, "top": top, "tied": tied,
+                         "selection": (f"top {top} by P(best)" if top is not None
+                                       else "pilot best and its ≈ best" if tied else "pilot best")},
             "conditions": conditions,
             "jobs": {jid: {"condition": pk.condition, "regime": pk.regime, "role": pk.role}
                      for pk in picks for jid in pk.job_ids}}
     return plan, prov, picks, notes
 
 
-def _check_args(budget: float | None, scale: float | None, seeds: int, top: int | None) -> None:
+def _check_args(budget: float | None, scale: float | None, seeds: int, top: int | None, tied: bool = False) -> None:
     problems = []
+    if top is not None and tied:
+        problems.append("--top and --tied both given: choose one (--top K takes the K regimes with the highest "
+                        "P(best); --tied every regime the pilot could not tell from its best).")
     if budget is not None and scale is not None:
         problems.append("--budget and --scale both given: choose one (--budget X sets every validation job's "
                         "budget; --scale K multiplies each pilot budget).")
@@ -419,8 +445,8 @@ def print_picks(picks: list[Pick], prov: dict, console) -> None:
 
 
 def validate_main(pilot: Path, *, budget: float | None = None, scale: float | None = None,
-                  seeds: int = DEFAULT_SEEDS, top: int | None = None, target: str | None = None,
-                  out: Path | None = None, dry_run: bool = False, typed: list[str] | None = None,
+                  seeds: int = DEFAULT_SEEDS, top: int | None = None, tied: bool = False,
+                  target: str | None = None, out: Path | None = None, dry_run: bool = False, typed: list[str] | None = None,
                   say: Callable[[str], None] | None = None) -> Path | None:
     """Preview the validation sweep, then write it (unless dry_run); RaceError on bad input."""
     import sys
@@ -431,7 +457,7 @@ def validate_main(pilot: Path, *, budget: float | None = None, scale: float | No
 
     pilot = Path(pilot)
     plan, prov, picks, notes = build_validation(pilot, budget=budget, scale=scale, seeds=seeds, top=top,
-                                                target=target, typed=typed)
+                                                tied=tied, target=target, typed=typed)
     out = Path(out) if out is not None else default_out(pilot, budget, scale)
     console = Console(width=max(160, Console().width))
     print_picks(picks, prov, console)
