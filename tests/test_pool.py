@@ -104,6 +104,10 @@ def test_longest_planned_job_first():
     rows = {"a": {"planned_flops_total": 1.0}, "b": {"planned_flops_total": 5.0},
             "c": {"planned_seconds": 9.0, "planned_flops_total": 0.1}, "d": {}}
     assert longest_first(["a", "b", "c", "d"], rows) == ["c", "b", "a", "d"]
+    # budget-matched jobs tie on FLOPs: the one with more iterations (more fixed per-iteration cost) goes first
+    tied = {"x": {"planned_flops_total": 8e11, "iterations": 424}, "y": {"planned_flops_total": 8e11, "iterations": 1563},
+            "z": {"planned_flops_total": 8e11, "iterations": 424}}
+    assert longest_first(["x", "y", "z"], tied) == ["y", "x", "z"]
 
 
 def test_select_jobs_policy():

@@ -171,15 +171,35 @@ def test_validate_writes_the_chosen_regimes_at_the_new_budget_with_provenance(pi
     assert "unchanged" in capsys.readouterr().err and (out / V.PROVENANCE).read_text() == before
 
 
-def test_default_selection_is_the_recommendation_plus_the_control(pilot):
+def test_default_selection_is_the_pilot_best_plus_the_control(pilot):
     plan, prov, picks, _ = build_validation(pilot, budget=3e12, seeds=1)
+    assert prov["settings"]["selection"] == "pilot best"
     for cond in prov["conditions"]:
-        validate = [s.strip() for s in cond["recommendation"]["validate"].split(";")]
-        roles = [(v["regime"], v["role"]) for v in cond["validated"]]
-        assert roles[0] == ("G=8 μ=2", "pilot best") and roles[-1] == ("G=16 μ=1", "control")
-        assert [r for r, _ in roles[:-1]] == [v.split(" (")[0] for v in validate]
+        assert [(v["regime"], v["role"]) for v in cond["validated"]] == [("G=8 μ=2", "pilot best"),
+                                                                         ("G=16 μ=1", "control")]
     assert {j.config["budget"]["flops"] for j in plan.jobs} == {3e12}
     assert {j.config["seed"] for j in plan.jobs} == {3}
+    # evaluation: the validated target only, at the pilot's fractions of the run (default every 10, budget x3)
+    assert {tuple(j.config["eval"]["targets"]) for j in plan.jobs} == {("arithmetic",)}
+    assert {j.config["eval"]["every"] for j in plan.jobs} == {30}
+
+
+def test_tied_adds_every_regime_the_pilot_could_not_tell_from_its_best(tmp_path):
+    # a pilot whose two best regimes are 0.01 apart: the report cannot tell them apart
+    truth = {**PILOT_TRUTH, 0.40: 0.695}
+    p = build_sweep(tmp_path / "p", acc=lambda p, cond: truth[p], conditions=[RULE], **NOISE)
+    run_report([p], plots=False, bootstrap=300, console=_console())
+    _, prov, _, _ = build_validation(p, scale=2, seeds=1, tied=True)
+    (cond,) = prov["conditions"]
+    listed = [v.split(" (")[0].strip() for v in cond["recommendation"]["validate"].split(";")]
+    roles = [(v["regime"], v["role"]) for v in cond["validated"]]
+    assert len(listed) >= 2 and {"G=8 μ=2", "G=4 μ=2"} <= set(listed)
+    assert roles[0][1] == "pilot best" and roles[-1] == ("G=16 μ=1", "control")
+    assert [r for r, _ in roles[:-1]] == [listed[0]] + [x for x in listed if x != listed[0]]
+    assert {role for _, role in roles[1:-1]} == {"≈ best"}
+    assert prov["settings"]["selection"] == "pilot best and its ≈ best"
+    _, prov1, _, _ = build_validation(p, scale=2, seeds=1)  # without --tied: the best alone
+    assert [v["role"] for v in prov1["conditions"][0]["validated"]] == ["pilot best", "control"]
 
 
 # --- the validation report: known outcomes --------------------------------------------------
@@ -302,6 +322,7 @@ def _no_recommendation(t: Path) -> Path:
     (lambda t: t, {}, "not a sweep folder"),
     (make_pilot, {"budget": 1e12, "scale": 2.0}, "--budget and --scale both given"),
     (make_pilot, {"seeds": 0}, "--seeds 0"),
+    (make_pilot, {"top": 2, "tied": True}, "--top and --tied both given"),
     (make_pilot, {"target": "math500"}, "no recommendation for target 'math500'"),
     (lambda t: make_pilot(t / "p", conditions=(RULE, dict(RULE, budget_flops=2e12))), {"budget": 4e12},
      "ran at several budgets"),

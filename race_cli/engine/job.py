@@ -40,7 +40,7 @@ from race_cli.engine import checkpoint as ckpt_io
 from race_cli.engine.grpo import (GrpoLoss, block_rows, rows_logprobs, chunked_logprobs, group_advantages,
                                   grpo_loss)
 from race_cli.errors import RaceError
-from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, fsync_file, read_jsonl
 from race_cli.budget import PHASES, Ledger, check_fits, prompts_that_fit, reward_name, shares, with_policy
 from race_cli.ledger import Flops, forward_flops, merged_lora_update, train_step_flops
 
@@ -272,8 +272,9 @@ class Job:
         return {f"eval/{name}/accuracy": acc for name, acc in ev["accuracy"].items()}
 
     def write_metrics(self, line: dict) -> None:
-        """Append one line to metrics.jsonl (the source of truth) and mirror it to the logger."""
-        append_jsonl(self.metrics_path, [line])
+        """Append one line to metrics.jsonl (the source of truth) and mirror it to the logger.
+        Not fsynced here: `save_checkpoint` makes the lines durable before the checkpoint that covers them."""
+        append_jsonl(self.metrics_path, [line], durable=False)
         self.logger.log(line)
 
     # --- one GRPO iteration ----------------------------------------------------------------
@@ -423,6 +424,7 @@ class Job:
         update_status(self.job_dir, **fields)
 
     def save_checkpoint(self) -> None:
+        fsync_file(self.metrics_path)  # the lines this checkpoint covers are durable before it is
         state = dict(self.state, iteration=self.iteration, ledger=self.ledger.to_json())
         ckpt_io.save(self.job_dir, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler,
                      state=state)
@@ -477,11 +479,14 @@ class Job:
                 self.state["eval_last"] = ev
                 line.update(self.eval_metrics(ev))
             self.write_metrics(line)
-            atomic_write_json(self.job_dir / "ledger.json", self.ledger_json())
+            checkpoint = i % c.checkpoint.every == 0 or last
+            # atomic every iteration, durable (fsync) at checkpoints: a resume cuts metrics back to the
+            # checkpoint and rewrites the ledger, so nothing after it needs to survive a power loss
+            atomic_write_json(self.job_dir / "ledger.json", self.ledger_json(), durable=checkpoint)
             self.log(f"iter {i}: reward {line['train/reward_mean']:.3f} loss {line['train/loss']:+.4f} "
                      f"len {line['train/completion_len']:.1f} flops {line['flops/total']:.3g}/{budget:.3g}"
                      + "".join(f" {k[5:-9]} {v:.3f}" for k, v in line.items() if k.startswith("eval/")))
-            if i % c.checkpoint.every == 0 or last:
+            if checkpoint:
                 self.save_checkpoint()
         return "iterations" if self.iteration >= self.max_iterations else "budget"
 

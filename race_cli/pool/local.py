@@ -210,8 +210,13 @@ def planned_cost(row: dict[str, Any]) -> float:
 
 
 def longest_first(job_ids: Sequence[str], plan_rows: dict[str, dict]) -> list[str]:
-    """LPT order; ties keep the plan's order (sorted() is stable)."""
-    return sorted(job_ids, key=lambda j: -planned_cost(plan_rows.get(j, {})))
+    """LPT order. Budget-matched jobs tie on FLOPs; among them more iterations run first (each
+    iteration has a fixed cost, which dominates small models); other ties keep the plan's order."""
+    def iterations(row: dict[str, Any]) -> float:
+        v = row.get("iterations")
+        return float(v) if isinstance(v, (int, float)) else 0.0
+
+    return sorted(job_ids, key=lambda j: (-planned_cost(plan_rows.get(j, {})), -iterations(plan_rows.get(j, {}))))
 
 
 # --- one child process -------------------------------------------------------------------------

@@ -155,7 +155,7 @@ def condition_sentence(c: dict) -> str:
         s += (f"; rank correlation with the pilot's order ρ = {rho:+.2f} "
               f"{_interval(c['spearman_lo'], c['spearman_hi'], 2)} over {c['n_regimes']} regimes")
         if c["n_regimes"] == 2:
-            s += " (with 2 regimes ρ is ±1; --top K validates more)"
+            s += " (with 2 regimes ρ is ±1; --tied or --top K validates more)"
     g_val, g_pil = c.get("best_val_gain_per_flop"), c.get("best_pilot_gain_per_flop")
     if g_val is not None and np.isfinite(g_val) and g_pil is not None and np.isfinite(g_pil):
         s += f"; gain over the start per FLOP {g_val:.3g} vs the pilot's {g_pil:.3g}"

@@ -489,16 +489,16 @@ class ProcessRewardModel:
             lens = [seq_lens[i] for i in idx]
             width = max(lens)
             ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
-            mask = torch.zeros((len(idx), width), dtype=torch.long)
             rows, cols = [], []
             for r, i in enumerate(idx):
                 tokens, pos, _ = encoded[i]
                 ids[r, : len(tokens)] = torch.tensor(tokens)
-                mask[r, : len(tokens)] = 1
                 rows += [r] * len(pos)
                 cols += pos
             with torch.no_grad():
-                out = self.model(input_ids=ids.to(device), attention_mask=mask.to(device))
+                # right-padded rows under plain causal attention: no real token sees the padding after
+                # it, so no padding mask is needed (and SDPA runs its faster causal kernel)
+                out = self.model(input_ids=ids.to(device))
                 logits = out.logits if hasattr(out, "logits") else out[0]  # [B, T, num_labels or V]
                 if self.format == "logprob":
                     values = self._logprob_scores(logits, ids.to(device), [encoded[i] for i in idx])
