@@ -135,8 +135,11 @@ def total(per_phase: Mapping[str, Flops]) -> float:
 
 
 def prompts_that_fit(remaining: float, cost_of: Callable[[int], float], most: int) -> int:
-    """The largest b in 0..most with cost_of(b) <= remaining; cost_of must grow with b (bisection)."""
-    lo, hi = 0, most  # cost_of(lo) fits (0 prompts cost nothing); find the last b that fits
+    """The largest b in 0..most with cost_of(b) <= remaining; cost_of must grow with b (bisection).
+    One call when all `most` fit (every iteration but the last few)."""
+    if cost_of(most) <= remaining:
+        return most
+    lo, hi = 0, most - 1  # cost_of(lo) fits (0 prompts cost nothing); find the last b that fits
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if cost_of(mid) <= remaining:

@@ -216,7 +216,11 @@ class Job:
         """Model FLOPs iteration `iteration` can cost at most: its first `prompts` prompts (default B),
         max_new_tokens completions each."""
         idx = self.batch(iteration)[:prompts]
-        return self.spec.worst_case(len(idx), max(len(self.train_prompts.ids(j)) for j in idx))
+        key = (len(idx), max(len(self.train_prompts.ids(j)) for j in idx))  # all the worst case depends on
+        cache = self.__dict__.setdefault("_worst_case", {})
+        if key not in cache:  # ~2 ms of ledger arithmetic; a handful of distinct keys per job
+            cache[key] = self.spec.worst_case(*key)
+        return cache[key]
 
     def prompts_that_fit(self, iteration: int) -> int:
         """Prompts iteration `iteration` takes: the most (<= B) whose worst case fits what is left; 0 = stop."""
@@ -226,9 +230,15 @@ class Job:
         return prompts_that_fit(left, lambda b: self.worst_case(iteration, b), self.cfg.grpo.prompts_per_iter)
 
     def batch(self, iteration: int) -> list[int]:
+        """The training items of `iteration` (setup.batch_indices; kept for the iteration last asked about,
+        which the budget check and the iteration itself both read)."""
         from race_cli.engine.setup import batch_indices
 
-        return batch_indices(self.cfg.seed, iteration, self.cfg.grpo.prompts_per_iter, len(self.train_items))
+        cached = getattr(self, "_batch", None)
+        if cached is None or cached[0] != iteration:
+            cached = self._batch = (iteration, batch_indices(self.cfg.seed, iteration, self.cfg.grpo.prompts_per_iter,
+                                                             len(self.train_items)))
+        return list(cached[1])
 
     # --- evaluation --------------------------------------------------------------------------
 
