@@ -56,6 +56,7 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 LOGIT_BLOCK = 256 * 151_936  # logits (rows x vocabulary) alive at once in the log-probs: 256 rows at Qwen2.5's V
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 HEADROOM = 0.9  # plan to use at most this share of the device (allocator fragmentation, CUDA context, buffers)
+VLLM_HEADROOM_BYTES = 2 * GiB  # vLLM's activations, CUDA graphs and sampler buffers beyond weights + KV cache
 
 
 # --- parameters ------------------------------------------------------------------------------------
@@ -240,13 +241,11 @@ def vllm_need_bytes(s: MemSpec) -> int:
     """What the job's vLLM engine reserves when rollout.gpu_memory_utilization is null: the bytes
     rollout_vllm.memory_fraction sizes it to (weights + one LoRA slot + a full-length KV cache
     of every sequence, +10%, + its headroom), before that fraction is capped."""
-    from race_cli.engine.rollout_vllm import HEADROOM_BYTES
-
     weights = model_params(s.arch) * s.dtype_bytes  # untied worst case, as memory_fraction
     if s.lora_r:
         weights += lora_params(s.arch, s.lora_r, s.lora_targets) * s.dtype_bytes
     kv = kv_cache_bytes(s.arch, s.sequences * (s.prompt_len + s.completion_len), s.dtype_bytes)
-    return int((weights + kv) * 1.1 + HEADROOM_BYTES)
+    return int((weights + kv) * 1.1 + VLLM_HEADROOM_BYTES)
 
 
 def rollout_bytes(s: MemSpec, device_bytes: int | None) -> dict[str, int]:

@@ -31,9 +31,9 @@ from typing import Any
 
 from race_cli.errors import RaceError
 from race_cli.ledger import Arch, Lora, generate_flops
+from race_cli.memory import VLLM_HEADROOM_BYTES as HEADROOM_BYTES  # the memory ledger sizes vLLM with it too
 
 GIB = 1024 ** 3
-HEADROOM_BYTES = 2 * GIB  # vLLM's activations, CUDA graphs and sampler buffers beyond weights + KV cache
 MAX_FRACTION = 0.9  # leave the policy's training at least a tenth of the GPU
 
 
