@@ -184,6 +184,19 @@ def test_default_selection_is_the_pilot_best_plus_the_control(pilot):
     assert {j.config["eval"]["every"] for j in plan.jobs} == {30}
 
 
+def test_validation_evaluates_the_validated_target_at_the_pilots_fractions_of_the_run():
+    from race_cli.validate import validation_eval
+
+    pilot = ["lora.enabled=false", "eval.targets=['arithmetic', 'arithmetic-hard']", "eval.every=100",
+             "eval.max_items_by_target={gsm8k: 50}", "model=tiny-s"]
+    # the default grid at --scale 3: evaluations every 300 iterations instead of 100, one target
+    assert validation_eval(pilot, "arithmetic-hard", 3.0) == ["lora.enabled=false", "model=tiny-s",
+                                                               "eval.targets=[arithmetic-hard]", "eval.every=300"]
+    # no eval.every in the pilot's overrides: the schema default (10), scaled and rounded up
+    assert validation_eval(["model=tiny-s"], "gsm8k", 2.5)[-1] == "eval.every=25"
+    assert validation_eval(["eval.every=7"], "gsm8k", 0.5)[-1] == "eval.every=4"
+
+
 def test_tied_adds_every_regime_the_pilot_could_not_tell_from_its_best(tmp_path):
     # a pilot whose two best regimes are 0.01 apart: the report cannot tell them apart
     truth = {**PILOT_TRUTH, 0.40: 0.695}
