@@ -11,16 +11,11 @@ from typing import Any, Iterable
 
 
 def _fsync_dir(path: Path) -> None:
+    """fsync a folder (a rename's durability); some filesystems refuse, which is not an error."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
+        fsync_file(path)
     except OSError:
         pass
-    finally:
-        os.close(fd)
 
 
 def current_umask() -> int:
@@ -111,7 +106,7 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[dict], durable: bool = 
 
 
 def fsync_file(path: str | os.PathLike) -> None:
-    """Make a file's written bytes durable (after appends made with durable=False)."""
+    """Make a file's (or folder's) written bytes durable, e.g. after appends made with durable=False."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

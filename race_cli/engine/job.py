@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from race_cli.engine import checkpoint as ckpt_io
-from race_cli.engine.grpo import (GrpoLoss, block_rows, rows_logprobs, chunked_logprobs, group_advantages,
-                                  grpo_loss)
+from race_cli.engine.grpo import GrpoLoss, rows_logprobs, chunked_logprobs, group_advantages, grpo_loss
 from race_cli.errors import RaceError
 from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, fsync_file, read_jsonl
 from race_cli.budget import PHASES, Ledger, check_fits, prompts_that_fit, reward_name, shares, with_policy
 from race_cli.ledger import Flops, forward_flops, merged_lora_update, train_step_flops
+from race_cli.memory import block_rows
 
 
 class NanLoss(RuntimeError):
@@ -95,7 +95,7 @@ def completion_logprobs(model: Any, ids, attn, comp, temperature: float = 1.0, c
     body runs over the longest real row. RoPE depends on relative positions only, so the shift
     changes nothing but rounding. The LM head and the log-softmax run on the real completion
     positions only (row i's token t is predicted at position p_i - 1 + t), in blocks of
-    `chunk` rows (default grpo.block_rows(V); see grpo.chunked_logprobs). Padding positions
+    `chunk` rows (default memory.block_rows(V); see grpo.chunked_logprobs). Padding positions
     of the result are 0.
 
     `merge_lora` (see ledger.merged_lora_update): each adapted matrix runs as one weight
@@ -159,6 +159,8 @@ class Job:
         from race_cli.engine.loggers import NullLogger
 
         self.logger = NullLogger()  # the real one opens in start_or_resume (it needs the resume step)
+        self._batch: tuple[int, list[int]] | None = None  # (iteration, its training items), see batch()
+        self._worst_case: dict[tuple[int, int], float] = {}  # (prompts, longest prompt) -> FLOPs, see worst_case()
 
     # --- setup ------------------------------------------------------------------------------
 
@@ -217,10 +219,9 @@ class Job:
         max_new_tokens completions each."""
         idx = self.batch(iteration)[:prompts]
         key = (len(idx), max(len(self.train_prompts.ids(j)) for j in idx))  # all the worst case depends on
-        cache = self.__dict__.setdefault("_worst_case", {})
-        if key not in cache:  # ~2 ms of ledger arithmetic; a handful of distinct keys per job
-            cache[key] = self.spec.worst_case(*key)
-        return cache[key]
+        if key not in self._worst_case:  # ~2 ms of ledger arithmetic; a handful of distinct keys per job
+            self._worst_case[key] = self.spec.worst_case(*key)
+        return self._worst_case[key]
 
     def prompts_that_fit(self, iteration: int) -> int:
         """Prompts iteration `iteration` takes: the most (<= B) whose worst case fits what is left; 0 = stop."""
@@ -234,11 +235,10 @@ class Job:
         which the budget check and the iteration itself both read)."""
         from race_cli.engine.setup import batch_indices
 
-        cached = getattr(self, "_batch", None)
-        if cached is None or cached[0] != iteration:
-            cached = self._batch = (iteration, batch_indices(self.cfg.seed, iteration, self.cfg.grpo.prompts_per_iter,
-                                                             len(self.train_items)))
-        return list(cached[1])
+        if self._batch is None or self._batch[0] != iteration:
+            self._batch = (iteration, batch_indices(self.cfg.seed, iteration, self.cfg.grpo.prompts_per_iter,
+                                                    len(self.train_items)))
+        return list(self._batch[1])
 
     # --- evaluation --------------------------------------------------------------------------
 

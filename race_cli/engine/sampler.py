@@ -316,7 +316,7 @@ def sample(model: Any, prompts: list[list[int]], *, group_size: int, greedy: boo
     del tmp_k, tmp_v
 
     plen = pmask.sum(1).repeat_interleave(G)  # [N] real prompt tokens = RoPE position of the first new token
-    steps = (plen[:, None] + torch.arange(S_max, device=device)[None]).clamp(max=P + S_max - 1)  # [N, S] positions
+    steps = plen[:, None] + torch.arange(S_max, device=device)[None]  # [N, S] positions (< P + S_max: plen <= P)
     cos_steps, sin_steps = cos_tab[steps][:, :, None, None], sin_tab[steps][:, :, None, None]  # [N, S, 1, 1, d_h]
     out = torch.full((N, S_max), pad_id, dtype=torch.long, device=device)
     done = torch.zeros(N, dtype=torch.bool, device=device)

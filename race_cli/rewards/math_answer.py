@@ -45,6 +45,17 @@ from typing import Callable
 _BOX_CMD = re.compile(r"\\(?:boxed|fbox)\s*")
 
 
+def _closing_brace(s: str, i: int) -> int | None:
+    """Index of the `}` that closes the `{` at s[i] (nested braces counted); None when unbalanced."""
+    depth = 0
+    for j in range(i, len(s)):
+        depth += s[j] == "{"
+        depth -= s[j] == "}"
+        if depth == 0:
+            return j
+    return None
+
+
 def last_boxed(text: str) -> str | None:
     """Content of the last complete `\\boxed{...}` / `\\fbox{...}` (nested braces allowed), or
     of `\\boxed 5`; None when there is none or it is unbalanced (a truncated completion)."""
@@ -53,12 +64,9 @@ def last_boxed(text: str) -> str | None:
     for m in reversed(list(_BOX_CMD.finditer(text))):
         i = m.end()
         if i < len(text) and text[i] == "{":
-            depth = 0
-            for j in range(i, len(text)):
-                depth += text[j] == "{"
-                depth -= text[j] == "}"
-                if depth == 0:
-                    return text[i + 1:j]
+            j = _closing_brace(text, i)
+            if j is not None:
+                return text[i + 1:j]
             continue
         bare = re.match(r"[^\s$]+", text[i:])  # "\boxed 5$"
         if bare:
@@ -107,21 +115,19 @@ _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 def _braced_arg(s: str, i: int) -> tuple[str, int]:
     """The argument starting at s[i]: a `{...}` group's content or one character; (arg, end)."""
     if i < len(s) and s[i] == "{":
-        depth = 0
-        for j in range(i, len(s)):
-            depth += s[j] == "{"
-            depth -= s[j] == "}"
-            if depth == 0:
-                return s[i + 1:j], j + 1
-        return s[i + 1:], len(s)
+        j = _closing_brace(s, i)
+        return (s[i + 1:j], j + 1) if j is not None else (s[i + 1:], len(s))
     return (s[i], i + 1) if i < len(s) else ("", i)
+
+
+_FRAC_SQRT = re.compile(r"\\(frac|sqrt)")
 
 
 def _brace_commands(s: str) -> str:
     """`\\frac12` -> `\\frac{1}{2}`, `\\frac9{19}` -> `\\frac{9}{19}`, `\\sqrt3` -> `\\sqrt{3}`."""
     out, i = [], 0
     while i < len(s):
-        m = re.compile(r"\\(frac|sqrt)").match(s, i)
+        m = _FRAC_SQRT.match(s, i)
         if not m:
             out.append(s[i])
             i += 1

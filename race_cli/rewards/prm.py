@@ -441,16 +441,21 @@ class ProcessRewardModel:
         with torch.no_grad():
             for b in range(0, len(encoded), self.batch_size):
                 chunk = encoded[b: b + self.batch_size]
-                width = max(len(ids) for ids, _, _ in chunk)
-                ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
-                mask = torch.zeros_like(ids)
-                for r, (tokens, _, _) in enumerate(chunk):
-                    ids[r, : len(tokens)] = torch.tensor(tokens)
-                    mask[r, : len(tokens)] = 1
-                logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+                ids = self._right_padded([tokens for tokens, _, _ in chunk])
+                logits = self.model(input_ids=ids.to(device)).logits
                 flat = iter(self.logprob_features(logits, ids.to(device), chunk))
                 out += [[next(flat) for _ in pos] for _, pos, _ in chunk]
         return out
+
+    def _right_padded(self, rows: Sequence[Sequence[int]]):
+        """Token rows -> [n, longest] ids, right-padded. Under plain causal attention no real token
+        sees the padding after it, so the forwards need no padding mask (SDPA runs its causal kernel)."""
+        import torch
+
+        ids = torch.full((len(rows), max(len(r) for r in rows)), self.pad_id, dtype=torch.long)
+        for r, tokens in enumerate(rows):
+            ids[r, : len(tokens)] = torch.tensor(tokens)
+        return ids
 
     def _logprob_scores(self, logits, ids, encoded) -> list[float]:
         """logprob format: sigmoid(scale * feature + bias), with the calibration fitted on labelled steps."""
@@ -488,16 +493,12 @@ class ProcessRewardModel:
             idx = todo[b: b + self.batch_size]
             lens = [seq_lens[i] for i in idx]
             width = max(lens)
-            ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
+            ids = self._right_padded([encoded[i][0] for i in idx])
             rows, cols = [], []
             for r, i in enumerate(idx):
-                tokens, pos, _ = encoded[i]
-                ids[r, : len(tokens)] = torch.tensor(tokens)
-                rows += [r] * len(pos)
-                cols += pos
+                rows += [r] * len(encoded[i][1])
+                cols += encoded[i][1]
             with torch.no_grad():
-                # right-padded rows under plain causal attention: no real token sees the padding after
-                # it, so no padding mask is needed (and SDPA runs its faster causal kernel)
                 out = self.model(input_ids=ids.to(device))
                 logits = out.logits if hasattr(out, "logits") else out[0]  # [B, T, num_labels or V]
                 if self.format == "logprob":
