@@ -9,7 +9,9 @@ prompts (race's arithmetic training items, formatted by race's prompt template) 
 rule reward, B=8 prompts x G=8 completions, 48 new tokens, temperature 1, top-p 1, one update
 pass, no KL, no gradient checkpointing, lr 1e-3, AdamW, grad-norm clip 1. LoRA: r=16, alpha=32
 on all seven linear maps of every layer. race runs with its defaults otherwise
-(rollout.backend=auto, the lean sampler without vLLM). TRL's order of prompts is its own
+(rollout.backend=auto, the lean sampler without vLLM), and with the embedded grid's
+grpo.micro_batch_size=auto (on CPU: 16 length-sorted rows a micro-batch; the same loss and
+gradient as the whole batch, up to rounding). TRL's order of prompts is its own
 (shuffled per epoch from seed 0): the prompt pool is the same, the draws differ.
 
 Each side runs in its own subprocess (fresh interpreter, nothing shared); the sides alternate
@@ -43,7 +45,8 @@ def race_side(lora: bool, iters: int, warmup: int, model: str) -> dict:
     ov = ["grid=none", f"model.path={model}", "threads=1", "budget.flops=1e30", "budget.max_iterations=100000",
           f"lora.enabled={str(lora).lower()}", "lora.r=16", "lora.alpha=32", f"lora.target_modules=[{','.join(TARGETS)}]",
           f"grpo.prompts_per_iter={B}", f"grpo.group_size={G}", f"rollout.max_new_tokens={NEW}", "grpo.lr=1e-3",
-          "grpo.beta=0", "grpo.updates_per_batch=1", "grpo.grad_checkpointing=false", "task.num_eval=8"]
+          "grpo.beta=0", "grpo.updates_per_batch=1", "grpo.grad_checkpointing=false", "task.num_eval=8",
+          "grpo.micro_batch_size=auto"]  # as the embedded grid runs: 16 length-sorted rows a micro-batch on CPU
     with tempfile.TemporaryDirectory() as tmp:
         job = Job(compose(ov), Path(tmp) / "bench", ov, log=lambda m: None)
         job.setup()

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from race_cli import memory
+from race_cli import ledger, memory
 from race_cli.engine import grpo
 from race_cli.engine.job import Job, completion_logprobs
 from race_cli.engine.rollout import Rollout
@@ -123,6 +123,33 @@ def test_micro_batches_give_the_one_batch_loss_and_gradient(loss_agg):
         assert abs(loss - loss1) <= 1e-6 * abs(loss1)
         assert ((grad - grad1).norm() / grad1.norm()).item() <= 1e-6
         assert flops.model == pytest.approx(flops1.model, rel=1e-12)  # micro-batching changes no FLOPs
+
+
+def test_micro_batches_hold_rows_of_like_length():
+    # rows sorted by prompt + completion length before the cut: lengths 9 4 8 5 7 9 -> sorted 4 5 7 8 9 9;
+    # micro-batches of 2 run padded to 5, 8 and 9 tokens (in rollout order they would run 9, 8 and 9)
+    ro, adv = _rollout(), torch.tensor([1.0, -0.5, 0.3, -1.2, 0.8, 0.1], dtype=torch.float64)
+    seq = [p + c for p, c in zip(ro.prompt_lens, ro.completion_lens)]
+    assert seq == [9, 4, 8, 5, 7, 9]
+    job = _update_job(tiny_qwen(), 2, "token")
+    out = job.update(ro, adv)
+    arch = job.policy.arch
+    by_hand = Flops()
+    for rows in ([1, 3], [4, 2], [0, 5]):  # lengths (4, 5), (7, 8), (9, 9)
+        clens = sum(ro.completion_lens[i] for i in rows)
+        by_hand = by_hand + ledger.train_step_flops(arch, [seq[i] for i in rows], lora=None,
+                                                    padded_len=max(seq[i] for i in rows),
+                                                    logit_positions=clens, executed_logit_positions=clens)
+    assert out["flops"].executed == pytest.approx(by_hand.executed, rel=1e-12)
+
+
+@pytest.mark.parametrize("micro, n, want", [("auto", 64, 16), ("auto", 8, 8), (0, 64, 64), (5, 64, 5), (99, 8, 8)])
+def test_cpu_micro_batch(micro, n, want):
+    from race_cli.engine.setup import CPU_MICRO_BATCH, resolve_micro_batch
+
+    assert CPU_MICRO_BATCH == 16
+    cfg = {"grpo": {"prompts_per_iter": n // 4, "group_size": 4, "micro_batch_size": micro, "grad_checkpointing": False}}
+    assert resolve_micro_batch(cfg, "cpu") == (want, False)
 
 
 # --- the ledger ----------------------------------------------------------------------------------------

@@ -294,25 +294,32 @@ class Job:
 
         No forward the math does not need: the old policy's log-probs are the first pass's own,
         detached (before any optimizer step the current policy IS the old one), so mu > 1 costs
-        mu train steps and nothing more; the reference forward runs once (beta > 0). Each
-        micro-batch is cut to its own longest prompt and completion, so it runs no padding
-        columns that only other micro-batches need.
+        mu train steps and nothing more; the reference forward runs once (beta > 0). Rows are
+        sorted by length before they are cut into micro-batches, and each micro-batch is cut to
+        its own longest prompt and completion, so it runs no padding columns that only other
+        micro-batches need.
         """
         import torch
 
         g, model, dev = self.cfg.grpo, self.policy.model, self.device
-        comp = ro.completion_ids.to(dev)  # [N, C]
-        mask = ro.completion_mask.to(dev)  # [N, C]
-        ids = torch.cat([ro.prompt_ids.to(dev), comp], dim=1)  # [N, P+C]
-        attn = torch.cat([ro.prompt_mask.to(dev), mask.long()], dim=1)  # [N, P+C]
-        adv = advantages.to(dev)  # [N]
-        N, P = comp.size(0), ro.prompt_ids.size(1)
+        seq = [p + c for p, c in zip(ro.prompt_lens, ro.completion_lens)]
+        N, P = len(seq), ro.prompt_ids.size(1)
         mb = min(self.micro_batch, N)
+        # rows in order of length (a stable sort: ties keep rollout order), so each micro-batch pads only to
+        # rows like its own; the loss is a sum over rows, normalised by batch totals: the order changes rounding only
+        order = sorted(range(N), key=seq.__getitem__)
+        perm = torch.tensor(order)
+        seq = [seq[i] for i in order]
+        plens, clens = [ro.prompt_lens[i] for i in order], [ro.completion_lens[i] for i in order]
+        comp = ro.completion_ids[perm].to(dev)  # [N, C]
+        mask = ro.completion_mask[perm].to(dev)  # [N, C]
+        ids = torch.cat([ro.prompt_ids[perm].to(dev), comp], dim=1)  # [N, P+C]
+        attn = torch.cat([ro.prompt_mask[perm].to(dev), mask.long()], dim=1)  # [N, P+C]
+        adv = advantages[perm].to(dev)  # [N]
         chunks = [slice(s, min(N, s + mb)) for s in range(0, N, mb)]
         # per micro-batch: (rows, longest prompt p_s, longest completion c_s); columns P-p_s .. P+c_s-1 run
-        cuts = [(s, max(ro.prompt_lens[s]), max(max(ro.completion_lens[s]), 1)) for s in chunks]
+        cuts = [(s, max(plens[s]), max(max(clens[s]), 1)) for s in chunks]
         total_tokens = float(mask.sum().item())
-        seq = [p + c for p, c in zip(ro.prompt_lens, ro.completion_lens)]
         arch, lora, T = self.policy.arch, self.policy.lora, self.cfg.rollout.temperature
 
         def logprobs(m: Any, s: slice, p_s: int, c_s: int, merge: bool = False):  # [n, c_s]
@@ -321,8 +328,7 @@ class Job:
 
         def shape(s: slice, p_s: int, c_s: int) -> dict:  # the real and padded shapes one micro-batch runs
             # rows re-packed to start at column 0: the body runs the longest real row; the head only real completion tokens
-            return dict(padded_len=max(seq[s]), logit_positions=sum(ro.completion_lens[s]),
-                        executed_logit_positions=sum(ro.completion_lens[s]))
+            return dict(padded_len=max(seq[s]), logit_positions=sum(clens[s]), executed_logit_positions=sum(clens[s]))
 
         flops = Flops()
         ref = None
