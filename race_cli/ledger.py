@@ -477,7 +477,7 @@ def generate_flops(arch: Arch, prompt_lens: Sequence[int], completion_lens: Sequ
 
 
 def reward_model_flops(arch: Arch, seq_lens: Sequence[int], *, padded_len: int | None = None,
-                       head: str = "token", num_labels: int = 1) -> Flops:
+                       head: str = "token", num_labels: int = 1, executed_head_positions: int | None = None) -> Flops:
     """A reward model's forward over the sequences it scores.
 
     The head runs at every position (HF's token-classification heads run on all positions and
@@ -486,7 +486,9 @@ def reward_model_flops(arch: Arch, seq_lens: Sequence[int], *, padded_len: int |
     - `head="classifier"`: the Qwen2.5-Math-PRM head, Linear(d, d) -> ReLU -> Linear(d, num_labels):
       d*d + d*num_labels MACs;
     - `head="scalar"`: one Linear(d, num_labels) (transformers' *ForTokenClassification), d*num_labels.
-    Model: real tokens, causal pairs; executed: padded rows, full matrix, head on every padded position.
+    Model: real tokens, causal pairs; executed: padded rows, full matrix, head on every padded position,
+    or on `executed_head_positions` of them (the logprob format runs the LM head only where a
+    completion token is predicted).
     """
     if head not in ("token", "classifier", "scalar"):
         raise RaceError(f"reward head {head!r} is unknown; expected 'token' (LM head at every position), "
@@ -498,7 +500,8 @@ def reward_model_flops(arch: Arch, seq_lens: Sequence[int], *, padded_len: int |
     body = forward_flops(arch, lens, padded_len=pad, logit_positions=0, executed_logit_positions=0)
     d = arch.hidden_size
     width = {"token": arch.n_head, "classifier": d * d + d * num_labels, "scalar": d * num_labels}[head]  # MACs per position
-    return body + Flops(2 * width * sum(lens), 2 * width * len(lens) * pad)
+    head_positions = len(lens) * pad if executed_head_positions is None else executed_head_positions
+    return body + Flops(2 * width * sum(lens), 2 * width * head_positions)
 
 
 # --- one GRPO iteration (planning) ------------------------------------------------------

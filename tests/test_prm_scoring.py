@@ -235,6 +235,29 @@ def test_info_token_counts_and_flops(classifier):
     assert info["seconds"] > 0
 
 
+def test_logprob_format_runs_the_lm_head_only_where_a_completion_token_is_predicted(causal_lm):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    prm = ProcessRewardModel(causal_lm, byte_tokenizer(), format="logprob", template="{question}|{completion}",
+                             batch_size=2)
+    with FlopCounterMode(display=False) as counter:
+        _, info = prm.reward(QUESTIONS, COMPLETIONS, GOLDS)
+    encoded = prm._encode(QUESTIONS, COMPLETIONS)
+    # the head runs at positions start-1 .. len-2 of each scored row: one per completion byte (the
+    # byte tokenizer: a token per character; `start` is the token after "question|")
+    heads = [len(ids) - start for ids, pos, start in encoded if pos]
+    assert heads == [len(c.encode("utf-8")) for c in COMPLETIONS[:5]]
+    arch = Arch.from_config(causal_lm.config)
+    model = sum((reward_model_flops(arch, b, padded_len=p, head="token")
+                 for b, p in zip(info["batch_seq_lens"], info["padded_lens"])), Flops()).model
+    assert info["flops"].model == model  # the planning convention keeps the head at every position
+    # executed: padded body as before, LM head (d*V MACs) only at the predicting positions
+    body = sum((reward_model_flops(arch, b, padded_len=p, head="token", executed_head_positions=0)
+                for b, p in zip(info["batch_seq_lens"], info["padded_lens"])), Flops()).executed
+    assert info["flops"].executed == body + 2 * arch.hidden_size * arch.vocab_size * sum(heads)
+    assert info["flops"].executed == counter.get_total_flops()
+
+
 def test_nothing_to_score_costs_nothing(classifier):
     prm = ProcessRewardModel(classifier, byte_tokenizer())
     rewards, info = prm.reward(["Q"], [""], ["1"])

@@ -402,29 +402,57 @@ class ProcessRewardModel:
             return torch.sigmoid(picked[:, 0])
         return torch.softmax(picked, dim=-1)[:, 1]
 
-    def logprob_features(self, logits, ids, encoded) -> list[float]:
+    def token_logprobs(self, ids, encoded) -> tuple[list[list[float]], int]:
+        """Per row: log p(token t | tokens before t) for t = max(start, 1) .. len - 1, the completion's
+        tokens and what the template puts after them; and how many positions the LM head ran on.
+
+        ids [B, T] right-padded (`_right_padded`), encoded: `_encode`'s rows. One forward of the
+        decoder body; the LM head and the log-softmax run only at the positions that predict
+        those tokens (t - 1), not at the question's or the padding's.
+        """
+        import torch
+
+        lm = self.model
+        body = lm.get_decoder() if hasattr(lm, "get_decoder") else lm.model
+        hidden = body(input_ids=ids, use_cache=False).last_hidden_state  # [B, T, d]
+        rows: list[int] = []
+        cols: list[int] = []
+        counts = []
+        for r, (tokens, _, start) in enumerate(encoded):
+            lo = max(start, 1)
+            counts.append(max(len(tokens) - lo, 0))
+            rows += [r] * counts[-1]
+            cols += range(lo - 1, lo - 1 + counts[-1])
+        at = (torch.tensor(rows, device=ids.device), torch.tensor(cols, device=ids.device))
+        logits = lm.get_output_embeddings()(hidden[at]).float()  # [R, V]
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[at[0], at[1] + 1][:, None])[:, 0].tolist()
+        out, k = [], 0
+        for n in counts:
+            out.append(lp[k: k + n])
+            k += n
+        return out, len(rows)
+
+    @staticmethod
+    def step_features(token_lps: Sequence[Sequence[float]], encoded) -> list[float]:
         """Per step: the lowest teacher-forced log-prob of any completion token up to its end.
 
         The last step runs to the end of the input, so a template that closes the completion with
         an end token (`...{completion}<|endoftext|>`) makes "the solution is complete" part of
         the last step's score: a truncated answer is unlikely to end there.
 
-        logits [B, T, V], ids [B, T]; token t is scored by the logits at t-1. The running minimum
-        makes step k's feature "every token so far was plausible", matching the label "every step
-        so far is correct".
+        token_lps: `token_logprobs`' rows (row r's entry i is token max(start, 1) + i). The running
+        minimum makes step k's feature "every token so far was plausible", matching the label
+        "every step so far is correct".
         """
-        import torch
-
-        lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None])[..., 0]  # [B, T-1]
         out: list[float] = []
-        for r, (tokens, pos, start) in enumerate(encoded):
-            row = lp[r]
-            lo, running = max(start, 1), float("inf")
+        for lps, (tokens, pos, start) in zip(token_lps, encoded):
+            first = lo = max(start, 1)
+            running = float("inf")
             for k, p in enumerate(pos):
                 if k == len(pos) - 1:
                     p = len(tokens) - 1  # the last step also answers for what follows it (e.g. an end token)
                 if p >= lo:
-                    running = min(running, row[lo - 1: p].min().item())  # tokens lo..p, scored at lo-1..p-1
+                    running = min(running, min(lps[lo - first: p - first + 1]))  # tokens lo..p
                     lo = p + 1
                 out.append(running if running != float("inf") else 0.0)
         return out
@@ -441,9 +469,8 @@ class ProcessRewardModel:
         with torch.no_grad():
             for b in range(0, len(encoded), self.batch_size):
                 chunk = encoded[b: b + self.batch_size]
-                ids = self._right_padded([tokens for tokens, _, _ in chunk])
-                logits = self.model(input_ids=ids.to(device)).logits
-                flat = iter(self.logprob_features(logits, ids.to(device), chunk))
+                ids = self._right_padded([tokens for tokens, _, _ in chunk]).to(device)
+                flat = iter(self.step_features(self.token_logprobs(ids, chunk)[0], chunk))
                 out += [[next(flat) for _ in pos] for _, pos, _ in chunk]
         return out
 
@@ -457,11 +484,11 @@ class ProcessRewardModel:
             ids[r, : len(tokens)] = torch.tensor(tokens)
         return ids
 
-    def _logprob_scores(self, logits, ids, encoded) -> list[float]:
+    def _logprob_scores(self, token_lps, encoded) -> list[float]:
         """logprob format: sigmoid(scale * feature + bias), with the calibration fitted on labelled steps."""
         cal = getattr(self.model.config, "prm_calibration", None) or {"scale": 1.0, "bias": 0.0}
         return [1.0 / (1.0 + math.exp(-(cal["scale"] * f + cal["bias"])))
-                for f in self.logprob_features(logits, ids, encoded)]
+                for f in self.step_features(token_lps, encoded)]
 
     def score_detailed(self, questions: Sequence[str], completions: Sequence[str]) -> Scored:
         """Per-step scores of every completion and what the forwards cost (see `Scored`)."""
@@ -498,12 +525,14 @@ class ProcessRewardModel:
             for r, i in enumerate(idx):
                 rows += [r] * len(encoded[i][1])
                 cols += encoded[i][1]
+            head_positions = None  # every position (the heads of the other formats run on all of them)
             with torch.no_grad():
-                out = self.model(input_ids=ids.to(device))
-                logits = out.logits if hasattr(out, "logits") else out[0]  # [B, T, num_labels or V]
                 if self.format == "logprob":
-                    values = self._logprob_scores(logits, ids.to(device), [encoded[i] for i in idx])
+                    token_lps, head_positions = self.token_logprobs(ids.to(device), [encoded[i] for i in idx])
+                    values = self._logprob_scores(token_lps, [encoded[i] for i in idx])
                 else:
+                    out = self.model(input_ids=ids.to(device))
+                    logits = out.logits if hasattr(out, "logits") else out[0]  # [B, T, num_labels or V]
                     values = self._read_scores(logits, torch.tensor(rows, device=logits.device),
                                                torch.tensor(cols, device=logits.device)).tolist()
             k = 0
@@ -514,7 +543,7 @@ class ProcessRewardModel:
             batch_lens.append(lens)
             padded.append(width)
             flops.append(reward_model_flops(self.arch, lens, padded_len=width, head=head,
-                                            num_labels=max(self.num_labels, 1)))
+                                            num_labels=max(self.num_labels, 1), executed_head_positions=head_positions))
         return Scored(step_scores=scores, seq_lens=seq_lens, batch_seq_lens=batch_lens, padded_lens=padded,
                       flops=sum(flops, Flops()), seconds=time.perf_counter() - start)
 
