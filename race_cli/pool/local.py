@@ -252,12 +252,18 @@ def _preexec(parent_pid: int, ignore: tuple[int, ...]) -> Callable[[], None]:
 
 
 def spawn(job_dir: Path, argv: list[str], env: dict[str, str], *, header: str,
-          ignore_signals: tuple[int, ...] = ()) -> subprocess.Popen:
-    """Start one job: its own session, stdout+stderr appended to log.txt, dies with its parent."""
+          ignore_signals: tuple[int, ...] = (), server: Any = None) -> Any:
+    """Start one job: its own session, stdout+stderr appended to log.txt, dies with its parent.
+
+    With `server` (a forkserver.ForkServer; only for the default job command) the job is forked
+    from it instead of exec'd: the same job, without a fresh interpreter's imports.
+    """
     log_path = job_dir / "log.txt"
     with open(log_path, "ab") as log:
         log.write(header.encode())
         log.flush()
+        if server is not None:
+            return server.spawn(job_dir, log_path, env)
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True, cwd=os.getcwd(),
                                 preexec_fn=_preexec(os.getpid(), ignore_signals))
@@ -324,6 +330,8 @@ class LocalPool:
         self.results: dict[str, str] = {}
         self.stopped_by: int | None = None
         self._signals = 0
+        self._server: Any = None  # forkserver.ForkServer, started with the first CPU job
+        self._use_server = True  # False once the server failed: later jobs start as fresh interpreters
 
     # signals: only flags here; the loop does the work
     def _on_signal(self, signum: int, frame: object) -> None:
@@ -334,12 +342,32 @@ class LocalPool:
         if self.display is not None:
             self.display.event(kind, job_id, info)
 
+    def _server_for(self, slot: Slot) -> Any:
+        """The fork server for this slot's jobs, or None: only CPU slots running the real engine, and
+        only while the server works (one that failed to start, to fork or died is not asked again)."""
+        from race_cli.pool import forkserver
+
+        if (not self._use_server or slot.name != "cpu" or self.job_command is not default_job_command
+                or not forkserver.enabled()):
+            return None
+        if self._server is None:
+            self._server = forkserver.ForkServer(child_env(slot.env), preexec_fn=_preexec(os.getpid(), ()))
+        return self._server if self._server.alive() else None
+
     def _launch(self, job_id: str, slot: Slot) -> None:
         job_dir = self.sweep_dir / "jobs" / job_id
         argv = self.job_command(job_dir)
         status = st.begin_attempt(job_dir, device=slot.name)
+        header = attempt_header(status, argv)
         try:
-            proc = spawn(job_dir, argv, child_env(slot.env), header=attempt_header(status, argv))
+            server = self._server_for(slot)
+            try:
+                proc = spawn(job_dir, argv, child_env(slot.env), header=header, server=server)
+            except OSError as exc:
+                if server is None:
+                    raise
+                self._use_server = False  # this job and every later one start as a fresh interpreter
+                proc = spawn(job_dir, argv, child_env(slot.env), header=f"(fork server: {exc}; a fresh interpreter)\n")
         except OSError as exc:  # command not found, not executable
             status = st.update_status(job_dir, state="failed", exit_code=127, finished=st.now_iso(),
                                       error=f"could not start {argv[0]}: {exc}", stop_reason="error")
@@ -368,6 +396,8 @@ class LocalPool:
         try:
             self._loop()
         finally:
+            if self._server is not None:  # no job of it is running now
+                self._server.close()
             for sig, h in handlers.items():
                 signal.signal(sig, h)
         return self.results
