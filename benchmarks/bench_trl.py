@@ -10,8 +10,8 @@ rule reward, B=8 prompts x G=8 completions, 48 new tokens, temperature 1, top-p 
 pass, no KL, no gradient checkpointing, lr 1e-3, AdamW, grad-norm clip 1. LoRA: r=16, alpha=32
 on all seven linear maps of every layer. race runs with its defaults otherwise
 (rollout.backend=auto, the lean sampler without vLLM), and with the embedded grid's
-grpo.micro_batch_size=auto (on CPU: 16 length-sorted rows a micro-batch; the same loss and
-gradient as the whole batch, up to rounding). TRL's order of prompts is its own
+grpo.micro_batch_size=auto (on CPU: 16 length-sorted rows a micro-batch, or the whole batch when
+LoRA runs merged; the same loss and gradient as the whole batch, up to rounding). TRL's order of prompts is its own
 (shuffled per epoch from seed 0): the prompt pool is the same, the draws differ.
 
 Each side runs in its own subprocess (fresh interpreter, nothing shared); the sides alternate
@@ -46,7 +46,7 @@ def race_side(lora: bool, iters: int, warmup: int, model: str) -> dict:
           f"lora.enabled={str(lora).lower()}", "lora.r=16", "lora.alpha=32", f"lora.target_modules=[{','.join(TARGETS)}]",
           f"grpo.prompts_per_iter={B}", f"grpo.group_size={G}", f"rollout.max_new_tokens={NEW}", "grpo.lr=1e-3",
           "grpo.beta=0", "grpo.updates_per_batch=1", "grpo.grad_checkpointing=false", "task.num_eval=8",
-          "grpo.micro_batch_size=auto"]  # as the embedded grid runs: 16 length-sorted rows a micro-batch on CPU
+          "grpo.micro_batch_size=auto"]  # as the embedded grid runs (setup.resolve_micro_batch)
     with tempfile.TemporaryDirectory() as tmp:
         job = Job(compose(ov), Path(tmp) / "bench", ov, log=lambda m: None)
         job.setup()

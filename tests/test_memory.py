@@ -143,13 +143,14 @@ def test_micro_batches_hold_rows_of_like_length():
     assert out["flops"].executed == pytest.approx(by_hand.executed, rel=1e-12)
 
 
-@pytest.mark.parametrize("micro, n, want", [("auto", 64, 16), ("auto", 8, 8), (0, 64, 64), (5, 64, 5), (99, 8, 8)])
-def test_cpu_micro_batch(micro, n, want):
+@pytest.mark.parametrize("micro, n, merged, want", [("auto", 64, False, 16), ("auto", 8, False, 8), ("auto", 64, True, 64),
+                                                    (0, 64, False, 64), (5, 64, False, 5), (5, 64, True, 5), (99, 8, False, 8)])
+def test_cpu_micro_batch(micro, n, merged, want):
     from race_cli.engine.setup import CPU_MICRO_BATCH, resolve_micro_batch
 
     assert CPU_MICRO_BATCH == 16
     cfg = {"grpo": {"prompts_per_iter": n // 4, "group_size": 4, "micro_batch_size": micro, "grad_checkpointing": False}}
-    assert resolve_micro_batch(cfg, "cpu") == (want, False)
+    assert resolve_micro_batch(cfg, "cpu", merged_lora=merged) == (want, False)
 
 
 # --- the ledger ----------------------------------------------------------------------------------------

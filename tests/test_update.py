@@ -87,12 +87,15 @@ def test_update_executed_flops_equal_flop_counter(model_dir, tmp_path, extra):
     assert out["flops"].executed == pytest.approx(measured, rel=1e-9)
 
 
-def test_merged_lora_update_equals_the_adapter_path(model_dir, tmp_path):
+@pytest.mark.parametrize("micro_batch", [0, 3])
+def test_merged_lora_update_equals_the_adapter_path(model_dir, tmp_path, micro_batch):
     """One update through merged weights W + s*B*A == through PEFT's adapters: the loss and every adapter's gradient.
-    (Gradients, not the stepped weights: Adam turns rounding-level gradients into lr-sized steps.)"""
+    (Gradients, not the stepped weights: Adam turns rounding-level gradients into lr-sized steps.) Also with
+    micro-batches of 3 + 3 + 2 rows, each merging the weights anew."""
     results = []
     for merge in (False, True):
-        job = make_job(model_dir, tmp_path / f"m{merge}", **{"lora.enabled": "true", "grpo.lr": 1e-2})
+        job = make_job(model_dir, tmp_path / f"m{merge}", **{"lora.enabled": "true", "grpo.lr": 1e-2,
+                                                             "grpo.micro_batch_size": micro_batch})
         torch.manual_seed(0)
         with torch.no_grad():  # B = 0 at init would make both paths trivially equal
             for name, p in job.policy.model.named_parameters():

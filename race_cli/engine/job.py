@@ -187,13 +187,13 @@ class Job:
         self.train_items = self.task.train_items()
         self.targets = build_targets(c, self.task)
         self.policy = S.load_policy(c, self.device, self.dtype, self.log)
-        self.micro_batch, self.grad_checkpointing = S.resolve_micro_batch(self.cfg_dict, self.device)
+        # tiny float32 LoRA policies train faster with each adapted matrix merged (ledger.merged_lora_update)
+        merge = merged_lora_update(self.policy.arch, self.policy.lora, dropout=float(c.lora.dropout),
+                                   grad_checkpointing=bool(c.grpo.grad_checkpointing), float32=self.dtype == torch.float32)
+        self.micro_batch, self.grad_checkpointing = S.resolve_micro_batch(self.cfg_dict, self.device, merged_lora=merge)
         if self.grad_checkpointing and not c.grpo.grad_checkpointing:  # the memory ledger needs it
             S.enable_checkpointing(self.policy.model, lora=c.lora.enabled)
-        # tiny float32 LoRA policies train faster with each adapted matrix merged (ledger.merged_lora_update)
-        self.merge_lora = merged_lora_update(self.policy.arch, self.policy.lora, dropout=float(c.lora.dropout),
-                                             grad_checkpointing=self.grad_checkpointing,
-                                             float32=self.dtype == torch.float32)
+        self.merge_lora = merge and not self.grad_checkpointing
         self.train_prompts = S.PromptCache(self.train_items, self.policy.tokenizer, self.task.convention)
         self.target_prompts = {t.name: S.PromptCache(t.items, self.policy.tokenizer, t.convention) for t in self.targets}
         self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype, self.backend,

@@ -229,17 +229,21 @@ def enable_checkpointing(model: Any, *, lora: bool) -> None:
 # On CPU a smaller micro-batch keeps a layer's activations in cache: tiny-s/tiny-m full fine-tuning, B=8,
 # G in {4, 8}, one thread (length-sorted rows, alternating, medians of 40 updates): 16 rows against the
 # whole batch ran tiny-m G=8 193.5 vs 215.4 ms and 204.1 vs 222.1 ms, tiny-s G=8 76.0 vs 82.1 and 87.1 vs
-# 88.9 ms, tiny-s G=4 44.3 vs 45.2 ms; 4 rows was slower everywhere (per-call overhead).
+# 88.9 ms, tiny-s G=4 44.3 vs 45.2 ms; 4 rows was slower everywhere (per-call overhead). LoRA r=16 on
+# tiny-s, G=8: adapters 100.1 (16 rows) vs 113.4 ms (whole batch); merged (ledger.merged_lora_update)
+# 97.0 vs 93.1 ms, and G=4 61.3 vs 57.2 ms: its per-micro-batch functional_call costs more than the
+# cache saves, so the merged path keeps the whole batch.
 CPU_MICRO_BATCH = 16
 
 
-def resolve_micro_batch(cfg_dict: dict, device: str) -> tuple[int, bool]:
+def resolve_micro_batch(cfg_dict: dict, device: str, *, merged_lora: bool = False) -> tuple[int, bool]:
     """(sequences per micro-batch, gradient checkpointing) for this job on `device`.
 
     `grpo.micro_batch_size: auto` asks the memory ledger (race_cli/memory.py) for the largest
     micro-batch that fits the GPU's total memory, turning checkpointing on only when one
     sequence does not fit without it; on CPU, auto is CPU_MICRO_BATCH sequences (the update sorts rows
-    by length first, so each micro-batch pads only to rows like its own). 0 = the whole batch.
+    by length first, so each micro-batch pads only to rows like its own), or the whole batch when the
+    update runs merged LoRA weights (`merged_lora`). 0 = the whole batch.
     """
     g = cfg_dict["grpo"]
     n = int(g["prompts_per_iter"]) * int(g["group_size"])
@@ -247,7 +251,7 @@ def resolve_micro_batch(cfg_dict: dict, device: str) -> tuple[int, bool]:
     if mb != "auto":
         return (min(int(mb), n) if mb else n), ckpt
     if not device.startswith("cuda"):
-        return min(n, CPU_MICRO_BATCH), ckpt
+        return (n if merged_lora else min(n, CPU_MICRO_BATCH)), ckpt
     import torch
 
     from race_cli.memory import plan_memory
