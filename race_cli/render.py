@@ -45,8 +45,8 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
                   caption="T: iterations (+b: the last one takes b < B prompts, spending the rest of the budget); "
                   "used = planned / budget; search / learning / feedback = planned shares of the job's FLOPs "
                   "(rollout / update / reward); p = update fraction. Model-convention FLOPs; evaluation is not charged. "
-                  "peak mem = planned peak device memory and its phase; mb = sequences per micro-batch (+ckpt: "
-                  "gradient checkpointing).",
+                  "peak mem = planned peak device memory and its phase; mb = sequences per micro-batch on a GPU "
+                  "(+ckpt: gradient checkpointing; CPU workers run micro_batch_size auto as 16 sequences).",
                   caption_justify="left")
     cols = [("job id", "left"), ("model", "left"), ("G", "right"), ("μ", "right"), ("reward", "left")]
     cols += [(k, "right") for k in swept]
