@@ -299,11 +299,17 @@ def _lora_backward_per_token(arch: Arch, lora: Lora, input_requires_grad: bool,
     return total, attn_bwd_layers, stream
 
 
+def merge_flops(arch: Arch, lora: Lora) -> float:
+    """Matmul FLOPs of merging the adapters into the weights, B @ A for every adapted matrix: once
+    per sampling call of the lean sampler with float32 weights (`engine/sampler.py: merged`)."""
+    mats = arch.matrices()
+    return arch.num_hidden_layers * sum(2 * lora.r * mats[m][0] * mats[m][1] for m in lora.target_modules)
+
+
 def _merge_flops(arch: Arch, lora: Lora) -> float:
     """Matmul FLOPs of merging the adapters once per train step: B @ A forward, then B's and A's
     gradients from the merged weight's (two more matmuls of the same size), every adapted matrix."""
-    mats = arch.matrices()
-    return arch.num_hidden_layers * sum(3 * 2 * lora.r * mats[m][0] * mats[m][1] for m in lora.target_modules)
+    return 3 * merge_flops(arch, lora)
 
 
 def _recompute_skipped_per_token(arch: Arch, lora: Lora | None) -> int:
