@@ -3,9 +3,10 @@
 A job started as `python -m race_cli train` spends ~3.5 s importing torch, transformers and peft
 before its first iteration; the embedded default's jobs train for 10-130 s, so on two cores that
 is ~10% of a pilot (8 short tiny-s jobs on 2 workers: 29 s with a fresh interpreter per job,
-15 s forked; the default pilot: 7 min 25-40 s before, 6 min 53 s after, with other changes). The local pool therefore starts one server process per run (`python -m
-race_cli.pool.forkserver_main`), which imports those modules and waits; each job is a `fork()` of it
-that then runs `race train --job-dir DIR` exactly as the fresh process would:
+15 s forked; the default pilot: 7 min 25-40 s before, 6 min 53 s after, with other changes).
+The local pool therefore starts one server process per run (`python -m
+race_cli.pool.forkserver_main`), which imports those modules and waits; each job is a `fork()`
+of it that then runs `race train --job-dir DIR` exactly as the fresh process would:
 
 - its own session (the pool stops it with killpg, Ctrl-C on the terminal does not reach it) and
   a parent-death signal (the server dies with `race run`, the job with the server);
@@ -38,8 +39,8 @@ from pathlib import Path
 READY_TIMEOUT_S = 120.0
 
 
-def enabled(env: dict[str, str] | None = None) -> bool:
-    return (env if env is not None else os.environ).get("RACE_FORKSERVER", "1") != "0"
+def enabled() -> bool:
+    return os.environ.get("RACE_FORKSERVER", "1") != "0"
 
 
 # --- the pool's side: the server process and the jobs forked from it ---------------------------

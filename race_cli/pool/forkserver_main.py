@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import sys
 from typing import Any
+
+from race_cli.pool.local import _preexec
 
 # what a job imports before its first iteration (python -X importtime on race train); a module
 # that is not installed is skipped (the job then imports what it needs, or says what is missing)
@@ -70,7 +71,7 @@ def _fork_job(req: dict[str, Any], keep_closed: tuple[int, ...]) -> int:
     code = 1
     try:
         os.setsid()
-        _die_with(server)
+        _preexec(server, ())()  # the pool's own child set-up: die with the server (PR_SET_PDEATHSIG)
         for fd in keep_closed:
             os.close(fd)
         log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -90,7 +91,6 @@ def _fork_job(req: dict[str, Any], keep_closed: tuple[int, ...]) -> int:
         traceback.print_exc()
     finally:
         os._exit(code)
-    return 0  # not reached
 
 
 def _run_train(job_dir: str) -> int:
@@ -118,22 +118,6 @@ def _run_train(job_dir: str) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     return code
-
-
-def _die_with(parent: int) -> None:
-    """PR_SET_PDEATHSIG: SIGKILL when `parent` dies (Linux); exit now if it already has."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return
-    libc.prctl(1, int(signal.SIGKILL))
-    if os.getppid() != parent:
-        os._exit(1)
-
 
 
 if __name__ == "__main__":
