@@ -56,7 +56,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from race_cli.compose import compose
+    from race_cli.config.compose import compose
     from race_cli.engine.job import Job
 
     ov = ["grid=none", f"model.path={args.model}", f"threads={args.threads}", "budget.flops=1e18",

@@ -35,7 +35,7 @@ def main() -> None:
 
     n = len(json.loads(res.stdout)["jobs"])
 
-    from race_cli.plan import build_plan
+    from race_cli.plan.build import build_plan
 
     build_plan(GRID[:5], yes=True)  # warm imports and caches
     inner = []

@@ -35,9 +35,9 @@ def main(argv=None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from race_cli.engine.rollout import HFRollout
-    from race_cli.engine.sampler import LeanRollout
+    from race_cli.engine.rollout_lean import LeanRollout
     from race_cli.engine.setup import PromptCache, resolve_model_path
-    from race_cli.ledger import Arch
+    from race_cli.cost.flops import Arch
     from race_cli.tasks.arithmetic import ArithmeticTask
 
     torch.set_num_threads(1)

@@ -39,7 +39,7 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 
 def race_side(lora: bool, iters: int, warmup: int, model: str) -> dict:
-    from race_cli.compose import compose
+    from race_cli.config.compose import compose
     from race_cli.engine.job import Job
 
     ov = ["grid=none", f"model.path={model}", "threads=1", "budget.flops=1e30", "budget.max_iterations=100000",
@@ -50,7 +50,7 @@ def race_side(lora: bool, iters: int, warmup: int, model: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         job = Job(compose(ov), Path(tmp) / "bench", ov, log=lambda m: None)
         job.setup()
-        from race_cli.budget import Ledger
+        from race_cli.cost.budget import Ledger
 
         job.iteration, job.ledger, job.state = 0, Ledger(), {}
         rows = []

@@ -30,7 +30,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from race_cli.compose import compose
+    from race_cli.config.compose import compose
     from race_cli.engine.job import Job
 
     for mu in args.mu:

@@ -62,9 +62,9 @@ def plan(
     With no overrides: the embedded tiny grid (grid=tiny). [bold]race plan grid=pilot[/] shows the
     paper-like Qwen2.5 grid. Nothing is written unless --out is given.
     """
-    from race_cli.memory import detect_gpu_bytes, parse_size
-    from race_cli.plan import build_plan, write_sweep
-    from race_cli.render import print_plan
+    from race_cli.cost.memory import detect_gpu_bytes, parse_size
+    from race_cli.plan.build import build_plan, write_sweep
+    from race_cli.plan.render import print_plan
 
     try:
         if max_jobs < 1:
@@ -98,7 +98,7 @@ def flops(
     batch: int = typer.Option(2, help="--audit: sequences per measured batch."),
 ) -> None:
     """Print one job's per-phase FLOP ledger (model and executed conventions), optionally audited."""
-    from race_cli.render import print_flops
+    from race_cli.plan.render import print_flops
 
     try:
         if audit and not 1 <= batch <= 1024:
@@ -119,8 +119,8 @@ def mem(
     quick: bool = typer.Option(False, "--quick", help="--audit: only the two small cases."),
 ) -> None:
     """Print one job's memory ledger: planned peak device bytes per phase and their parts."""
-    from race_cli.memory import parse_size
-    from race_cli.render import print_memory
+    from race_cli.cost.memory import parse_size
+    from race_cli.plan.render import print_memory
 
     try:
         code = print_memory(overrides or [], gpu_mem=parse_size(gpu_mem) if gpu_mem else None, audit=audit,
@@ -142,7 +142,7 @@ def train(
     Writes metrics.jsonl, ledger.json, summary.json, adapter/ and checkpoint/ into the job folder;
     rerunning on the same folder resumes from the last checkpoint.
     """
-    from race_cli.engine.command import train_main
+    from race_cli.engine.train import train_main
 
     try:
         code = train_main(overrides or [], out=out, job_dir=job_dir)
@@ -183,7 +183,7 @@ def run(
     checkpoints, failed ones are rerun only with --retry-failed. Ctrl-C stops the jobs cleanly.
     Exit code: 0 all done, 1 some job failed (named), 2 bad input, 130 stopped by Ctrl-C.
     """
-    from race_cli.pool.command import run_main
+    from race_cli.pool.run import run_main
 
     try:
         code = run_main(overrides or [], sweep_dir=sweep_dir, workers=workers, gpus_per_job=gpus_per_job,
@@ -255,7 +255,7 @@ def validate(
 
     Then [bold]race run --sweep-dir DIR[/] and [bold]race report DIR[/]: per condition, did the call hold?
     """
-    from race_cli.validate import validate_main
+    from race_cli.plan.validate import validate_main
 
     typed = [str(pilot)] + [f"{k} {v}" for k, v in (("--budget", budget), ("--scale", scale), ("--seeds", seeds),
                                                      ("--top", top), ("--target", target)) if v is not None]

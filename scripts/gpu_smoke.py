@@ -12,7 +12,7 @@ samples EOS, so every completion runs to max_new_tokens: the worst case the ledg
 It prints per phase the wall seconds, the FLOP ledger's executed FLOPs, the achieved FLOP/s and
 the model FLOPs utilisation against the GPU's bf16 dense peak, and the measured peak memory
 (`torch.cuda.max_memory_allocated`, reset at each phase) against the memory ledger's figure
-for that phase (race_cli/memory.py). Exit 1 when a job fails, a loss is not finite or the
+for that phase (race_cli/cost/memory.py). Exit 1 when a job fails, a loss is not finite or the
 policy's dtype is not bf16 on CUDA (fp32 on CPU). Budget: under 8 minutes on one H200.
 
 Departures from the pilot: arithmetic prompts (byte tokens, ~60) instead of GSM8K's chat prompts
@@ -100,9 +100,9 @@ def run_shape(name: str, args, tmp: Path) -> list[str]:
     """One iteration at this shape; returns the problems found (empty = ok)."""
     import torch
 
-    from race_cli.compose import compose
+    from race_cli.config.compose import compose
     from race_cli.engine.job import Job
-    from race_cli.memory import GiB, plan_memory
+    from race_cli.cost.memory import GiB, plan_memory
 
     d, L, h, kv, f, V, tied = SHAPES[name]
     cuda = args.device.startswith("cuda")

@@ -1,4 +1,4 @@
-"""race_cli.budget: the backend rule, the solver, the typed Ledger and shares; plan and job agree."""
+"""race_cli.cost.budget: the backend rule, the solver, the typed Ledger and shares; plan and job agree."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import statistics
 import pytest
 from omegaconf import OmegaConf
 
-from race_cli import budget as B
+from race_cli.cost import budget as B
 from race_cli.errors import RaceError
-from race_cli.ledger import Arch, Flops
-from race_cli.plan import build_plan, write_sweep
+from race_cli.cost.flops import Arch, Flops
+from race_cli.plan.build import build_plan, write_sweep
 
 TINY = Arch(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=128, vocab_size=257)
@@ -145,8 +145,8 @@ def test_plan_and_job_setup_compute_the_same_T_and_planned_ledger(grid, tmp_path
     The job side reloads each job's saved .hydra/config.yaml, as `race train --job-dir` does, and
     calls engine.setup.budget_plan with the device Job.setup would resolve (cuda:0 or cpu).
     """
-    import race_cli.plan as plan_mod
-    from race_cli.compose import load_job_config
+    import race_cli.plan.build as plan_mod
+    from race_cli.config.compose import load_job_config
     from race_cli.engine import setup as S
 
     seen = set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from race_cli.compose import compose, conf_dir, config_groups, group_options, load_job_config
+from race_cli.config.compose import compose, conf_dir, config_groups, group_options, load_job_config
 from race_cli.errors import RaceError
 
 
@@ -106,7 +106,7 @@ def _leaves(node, prefix=""):
 
 def test_schema_defaults_equal_conf_config_yaml():
     """One source of defaults: every value conf/config.yaml sets is also the schema's default."""
-    from race_cli.config import RaceConfig
+    from race_cli.config.schema import RaceConfig
 
     root = OmegaConf.to_container(OmegaConf.load(conf_dir() / "config.yaml"))  # YAML as Hydra reads it (3.0e11 a float)
     root.pop("defaults")

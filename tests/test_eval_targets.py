@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from race_cli.engine.command import train_main
+from race_cli.engine.train import train_main
 from race_cli.io import read_json, read_jsonl
 from test_job import build_model, overrides
 

@@ -151,7 +151,7 @@ def test_corrupt_checkpoint_says_which_folder_to_remove(tmp_path, damage):
 
 @pytest.mark.parametrize("bad_id", ["../../escaped", "..", "/tmp/abs", ".hidden", "a/b", 7, "x\n"])
 def test_job_id_from_plan_json_cannot_leave_the_sweep(tmp_path, bad_id):
-    from race_cli.pool.command import run_main
+    from race_cli.pool.run import run_main
 
     sweep = make_sweep(tmp_path / "runs" / "s", {"ok-job": {"iterations": 1, "seconds": 0.0}})
     rows = json.loads((sweep / "plan.json").read_text())
@@ -169,7 +169,7 @@ def test_job_id_from_plan_json_cannot_leave_the_sweep(tmp_path, bad_id):
 
 
 def test_job_folder_that_is_a_symlink_is_refused(tmp_path):
-    from race_cli.pool.command import run_main
+    from race_cli.pool.run import run_main
 
     sweep = make_sweep(tmp_path / "runs" / "s", {"ok-job": {"iterations": 1, "seconds": 0.0}})
     outside = tmp_path / "outside"
@@ -196,7 +196,7 @@ def live_holder():
 
 
 def _job_config():
-    from race_cli.compose import compose
+    from race_cli.config.compose import compose
 
     return compose(["grid=none"])
 
@@ -352,7 +352,7 @@ def test_bad_input_gets_one_message_and_changes_nothing(tmp_path, capsys, monkey
 def test_full_disk_while_planning_exits_1_and_leaves_nothing(tmp_path, capsys, monkeypatch):
     import errno
 
-    from race_cli import plan
+    from race_cli.plan import build as plan
 
     def full(path, rows):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -412,7 +412,7 @@ def test_damaged_zoo_entry_is_named_not_a_traceback(tmp_path, capsys, monkeypatc
 # --- job folders: plan.json damage, status.json garbage, a corrected race train --------------------
 
 def test_plan_json_listing_a_job_twice_is_refused(tmp_path):
-    from race_cli.pool.command import run_main
+    from race_cli.pool.run import run_main
 
     sweep = make_sweep(tmp_path / "s", {"a": {"iterations": 1}})
     rows = json.loads((sweep / "plan.json").read_text())
@@ -438,14 +438,14 @@ def test_garbage_status_json_keeps_the_attempt_count(tmp_path, garbage):
 
 
 def _write_job(folder: Path, overrides: list[str]) -> None:
-    from race_cli.compose import compose
-    from race_cli.engine.command import _write_job_config
+    from race_cli.config.compose import compose
+    from race_cli.engine.train import _write_job_config
 
     _write_job_config(folder, compose(overrides), overrides)
 
 
 def test_a_failed_race_train_folder_accepts_the_corrected_command(tmp_path, monkeypatch):
-    from race_cli.engine import command as train_cmd
+    from race_cli.engine import train as train_cmd
     from race_cli.engine.job import Job
 
     job = tmp_path / "j"
@@ -460,7 +460,7 @@ def test_a_failed_race_train_folder_accepts_the_corrected_command(tmp_path, monk
 
 
 def test_a_trained_folder_still_refuses_other_overrides(tmp_path):
-    from race_cli.engine import command as train_cmd
+    from race_cli.engine import train as train_cmd
 
     job = tmp_path / "j"
     _write_job(job, ["grid=none", "seed=1"])
@@ -472,7 +472,7 @@ def test_a_trained_folder_still_refuses_other_overrides(tmp_path):
 
 
 def test_garbage_overrides_yaml_is_a_message(tmp_path):
-    from race_cli.engine import command as train_cmd
+    from race_cli.engine import train as train_cmd
 
     job = tmp_path / "j"
     _write_job(job, ["grid=none"])

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from race_cli.engine import checkpoint as ckpt_io
-from race_cli.engine.command import train_main
+from race_cli.engine.train import train_main
 from race_cli.errors import RaceError
 from race_cli.io import read_json, read_jsonl
 
@@ -88,8 +88,8 @@ def test_job_writes_the_documented_files(model_dir, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from race_cli.budget import iteration_spec
-    from race_cli.compose import compose
+    from race_cli.cost.budget import iteration_spec
+    from race_cli.config.compose import compose
 
     job = tmp_path / "job"
     ov = overrides(model_dir)
@@ -213,7 +213,7 @@ def test_sigkill_and_resume_ends_like_the_uninterrupted_run(model_dir, tmp_path)
 
 
 def test_stops_cleanly_before_the_iteration_that_would_overrun(model_dir, tmp_path):
-    from race_cli.compose import compose
+    from race_cli.config.compose import compose
     from race_cli.engine.job import Job
 
     probe = Job(compose(overrides(model_dir)), tmp_path / "probe", [])
@@ -263,8 +263,8 @@ def test_tokenizer_without_pad_token_uses_eos(tmp_path, capsys):
 
 
 def test_job_dir_mode_runs_a_planned_folder_and_a_finished_job_reruns_as_done(model_dir, tmp_path):
-    from race_cli.compose import compose
-    from race_cli.engine.command import _write_job_config
+    from race_cli.config.compose import compose
+    from race_cli.engine.train import _write_job_config
 
     ov = overrides(model_dir, **{"budget.max_iterations": 2})
     job = tmp_path / "planned"

@@ -18,8 +18,8 @@ PKG = Path(__file__).resolve().parent.parent / "race_cli"
 # flight); every other tasks -> rewards import is refused.
 # tasks that read answers with the rewards' pure answer checkers (no torch); moving the checkers
 # (rule.normalize_number, graders, math_answer) below tasks/ would remove these
-KNOWN_UPWARD = {("race_cli.tasks.gsm8k", "race_cli.rewards.rule"), ("race_cli.tasks.jsonl", "race_cli.rewards.graders"),
-                ("race_cli.tasks.jsonl", "race_cli.rewards.math_answer")}
+KNOWN_UPWARD = {("race_cli.tasks.gsm8k", "race_cli.rewards.rule"), ("race_cli.tasks.jsonl", "race_cli.answers.graders"),
+                ("race_cli.tasks.jsonl", "race_cli.answers.math")}
 
 
 def modules() -> dict[str, Path]:
@@ -86,12 +86,12 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 def test_the_checker_sees_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     g = graph()
-    assert "race_cli.budget" in g["race_cli.plan"] and "race_cli.ledger" in g["race_cli.budget"]
+    assert "race_cli.cost.budget" in g["race_cli.plan.build"] and "race_cli.cost.flops" in g["race_cli.cost.budget"]
 
 
 # The one cycle left, through function-level imports: rewards.rule hands MATH answers to
 # rewards.graders (rule_reward(grader=...)), whose number grader reuses rule's check.
-KNOWN_CYCLES = [["race_cli.rewards.graders", "race_cli.rewards.rule"]]
+KNOWN_CYCLES = [["race_cli.answers.graders", "race_cli.rewards.rule"]]
 
 
 def test_no_module_imports_itself_back():
@@ -103,20 +103,20 @@ def test_layers_point_one_way():
     bad = []
     for mod, deps in g.items():
         for dep in deps:
-            if mod.startswith("race_cli.engine") and (dep == "race_cli.plan" or dep.startswith("race_cli.pool")):
+            if mod.startswith("race_cli.engine") and (dep == "race_cli.plan.build" or dep.startswith("race_cli.pool")):
                 bad.append((mod, dep))
-            if mod in ("race_cli.budget", "race_cli.status", "race_cli.ledger") and dep.startswith(
-                    ("race_cli.plan", "race_cli.engine", "race_cli.pool", "race_cli.report")):
+            if mod in ("race_cli.cost.budget", "race_cli.status", "race_cli.cost.flops") and dep.startswith(
+                    ("race_cli.plan.build", "race_cli.engine", "race_cli.pool", "race_cli.report")):
                 bad.append((mod, dep))
             if mod.startswith("race_cli.tasks") and dep.startswith("race_cli.rewards") \
                     and (mod, dep) not in KNOWN_UPWARD:
                 bad.append((mod, dep))
     assert bad == []
-    assert "race_cli.pool.command" not in g["race_cli.pool.slurm"]
+    assert "race_cli.pool.run" not in g["race_cli.pool.slurm"]
 
 
 def test_budget_imports_no_torch_and_no_io():
-    src = (PKG / "budget.py").read_text(encoding="utf-8")
+    src = (PKG / "cost" / "budget.py").read_text(encoding="utf-8")
     tree = ast.parse(src)
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}

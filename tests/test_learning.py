@@ -15,7 +15,7 @@ import re
 import pytest
 
 from race_cli.engine.setup import RewardResult
-from race_cli.ledger import Flops
+from race_cli.cost.flops import Flops
 
 _NUMBER = re.compile(r"-?\d+")
 
@@ -31,7 +31,7 @@ def parity_reward(items: list, completions: list[str]) -> RewardResult:
 
 @pytest.mark.slow
 def test_the_loop_climbs_a_reward_any_working_grpo_loop_must_climb(tiny_s, tmp_path):
-    from race_cli.compose import compose
+    from race_cli.config.compose import compose
     from race_cli.engine.job import Job
 
     overrides = ["grid=none", "model=tiny-s", "threads=1", "seed=0", "budget.flops=1e13",

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from race_cli.errors import RaceError
-from race_cli.ledger import (Arch, Flops, Lora, forward_flops, generate_flops, iteration_flops,
+from race_cli.cost.flops import (Arch, Flops, Lora, forward_flops, generate_flops, iteration_flops,
                              reward_model_flops, train_step_flops)
 
 TINY_S = Arch(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -198,5 +198,5 @@ def test_bad_input_says_what_to_do(call, message):
 
 
 def test_ledger_imports_no_torch():
-    code = "import sys, race_cli.ledger; sys.exit('torch' in sys.modules)"
+    code = "import sys, race_cli.cost.flops; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from race_cli.audit import (_batch, audit_arch, build_model, count_flops, measure_generate,  # noqa: E402
+from race_cli.cost.flops_audit import (_batch, audit_arch, build_model, count_flops, measure_generate,  # noqa: E402
                             measure_train_step, register_cpu_sdpa_flops)
-from race_cli.ledger import Arch, Lora, forward_flops, generate_flops, train_step_flops  # noqa: E402
+from race_cli.cost.flops import Arch, Lora, forward_flops, generate_flops, train_step_flops  # noqa: E402
 
 REL = 0.01
 ARCHS = {  # hidden, layers, heads, kv heads, mlp, vocab (256 bytes + one special token)

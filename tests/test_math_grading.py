@@ -1,6 +1,6 @@
 """MATH grading: the MATH-500 references, hand-written near-misses and equivalent forms, under
-math-verify and under race's own normaliser (race_cli/rewards/math_answer.py), and the graders'
-plumbing (race_cli/rewards/graders.py, the rule reward's `grader=`)."""
+math-verify and under race's own normaliser (race_cli/answers/math.py), and the graders'
+plumbing (race_cli/answers/graders.py, the rule reward's `grader=`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import json
 import pytest
 
 from race_cli.errors import RaceError
-from race_cli.rewards import graders
-from race_cli.rewards.graders import grade, math_verify_available
-from race_cli.rewards.math_answer import extract_math_answer, last_boxed, math_equal, normalize
+from race_cli.answers import graders
+from race_cli.answers.graders import grade, math_verify_available
+from race_cli.answers.math import extract_math_answer, last_boxed, math_equal, normalize
 from race_cli.rewards.rule import rule_reward, score_batch
 from race_cli.tasks.math500 import PACKAGED_FILE, Math500
 

@@ -9,14 +9,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from race_cli import ledger, memory
+from race_cli.cost import flops as ledger, memory
 from race_cli.engine import grpo
 from race_cli.engine.job import Job, completion_logprobs
 from race_cli.engine.rollout import Rollout
 from race_cli.engine.setup import dtype_kwarg
 from race_cli.errors import RaceError
-from race_cli.ledger import Arch, Flops
-from race_cli.plan import build_plan
+from race_cli.cost.flops import Arch, Flops
+from race_cli.plan.build import build_plan
 
 GIB = 2**30
 
@@ -185,7 +185,7 @@ def test_fit_picks_the_largest_micro_batch_that_fits():
 
 @pytest.mark.parametrize("index", range(2))
 def test_audit_small_cases_within_tolerance(index):
-    from race_cli import memory_audit
+    from race_cli.cost import memory_audit
 
     (row,) = memory_audit.audit([memory_audit.CASES[memory_audit.QUICK[index]]])
     assert abs(row["error"]) <= memory_audit.TOLERANCE, row

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from race_cli import ledger
-from race_cli.compose import compose
+from race_cli.cost import flops as ledger
+from race_cli.config.compose import compose
 from race_cli.errors import RaceError
-from race_cli.plan import build_plan, write_sweep
-from race_cli.sweep import job_id
+from race_cli.plan.build import build_plan, write_sweep
+from race_cli.config.sweep import job_id
 
 
 def test_default_plan_is_the_tiny_grid():
@@ -144,7 +144,7 @@ def test_write_sweep_layout_and_idempotence(tmp_path):
 
 def test_write_sweep_leaves_nothing_when_interrupted(tmp_path, monkeypatch):
     plan = build_plan([])
-    import race_cli.plan as plan_mod
+    import race_cli.plan.build as plan_mod
 
     def boom(path, obj):
         raise OSError(28, "No space left on device")

@@ -21,7 +21,7 @@ import pytest
 from race_cli.errors import RaceError
 from race_cli.io import read_json, read_jsonl
 from race_cli import status as st
-from race_cli.pool.command import prepare_sweep, run_main
+from race_cli.pool.run import prepare_sweep, run_main
 from race_cli.status import select_jobs
 from race_cli.pool.local import LocalPool, cpu_slots, gpu_slots, longest_first, make_slots, visible_gpus
 from race_cli.lock import LOCK_NAME, SweepLock, boot_id, owner_record, process_start
@@ -32,7 +32,7 @@ from fake_job import command, make_sweep  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 # a `race run` in its own process, running the fake jobs (the job command is injected, never an env hook)
 FAKE_IMPORT = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); from pathlib import Path; "
-               "from race_cli.pool.command import run_main; from fake_job import command; ")
+               "from race_cli.pool.run import run_main; from fake_job import command; ")
 OUTPUTS = ("metrics.jsonl", "summary.json", "ledger.json", "checkpoint/state.json")
 
 
@@ -344,7 +344,7 @@ def test_a_rerun_waits_for_a_worker_an_earlier_run_left_training(tmp_path):
     import sys
 
     from race_cli.lock import JOB_LOCK_NAME
-    from race_cli.pool.command import wait_for_live_trainers
+    from race_cli.pool.run import wait_for_live_trainers
 
     job = tmp_path / "jobs" / "G2"
     job.mkdir(parents=True)

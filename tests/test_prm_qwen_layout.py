@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 yaml = pytest.importorskip("yaml")
 
 from race_cli.errors import RaceError  # noqa: E402
-from race_cli.ledger import Arch, Flops, reward_model_flops  # noqa: E402
+from race_cli.cost.flops import Arch, Flops, reward_model_flops  # noqa: E402
 from race_cli.rewards.prm import ProcessRewardModel  # noqa: E402
 from race_cli.rewards.rule import rule_reward  # noqa: E402
 from race_cli.tasks.prompting import CHAT_INSTRUCTION, split_steps  # noqa: E402

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from race_cli.errors import RaceError  # noqa: E402
-from race_cli.ledger import Arch, Flops, reward_model_flops  # noqa: E402
+from race_cli.cost.flops import Arch, Flops, reward_model_flops  # noqa: E402
 from race_cli.rewards.prm import ProcessRewardModel, aggregate  # noqa: E402
 from race_cli.rewards.rule import rule_reward  # noqa: E402
 from race_cli.zoo import byte_tokenizer  # noqa: E402

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from race_cli.report.fit import fit_response, loo_mse
+from race_cli.report.response import fit_response, loo_mse
 
 GRID = np.array([0.08, 0.14, 0.25, 0.40, 0.60])  # the fixture's p grid
 STEP = (0.60 - 0.08) / 200  # resolution of the fit's optimum search (201 points)
@@ -104,7 +104,7 @@ def test_noisy_peak_is_found_over_many_seeds():
 
 # --- p* and its bootstrap interval ------------------------------------------------------
 
-from race_cli.report.fit import describe_fit, loo_mse_many  # noqa: E402
+from race_cli.report.response import describe_fit, loo_mse_many  # noqa: E402
 from race_cli.report.rank import bootstrap_regimes  # noqa: E402
 from report_fixtures import simulate_scores  # noqa: E402
 

@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from race_cli.errors import RaceError  # noqa: E402
-from race_cli.ledger import Arch, Lora, generate_flops  # noqa: E402
+from race_cli.cost.flops import Arch, Lora, generate_flops  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "fake_vllm"
@@ -160,7 +160,7 @@ def test_sigterm_removes_the_sync_folder(tmp_path):
 import os, signal, sys
 sys.path.insert(0, {str(FAKE)!r})
 from race_cli.engine.rollout_vllm import VLLMRollout
-from race_cli.ledger import Arch, Lora
+from race_cli.cost.flops import Arch, Lora
 from race_cli.zoo import byte_tokenizer
 
 class Saver:

@@ -1,4 +1,4 @@
-"""The lean rollout backend (race_cli/engine/sampler.py) against transformers on tiny random Qwen2 models.
+"""The lean rollout backend (race_cli/engine/rollout_lean.py) against transformers on tiny random Qwen2 models.
 
 References: HF `generate` (greedy tokens, stopping), the model's own forward (the sampling
 distribution softmax(logits / T) within top-p, checked by frequencies within binomial error)
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from race_cli.engine.rollout import HFRollout, choose_backend, left_pad
-from race_cli.engine.sampler import LeanRollout, top_p_filter
+from race_cli.engine.rollout_lean import LeanRollout, top_p_filter
 from race_cli.errors import RaceError
-from race_cli.ledger import Arch, Flops, Lora, generate_flops
+from race_cli.cost.flops import Arch, Flops, Lora, generate_flops
 
 EOS = 256
 PROMPTS = [list(b"Q: 1+2="), list(b"Q: 10+20-3="), list(b"12*3=")]  # 7, 11 and 5 tokens
@@ -147,7 +147,7 @@ def test_executed_flops_match_the_counter(lora):
     """One padded prefill per prompt, every row decoded to the longest completion: FlopCounterMode agrees."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from race_cli.audit import register_cpu_sdpa_flops
+    from race_cli.cost.flops_audit import register_cpu_sdpa_flops
 
     register_cpu_sdpa_flops()
     model, ledger_lora = tiny_model(seed=3), None

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from race_cli.io import read_json
-from race_cli.pool.command import run_main
+from race_cli.pool.run import run_main
 from race_cli.pool.slurm import SUBMITIT_DIR, SUBMITTED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

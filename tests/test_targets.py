@@ -9,7 +9,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from race_cli.compose import compose
+from race_cli.config.compose import compose
 from race_cli.errors import RaceError
 from race_cli.tasks.arithmetic import ArithmeticTask, solve
 from race_cli.tasks.jsonl import JsonlTask, default_label, read_answer

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from race_cli.ledger import Flops, train_step_flops
+from race_cli.cost.flops import Flops, train_step_flops
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 def make_job(model_dir: Path, tmp: Path, **extra):
-    from race_cli.compose import compose
+    from race_cli.config.compose import compose
     from race_cli.engine.job import Job
 
     base = {"model.path": str(model_dir), "model.name": "tiny-rand", "grid": "none", "model.arch.hidden_size": 32,
@@ -74,7 +74,7 @@ def test_mu_2_runs_two_passes_and_nothing_more(model_dir, tmp_path, monkeypatch)
 def test_update_executed_flops_equal_flop_counter(model_dir, tmp_path, extra):
     """The update's executed ledger == torch's FlopCounterMode over the real update (re-packed rows, real
     completion positions only, merged or adapter LoRA, the reference forward)."""
-    from race_cli.audit import count_flops, register_cpu_sdpa_flops
+    from race_cli.cost.flops_audit import count_flops, register_cpu_sdpa_flops
 
     register_cpu_sdpa_flops()
     job = make_job(model_dir, tmp_path / "j", **extra)

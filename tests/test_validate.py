@@ -23,7 +23,7 @@ from race_cli.errors import RaceError
 from race_cli.io import dumps
 from race_cli.report import validation as V
 from race_cli.report.command import run_report
-from race_cli.validate import build_validation, validate_main
+from race_cli.plan.validate import build_validation, validate_main
 from report_fixtures import DEFAULT_CONDITION, Regime, build_sweep, simulate_scores, write_job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,7 +162,7 @@ def test_validate_writes_the_chosen_regimes_at_the_new_budget_with_provenance(pi
     g4 = [j for j in plan if tag[j]["regime"] == "G=4 μ=2" and "reward=prm task=arithmetic" in tag[j]["condition"]]
     assert {(plan[j]["group_size"], plan[j]["updates_per_batch"], plan[j]["reward"]) for j in g4} == {(4, 2, "prm:tiny-prm")}
     # `race run --sweep-dir` reads it like any sweep
-    from race_cli.pool.command import read_plan_rows
+    from race_cli.pool.run import read_plan_rows
 
     assert set(read_plan_rows(out)) == set(plan)
     # the same command again finds it unchanged and keeps the stored prediction
@@ -185,7 +185,7 @@ def test_default_selection_is_the_pilot_best_plus_the_control(pilot):
 
 
 def test_validation_evaluates_the_validated_target_at_the_pilots_fractions_of_the_run():
-    from race_cli.validate import validation_eval
+    from race_cli.plan.validate import validation_eval
 
     pilot = ["lora.enabled=false", "eval.targets=['arithmetic', 'arithmetic-hard']", "eval.every=100",
              "eval.max_items_by_target={gsm8k: 50}", "model=tiny-s"]

@@ -103,7 +103,7 @@ def test_tiny_s_is_built_once_loads_and_lies_in_the_band(tiny_s):
     from race_cli.rewards.rule import rule_reward
     from race_cli.tasks.arithmetic import ArithmeticTask
     from race_cli.tasks.prompting import format_prompt
-    from race_cli.zoo.fit import accuracy
+    from race_cli.zoo.warmstart import accuracy
 
     info = json.loads((tiny_s / "recipe.json").read_text())
     lo, hi = info["recipe"]["fit"]["band"]
@@ -140,7 +140,7 @@ def test_tiny_prm_loads_through_the_scoring_code_and_reproduces_its_auc(tiny_prm
 
 @pytest.mark.slow
 def test_tiny_prm_separates_correct_from_corrupted_steps(tiny_prm):
-    from race_cli.compose import compose
+    from race_cli.config.compose import compose
     from race_cli.rewards.prm import ProcessRewardModel
     from race_cli.tasks.arithmetic import ArithmeticTask
     from race_cli.zoo.prm_fit import heldout_auc, make_examples
@@ -191,7 +191,7 @@ def test_a_shipped_entry_is_copied_into_the_cache_not_trained(tmp_path, monkeypa
 def test_model_shapes_live_in_conf_and_the_recipes_read_them():
     import yaml
 
-    from race_cli.compose import conf_dir
+    from race_cli.config.compose import conf_dir
     from race_cli.zoo.recipes import RECIPES
 
     for name in ("tiny-s", "tiny-m", "tiny-l"):

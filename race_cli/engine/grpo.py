@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from race_cli.memory import block_rows  # rows per log-prob block, shared with the memory ledger
+from race_cli.cost.memory import block_rows  # rows per log-prob block, shared with the memory ledger
 
 STD_EPS = 1e-4  # added to the group std before dividing (TRL's value)
 

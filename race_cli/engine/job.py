@@ -8,7 +8,7 @@ sample G completions each, score them, update the policy mu times with the clipp
 shapes that ran. Before every iteration the job takes the most prompts (<= B) whose worst case
 (their real lengths, max_new_tokens completions) fits what is left of budget.flops, so the
 last iterations may be smaller; it stops cleanly (stop_reason "budget") when not one prompt
-fits, or after budget.max_iterations ("iterations"). The planned ledger is race_cli.budget's,
+fits, or after budget.max_iterations ("iterations"). The planned ledger is race_cli.cost.budget's,
 the same as `race plan`'s. Held-out evaluation runs at the start, every eval.every iterations
 and at the end, on every target of eval.targets (race_cli/tasks/targets.py: each with its items,
 prompt convention and grader); it has its own ledger entry, per target, and is never charged to
@@ -40,9 +40,9 @@ from race_cli.engine import checkpoint as ckpt_io
 from race_cli.engine.grpo import GrpoLoss, rows_logprobs, chunked_logprobs, group_advantages, grpo_loss
 from race_cli.errors import RaceError
 from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, fsync_file, read_jsonl
-from race_cli.budget import PHASES, Ledger, check_fits, prompts_that_fit, reward_name, shares, with_policy
-from race_cli.ledger import Flops, forward_flops, merged_lora_update, train_step_flops
-from race_cli.memory import block_rows
+from race_cli.cost.budget import PHASES, Ledger, check_fits, prompts_that_fit, reward_name, shares, with_policy
+from race_cli.cost.flops import Flops, forward_flops, merged_lora_update, train_step_flops
+from race_cli.cost.memory import block_rows
 
 
 class NanLoss(RuntimeError):
@@ -172,7 +172,7 @@ class Job:
 
         c = self.cfg
         self.device = S.resolve_device(c.device)
-        # T and the planned ledger, exactly as race plan computes them (race_cli.budget); refused like the plan
+        # T and the planned ledger, exactly as race plan computes them (race_cli.cost.budget); refused like the plan
         self.backend, self.budget = S.budget_plan(self.cfg_dict, self.device)
         problem = check_fits(self.budget)
         if problem:
@@ -249,7 +249,7 @@ class Job:
         the eval temperature), graded by the target's grader; its score is the fraction correct.
         Returns {"accuracy": {target: mean score}, "items": {target: {"ids": [...], "scores": [...]}}}.
         """
-        from race_cli.rewards.graders import grade
+        from race_cli.answers.graders import grade
 
         e = self.cfg.eval
         k = int(e.samples)
@@ -479,7 +479,7 @@ class Job:
         """Iterate until the budget or the iteration cap stops the job; returns the stop reason.
 
         Each iteration takes the most prompts (<= B) whose worst case fits what is left of the
-        budget (race_cli.budget): full iterations first, then smaller ones at the end.
+        budget (race_cli.cost.budget): full iterations first, then smaller ones at the end.
         """
         c = self.cfg
         budget = float(c.budget.flops)

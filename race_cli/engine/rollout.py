@@ -14,7 +14,7 @@ One small interface, three backends (`rollout.backend=auto|lean|hf|vllm`):
   with its lifecycle (sleep around updates, one adapter sync folder per job, a new LoRARequest
   id per update). One prefill per group: charged with share_prefix=G, unpadded.
 
-`choose_backend` resolves `auto` by race_cli.budget's rule (vLLM on a GPU with vLLM installed, else lean).
+`choose_backend` resolves `auto` by race_cli.cost.budget's rule (vLLM on a GPU with vLLM installed, else lean).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from race_cli.errors import RaceError
-from race_cli.ledger import Arch, Flops, Lora, generate_flops
+from race_cli.cost.flops import Arch, Flops, Lora, generate_flops
 
 
 @dataclass
@@ -44,9 +44,9 @@ class Rollout:
 
 
 def choose_backend(requested: str, device: str, *, vllm_installed: bool | None = None) -> str:
-    """The backend a job on `device` samples with (race_cli.budget.resolve_backend, the plan's rule),
+    """The backend a job on `device` samples with (race_cli.cost.budget.resolve_backend, the plan's rule),
     refusing an explicit `vllm` this machine cannot run."""
-    from race_cli.budget import resolve_backend
+    from race_cli.cost.budget import resolve_backend
 
     if vllm_installed is None:
         vllm_installed = importlib.util.find_spec("vllm") is not None

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from race_cli.errors import RaceError
-from race_cli.ledger import Arch, Lora, generate_flops
-from race_cli.memory import VLLM_HEADROOM_BYTES as HEADROOM_BYTES  # the memory ledger sizes vLLM with it too
+from race_cli.cost.flops import Arch, Lora, generate_flops
+from race_cli.cost.memory import VLLM_HEADROOM_BYTES as HEADROOM_BYTES  # the memory ledger sizes vLLM with it too
 
 GIB = 1024 ** 3
 MAX_FRACTION = 0.9  # leave the policy's training at least a tenth of the GPU
@@ -122,7 +122,7 @@ class VLLMRollout:
                  max_new_tokens: int, temperature: float, top_p: float, dtype: str, seed: int,
                  gpu_memory_utilization: float, max_model_len: int, sync_dir: str | Path,
                  revision: str | None = None, trust_remote_code: bool = False):
-        from race_cli.config import VLLM_LORA_RANKS
+        from race_cli.config.schema import VLLM_LORA_RANKS
 
         if lora is None:
             raise RaceError("rollout.backend=vllm supports LoRA policies only (lora.enabled=true): "

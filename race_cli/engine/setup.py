@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from race_cli.errors import RaceError
-from race_cli.ledger import Arch, Flops, Lora
+from race_cli.cost.flops import Arch, Flops, Lora
 
 
 # --- device and dtype ------------------------------------------------------------------------
@@ -148,7 +148,7 @@ class RewardResult:
 def build_reward(cfg: Any, device: str, dtype: Any, grader: str = "number") -> Callable[[list, list[str]], RewardResult]:
     """`reward(items, completions) -> RewardResult`: rule (answer check) or a process reward model.
 
-    grader: the training task's grader (race_cli/rewards/graders.py); the rule reward uses it, so
+    grader: the training task's grader (race_cli/answers/graders.py); the rule reward uses it, so
     training on MATH-style data is rewarded by the same verdict its evaluation gives.
     """
     r = cfg.reward
@@ -239,7 +239,7 @@ CPU_MICRO_BATCH = 16
 def resolve_micro_batch(cfg_dict: dict, device: str, *, merged_lora: bool = False) -> tuple[int, bool]:
     """(sequences per micro-batch, gradient checkpointing) for this job on `device`.
 
-    `grpo.micro_batch_size: auto` asks the memory ledger (race_cli/memory.py) for the largest
+    `grpo.micro_batch_size: auto` asks the memory ledger (race_cli/cost/memory.py) for the largest
     micro-batch that fits the GPU's total memory, turning checkpointing on only when one
     sequence does not fit without it; on CPU, auto is CPU_MICRO_BATCH sequences (the update sorts rows
     by length first, so each micro-batch pads only to rows like its own), or the whole batch when the
@@ -254,7 +254,7 @@ def resolve_micro_batch(cfg_dict: dict, device: str, *, merged_lora: bool = Fals
         return (n if merged_lora else min(n, CPU_MICRO_BATCH)), ckpt
     import torch
 
-    from race_cli.memory import plan_memory
+    from race_cli.cost.memory import plan_memory
 
     mem = plan_memory(cfg_dict, torch.cuda.get_device_properties(torch.device(device)).total_memory)
     return mem.micro_batch, mem.grad_checkpointing
@@ -318,8 +318,8 @@ def vllm_installed() -> bool:
 
 
 def rollout_backend(requested: str, device: str, lora: bool = True) -> str:
-    """The backend this job samples with: race_cli.budget.resolve_backend on this device (the plan's rule)."""
-    from race_cli.budget import resolve_backend
+    """The backend this job samples with: race_cli.cost.budget.resolve_backend on this device (the plan's rule)."""
+    from race_cli.cost.budget import resolve_backend
 
     return resolve_backend(requested, on_gpu=device.startswith("cuda"), vllm_installed=vllm_installed(), lora=lora)
 
@@ -340,7 +340,7 @@ def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: st
     common = dict(arch=policy.arch, lora=policy.lora, eos_id=policy.eos_id, pad_id=policy.pad_id,
                   max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
     if name == "lean":
-        from race_cli.engine.sampler import LeanRollout
+        from race_cli.engine.rollout_lean import LeanRollout
 
         return LeanRollout(policy.model, policy.tokenizer, device=device, **common)
     if name == "hf":
@@ -373,12 +373,12 @@ def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: st
 
 
 def budget_plan(cfg_dict: dict, device: str) -> tuple[str, Any]:
-    """(backend, BudgetPlan): T and the planned ledger, race_cli.budget on the backend this device resolves.
+    """(backend, BudgetPlan): T and the planned ledger, race_cli.cost.budget on the backend this device resolves.
 
     The same function `race plan` calls with the same config, so the planned ledger in
     ledger.json equals the plan's row whenever the plan ran on a machine like this one.
     """
-    from race_cli.budget import plan_budget
+    from race_cli.cost.budget import plan_budget
 
     backend = rollout_backend(cfg_dict["rollout"]["backend"], device, lora=bool(cfg_dict["lora"]["enabled"]))
     return backend, plan_budget(cfg_dict, backend)

@@ -133,7 +133,7 @@ CPU_MAX_PARAMS = 1e8
 
 def too_big_for_cpu(configs: Sequence[dict]) -> list[str]:
     """Names of the models in these job configs that are hub-sized (over CPU_MAX_PARAMS parameters)."""
-    from race_cli.ledger import Arch
+    from race_cli.cost.flops import Arch
 
     big: list[str] = []
     for cfg in configs:

@@ -191,7 +191,7 @@ BASE_MEM_GB_CPU = 4  # a CPU-only task: Python, torch, tokenizers, the task's da
 
 
 def _params(node: dict | None) -> float:
-    from race_cli.ledger import Arch
+    from race_cli.cost.flops import Arch
 
     if not node or not node.get("arch"):
         return 0.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from race_cli.report.fit import FitResult, describe_fit, fit_response
+from race_cli.report.response import FitResult, describe_fit, fit_response
 
 CAVEAT = ("A pilot grid is a diagnostic, not a promise of held-out gains; "
           "validate before committing compute.")

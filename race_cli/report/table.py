@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from race_cli import budget
+from race_cli.cost import budget
 from race_cli.errors import RaceError
 from race_cli.io import read_json
 
@@ -121,7 +121,7 @@ def fields_from_overrides(overrides: list[str]) -> dict[str, Any]:
 
 
 def _shares(flops: dict[str, float]) -> dict[str, float]:
-    """share_search, share_learning, share_feedback and p (= learning share), as race_cli.budget.shares
+    """share_search, share_learning, share_feedback and p (= learning share), as race_cli.cost.budget.shares
     computes them for summary.json and plan.json (NaN when nothing was spent)."""
     s = budget.shares(flops)
     return {f"share_{n}": s[n] for n in SHARE_NAMES} | {"p": s["p"]}

@@ -35,7 +35,7 @@ at each newline with the default template.
 Scoring runs under `torch.no_grad()` (not `inference_mode`, so FlopCounterMode can audit it),
 batches of `batch_size` sequences sorted by length, right-padded, one forward per batch. The
 cost goes to the feedback phase: `reward()` returns the FLOPs of those forwards from
-`race_cli.ledger.reward_model_flops`, with the real and padded token counts it used.
+`race_cli.cost.flops.reward_model_flops`, with the real and padded token counts it used.
 torch and transformers are imported inside the functions that need them.
 """
 
@@ -77,7 +77,7 @@ class Scored:
     seq_lens: list[int]  # real tokens of every scored sequence, in input order (0 = no steps, not run)
     batch_seq_lens: list[list[int]]  # real lengths per forward batch
     padded_lens: list[int]  # padded length of each forward batch
-    flops: Any  # race_cli.ledger.Flops of all forwards (model and executed conventions)
+    flops: Any  # race_cli.cost.flops.Flops of all forwards (model and executed conventions)
     seconds: float  # wall seconds of tokenising, forwards and read-out
 
 
@@ -243,7 +243,7 @@ class ProcessRewardModel:
                  template: str = "{question}\n{completion}", good_token: str | int = "+",
                  bad_token: str | int = "-", aggregation: str = "min", batch_size: int = 16,
                  add_special_tokens: bool = True):
-        from race_cli.ledger import Arch
+        from race_cli.cost.flops import Arch
 
         problems = []
         if format not in FORMATS:
@@ -509,7 +509,7 @@ class ProcessRewardModel:
     def _forward_batches(self, encoded, seq_lens, device, start) -> Scored:
         import torch
 
-        from race_cli.ledger import Flops, reward_model_flops
+        from race_cli.cost.flops import Flops, reward_model_flops
 
         scores: list[list[float]] = [[] for _ in encoded]
         todo = sorted((i for i, (_, pos, _) in enumerate(encoded) if pos), key=lambda i: seq_lens[i])
@@ -558,7 +558,7 @@ class ProcessRewardModel:
 
         Returns (rewards, info) with info keys: step_scores, prm (aggregated), outcome (rule
         rewards), seq_lens (real tokens per completion, 0 when not scored), batch_seq_lens and
-        padded_lens (per forward batch), flops (race_cli.ledger.Flops), seconds (whole call).
+        padded_lens (per forward batch), flops (race_cli.cost.flops.Flops), seconds (whole call).
         """
         start = time.perf_counter()
         how = self.aggregation if how is None else how

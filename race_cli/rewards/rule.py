@@ -28,7 +28,7 @@ as `²` are not decimal digits and are never read as numbers. Comparison is exac
 arithmetic (`fractions.Fraction`) with a small relative tolerance, so a 400-digit number
 compares without overflow; nothing here raises on any input string.
 
-`grader=` picks the answer convention (race_cli/rewards/graders.py): `number` (the default,
+`grader=` picks the answer convention (race_cli/answers/graders.py): `number` (the default,
 everything above) or `math` / `math-verify` / `math-normalizer` for MATH-style data, where the
 reward is the same verdict the evaluation of a MATH target gives.
 
@@ -297,10 +297,10 @@ def rule_reward(completion: str, gold: str, *, use_math_verify: bool = False, gr
 
     use_math_verify: when the numeric check fails, ask math-verify (if installed) whether the
         completion's answer is mathematically equal to `gold` (MATH-style answers).
-    grader: "number" (the numeric check above) or a MATH grader of race_cli.rewards.graders.
+    grader: "number" (the numeric check above) or a MATH grader of race_cli.answers.graders.
     """
     if grader != "number":
-        from race_cli.rewards.graders import grade
+        from race_cli.answers.graders import grade
 
         return 1.0 if grade(grader, completion, gold) else 0.0
     if answers_match(extract_answer(completion), gold):

@@ -109,7 +109,7 @@ class ArithmeticTask:
     train_stream: str = "arith-rl"
     eval_prefix: str = "arith-eval"
 
-    grader = "number"  # race_cli.rewards.graders: the final '#### N' read as a number (class attribute)
+    grader = "number"  # race_cli.answers.graders: the final '#### N' read as a number (class attribute)
     convention = HASHES  # prompts ask for '#### <number>'
 
     def __post_init__(self) -> None:

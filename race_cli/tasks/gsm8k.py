@@ -109,7 +109,7 @@ class GSM8KTask:
     """
 
     name = "gsm8k"
-    grader = "number"  # race_cli.rewards.graders: the final '#### N' read as a number
+    grader = "number"  # race_cli.answers.graders: the final '#### N' read as a number
     convention = HASHES  # prompts ask for '#### <number>'
 
     def __init__(self, path: str | None = None, split_train: str = "train", split_eval: str = "test",

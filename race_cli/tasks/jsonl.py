@@ -15,7 +15,7 @@ never trained on (the same rows in every job of a sweep).
 Each row gives the question in `task.question_field` and the gold in `task.answer_field`; the
 answer is read per `task.answer_format`: `raw` (the field is the answer: Polaris, MATH-500),
 `hashes` (a solution ending `#### <answer>`: GSM8K) or `boxed` (a solution whose last `\\boxed{}`
-is the answer: MATH train). `task.grader` (race_cli/rewards/graders.py) grades both the rule
+is the answer: MATH train). `task.grader` (race_cli/answers/graders.py) grades both the rule
 reward and the evaluation, and picks the prompt convention: `number` asks for `#### <number>`,
 the math graders ask for `\\boxed{}`.
 
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from race_cli.errors import RaceError
-from race_cli.rewards.graders import MATH_GRADERS, check_grader
-from race_cli.rewards.math_answer import last_boxed
+from race_cli.answers.graders import MATH_GRADERS, check_grader
+from race_cli.answers.math import last_boxed
 from race_cli.tasks.base import Item, jsonl_rows
 from race_cli.tasks.prompting import BOXED, HASHES
 

@@ -4,7 +4,7 @@ The 500 problems ship in race_cli/data/math500/test.jsonl (rows `problem`, `solu
 `subject`, `level`, `unique_id`; see the LICENSE beside it). Item ids are `math500-<row>`, the
 gold answer is the `answer` field (LaTeX, e.g. `\\frac{14}{3}`, `(3,4]`, `\\text{Evelyn}`),
 prompts ask for the final answer in `\\boxed{}` (prompting.BOXED) and grading is the `math`
-grader (race's normaliser, then math-verify when installed; race_cli/rewards/graders.py).
+grader (race's normaliser, then math-verify when installed; race_cli/answers/graders.py).
 
 MATH-500 is a test set: it is an evaluation target only (`eval.targets=[math500]`), never a
 training task; to train on MATH-style data use `task=jsonl` with `task.grader=math`.
@@ -41,7 +41,7 @@ class Math500:
     """The MATH-500 problems, all 500 in file order (`eval_items`); no training split."""
 
     name = "math500"
-    grader = "math"  # race_cli.rewards.graders
+    grader = "math"  # race_cli.answers.graders
     convention = BOXED  # prompts ask for \boxed{}
 
     def __init__(self, path: str | Path | None = None):

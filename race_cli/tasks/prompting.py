@@ -16,7 +16,7 @@ Two prompt styles:
 
 A task's *prompt convention* says which final-answer form its instruction asks for: `HASHES`
 (`#### <number>`, read first by `race_cli.rewards.rule`; arithmetic, GSM8K) or `BOXED`
-(`\\boxed{}`, the MATH convention read by `race_cli.rewards.math_answer`; MATH-500, jsonl tasks
+(`\\boxed{}`, the MATH convention read by `race_cli.answers.math`; MATH-500, jsonl tasks
 graded with `math`). Plain prompts then read e.g. "Put the final answer in \\boxed{}.\nQ: ...\nA:".
 """
 

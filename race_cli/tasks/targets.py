@@ -111,7 +111,7 @@ class Target:
 
     name: str  # eval/<name>/accuracy
     items: list[Item]
-    grader: str  # race_cli.rewards.graders name
+    grader: str  # race_cli.answers.graders name
     convention: Convention  # the answer form the prompt asks for
     min_new_tokens: int = 0  # completion cap its reference solutions need (0 = no need known)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from race_cli.zoo.fit import FitConfig, Progress, accuracy, encode_examples, fit_policy
+from race_cli.zoo.warmstart import FitConfig, Progress, accuracy, encode_examples, fit_policy
 from race_cli.zoo.tokenizer import EOS_ID, byte_tokenizer
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from race_cli.tasks.arithmetic import Step, solve
-from race_cli.zoo.fit import Progress
+from race_cli.zoo.warmstart import Progress
 from race_cli.zoo.tokenizer import EOS_ID
 
 OFFSETS = (1, 2, 10, 20)  # off-by sizes of an injected error, either sign; plus "random"
@@ -143,7 +143,7 @@ def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progr
     from race_cli.tasks.arithmetic import ArithmeticTask
     from race_cli.zoo.recipes import sft_task_args
     from race_cli.tasks.prompting import format_prompt
-    from race_cli.zoo.fit import FitConfig, encode_examples, fit_policy
+    from race_cli.zoo.warmstart import FitConfig, encode_examples, fit_policy
     from race_cli.zoo.policy import completion_of
     from race_cli.zoo.tokenizer import byte_tokenizer
 

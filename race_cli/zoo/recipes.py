@@ -26,7 +26,7 @@ def _read_conf(group: str, name: str) -> dict[str, Any]:
     """conf/<group>/<name>.yaml as a dict: the one place the tiny shapes and the task's parameters live."""
     import yaml
 
-    from race_cli.compose import conf_dir
+    from race_cli.config.compose import conf_dir
 
     return yaml.safe_load((conf_dir() / group / f"{name}.yaml").read_text())
 

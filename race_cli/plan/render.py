@@ -82,7 +82,7 @@ def _iterations(row: dict) -> str:
     return f"{row['iterations'] - 1}+{b}" if b else str(row["iterations"])
 def _peak(row: dict) -> str:
     """'12.3 GiB (update)': the planned peak device memory and the phase that reaches it."""
-    from race_cli.memory import fmt_bytes
+    from race_cli.cost.memory import fmt_bytes
 
     if "planned_peak_bytes" not in row:
         return ""
@@ -109,8 +109,8 @@ def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2
     from rich.console import Console
     from rich.table import Table
 
-    from race_cli.budget import completion_estimate
-    from race_cli.plan import build_plan
+    from race_cli.cost.budget import completion_estimate
+    from race_cli.plan.build import build_plan
 
     plan = build_plan(["grid=none", *overrides], max_jobs=1, yes=True, check_budget=False)
     if len(plan.jobs) != 1:
@@ -157,7 +157,7 @@ def _print_audit(job: Any, batch: int, console: Any) -> None:
     """Measured (FlopCounterMode on the real architecture) against the ledger's executed figure."""
     from rich.table import Table
 
-    from race_cli import audit, ledger
+    from race_cli.cost import flops as ledger, flops_audit as audit
 
     c = job.config
     arch = ledger.Arch.from_config(c["model"]["arch"])
@@ -193,8 +193,8 @@ def print_memory(overrides: Sequence[str], *, gpu_mem: int | None = None, audit:
     from rich.console import Console
     from rich.table import Table
 
-    from race_cli.memory import fmt_bytes
-    from race_cli.plan import build_plan
+    from race_cli.cost.memory import fmt_bytes
+    from race_cli.plan.build import build_plan
 
     console = Console(file=file or sys.stdout, width=120)
     (job,) = build_plan(["grid=none", *overrides], max_jobs=1, yes=True, check_budget=False, gpu_mem=gpu_mem).jobs
@@ -212,7 +212,7 @@ def print_memory(overrides: Sequence[str], *, gpu_mem: int | None = None, audit:
     console.print(table)
     if not audit:
         return 0
-    from race_cli import memory_audit
+    from race_cli.cost import memory_audit
 
     cases = [memory_audit.CASES[i] for i in memory_audit.QUICK] if quick else memory_audit.CASES
     t = Table(title="memory audit: ledger vs measured peak (fake tensors, real engine code)", title_justify="left")

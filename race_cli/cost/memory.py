@@ -1,6 +1,6 @@
 """The memory ledger: peak device bytes of one GRPO job, per phase, from its config alone (no torch).
 
-    from race_cli.memory import job_memory
+    from race_cli.cost.memory import job_memory
     m = job_memory(cfg_dict, device_bytes=80 * GiB)   # m.peak, m.phase, m.micro_batch, m.phases
 
 Beside the FLOP ledger (ledger.py) and with the same architecture numbers: L layers, d hidden,
@@ -49,7 +49,7 @@ import subprocess
 from dataclasses import dataclass, field, replace
 
 from race_cli.errors import RaceError
-from race_cli.ledger import Arch
+from race_cli.cost.flops import Arch
 
 GiB = 2**30
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -356,8 +356,8 @@ def spec_from_config(cfg: dict, *, device_is_gpu: bool = True) -> MemSpec:
 
 
 def _planned_backend(requested: str, gpu: bool, vllm_spec, lora: bool = True) -> str:
-    """The backend the job will resolve (race_cli.budget.resolve_backend, the plan's and the job's rule)."""
-    from race_cli.budget import resolve_backend
+    """The backend the job will resolve (race_cli.cost.budget.resolve_backend, the plan's and the job's rule)."""
+    from race_cli.cost.budget import resolve_backend
 
     return resolve_backend(requested, on_gpu=gpu, vllm_installed=vllm_spec is not None, lora=lora)
 

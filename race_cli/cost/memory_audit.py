@@ -25,8 +25,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from race_cli.ledger import Arch
-from race_cli.memory import LORA_TARGETS, MemSpec, job_memory, kv_cache_bytes, logprob_forward_bytes, model_params, reward_bytes, resident_bytes, rollout_bytes, update_bytes
+from race_cli.cost.flops import Arch
+from race_cli.cost.memory import LORA_TARGETS, MemSpec, job_memory, kv_cache_bytes, logprob_forward_bytes, model_params, reward_bytes, resident_bytes, rollout_bytes, update_bytes
 
 
 class PeakTracker:
@@ -278,7 +278,7 @@ def ledger_bytes(c: Case) -> int:
     if c.what == "logprob_forward":
         return weights + logprob_forward_bytes(s, c.n)
     if c.what == "kv_cache":  # a prefill over all positions: the cache plus the prefill's transient
-        from race_cli.memory import inference_layer_bytes
+        from race_cli.cost.memory import inference_layer_bytes
 
         tokens = c.n * (c.prompt_len + c.completion_len)
         return weights + kv_cache_bytes(c.arch, tokens, 2) + tokens * inference_layer_bytes(c.arch, c.lora_r)
@@ -286,7 +286,7 @@ def ledger_bytes(c: Case) -> int:
 
 
 def lora_params_bytes(c: Case) -> int:
-    from race_cli.memory import lora_params
+    from race_cli.cost.memory import lora_params
 
     return lora_params(c.arch, c.lora_r) * 4  # float32 adapters, no optimizer state in a no-grad phase
 

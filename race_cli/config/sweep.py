@@ -117,7 +117,7 @@ def parse_sweep(overrides: Sequence[str], group_options: dict[str, list[str]]) -
 
 def schema_types() -> dict[str, Any]:
     """Dotted key -> declared type for every leaf and node of RaceConfig."""
-    from race_cli.config import RaceConfig
+    from race_cli.config.schema import RaceConfig
 
     out: dict[str, Any] = {}
 
@@ -207,7 +207,7 @@ def apply_value(cfg: dict, text: str, types: dict[str, Any]) -> None:
             node[key.rsplit(".", 1)[1]] = value
             return
         near = difflib.get_close_matches(key, list(types), n=1, cutoff=0.6)
-        hint = f" Did you mean '{near[0]}'?" if near else " Only keys listed in race_cli/config.py are allowed."
+        hint = f" Did you mean '{near[0]}'?" if near else " Only keys listed in race_cli/config/schema.py are allowed."
         raise RaceError(f"Unknown config key '{key}'.{hint}")
     leaf = key.rsplit(".", 1)[-1]
     parent = _node(cfg, key.rsplit(".", 1)[0], key) if "." in key else cfg

@@ -4,7 +4,7 @@
     math_equal("(-\\infty, 2]", "(-\\infty, 2)")    # False: the brackets differ
     extract_math_answer("... so $\\boxed{\\frac{\\sqrt3}{3}}$.")  # '\\frac{\\sqrt3}{3}'
 
-The `math` grader (race_cli/rewards/graders.py) asks it first, and alone when the optional
+The `math` grader (race_cli/answers/graders.py) asks it first, and alone when the optional
 `math-verify` package is not installed; the `math-normalizer` grader is this module alone. Pure Python,
 no sympy; nothing here raises on any input string.
 

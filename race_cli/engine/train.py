@@ -56,7 +56,7 @@ def _never_trained(job_dir: Path) -> bool:
 
 def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | None = None) -> int:
     """Compose (`out`) or reload (`job_dir`) one job's config and run or resume it; returns the exit code."""
-    from race_cli.compose import compose, load_job_config
+    from race_cli.config.compose import compose, load_job_config
     from race_cli.lock import JobLock
 
     if (out is None) == (job_dir is None):

@@ -41,7 +41,7 @@ def _number(completion: str, gold: str) -> bool:
 
 
 def _normalizer(completion: str, gold: str) -> bool:
-    from race_cli.rewards.math_answer import grade_completion
+    from race_cli.answers.math import grade_completion
 
     return grade_completion(completion, gold)
 

@@ -10,7 +10,7 @@ One rule, used by the plan and the job alike:
 
 - An iteration takes B = grpo.prompts_per_iter prompts x G completions. The plan costs it at
   the expected lengths (task.prompt_tokens, rollout.expected_completion_tokens), through
-  `race_cli.ledger.iteration_flops` (model-convention FLOPs).
+  `race_cli.cost.flops.iteration_flops` (model-convention FLOPs).
 - T: as many full iterations as fit C = budget.flops, at most budget.max_iterations; then,
   unless the cap was reached, one last smaller iteration with the most prompts (< B) that fit
   what is left, so a job with few iterations still spends its whole budget. A budget that
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from race_cli.errors import RaceError
-from race_cli.ledger import Arch, Flops, Lora, iteration_flops
+from race_cli.cost.flops import Arch, Flops, Lora, iteration_flops
 
 PHASES = ("rollout", "update", "reward")  # the three phases charged to the budget
 SHARE_NAMES = {"rollout": "search", "update": "learning", "reward": "feedback"}  # phase -> share name

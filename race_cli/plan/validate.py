@@ -12,7 +12,7 @@ the pilot's lowest-ranked regime as a control. Evaluation is narrowed to the val
 target, at the pilot's fractions of the run (eval.every times the budget factor). Each becomes N jobs with fresh
 seeds at the validation budget (--budget X, or --scale K times the pilot's), composed from
 the pilot job's own overrides and budget-matched by `race plan`'s solver and sweep writer
-(race_cli/plan.py: build_plan, write_sweep), so the free knob T is solved exactly as for any
+(race_cli/plan/build.py: build_plan, write_sweep), so the free knob T is solved exactly as for any
 plan. The sweep folder gets `provenance.json` (race_cli/report/validation.py defines it):
 the pilot sweep, the recommendation with its interval, the pilot's predicted order and which
 job runs which pilot regime. The folder and its provenance appear together or not at all.
@@ -161,7 +161,7 @@ def choose_regimes(ranking: list[dict], rec: dict, top: int | None, tied: bool =
 def validation_eval(overrides: list[str], target: str, factor: float) -> list[str]:
     """The pilot job's overrides with evaluation narrowed to the validated target, at the same
     fractions of the run: eval.every scaled by the budget factor (start and end always run)."""
-    from race_cli.config import EvalConf
+    from race_cli.config.schema import EvalConf
 
     every = EvalConf().every
     kept = []
@@ -238,7 +238,7 @@ def _key(override: str) -> str:
 
 def _name_jobs(jobs: list) -> dict[str, list[str]]:
     """Give every job a readable id from the overrides that vary across the whole validation."""
-    from race_cli.sweep import job_id, unique_ids
+    from race_cli.config.sweep import job_id, unique_ids
 
     keys: list[str] = []
     values: dict[str, list[str | None]] = {}
@@ -262,7 +262,7 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
                      target: str | None = None,
                      typed: list[str] | None = None) -> tuple[Any, dict, list[Pick], list[str]]:
     """(Plan, provenance, picks, notes) of the validation of `pilot`; RaceError on bad input."""
-    from race_cli.plan import Plan, build_plan
+    from race_cli.plan.build import Plan, build_plan
 
     pilot = Path(pilot)
     _check_args(budget, scale, seeds, top, tied)
@@ -392,7 +392,7 @@ def write_validation(plan: Any, prov: dict, out: Path) -> bool:
     An existing folder with the same plan keeps its provenance (the prediction made when the
     validation was planned); one with a different plan is refused by write_sweep.
     """
-    from race_cli.plan import write_sweep
+    from race_cli.plan.build import write_sweep
     from race_cli.report.validation import PROVENANCE, write_provenance
 
     out = Path(out)
@@ -453,7 +453,7 @@ def validate_main(pilot: Path, *, budget: float | None = None, scale: float | No
 
     from rich.console import Console
 
-    from race_cli.render import print_plan
+    from race_cli.plan.render import print_plan
 
     pilot = Path(pilot)
     plan, prov, picks, notes = build_validation(pilot, budget=budget, scale=scale, seeds=seeds, top=top,

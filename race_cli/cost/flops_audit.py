@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from race_cli.errors import RaceError
-from race_cli.ledger import Arch, Flops, Lora, forward_flops, generate_flops, train_step_flops
+from race_cli.cost.flops import Arch, Flops, Lora, forward_flops, generate_flops, train_step_flops
 
 
 def register_cpu_sdpa_flops() -> None:

@@ -5,7 +5,7 @@
     race plan grid=none model=tiny-m grpo.group_size=4,8,16 budget.flops=5e11 --out runs/g
 
 Each job fixes everything but one free knob, the number of GRPO iterations T, which the
-budget solver (race_cli/budget.py, the same code the job runs) sets so the planned total is
+budget solver (race_cli/cost/budget.py, the same code the job runs) sets so the planned total is
 as close to `budget.flops` as possible without exceeding it: full iterations while they fit,
 then one smaller last iteration (docs/design.md "The budget"). Every job is composed and
 validated before anything is printed or written. No torch import here.
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from race_cli.budget import BudgetPlan, check_fits, plan_budget, resolve_backend, reward_name, shares
+from race_cli.cost.budget import BudgetPlan, check_fits, plan_budget, resolve_backend, reward_name, shares
 from race_cli.errors import RaceError
-from race_cli.memory import memory_row
+from race_cli.cost.memory import memory_row
 
 MAX_JOBS = 512  # a larger sweep needs --yes
 
@@ -40,7 +40,7 @@ class PlannedJob:
     axis_overrides: list[str]  # the swept ones only (they name the job)
     config: dict  # the fully composed config, plain containers
     backend: str = "hf"  # the rollout backend assumed (budget.resolve_backend on this machine)
-    budget: BudgetPlan | None = None  # T and the planned ledger (race_cli.budget.solve)
+    budget: BudgetPlan | None = None  # T and the planned ledger (race_cli.cost.budget.solve)
     memory: Any = None  # memory.JobMemory: planned peak device bytes per phase, resolved micro-batch
 
     @property
@@ -141,7 +141,7 @@ def default_grid() -> str:
     """The grid chosen in conf/config.yaml's defaults list."""
     import yaml
 
-    from race_cli.compose import CONFIG_NAME, conf_dir
+    from race_cli.config.compose import CONFIG_NAME, conf_dir
 
     with open(conf_dir() / f"{CONFIG_NAME}.yaml", encoding="utf-8") as f:
         root = yaml.safe_load(f) or {}
@@ -154,7 +154,7 @@ def default_grid() -> str:
 def load_grid(name: str) -> dict:
     import yaml
 
-    from race_cli.compose import conf_dir, group_options
+    from race_cli.config.compose import conf_dir, group_options
 
     path = conf_dir() / "grid" / f"{name}.yaml"
     if name not in group_options("grid") or not path.is_file():  # a name of conf/grid/, never a path
@@ -178,12 +178,12 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     """Expand, compose, validate and budget-match every job; RaceError lists every problem.
 
     `gpu_mem` (bytes): resolve `grpo.micro_batch_size: auto` against it and refuse jobs whose
-    planned peak does not fit (race_cli/memory.py); None = plan memory without a limit.
+    planned peak does not fit (race_cli/cost/memory.py); None = plan memory without a limit.
     """
-    from race_cli.memory import plan_memory
+    from race_cli.cost.memory import plan_memory
 
-    from race_cli.compose import config_groups, group_options
-    from race_cli.sweep import Axis, job_id, parse_sweep, unique_ids
+    from race_cli.config.compose import config_groups, group_options
+    from race_cli.config.sweep import Axis, job_id, parse_sweep, unique_ids
 
     groups = {g: group_options(g) for g in config_groups()}
     typed = parse_sweep(overrides, groups)
@@ -242,9 +242,9 @@ def _compose_jobs(fixed: list[str], combos: list[list[str]], groups: set[str]) -
     """Compose every job: Hydra once per distinct group choice, typed dict updates for the rest."""
     from omegaconf import OmegaConf
 
-    from race_cli.compose import compose
-    from race_cli.config import validate
-    from race_cli.sweep import apply_value, schema_types
+    from race_cli.config.compose import compose
+    from race_cli.config.schema import validate
+    from race_cli.config.sweep import apply_value, schema_types
 
     types = schema_types()
     bases: dict[tuple, dict | RaceError] = {}

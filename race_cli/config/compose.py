@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from race_cli.config import register_schema, validate
+from race_cli.config.schema import register_schema, validate
 from race_cli.errors import RaceError
 
 CONFIG_NAME = "config"
@@ -21,7 +21,7 @@ CONFIG_NAME = "config"
 def conf_dir() -> Path:
     """The conf/ folder: $RACE_CONF_DIR, else the one beside the package (editable install)."""
     env = os.environ.get("RACE_CONF_DIR")
-    path = Path(env) if env else Path(__file__).resolve().parent.parent / "conf"
+    path = Path(env) if env else Path(__file__).resolve().parents[2] / "conf"
     if not (path / f"{CONFIG_NAME}.yaml").is_file():
         raise RaceError(f"No {CONFIG_NAME}.yaml in {path}: expected race's conf/ folder there. "
                         "Install race from its checkout (pip install -e .) or set RACE_CONF_DIR.")
@@ -79,7 +79,7 @@ def _explain(exc: Exception, override: str | None, known_keys: list[str]) -> str
         key = override.split("=", 1)[0].lstrip("+~") if override else "a value"
         m = re.search(r"full_key: (\S+)", str(cause))
         key = m.group(1) if m else key
-        return f"Wrong type for {key}: {ctext}. Expected a value of the schema's type (see race_cli/config.py)."
+        return f"Wrong type for {key}: {ctext}. Expected a value of the schema's type (see race_cli/config/schema.py)."
     if override:
         return f"Cannot apply override '{override}': {ctext}"
     return ctext
@@ -141,7 +141,7 @@ def _under_schema(cfg: Any, where: str) -> Any:
     """Merge into the typed schema: catches keys added with +KEY that the schema does not know."""
     from omegaconf import OmegaConf
 
-    from race_cli.config import RaceConfig
+    from race_cli.config.schema import RaceConfig
 
     schema = OmegaConf.structured(RaceConfig)
     unknown = _unknown_keys(schema, cfg)
@@ -151,7 +151,7 @@ def _under_schema(cfg: Any, where: str) -> Any:
         for key in unknown:
             near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             msgs.append(f"Unknown config key '{key}' in {where}." + (f" Did you mean '{near[0]}'?" if near else
-                        " Only keys listed in race_cli/config.py are allowed."))
+                        " Only keys listed in race_cli/config/schema.py are allowed."))
         raise RaceError(*msgs)
     try:
         return OmegaConf.merge(schema, cfg)
@@ -160,7 +160,7 @@ def _under_schema(cfg: Any, where: str) -> Any:
         m = re.search(r"full_key: (\S+)", str(exc))
         key = m.group(1) if m else "a key"
         raise RaceError(f"{where} does not match the config schema at {key}: {msg}. "
-                        "Only keys listed in race_cli/config.py are allowed.") from None
+                        "Only keys listed in race_cli/config/schema.py are allowed.") from None
 
 
 def _unknown_keys(schema: Any, cfg: Any, prefix: str = "") -> list[str]:

@@ -12,7 +12,7 @@ function returns a `Flops` pair in the two conventions of docs/design.md "FLOP c
   fine-tuning is exactly 3x a forward, and LoRA is 2x the frozen base's forward plus the
   attention's extra forward plus 3x the adapters' matmuls.
 - **executed** FLOPs, what the kernels run, as torch's FlopCounterMode counts them on the
-  real model (transformers Qwen2 with SDPA; `race_cli.audit` checks it): every row padded
+  real model (transformers Qwen2 with SDPA; `race_cli.cost.flops_audit` checks it): every row padded
   to the batch's longest, the full padded_len x padded_len attention matrix (masked SDPA
   and eager both compute it), logits at every padded position unless told otherwise,
   the SDPA backward's recompute of the score matrix (its backward is 5 attention-sized

@@ -34,7 +34,7 @@ from typing import Any
 
 from race_cli.engine.rollout import Rollout, _finish
 from race_cli.errors import RaceError
-from race_cli.ledger import Arch, Flops, Lora, generate_flops, merge_flops
+from race_cli.cost.flops import Arch, Flops, Lora, generate_flops, merge_flops
 
 
 @dataclass

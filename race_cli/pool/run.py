@@ -56,7 +56,7 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
 
             check([yaml.safe_load(p.read_text()) or {} for p in sorted(Path(sweep_dir).glob("jobs/*/.hydra/config.yaml"))])
         return Path(sweep_dir)
-    from race_cli.plan import build_plan, write_sweep
+    from race_cli.plan.build import build_plan, write_sweep
 
     plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes)
     if check is not None:
@@ -76,7 +76,7 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
 def read_plan_rows(sweep_dir: Path) -> dict[str, dict]:
     """plan.json as job_id -> row, checking every id (the rule it was written with: nothing can
     name a folder outside jobs/) and that every job folder is there."""
-    from race_cli.sweep import check_job_id
+    from race_cli.config.sweep import check_job_id
 
     where = f"{sweep_dir}/plan.json"
     try:
