@@ -1,4 +1,4 @@
-"""Rule reward: answer extraction by hand-written cases, and every real GSM8K solution end to end."""
+"""The numeric answer check (answers/number.py) and the rule reward: answer extraction by hand-written cases, and every real GSM8K solution end to end."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import random
 import pytest
 
 from race_cli.errors import RaceError
-from race_cli.rewards import rule
-from race_cli.rewards.rule import answers_match, extract_answer, normalize_number, rule_reward, score_batch
+from race_cli.answers import graders
+from race_cli.answers.number import answers_match, extract_answer, normalize_number
+from race_cli.rewards.rule import rule_reward, score_batch
 from race_cli.tasks.gsm8k import PACKAGED_DIR, open_text
 
 GSM8K = PACKAGED_DIR  # shipped in race_cli/data/gsm8k (train as .jsonl.gz)
@@ -148,22 +149,22 @@ def test_score_batch():
 
 
 def test_math_verify_missing_falls_back(monkeypatch):
-    monkeypatch.setattr(rule, "_MATH_VERIFY", None)  # as if the package were not installed
+    monkeypatch.setattr(graders, "_MV", None)  # as if the package were not installed
     assert rule_reward("\\boxed{\\sqrt{2}}", "\\sqrt{2}", use_math_verify=True) == 0.0
     assert rule_reward("#### 7", "7", use_math_verify=True) == 1.0
 
 
 def test_math_verify_when_installed():
     pytest.importorskip("math_verify", reason="math-verify not installed (optional: pip install 'race-cli[math]')")
-    monkey = rule._MATH_VERIFY
+    monkey = graders._MV
     try:
-        rule._MATH_VERIFY = False  # look it up again
+        graders._MV = False  # look it up again
         # sqrt(2)/2 == 1/sqrt(2): not a plain number, so only math-verify can say so
         assert rule_reward("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}", use_math_verify=True) == 1.0
         assert rule_reward("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}") == 0.0
         assert rule_reward("\\boxed{\\sqrt{3}}", "\\sqrt{2}", use_math_verify=True) == 0.0
     finally:
-        rule._MATH_VERIFY = monkey
+        graders._MV = monkey
 
 
 # --- every real GSM8K solution ------------------------------------------------------

@@ -5,10 +5,10 @@
 
 | grader            | reads                                   | compares with |
 |-------------------|-----------------------------------------|---------------|
-| `number`          | `#### N`, `\\boxed{N}`, "answer is N", last number (rule.extract_answer) | numeric value (rule.answers_match) |
+| `number`          | `#### N`, `\\boxed{N}`, "answer is N", last number (number.extract_answer) | numeric value (number.answers_match) |
 | `math`            | the last `\\boxed{}`                    | the normaliser; when it finds them different and math-verify is installed, math-verify decides |
 | `math-verify`     | as `math`, but refuses to run without math-verify | math-verify |
-| `math-normalizer` | the last `\\boxed{}`, else `####` / "answer is" (math_answer.extract_math_answer) | race's normaliser (math_answer.math_equal), whatever is installed |
+| `math-normalizer` | the last `\\boxed{}`, else `####` / "answer is" (math.extract_math_answer) | race's normaliser (math.math_equal), whatever is installed |
 
 `math` asks the normaliser first because it is fast (~0.1 ms a verdict against math-verify's
 ~6 ms, far more on a loaded machine) and never times out, and has graded none of the test suite's
@@ -18,7 +18,7 @@ is 5) so a busy machine does not turn a right answer wrong; a call that still ti
 as wrong.
 
 `number` is the GSM8K / arithmetic convention (prompts ask for `#### <number>`); the `math`
-family is the MATH convention (prompts ask for `\\boxed{}`). The rule reward (rule.py) and the
+family is the MATH convention (prompts ask for `\\boxed{}`). The rule reward (rewards/rule.py) and the
 evaluation of every target use these same functions, so training and evaluation on MATH-style
 data agree. Pure Python; math-verify (the `math` extra) is imported lazily.
 """
@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from race_cli.answers.math import grade_completion
+from race_cli.answers.number import answers_match, extract_answer
 from race_cli.errors import RaceError
 
 GRADERS = ("number", "math", "math-verify", "math-normalizer")
@@ -35,22 +37,20 @@ MATH_GRADERS = ("math", "math-verify", "math-normalizer")
 
 
 def _number(completion: str, gold: str) -> bool:
-    from race_cli.rewards.rule import answers_match, extract_answer
-
     return answers_match(extract_answer(completion), gold)
 
 
 def _normalizer(completion: str, gold: str) -> bool:
-    from race_cli.answers.math import grade_completion
-
     return grade_completion(completion, gold)
 
 
 _MV: tuple | None | bool = False  # False = not looked up yet, None = not installed
 
 
-def math_verify_available() -> bool:
-    """True when the optional `math-verify` package imports."""
+def math_verify() -> tuple | None:
+    """(parse, verify) from the optional math-verify package, or None when it is not installed.
+
+    The one place race looks it up (the graders here and the rule reward's use_math_verify)."""
     global _MV
     if _MV is False:
         try:
@@ -59,7 +59,12 @@ def math_verify_available() -> bool:
             _MV = (parse, verify)
         except ImportError:
             _MV = None
-    return _MV is not None
+    return _MV
+
+
+def math_verify_available() -> bool:
+    """True when the optional `math-verify` package imports."""
+    return math_verify() is not None
 
 
 def _math_verify(completion: str, gold: str) -> bool:

@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 
 from race_cli.errors import RaceError
-from race_cli.rewards.rule import normalize_number
+from race_cli.answers.number import normalize_number
 from race_cli.tasks.base import Item, jsonl_rows
 from race_cli.tasks.prompting import HASHES
 

@@ -15,7 +15,7 @@ Two prompt styles:
   The completion starts right after "A:" (e.g. " 45+74=119\n119-27=92\n#### 92").
 
 A task's *prompt convention* says which final-answer form its instruction asks for: `HASHES`
-(`#### <number>`, read first by `race_cli.rewards.rule`; arithmetic, GSM8K) or `BOXED`
+(`#### <number>`, read first by `race_cli.answers.number`; arithmetic, GSM8K) or `BOXED`
 (`\\boxed{}`, the MATH convention read by `race_cli.answers.math`; MATH-500, jsonl tasks
 graded with `math`). Plain prompts then read e.g. "Put the final answer in \\boxed{}.\nQ: ...\nA:".
 """
