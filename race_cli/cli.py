@@ -62,14 +62,15 @@ def plan(
     With no overrides: the embedded tiny grid (grid=tiny). [bold]race plan grid=pilot[/] shows the
     paper-like Qwen2.5 grid. Nothing is written unless --out is given.
     """
-    from race_cli.cost.memory import detect_gpu_bytes, parse_size
+    from race_cli import machine
+    from race_cli.cost.memory import parse_size
     from race_cli.plan.build import build_plan, write_sweep
     from race_cli.plan.render import print_plan
 
     try:
         if max_jobs < 1:
             raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
-        device_bytes = parse_size(gpu_mem) if gpu_mem is not None else detect_gpu_bytes()
+        device_bytes = parse_size(gpu_mem) if gpu_mem is not None else machine.gpu_total_bytes()
         p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes)
         if out is not None:
             written = write_sweep(p, out)

@@ -102,6 +102,7 @@ def run_shape(name: str, args, tmp: Path) -> list[str]:
 
     from race_cli.config.compose import compose
     from race_cli.engine.job import Job
+    from race_cli import machine
     from race_cli.cost.memory import GiB, plan_memory
 
     d, L, h, kv, f, V, tied = SHAPES[name]
@@ -137,7 +138,7 @@ def run_shape(name: str, args, tmp: Path) -> list[str]:
     mem = None
     if cuda:
         total = torch.cuda.get_device_properties(job.device).total_memory
-        mem = plan_memory(job.cfg_dict, total)
+        mem = plan_memory(job.cfg_dict, total, vllm_installed=machine.vllm_installed())
     print(f"  {'phase':8s} {'seconds':>8s} {'exec FLOPs':>11s} {'TFLOP/s':>8s} {'MFU':>6s} {'peak mem':>9s} "
           f"{'ledger':>9s} {'error':>7s}")
     for p in ("rollout", "update", "reward"):

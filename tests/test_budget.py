@@ -145,7 +145,7 @@ def test_plan_and_job_setup_compute_the_same_T_and_planned_ledger(grid, tmp_path
     The job side reloads each job's saved .hydra/config.yaml, as `race train --job-dir` does, and
     calls engine.setup.budget_plan with the device Job.setup would resolve (cuda:0 or cpu).
     """
-    import race_cli.plan.build as plan_mod
+    from race_cli import machine  # the one place plan and job probe the machine
     from race_cli.config.compose import load_job_config
     from race_cli.engine import setup as S
 
@@ -153,10 +153,9 @@ def test_plan_and_job_setup_compute_the_same_T_and_planned_ledger(grid, tmp_path
     for backend in ("hf", "lean", "vllm", "auto"):
         sweep = tmp_path / backend
         saved = None
-        for machine, (gpu, vllm) in MACHINES.items():
-            monkeypatch.setattr(plan_mod, "gpu_visible", lambda device, gpu=gpu: gpu)
-            monkeypatch.setattr(plan_mod, "vllm_installed", lambda vllm=vllm: vllm)
-            monkeypatch.setattr(S, "vllm_installed", lambda vllm=vllm: vllm)
+        for host, (gpu, vllm) in MACHINES.items():
+            monkeypatch.setattr(machine, "gpu_visible", lambda device, gpu=gpu: gpu)
+            monkeypatch.setattr(machine, "vllm_installed", lambda vllm=vllm: vllm)  # plan and job ask the same probe
             lora = ["lora.enabled=true"] if backend == "vllm" else []  # vLLM samples LoRA policies only
             plan = build_plan([f"grid={grid}", f"rollout.backend={backend}", *lora])
             if saved is None:
@@ -169,9 +168,9 @@ def test_plan_and_job_setup_compute_the_same_T_and_planned_ledger(grid, tmp_path
                         else "lean" if backend in ("lean", "auto") else "hf")
             for job in plan.jobs:
                 job_backend, job_plan = S.budget_plan(saved[job.job_id], "cuda:0" if gpu else "cpu")
-                assert job.backend == job_backend == expected, (job.job_id, machine)
+                assert job.backend == job_backend == expected, (job.job_id, host)
                 assert job_plan.iterations == job.iterations and job_plan.last_prompts == job.budget.last_prompts
-                assert job_plan.ledger() == job.planned(), (job.job_id, backend, machine)
+                assert job_plan.ledger() == job.planned(), (job.job_id, backend, host)
                 seen.add((job.job_id, expected, job.iterations, job.planned()["flops"]["rollout"]))
     # the backend matters: with vLLM's shared prefix the rollout is planned cheaper for every job
     by_backend = {}

@@ -23,7 +23,8 @@ from race_cli.io import read_json, read_jsonl
 from race_cli import status as st
 from race_cli.pool.run import prepare_sweep, run_main
 from race_cli.status import select_jobs
-from race_cli.pool.local import LocalPool, cpu_slots, gpu_slots, longest_first, make_slots, visible_gpus
+from race_cli.machine import visible_gpus
+from race_cli.pool.local import LocalPool, cpu_slots, gpu_slots, longest_first, make_slots
 from race_cli.lock import LOCK_NAME, SweepLock, boot_id, owner_record, process_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

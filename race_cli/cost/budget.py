@@ -45,7 +45,7 @@ def resolve_backend(requested: str, *, on_gpu: bool, vllm_installed: bool, lora:
     policy: vLLM takes adapters, not a full copy of the weights after every update), else lean.
 
     `hf`, `lean` and `vllm` are taken as given (whether vLLM can run is checked when the job
-    builds it). The backend decides the rollout's cost: lean (engine/sampler.py) and vLLM
+    builds it). The backend decides the rollout's cost: lean (engine/rollout_lean.py) and vLLM
     prefill each prompt once per group, vLLM runs unpadded kernels, HF `generate` pads and
     prefills every row.
     """
@@ -54,6 +54,13 @@ def resolve_backend(requested: str, *, on_gpu: bool, vllm_installed: bool, lora:
     if requested in BACKENDS:
         return requested
     raise RaceError(f"rollout.backend={requested!r} is unknown: expected auto, lean, hf or vllm.")
+
+
+def job_backend(cfg: Mapping, *, on_gpu: bool, vllm_installed: bool) -> str:
+    """`resolve_backend` for a composed job config (its rollout.backend and lora.enabled): what the plan,
+    the memory plan and the job all call, with the machine's answers (race_cli.machine) as arguments."""
+    return resolve_backend(cfg["rollout"]["backend"], on_gpu=on_gpu, vllm_installed=vllm_installed,
+                           lora=bool(cfg["lora"]["enabled"]))
 
 
 def reward_name(cfg: Mapping) -> str:

@@ -301,7 +301,7 @@ def _lora_backward_per_token(arch: Arch, lora: Lora, input_requires_grad: bool,
 
 def merge_flops(arch: Arch, lora: Lora) -> float:
     """Matmul FLOPs of merging the adapters into the weights, B @ A for every adapted matrix: once
-    per sampling call of the lean sampler with float32 weights (`engine/sampler.py: merged`)."""
+    per sampling call of the lean sampler with float32 weights (`engine/rollout_lean.py: merged`)."""
     mats = arch.matrices()
     return arch.num_hidden_layers * sum(2 * lora.r * mats[m][0] * mats[m][1] for m in lora.target_modules)
 

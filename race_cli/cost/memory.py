@@ -1,9 +1,9 @@
-"""The memory ledger: peak device bytes of one GRPO job, per phase, from its config alone (no torch).
+"""The memory model: peak device bytes of one GRPO job, per phase, from its config alone (no torch).
 
     from race_cli.cost.memory import job_memory
     m = job_memory(cfg_dict, device_bytes=80 * GiB)   # m.peak, m.phase, m.micro_batch, m.phases
 
-Beside the FLOP ledger (ledger.py) and with the same architecture numbers: L layers, d hidden,
+Beside the FLOP formulas (flops.py) and with the same architecture numbers: L layers, d hidden,
 q = h·d_h query width, k = h_kv·d_h key/value width, f MLP width, V vocabulary, r LoRA rank,
 b bytes per weight element (2 for bf16). A phase's peak is what lives on the device at its
 high-water mark:
@@ -28,7 +28,7 @@ adapters run in float32 on a bf16 base — PEFT's default upcast); `race mem --a
   28d + 12q + 10f + 4h + 28r + 8 bytes;
 - gradient checkpointing keeps only each layer's input (2d) and recomputes one layer at a time;
 - no padding mask: the update re-packs each row to start at column 0 and runs plain causal
-  attention (engine/job.completion_logprobs);
+  attention (engine/logprobs.completion_logprobs);
 - log-probs run in blocks of `block_rows(V)` rows (engine/grpo.py), on the real completion
   tokens only: their backward holds
   about 2b + 16 bytes per (row, vocabulary) element (bf16 logits, their float32 copy,
@@ -44,12 +44,11 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field, replace
 
-from race_cli.errors import RaceError
+from race_cli.cost.budget import job_backend
 from race_cli.cost.flops import Arch
+from race_cli.errors import RaceError
 
 GiB = 2**30
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -252,7 +251,7 @@ def rollout_bytes(s: MemSpec, device_bytes: int | None) -> dict[str, int]:
     """KV cache and sampling of one rollout batch (HF generate or lean), or vLLM's reservation.
 
     lean holds the same B·G-row KV cache as HF generate but prefills one row per group
-    (engine/sampler.py); its prefill term is modelled, not audited (the audit covers HF)."""
+    (engine/rollout_lean.py); its prefill term is modelled, not audited (the audit covers HF)."""
     if s.backend == "vllm":  # vLLM sleeps during the update (weights to CPU, KV freed): rollout phase only
         if device_bytes is None:
             return {"vllm_reserved": 0}
@@ -319,14 +318,12 @@ def fit(s: MemSpec, device_bytes: int, headroom: float = HEADROOM) -> JobMemory 
 # --- from a composed config -------------------------------------------------------------------------
 
 
-def spec_from_config(cfg: dict, *, device_is_gpu: bool = True) -> MemSpec:
+def spec_from_config(cfg: dict, *, device_is_gpu: bool = True, vllm_installed: bool = False) -> MemSpec:
     """The MemSpec of a composed job config (plain dict); micro_batch 'auto'/0 = the whole batch.
 
     `rollout.backend: auto` plans vLLM when it is installed and the device is a GPU (as the job
-    will choose, budget.resolve_backend), else lean.
+    will choose, budget.job_backend), else lean.
     """
-    import importlib.util
-
     m, g, r, t, ro = cfg["model"], cfg["grpo"], cfg["reward"], cfg["task"], cfg["rollout"]
     dtype = m.get("dtype", "auto")
     dtype_bytes = DTYPE_BYTES.get(dtype, 2 if device_is_gpu else 4)
@@ -348,26 +345,19 @@ def spec_from_config(cfg: dict, *, device_is_gpu: bool = True) -> MemSpec:
                    completion_len=int(ro["max_new_tokens"]), micro_batch=mb,
                    grad_checkpointing=bool(g.get("grad_checkpointing", False)),
                    updates_per_batch=int(g["updates_per_batch"]), beta=float(g.get("beta", 0.0)),
-                   backend=_planned_backend(ro.get("backend", "auto"), device_is_gpu, importlib.util.find_spec("vllm"),
-                                            bool(lora["enabled"])),
+                   backend=job_backend(cfg, on_gpu=device_is_gpu, vllm_installed=vllm_installed),
                    group_size=int(g["group_size"]),
                    vllm_fraction=ro.get("gpu_memory_utilization"), reward=reward,
                    reward_head=reward_head, reward_batch=int(r.get("batch_size") or 16), reward_len=reward_len)
 
 
-def _planned_backend(requested: str, gpu: bool, vllm_spec, lora: bool = True) -> str:
-    """The backend the job will resolve (race_cli.cost.budget.resolve_backend, the plan's and the job's rule)."""
-    from race_cli.cost.budget import resolve_backend
-
-    return resolve_backend(requested, on_gpu=gpu, vllm_installed=vllm_spec is not None, lora=lora)
-
-
-def plan_memory(cfg: dict, device_bytes: int | None) -> JobMemory:
+def plan_memory(cfg: dict, device_bytes: int | None, *, vllm_installed: bool) -> JobMemory:
     """The job's memory plan: `micro_batch_size: auto` resolved against `device_bytes` when known.
 
+    `vllm_installed`: the machine's answer (race_cli.machine.vllm_installed), for `rollout.backend: auto`.
     Raises RaceError naming the phase and what to change when the job cannot fit.
     """
-    s = spec_from_config(cfg, device_is_gpu=device_bytes is not None)
+    s = spec_from_config(cfg, device_is_gpu=device_bytes is not None, vllm_installed=vllm_installed)
     auto = cfg["grpo"].get("micro_batch_size") == "auto"
     if device_bytes is None:
         return job_memory(s)
@@ -443,16 +433,3 @@ def parse_size(text: str) -> int:
         raise RaceError(f"--gpu-mem {text!r} is not a size: expected a number with a unit such as 80GiB, 24GB or "
                         "141GiB (GiB = 2^30 bytes, GB = 10^9).")
     return int(float(m.group(1)) * _UNITS[unit])
-
-
-def detect_gpu_bytes() -> int | None:
-    """Total memory of the first visible NVIDIA GPU via nvidia-smi (no torch import); None without one."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
-                             text=True, timeout=10, check=True).stdout
-        return int(float(out.strip().splitlines()[0])) * 2**20  # MiB
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None

@@ -2,7 +2,7 @@
 
 One small interface, three backends (`rollout.backend=auto|lean|hf|vllm`):
 
-- `LeanRollout` (engine/sampler.py): a plain-torch decoder on the training model's own
+- `LeanRollout` (engine/rollout_lean.py): a plain-torch decoder on the training model's own
   weights; one prefill per prompt shared by its G completions, a preallocated KV cache,
   sampling exactly softmax(logits / T) with top-p. Charged with share_prefix=G, padded.
 - `HFRollout`: batched `model.generate` on the training model itself (CPU or GPU), prompts
@@ -19,13 +19,13 @@ One small interface, three backends (`rollout.backend=auto|lean|hf|vllm`):
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from race_cli.errors import RaceError
+from race_cli import machine
 from race_cli.cost.flops import Arch, Flops, Lora, generate_flops
+from race_cli.errors import RaceError
 
 
 @dataclass
@@ -43,15 +43,15 @@ class Rollout:
     seconds: float  # wall seconds inside the backend's generate call
 
 
-def choose_backend(requested: str, device: str, *, vllm_installed: bool | None = None) -> str:
+def choose_backend(requested: str, device: str, *, vllm_installed: bool | None = None, lora: bool = True) -> str:
     """The backend a job on `device` samples with (race_cli.cost.budget.resolve_backend, the plan's rule),
-    refusing an explicit `vllm` this machine cannot run."""
+    refusing an explicit `vllm` this machine cannot run. `vllm_installed`: default race_cli.machine's answer."""
     from race_cli.cost.budget import resolve_backend
 
     if vllm_installed is None:
-        vllm_installed = importlib.util.find_spec("vllm") is not None
+        vllm_installed = machine.vllm_installed()
     on_gpu = device.startswith("cuda")
-    name = resolve_backend(requested, on_gpu=on_gpu, vllm_installed=vllm_installed)
+    name = resolve_backend(requested, on_gpu=on_gpu, vllm_installed=vllm_installed, lora=lora)
     if name == "vllm":
         problems = []
         if not on_gpu:
@@ -61,14 +61,6 @@ def choose_backend(requested: str, device: str, *, vllm_installed: bool | None =
         if problems:
             raise RaceError(*problems, "Use rollout.backend=lean (or auto) to sample on the training model instead.")
     return name
-
-
-def shares_prefix(requested: str) -> bool:
-    """Does the backend `requested` resolves to prefill once per group? (lean and vllm do; `auto` is one of them.)
-
-    Pure and torch-free, so `race plan` charges the rollout the way the job will.
-    """
-    return requested != "hf"
 
 
 class RolloutBackend(Protocol):

@@ -23,7 +23,7 @@ base(x) + B(A(x)) * scale up to the merge's rounding), so greedy tokens equal `g
 ledger charge is `generate_flops(..., share_prefix=G, padded=True)`: B padded prefills of P tokens
 (full P x P matrix, logits at one position), then S-1 decode steps for every row, step k
 attending P + k cache slots, S = the longest completion; merged adapters execute the base's
-shapes plus `merge_flops` once. tests/test_sampler.py checks it against FlopCounterMode.
+shapes plus `merge_flops` once. tests/test_rollout_lean.py checks it against FlopCounterMode.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from race_cli.errors import RaceError
+from race_cli import machine
 from race_cli.cost.flops import Arch, Flops, Lora
+from race_cli.errors import RaceError
 
 
 # --- device and dtype ------------------------------------------------------------------------
@@ -252,11 +253,9 @@ def resolve_micro_batch(cfg_dict: dict, device: str, *, merged_lora: bool = Fals
         return (min(int(mb), n) if mb else n), ckpt
     if not device.startswith("cuda"):
         return (n if merged_lora else min(n, CPU_MICRO_BATCH)), ckpt
-    import torch
-
     from race_cli.cost.memory import plan_memory
 
-    mem = plan_memory(cfg_dict, torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    mem = plan_memory(cfg_dict, machine.device_total_bytes(device), vllm_installed=machine.vllm_installed())
     return mem.micro_batch, mem.grad_checkpointing
 
 
@@ -310,23 +309,9 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     return Policy(model, tokenizer, path, arch, lora, int(tokenizer.eos_token_id), int(tokenizer.pad_token_id))
 
 
-def vllm_installed() -> bool:
-    """Whether vLLM can be imported here (found, not imported)."""
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-def rollout_backend(requested: str, device: str, lora: bool = True) -> str:
-    """The backend this job samples with: race_cli.cost.budget.resolve_backend on this device (the plan's rule)."""
-    from race_cli.cost.budget import resolve_backend
-
-    return resolve_backend(requested, on_gpu=device.startswith("cuda"), vllm_installed=vllm_installed(), lora=lora)
-
-
 def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: str, *, prompts: tuple = (),
                   sync_dir: str | Path | None = None):
-    """The rollout `backend` (hf | vllm, from rollout_backend); vllm is checked against this device.
+    """The rollout `backend` (hf | lean | vllm, from budget_plan); vllm is checked against this device.
 
     vLLM only: `prompts` (PromptCaches of the task's splits) size max_model_len (the longest
     prompt + max_new_tokens) unless rollout.max_model_len is set; the GPU fraction comes from the
@@ -336,7 +321,8 @@ def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: st
     from race_cli.engine.rollout import HFRollout, choose_backend
 
     r = cfg.rollout
-    name = choose_backend(backend, device, vllm_installed=vllm_installed())  # vllm: refused without a GPU or vLLM
+    name = choose_backend(backend, device, vllm_installed=machine.vllm_installed(),  # vllm: refused without a GPU or vLLM
+                          lora=bool(cfg.lora.enabled))
     common = dict(arch=policy.arch, lora=policy.lora, eos_id=policy.eos_id, pad_id=policy.pad_id,
                   max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
     if name == "lean":
@@ -360,7 +346,7 @@ def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: st
     if fraction is None:
         fraction = memory_fraction(policy.arch, dtype_bytes=torch.finfo(dtype).bits // 8, lora=policy.lora,
                                    sequences=cfg.grpo.prompts_per_iter * cfg.grpo.group_size, max_model_len=max_len,
-                                   gpu_bytes=torch.cuda.get_device_properties(torch.device(device)).total_memory)
+                                   gpu_bytes=machine.device_total_bytes(device))
     sync = Path(sync_dir) if sync_dir is not None else Path(tempfile.mkdtemp(prefix="race-vllm-")) / "adapter"
     backend = VLLMRollout(policy.path, policy.tokenizer, dtype=str(dtype).replace("torch.", ""), seed=cfg.seed,
                           gpu_memory_utilization=float(fraction), max_model_len=max_len, sync_dir=sync,
@@ -378,7 +364,7 @@ def budget_plan(cfg_dict: dict, device: str) -> tuple[str, Any]:
     The same function `race plan` calls with the same config, so the planned ledger in
     ledger.json equals the plan's row whenever the plan ran on a machine like this one.
     """
-    from race_cli.cost.budget import plan_budget
+    from race_cli.cost.budget import job_backend, plan_budget
 
-    backend = rollout_backend(cfg_dict["rollout"]["backend"], device, lora=bool(cfg_dict["lora"]["enabled"]))
+    backend = job_backend(cfg_dict, on_gpu=device.startswith("cuda"), vllm_installed=machine.vllm_installed())
     return backend, plan_budget(cfg_dict, backend)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from race_cli.cost.budget import BudgetPlan, check_fits, plan_budget, resolve_backend, reward_name, shares
+from race_cli import machine
+from race_cli.cost.budget import BudgetPlan, check_fits, job_backend, plan_budget, reward_name, shares
 from race_cli.errors import RaceError
 from race_cli.cost.memory import memory_row
 
@@ -39,7 +40,7 @@ class PlannedJob:
     overrides: list[str]  # all concrete overrides of this job (grid fixed, axes, yours)
     axis_overrides: list[str]  # the swept ones only (they name the job)
     config: dict  # the fully composed config, plain containers
-    backend: str = "hf"  # the rollout backend assumed (budget.resolve_backend on this machine)
+    backend: str = "hf"  # the rollout backend assumed (budget.job_backend on this machine)
     budget: BudgetPlan | None = None  # T and the planned ledger (race_cli.cost.budget.solve)
     memory: Any = None  # memory.JobMemory: planned peak device bytes per phase, resolved micro-batch
 
@@ -102,37 +103,6 @@ class Plan:
 
     def rows(self) -> list[dict]:
         return [j.row() for j in self.jobs]
-
-
-# --- the machine the plan assumes ------------------------------------------------------------------
-
-
-def gpu_visible(device: str) -> bool:
-    """Whether a job with `device` would run on a GPU here, judged without torch.
-
-    cpu -> no; cuda / cuda:N -> yes; auto -> an NVIDIA GPU is listed by the driver
-    (/proc/driver/nvidia/gpus) and CUDA_VISIBLE_DEVICES does not hide them all.
-    """
-    if device == "cpu":
-        return False
-    if device.startswith("cuda"):
-        return True
-    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
-        return False
-    gpus = Path("/proc/driver/nvidia/gpus")
-    return gpus.is_dir() and any(gpus.iterdir())
-
-
-def vllm_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-def planned_backend(cfg: dict) -> str:
-    """The rollout backend a job of `cfg` will use on this machine (the job resolves it again where it runs)."""
-    return resolve_backend(cfg["rollout"]["backend"], on_gpu=gpu_visible(cfg["device"]),
-                           vllm_installed=vllm_installed(), lora=bool(cfg["lora"]["enabled"]))
 
 
 # --- building a plan ---------------------------------------------------------------------------
@@ -221,11 +191,12 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     short, capped = [], []
     for jid, job, combo in zip(ids, jobs, combos):
         job.job_id, job.axis_overrides = jid, combo
-        job.backend = planned_backend(job.config)
+        job.backend = job_backend(job.config, on_gpu=machine.gpu_visible(job.config["device"]),
+                                  vllm_installed=machine.vllm_installed())  # the job resolves it again where it runs
         job.budget = plan_budget(job.config, job.backend)
         who = "This job" if jid == "job" else f"Job {jid}"
         try:
-            job.memory = plan_memory(job.config, gpu_mem)
+            job.memory = plan_memory(job.config, gpu_mem, vllm_installed=machine.vllm_installed())
         except RaceError as exc:
             short.extend(f"{who}: {p}" for p in exc.problems)
         problem = check_fits(job.budget)

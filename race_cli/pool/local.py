@@ -15,9 +15,7 @@ folder the rerun resumes). Status records: race_cli.status.
 from __future__ import annotations
 
 import os
-import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from race_cli import machine
 from race_cli.errors import RaceError
 from race_cli import status as st
 
@@ -64,68 +63,6 @@ class Slot:
     env: dict[str, str] = field(default_factory=dict)  # set in the child
 
 
-def parse_smi_listing(text: str) -> list[str]:
-    """CUDA_VISIBLE_DEVICES ids from `nvidia-smi -L`: a GPU's index, or its MIG devices' UUIDs.
-
-        GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5d5b...)            -> "0"
-        GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-9e1f...)            (MIG on: its devices instead)
-          MIG 3g.20gb     Device  0: (UUID: MIG-c6d4...)            -> "MIG-c6d4..."
-          MIG 3g.20gb     Device  1: (UUID: MIG-0a7e...)            -> "MIG-0a7e..."
-
-    A MIG device can only be selected by its UUID, and a process uses at most one of them.
-    """
-    gpus: list[tuple[str, list[str]]] = []  # (index, its MIG UUIDs)
-    for line in text.splitlines():
-        m = re.match(r"\s*GPU (\d+):", line)
-        if m:
-            gpus.append((m.group(1), []))
-            continue
-        m = re.match(r"\s+MIG .*\(UUID: (MIG-[^)\s]+)\)", line)
-        if m and gpus:
-            gpus[-1][1].append(m.group(1))
-    return [dev for index, migs in gpus for dev in (migs or [index])]
-
-
-def parse_visible_devices(value: str) -> list[str]:
-    """CUDA_VISIBLE_DEVICES as ids: indices, GPU-/MIG- UUIDs (kept as written); '' or -1 first: none.
-
-    CUDA stops at the first invalid entry, and so does this: '0,-1,2' is ['0'].
-    """
-    ids: list[str] = []
-    for x in (x.strip() for x in value.split(",")):
-        if not x or x.startswith("-"):
-            break
-        ids.append(x)
-    return ids
-
-
-def visible_gpus() -> list[str]:
-    """GPU ids this process may use, without importing torch when nvidia-smi can tell.
-
-    CUDA_VISIBLE_DEVICES, when set, is the answer (indices or UUIDs; '' or -1: none). Else
-    `nvidia-smi -L` (MIG devices by UUID, see parse_smi_listing); else, only where an NVIDIA
-    device node exists, torch.cuda.device_count().
-    """
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return parse_visible_devices(env)
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
-            return parse_smi_listing(out)
-        except (OSError, subprocess.SubprocessError):
-            pass
-    if Path("/dev/nvidia0").exists():
-        try:
-            import torch
-
-            return [str(i) for i in range(torch.cuda.device_count())]
-        except Exception:  # noqa: BLE001 - a broken CUDA install means no GPUs for us
-            return []
-    return []
-
-
 # A job whose policy or reward model has more parameters than this is not for CPU workers
 # (Qwen2.5-0.5B has ~5e8; the embedded tiny zoo ~1e5): race run refuses it without --allow-cpu.
 CPU_MAX_PARAMS = 1e8
@@ -157,13 +94,6 @@ def refuse_cpu_for_big_models(configs: Sequence[dict], *, gpus: Sequence[str], a
                         "or pass --allow-cpu to run it on CPU anyway.")
 
 
-def cpu_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def gpu_slots(gpus: Sequence[str], gpus_per_job: int) -> list[Slot]:
     """Consecutive groups of `gpus_per_job` GPUs; GPUs left over (fewer than a group) stay unused."""
     groups = [list(gpus[i:i + gpus_per_job]) for i in range(0, len(gpus) - gpus_per_job + 1, gpus_per_job)]
@@ -186,7 +116,7 @@ def default_workers(cores: int, n_jobs: int) -> int:
 
 def make_slots(*, gpus: Sequence[str], gpus_per_job: int, workers: int | None, n_jobs: int,
                cores: int | None = None) -> list[Slot]:
-    cores = cores or cpu_cores()
+    cores = cores or machine.cpu_cores()
     if gpus:
         if gpus_per_job > 1 and any(g.startswith("MIG-") for g in gpus):
             raise RaceError(f"--gpus-per-job {gpus_per_job}: the visible GPUs are MIG devices, and a process can use "

@@ -161,9 +161,10 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
     job_command = job_command or default_job_command
     check: Callable[[list[dict]], None] | None = None
     if launcher == "local":  # hub-sized models on CPU workers only when asked (--allow-cpu)
-        from race_cli.pool.local import refuse_cpu_for_big_models, visible_gpus
+        from race_cli import machine
+        from race_cli.pool.local import refuse_cpu_for_big_models
 
-        gpus = visible_gpus()
+        gpus = machine.visible_gpus()
         check = lambda configs: refuse_cpu_for_big_models(configs, gpus=gpus, allow_cpu=allow_cpu)  # noqa: E731
 
     sweep = prepare_sweep(overrides, sweep_dir, yes=yes, max_jobs=max_jobs, runs_root=runs_root, say=say,
@@ -257,7 +258,8 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
               retry_failed: bool, grace_s: float, live: bool | None, job_command, say) -> int | None:
     """Run the jobs not yet done on this machine under the sweep lock; returns the stopping signal or None."""
     from race_cli.pool.display import Progress, make_display
-    from race_cli.pool.local import LocalPool, make_slots, visible_gpus
+    from race_cli import machine
+    from race_cli.pool.local import LocalPool, make_slots
     from race_cli.lock import SweepLock
 
     with SweepLock(sweep, say=say):
@@ -278,7 +280,7 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
             say(f"nothing to run: {counts['done']} done, {counts['failed']} failed"
                 + (" (--retry-failed reruns them)" if skipped_failed else ""))
             return None
-        slots = make_slots(gpus=visible_gpus(), gpus_per_job=gpus_per_job, workers=workers, n_jobs=len(todo))
+        slots = make_slots(gpus=machine.visible_gpus(), gpus_per_job=gpus_per_job, workers=workers, n_jobs=len(todo))
         where = (f"{len(slots)} GPU slot(s) of {gpus_per_job} GPU(s)" if slots[0].name.startswith("cuda")
                  else f"{len(slots)} CPU worker(s), {slots[0].env['OMP_NUM_THREADS']} thread(s) each")
         say(f"running {len(todo)} job(s) on {where}; {counts['done']} already done"

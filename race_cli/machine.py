@@ -1,0 +1,129 @@
+"""Every probe of the machine race runs on, once: GPUs, their memory, vLLM, CPU cores.
+
+The plan, the job and the pool ask these functions and pass the answers on: the backend
+rule (race_cli.cost.budget.resolve_backend), the memory plan and the pool's slots take them as
+arguments and never look at the machine themselves, so a test stubs a machine here, in one place.
+Nothing here imports torch at module level (`race plan` stays torch-free): only
+`visible_gpus`' last resort and `device_total_bytes` on a CUDA device import it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+
+def vllm_installed() -> bool:
+    """Whether vLLM can be imported here (found, not imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def gpu_visible(device: str) -> bool:
+    """Whether a job with `device` would run on a GPU here, judged without torch.
+
+    cpu -> no; cuda / cuda:N -> yes; auto -> an NVIDIA GPU is listed by the driver
+    (/proc/driver/nvidia/gpus) and CUDA_VISIBLE_DEVICES does not hide them all.
+    """
+    if device == "cpu":
+        return False
+    if device.startswith("cuda"):
+        return True
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
+
+
+def parse_smi_listing(text: str) -> list[str]:
+    """CUDA_VISIBLE_DEVICES ids from `nvidia-smi -L`: a GPU's index, or its MIG devices' UUIDs.
+
+        GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5d5b...)            -> "0"
+        GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-9e1f...)            (MIG on: its devices instead)
+          MIG 3g.20gb     Device  0: (UUID: MIG-c6d4...)            -> "MIG-c6d4..."
+          MIG 3g.20gb     Device  1: (UUID: MIG-0a7e...)            -> "MIG-0a7e..."
+
+    A MIG device can only be selected by its UUID, and a process uses at most one of them.
+    """
+    gpus: list[tuple[str, list[str]]] = []  # (index, its MIG UUIDs)
+    for line in text.splitlines():
+        m = re.match(r"\s*GPU (\d+):", line)
+        if m:
+            gpus.append((m.group(1), []))
+            continue
+        m = re.match(r"\s+MIG .*\(UUID: (MIG-[^)\s]+)\)", line)
+        if m and gpus:
+            gpus[-1][1].append(m.group(1))
+    return [dev for index, migs in gpus for dev in (migs or [index])]
+
+
+def parse_visible_devices(value: str) -> list[str]:
+    """CUDA_VISIBLE_DEVICES as ids: indices, GPU-/MIG- UUIDs (kept as written); '' or -1 first: none.
+
+    CUDA stops at the first invalid entry, and so does this: '0,-1,2' is ['0'].
+    """
+    ids: list[str] = []
+    for x in (x.strip() for x in value.split(",")):
+        if not x or x.startswith("-"):
+            break
+        ids.append(x)
+    return ids
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may use, without importing torch when nvidia-smi can tell.
+
+    CUDA_VISIBLE_DEVICES, when set, is the answer (indices or UUIDs; '' or -1: none). Else
+    `nvidia-smi -L` (MIG devices by UUID, see parse_smi_listing); else, only where an NVIDIA
+    device node exists, torch.cuda.device_count().
+    """
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return parse_visible_devices(env)
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
+            return parse_smi_listing(out)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    if Path("/dev/nvidia0").exists():
+        try:
+            import torch
+
+            return [str(i) for i in range(torch.cuda.device_count())]
+        except Exception:  # noqa: BLE001 - a broken CUDA install means no GPUs for us
+            return []
+    return []
+
+
+def gpu_total_bytes() -> int | None:
+    """Total memory of the first visible NVIDIA GPU via nvidia-smi (no torch import); None without one."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout
+        return int(float(out.strip().splitlines()[0])) * 2**20  # MiB
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def device_total_bytes(device: str) -> int:
+    """Total memory of the CUDA device a job resolved (`cuda:N`), through torch (the job has it loaded)."""
+    import torch
+
+    return torch.cuda.get_device_properties(torch.device(device)).total_memory
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity mask), else all of the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
