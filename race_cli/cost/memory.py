@@ -47,11 +47,10 @@ import re
 from dataclasses import dataclass, field, replace
 
 from race_cli.cost.budget import job_backend
-from race_cli.cost.flops import Arch
+from race_cli.cost.flops import LAYER_MATRICES, Arch
 from race_cli.errors import RaceError
 
 GiB = 2**30
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LOGIT_BLOCK = 256 * 151_936  # logits (rows x vocabulary) alive at once in the log-probs: 256 rows at Qwen2.5's V
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 HEADROOM = 0.9  # plan to use at most this share of the device (allocator fragmentation, CUDA context, buffers)
@@ -61,16 +60,16 @@ VLLM_HEADROOM_BYTES = 2 * GiB  # vLLM's activations, CUDA graphs and sampler buf
 # --- parameters ------------------------------------------------------------------------------------
 
 
-def _dims(a: Arch) -> tuple[int, int, int, int, int, int, int]:
-    dh = a.head_dim or a.hidden_size // a.num_attention_heads
-    return (a.hidden_size, a.num_attention_heads * dh, a.num_key_value_heads * dh, a.intermediate_size,
-            a.num_attention_heads, a.num_hidden_layers, a.vocab_size)
+def _widths(a: Arch) -> tuple[int, int]:
+    """(q, k): the query width h·d_h and the key/value width h_kv·d_h (the output sizes of Arch.matrices)."""
+    m = a.matrices()
+    return m["q_proj"][1], m["k_proj"][1]
 
 
 def layer_params(a: Arch) -> int:
     """Weights of one decoder layer: projections (+ q/k/v biases) and two RMSNorm scales."""
-    d, q, k, f, _, _, _ = _dims(a)
-    return d * (q + 2 * k) + (q + 2 * k) + q * d + 3 * d * f + 2 * d
+    q, k = _widths(a)
+    return sum(i * o for i, o in a.matrices().values()) + (q + 2 * k) + 2 * a.hidden_size
 
 
 def model_params(a: Arch, *, tied: bool = False, head_outputs: int | None = None) -> int:
@@ -80,12 +79,10 @@ def model_params(a: Arch, *, tied: bool = False, head_outputs: int | None = None
     return V * d + a.num_hidden_layers * layer_params(a) + d + (0 if tied and head_outputs is None else head)
 
 
-def lora_params(a: Arch, r: int, targets: tuple[str, ...] = LORA_TARGETS) -> int:
+def lora_params(a: Arch, r: int, targets: tuple[str, ...] = LAYER_MATRICES) -> int:
     """Adapter weights: r·(d_in + d_out) per adapted matrix per layer."""
-    d, q, k, f, _, L, _ = _dims(a)
-    shapes = {"q_proj": (d, q), "k_proj": (d, k), "v_proj": (d, k), "o_proj": (q, d),
-              "gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}
-    return L * sum(r * sum(shapes[t]) for t in targets if t in shapes)
+    shapes = a.matrices()
+    return a.num_hidden_layers * sum(r * sum(shapes[t]) for t in targets if t in shapes)
 
 
 # --- activations -----------------------------------------------------------------------------------
@@ -93,7 +90,8 @@ def lora_params(a: Arch, r: int, targets: tuple[str, ...] = LORA_TARGETS) -> int
 
 def layer_activation_bytes(a: Arch, lora_r: int | None) -> int:
     """Bytes autograd saves per token in one decoder layer (see the module docstring), bf16 weights."""
-    d, q, k, f, h, _, _ = _dims(a)
+    d, f, h = a.hidden_size, a.intermediate_size, a.num_attention_heads
+    q, k = _widths(a)
     kv_saved = q if a.num_attention_heads > a.num_key_value_heads else k  # repeat_kv copies K, V to h heads
     attn = 4 * q + 4 * kv_saved + 4 * h  # q after RoPE, K, V, output (2 bytes each) + float32 log-sum-exp
     if lora_r:
@@ -103,8 +101,7 @@ def layer_activation_bytes(a: Arch, lora_r: int | None) -> int:
 
 def layer_backward_bytes(a: Arch) -> int:
     """Gradient temporaries per token while one layer runs backward (float32 hidden grads, MLP grads)."""
-    d, _, _, f, _, _, _ = _dims(a)
-    return 12 * d + 6 * f
+    return 12 * a.hidden_size + 6 * a.intermediate_size
 
 
 def block_rows(vocab: int) -> int:
@@ -120,14 +117,15 @@ def logprob_bytes(rows: int, vocab: int, dtype_bytes: int, *, grad: bool) -> int
 
 def kv_cache_bytes(a: Arch, tokens: int, dtype_bytes: int) -> int:
     """K and V of every layer for `tokens` cached positions."""
-    _, _, k, _, _, L, _ = _dims(a)
-    return 2 * L * k * dtype_bytes * tokens
+    _, k = _widths(a)
+    return 2 * a.num_hidden_layers * k * dtype_bytes * tokens
 
 
 def inference_layer_bytes(a: Arch, lora_r: int | None = None) -> int:
     """Per-token transient of one layer's no-grad forward: the MLP's gate, up, SiLU, product, residuals
     (+ the float32 copy of the down projection's input that a LoRA adapter makes)."""
-    d, q, k, f, _, _, _ = _dims(a)
+    d, f = a.hidden_size, a.intermediate_size
+    q, k = _widths(a)
     return 8 * f + 4 * q + 4 * k + 8 * d + (4 * f if lora_r else 0)
 
 
@@ -142,7 +140,7 @@ class MemSpec:
     tied: bool = False  # tie_word_embeddings (Qwen2.5 0.5B-3B): one V x d matrix for input and head
     dtype_bytes: int = 2  # policy weights (bf16 on GPU)
     lora_r: int | None = 16  # None = full fine-tuning
-    lora_targets: tuple[str, ...] = LORA_TARGETS
+    lora_targets: tuple[str, ...] = LAYER_MATRICES
     sequences: int = 64  # N = B·G completions per iteration
     prompt_len: int = 150  # padded prompt length, tokens
     completion_len: int = 48  # max_new_tokens

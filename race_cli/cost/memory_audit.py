@@ -25,8 +25,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from race_cli.cost.flops import Arch
-from race_cli.cost.memory import LORA_TARGETS, MemSpec, job_memory, kv_cache_bytes, logprob_forward_bytes, model_params, reward_bytes, resident_bytes, rollout_bytes, update_bytes
+from race_cli.cost.flops import LAYER_MATRICES, Arch
+from race_cli.cost.memory import MemSpec, job_memory, kv_cache_bytes, logprob_forward_bytes, model_params, reward_bytes, resident_bytes, rollout_bytes, update_bytes
 
 
 class PeakTracker:
@@ -107,7 +107,7 @@ def fake_model(arch: Arch, *, dtype: str = "bfloat16", lora_r: int | None = 32, 
         if lora_r:
             from peft import LoraConfig, get_peft_model
 
-            model = get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules=list(LORA_TARGETS),
+            model = get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules=list(LAYER_MATRICES),
                                                      task_type="CAUSAL_LM"))
         if grad_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -9,6 +9,7 @@ import sys
 from typing import Any, Sequence
 
 from race_cli.errors import RaceError
+from race_cli.fmt import pct
 
 
 def fmt_flops(x: float) -> str:
@@ -16,10 +17,6 @@ def fmt_flops(x: float) -> str:
     text = f"{x:.3g}"
     mant, _, exp = text.partition("e")
     return f"{mant}e{int(exp)}" if exp else mant
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
 
 
 def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
@@ -59,8 +56,8 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
         extra = [str(_lookup(job.config, k)) for k in swept]
         table.add_row(r["job_id"], r["model"], str(r["group_size"]), str(r["updates_per_batch"]), r["reward"],
                       *extra, fmt_flops(r["budget_flops"]), _iterations(r), fmt_flops(r["planned_flops_total"]),
-                      _pct(r["budget_used"]),
-                      _pct(r["share_search"]), _pct(r["share_learning"]), _pct(r["share_feedback"]),
+                      pct(r["budget_used"]),
+                      pct(r["share_search"]), pct(r["share_learning"]), pct(r["share_feedback"]),
                       f"{r['p']:.2f}", fmt_flops(r["tokens_prompt"] + r["tokens_completion"]),
                       _peak(r), f"{r.get('micro_batch_size', '')}{'+ckpt' if r.get('grad_checkpointing') else ''}")
     total = sum(r["planned_flops_total"] for r in rows)
@@ -68,10 +65,10 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
     tokens = sum(r["tokens_prompt"] + r["tokens_completion"] for r in rows)
     table.add_section()
     table.add_row("total", "", "", "", "", *[""] * len(swept), fmt_flops(budget),
-                  str(sum(r["iterations"] for r in rows)), fmt_flops(total), _pct(total / budget),
-                  _pct(sum(r["planned_flops_rollout"] for r in rows) / total),
-                  _pct(sum(r["planned_flops_update"] for r in rows) / total),
-                  _pct(sum(r["planned_flops_reward"] for r in rows) / total), "", fmt_flops(tokens),
+                  str(sum(r["iterations"] for r in rows)), fmt_flops(total), pct(total / budget),
+                  pct(sum(r["planned_flops_rollout"] for r in rows) / total),
+                  pct(sum(r["planned_flops_update"] for r in rows) / total),
+                  pct(sum(r["planned_flops_reward"] for r in rows) / total), "", fmt_flops(tokens),
                   _peak(max(rows, key=lambda r: r.get("planned_peak_bytes", 0))), "")
     Console(file=out, width=max(160, Console(file=out).width)).print(table)
 
@@ -132,12 +129,12 @@ def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2
     for k, label in names.items():
         f = job.per_iteration[k]
         table.add_row(label, fmt_flops(f.model), fmt_flops(f.executed), fmt_flops(pl["flops"][k]),
-                      fmt_flops(pl["executed_flops"][k]), _pct(pl["flops"][k] / total if total else 0))
+                      fmt_flops(pl["executed_flops"][k]), pct(pl["flops"][k] / total if total else 0))
     per_it = sum(f.model for f in job.per_iteration.values())
     per_it_x = sum(f.executed for f in job.per_iteration.values())
     table.add_section()
     table.add_row("total", fmt_flops(per_it), fmt_flops(per_it_x), fmt_flops(total),
-                  fmt_flops(pl["executed_flops"]["total"]), _pct(total / c["budget"]["flops"]) + " of budget")
+                  fmt_flops(pl["executed_flops"]["total"]), pct(total / c["budget"]["flops"]) + " of budget")
     console.print(table)
     console.print(f"planning lengths: prompt {c['task']['prompt_tokens']:g} tokens, completion "
                   f"{completion_estimate(c):g} tokens (rollout.expected_completion_tokens); the job's live ledger uses real counts.", highlight=False)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from race_cli.fmt import pct
 from race_cli.io import dumps
 from race_cli.report.recommend import CAVEAT, recommendation_text
 
@@ -25,10 +26,6 @@ def _f(v: Any, nd: int = 3) -> str:
     if isinstance(v, (float, np.floating)):
         return f"{v:.{nd}f}"
     return str(v)
-
-
-def _pct(v: Any) -> str:
-    return "–" if v is None or not np.isfinite(v) else f"{100 * v:.0f}%"
 
 
 def _flops(v: float) -> str:
@@ -74,8 +71,8 @@ def ranking_rows(g: pd.DataFrame) -> list[list[str]]:
                      f"{_f(r['mean'])} [{_f(r['ci_lo'])}, {_f(r['ci_hi'])}]",
                      _f(r.get("start", np.nan)), gain_cell(r), beats, _f(r["p_best"], 2),
                      "yes" if r["tied_best"] else "no", _f(r.get("p", np.nan)),
-                     " / ".join(_pct(r.get(f"share_{n}", np.nan)) for n in ["search", "learning", "feedback"]),
-                     _pct(r.get("budget_spent", np.nan)), str(r["n_seeds"])])
+                     " / ".join(pct(r.get(f"share_{n}", np.nan), 0) for n in ["search", "learning", "feedback"]),
+                     pct(r.get("budget_spent", np.nan), 0), str(r["n_seeds"])])
     return rows
 
 
@@ -165,7 +162,7 @@ def _pstar(r: pd.Series) -> str:
 
 
 def _share(totals: dict, ph: str) -> str:
-    return _pct(totals[ph] / totals["total"]) if totals["total"] > 0 else "–"
+    return pct(totals[ph] / totals["total"], 0) if totals["total"] > 0 else "–"
 
 
 # --- markdown ----------------------------------------------------------------------------
