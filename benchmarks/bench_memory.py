@@ -41,7 +41,7 @@ def old_completion_logprobs(model, ids, attn, comp, temperature: float = 1.0):
 def peak(n: int, P: int, C: int, *, old: bool, ckpt: bool = False) -> int:
     import torch
 
-    from race_cli.engine.job import completion_logprobs
+    from race_cli.engine.logprobs import completion_logprobs
     from race_cli.cost.memory_audit import QWEN_05B, _start, fake_model
 
     fm = fake_model(QWEN_05B, lora_r=32, tie=True, grad_checkpointing=ckpt)

@@ -11,7 +11,8 @@ import torch
 
 from race_cli.cost import flops as ledger, memory
 from race_cli.engine import grpo
-from race_cli.engine.job import Job, completion_logprobs
+from race_cli.engine.job import Job
+from race_cli.engine.logprobs import completion_logprobs
 from race_cli.engine.rollout import Rollout
 from race_cli.engine.setup import dtype_kwarg
 from race_cli.errors import RaceError

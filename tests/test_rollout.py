@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from race_cli.engine.job import completion_logprobs
+from race_cli.engine.logprobs import completion_logprobs
 from race_cli.engine.rollout import HFRollout, choose_backend, left_pad
 from race_cli.errors import RaceError
 from race_cli.cost.flops import Arch, Lora, generate_flops

@@ -9,7 +9,7 @@ kernel runs its shape logic, no memory is allocated, so a 7B update at the pilot
 returns, keys it by its storage, and frees it when the storage dies (weakref finalizer): its
 `peak` is the high-water mark of live tensor bytes, what `torch.cuda.max_memory_allocated`
 reports on a GPU (minus the caching allocator's rounding). What runs is the engine's own code:
-`job.completion_logprobs` (chunked log-probs), the GRPO policy-gradient loss, backward, AdamW.
+`logprobs.completion_logprobs` (chunked log-probs), the GRPO policy-gradient loss, backward, AdamW.
 
 Departure from a GPU run: fake tensors cannot answer data-dependent questions, so the batch has no
 padding and is passed without an attention mask (HF's SDPA path on CPU still materialises the
@@ -154,7 +154,7 @@ def measure_update(arch: Arch, *, n: int, prompt_len: int, completion_len: int, 
     """
     import torch
 
-    from race_cli.engine.job import completion_logprobs
+    from race_cli.engine.logprobs import completion_logprobs
 
     fm = fake_model(arch, dtype=dtype, lora_r=lora_r, grad_checkpointing=grad_checkpointing, tie=tied)
     with fm.mode:
@@ -180,7 +180,7 @@ def measure_logprob_forward(arch: Arch, *, n: int, prompt_len: int, completion_l
     """Peak bytes of the no-grad log-prob forward (old policy / reference) on n sequences."""
     import torch
 
-    from race_cli.engine.job import completion_logprobs
+    from race_cli.engine.logprobs import completion_logprobs
 
     fm = fake_model(arch, dtype=dtype, lora_r=lora_r, tie=tied)
     with fm.mode:
