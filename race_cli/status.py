@@ -22,6 +22,7 @@ import socket
 from pathlib import Path
 from typing import Any, Sequence
 
+from race_cli import folder
 from race_cli.io import atomic_write_json, read_json
 
 STATES = ("pending", "running", "done", "failed", "interrupted")
@@ -57,7 +58,7 @@ def read_status(job_dir: Path) -> dict[str, Any]:
             why = f"attempts={str(attempts)[:20]!r} is not a count"
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         why = f"{type(exc).__name__}"
-    attempts = attempts_from_log(Path(job_dir) / "log.txt")
+    attempts = attempts_from_log(folder.log_file(job_dir))
     return {"job_id": Path(job_dir).name, "state": "pending", "attempts": attempts,
             "error": f"status.json was unreadable ({why}) and was rebuilt; {attempts} earlier attempt(s) "
                      "counted from log.txt"}
@@ -111,7 +112,7 @@ def last_metric(job_dir: Path, key: str = "flops/total", max_bytes: int = 65_536
 
     Reads only the end of the file; a torn last line (a write in progress) is skipped.
     """
-    path = Path(job_dir) / "metrics.jsonl"
+    path = folder.metrics_file(job_dir)
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -169,7 +170,7 @@ def end_attempt(job_dir: Path, returncode: int, *, stopped: bool) -> dict[str, A
     - anything else: `failed`, with the exit code, a one-line error and the log tail.
     """
     status = read_status(job_dir)
-    log = log_tail(Path(job_dir) / "log.txt")
+    log = log_tail(folder.log_file(job_dir))
     child_state = status.get("state")
     status.update(exit_code=returncode, log_tail=log, finished=now_iso())
     if returncode == 0 and child_state == "done":
@@ -201,7 +202,7 @@ def adopt_orphans(sweep_dir: Path, states: dict[str, str]) -> list[str]:
     """Jobs still marked running while we hold the lock: their race run died. Mark them interrupted."""
     orphans = [j for j, s in states.items() if s == "running"]
     for j in orphans:
-        update_status(Path(sweep_dir) / "jobs" / j, state="interrupted", stop_reason="signal",
+        update_status(folder.job_dir(sweep_dir, j), state="interrupted", stop_reason="signal",
                          error="the race run that ran it stopped without closing it; resumed by the next run")
         states[j] = "interrupted"
     return orphans
@@ -211,12 +212,12 @@ def sweep_temp_files(sweep_dir: Path) -> int:
     """Remove temp files of atomic writes cut short by a kill (.NAME.XXXX.tmp, race_cli.io's pattern)
     from the job folders; safe only under the sweep lock, when no process of this sweep is writing."""
     n = 0
-    for pattern in ("jobs/*/.*.tmp", "jobs/*/*/.*.tmp"):
-        for tmp in Path(sweep_dir).glob(pattern):
+    for pattern in ("*/.*.tmp", "*/*/.*.tmp"):
+        for tmp in folder.jobs_dir(sweep_dir).glob(pattern):
             tmp.unlink(missing_ok=True)
             n += 1
     return n
 
 
 def read_states(sweep_dir: Path, job_ids: Sequence[str]) -> dict[str, str]:
-    return {j: read_status(Path(sweep_dir) / "jobs" / j)["state"] for j in job_ids}
+    return {j: read_status(folder.job_dir(sweep_dir, j))["state"] for j in job_ids}

@@ -1,10 +1,14 @@
 """The package's layers: who may import whom (read from the source, lazy imports included).
 
-    plan -> budget -> ledger        engine -> budget, status        pool -> plan, status, report
-    rewards -> tasks                status below plan, engine and pool
+    errors, io, fmt, machine, folder       the shared bottom (folder: the sweep folder's paths)
+    answers -> errors                      pure answer checkers, below tasks and rewards
+    config -> tasks -> answers             what a job is
+    cost -> config (no torch, no files; the two audits measure the engine's own code)
+    plan -> cost, config, status           engine -> cost, config, tasks, rewards, status
+    pool -> plan, engine (by process), report      report -> cost
 
-No import cycle between modules; engine/ imports neither plan nor pool/; pool/command.py and
-pool/slurm.py do not import each other both ways; tasks/ does not import rewards/.
+No import cycle; engine/ imports neither plan/ nor pool/; only race_cli/folder.py spells the paths
+of a sweep folder (docs/files.md).
 """
 
 from __future__ import annotations
@@ -13,13 +17,6 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "race_cli"
-
-# tasks/gsm8k.py still reads rewards.rule.normalize_number (that file belongs to another change in
-# flight); every other tasks -> rewards import is refused.
-# tasks that read answers with the rewards' pure answer checkers (no torch); moving the checkers
-# (rule.normalize_number, graders, math_answer) below tasks/ would remove these
-KNOWN_UPWARD = {("race_cli.tasks.gsm8k", "race_cli.rewards.rule"), ("race_cli.tasks.jsonl", "race_cli.answers.graders"),
-                ("race_cli.tasks.jsonl", "race_cli.answers.math")}
 
 
 def modules() -> dict[str, Path]:
@@ -44,6 +41,14 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                 base = ".".join(up + ([base] if base else []))
             found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
     return {m for m in found if m in known and m != name}
+
+
+def third_party(path: Path) -> set[str]:
+    """Top-level names of every module `path` imports that is not race_cli's."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level}
+    return names - {"race_cli", ""}
 
 
 def graph() -> dict[str, set[str]]:
@@ -83,19 +88,46 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def under(mod: str, *packages: str) -> bool:
+    return any(mod == f"race_cli.{p}" or mod.startswith(f"race_cli.{p}.") for p in packages)
+
+
 def test_the_checker_sees_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     g = graph()
     assert "race_cli.cost.budget" in g["race_cli.plan.build"] and "race_cli.cost.flops" in g["race_cli.cost.budget"]
 
 
-# The one cycle left, through function-level imports: rewards.rule hands MATH answers to
-# rewards.graders (rule_reward(grader=...)), whose number grader reuses rule's check.
-KNOWN_CYCLES = [["race_cli.answers.graders", "race_cli.rewards.rule"]]
-
-
 def test_no_module_imports_itself_back():
-    assert [c for c in cycles(graph()) if c not in KNOWN_CYCLES] == []
+    assert cycles(graph()) == []
+
+
+def test_answers_import_only_errors():
+    g = graph()
+    bad = {m: deps for m, deps in g.items() if under(m, "answers") and not all(
+        under(d, "answers") or d == "race_cli.errors" for d in deps)}
+    assert bad == {}
+    for m, path in modules().items():
+        if under(m, "answers"):
+            assert third_party(path) <= {"__future__", "cmath", "math", "re", "typing", "unicodedata", "fractions",
+                                         "math_verify"}, m
+
+
+def test_cost_is_pure():
+    """cost/ imports no torch and opens no files; the audits alone run torch, on the engine's own code."""
+    g = graph()
+    audits = {"race_cli.cost.flops_audit", "race_cli.cost.memory_audit"}
+    for m, path in modules().items():
+        if not under(m, "cost"):
+            continue
+        if m in audits:
+            assert all(under(d, "cost", "engine") or d == "race_cli.errors" for d in g[m]), m
+            assert not any(under(d, "engine.job", "engine.setup", "plan", "pool", "report") for d in g[m]), m
+            continue
+        assert all(under(d, "cost") or d == "race_cli.errors" for d in g[m]), (m, g[m])
+        assert third_party(path) <= {"__future__", "math", "re", "collections", "dataclasses", "typing"}, m
+        src = path.read_text(encoding="utf-8")
+        assert "open(" not in src and "read_text(" not in src and "write_text(" not in src, m
 
 
 def test_layers_point_one_way():
@@ -103,22 +135,59 @@ def test_layers_point_one_way():
     bad = []
     for mod, deps in g.items():
         for dep in deps:
-            if mod.startswith("race_cli.engine") and (dep == "race_cli.plan.build" or dep.startswith("race_cli.pool")):
+            if under(mod, "engine") and under(dep, "plan", "pool", "report"):
                 bad.append((mod, dep))
-            if mod in ("race_cli.cost.budget", "race_cli.status", "race_cli.cost.flops") and dep.startswith(
-                    ("race_cli.plan.build", "race_cli.engine", "race_cli.pool", "race_cli.report")):
+            if under(mod, "tasks") and under(dep, "rewards", "engine", "zoo"):
                 bad.append((mod, dep))
-            if mod.startswith("race_cli.tasks") and dep.startswith("race_cli.rewards") \
-                    and (mod, dep) not in KNOWN_UPWARD:
+            if under(mod, "config", "answers", "tasks") and under(dep, "cost", "plan", "engine", "pool", "report"):
+                bad.append((mod, dep))
+            if mod in ("race_cli.status", "race_cli.folder", "race_cli.machine", "race_cli.io", "race_cli.lock",
+                       "race_cli.fmt") and under(dep, "cost", "plan", "engine", "pool", "report", "rewards", "zoo"):
+                bad.append((mod, dep))
+            if under(mod, "report") and under(dep, "plan", "engine", "pool"):
                 bad.append((mod, dep))
     assert bad == []
     assert "race_cli.pool.run" not in g["race_cli.pool.slurm"]
 
 
-def test_budget_imports_no_torch_and_no_io():
-    src = (PKG / "cost" / "budget.py").read_text(encoding="utf-8")
-    tree = ast.parse(src)
-    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert names <= {"__future__", "math", "collections", "dataclasses", "typing", "race_cli"}
-    assert "open(" not in src
+def test_machine_is_probed_in_machine_py_only():
+    """find_spec, nvidia-smi and the driver's GPU listing: one module asks them."""
+    for m, path in modules().items():
+        if m == "race_cli.machine":
+            continue
+        src = path.read_text(encoding="utf-8")
+        for probe in ("find_spec(", '"nvidia-smi"', "/proc/driver/nvidia", "sched_getaffinity", "cpu_count(",
+                      "get_device_properties("):
+            assert probe not in src, (m, probe)
+
+
+SWEEP_NAMES = {"jobs", "plan.json", "plan.csv", "multirun.yaml", ".hydra", "config.yaml", "overrides.yaml",
+               "summary.json", "ledger.json", "metrics.jsonl", "log.txt"}
+
+
+def spelled_paths(path: Path) -> list[str]:
+    """Sweep-folder names used to build a path in `path`: an operand of `/`, or an argument of Path(),
+    os.path.join, joinpath or glob; docstrings, messages and JSON keys do not count."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            operands = [node.left, node.right]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "glob", "rglob", "joinpath", "join", "Path"):
+            operands = list(node.args)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Path":
+            operands = list(node.args)
+        else:
+            continue
+        for o in operands:
+            if isinstance(o, ast.Constant) and isinstance(o.value, str):
+                parts = set(o.value.split("/"))
+                if parts & SWEEP_NAMES and (o.value in SWEEP_NAMES or "*" in o.value or o.value.count("/")):
+                    found.append(o.value)
+    return found
+
+
+def test_only_folder_py_spells_the_sweep_folder():
+    assert spelled_paths(PKG / "folder.py")  # the check sees the paths where they are spelled
+    bad = {m: spelled_paths(p) for m, p in modules().items() if m != "race_cli.folder" and spelled_paths(p)}
+    assert bad == {}

@@ -21,7 +21,8 @@ import pytest
 from race_cli.errors import RaceError
 from race_cli.io import read_json, read_jsonl
 from race_cli import status as st
-from race_cli.pool.run import prepare_sweep, run_main
+from race_cli.plan.build import prepare_sweep
+from race_cli.pool.run import run_main
 from race_cli.status import select_jobs
 from race_cli.machine import visible_gpus
 from race_cli.pool.local import LocalPool, cpu_slots, gpu_slots, longest_first, make_slots

@@ -125,7 +125,7 @@ def test_no_regime_beats_its_start_opens_the_section_and_the_run_summary(tmp_pat
     doc = json.loads((root / "report" / "report.json").read_text())
     assert doc["recommendations"][0]["no_gain"].startswith(NO_GAIN)
 
-    from race_cli.pool.run import print_report_top
+    from race_cli.report.command import print_report_top
 
     said: list[str] = []
     print_report_top(root, said.append)
@@ -140,7 +140,7 @@ def test_the_sentence_is_absent_when_a_regime_beats_its_start(tmp_path):
     assert "beats its starting policy" not in md and "beats its starting policy" not in terminal
     assert "Worth validating for arithmetic" in md
 
-    from race_cli.pool.run import print_report_top
+    from race_cli.report.command import print_report_top
 
     said: list[str] = []
     print_report_top(root, said.append)

@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
+from race_cli import folder
 from race_cli.engine import checkpoint as ckpt_io
 from race_cli.engine.grpo import GrpoLoss, group_advantages, grpo_loss
 from race_cli.engine.logprobs import completion_logprobs
@@ -79,7 +80,7 @@ class Job:
         self.cfg_dict = OmegaConf.to_container(cfg, resolve=True)
         self.log = log or (lambda msg: print(msg, flush=True))
         self.job_id = self.job_dir.name
-        self.metrics_path = self.job_dir / "metrics.jsonl"
+        self.metrics_path = folder.metrics_file(self.job_dir)
         from race_cli.engine.loggers import NullLogger
 
         self.logger = NullLogger()  # the real one opens in start_or_resume (it needs the resume step)
@@ -111,7 +112,7 @@ class Job:
         self.train_items = self.task.train_items()
         self.targets = build_targets(c, self.task)
         self.policy = S.load_policy(c, self.device, self.dtype, self.log)
-        # tiny float32 LoRA policies train faster with each adapted matrix merged (ledger.merged_lora_update)
+        # tiny float32 LoRA policies train faster with each adapted matrix merged (flops.merged_lora_update)
         merge = merged_lora_update(self.policy.arch, self.policy.lora, dropout=float(c.lora.dropout),
                                    grad_checkpointing=bool(c.grpo.grad_checkpointing), float32=self.dtype == torch.float32)
         self.micro_batch, self.grad_checkpointing = S.resolve_micro_batch(self.cfg_dict, self.device, merged_lora=merge)
@@ -422,7 +423,7 @@ class Job:
             checkpoint = i % c.checkpoint.every == 0 or last
             # atomic every iteration, durable (fsync) at checkpoints: a resume cuts metrics back to the
             # checkpoint and rewrites the ledger, so nothing after it needs to survive a power loss
-            atomic_write_json(self.job_dir / "ledger.json", self.ledger_json(), durable=checkpoint)
+            atomic_write_json(folder.ledger_file(self.job_dir), self.ledger_json(), durable=checkpoint)
             self.log(f"iter {i}: reward {line['train/reward_mean']:.3f} loss {line['train/loss']:+.4f} "
                      f"len {line['train/completion_len']:.1f} flops {line['flops/total']:.3g}/{budget:.3g}"
                      + "".join(f" {k[5:-9]} {v:.3f}" for k, v in line.items() if k.startswith("eval/")))
@@ -465,8 +466,8 @@ class Job:
                 self.save_checkpoint()
                 final = ckpt_io.find(self.job_dir)
             ckpt_io.publish_adapter(final.path, self.job_dir)
-            atomic_write_json(self.job_dir / "ledger.json", self.ledger_json())
-            atomic_write_json(self.job_dir / "summary.json", self.summary_json(stop))
+            atomic_write_json(folder.ledger_file(self.job_dir), self.ledger_json())
+            atomic_write_json(folder.summary_file(self.job_dir), self.summary_json(stop))
         except RaceError as exc:
             self.set_status(state="failed", stop_reason="error", error=str(exc).splitlines()[0], finished=_now(),
                             exit_code=2)

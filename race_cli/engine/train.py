@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from race_cli.errors import RaceError
+from race_cli.folder import hydra_dir, job_config, job_overrides, summary_file
 
 
 def _write_job_config(job_dir: Path, cfg, overrides: list[str]) -> None:
@@ -22,16 +23,15 @@ def _write_job_config(job_dir: Path, cfg, overrides: list[str]) -> None:
 
     from race_cli.io import atomic_write_text
 
-    hydra = job_dir / ".hydra"
-    hydra.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(hydra / "config.yaml", OmegaConf.to_yaml(cfg))
-    atomic_write_text(hydra / "overrides.yaml", yaml.safe_dump(list(overrides), default_flow_style=False))
+    hydra_dir(job_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(job_config(job_dir), OmegaConf.to_yaml(cfg))
+    atomic_write_text(job_overrides(job_dir), yaml.safe_dump(list(overrides), default_flow_style=False))
 
 
 def _saved_overrides(job_dir: Path) -> list[str]:
     import yaml
 
-    path = job_dir / ".hydra" / "overrides.yaml"
+    path = job_overrides(job_dir)
     if not path.is_file():
         return []
     try:
@@ -49,7 +49,9 @@ def _never_trained(job_dir: Path) -> bool:
     worth keeping, so `race train --out` may give it a corrected config."""
     from race_cli.status import read_status
 
-    if any((job_dir / name).exists() for name in ("checkpoint", ".checkpoint.old", "summary.json")):
+    from race_cli.engine import checkpoint
+
+    if any(p.exists() for p in (job_dir / checkpoint.NAME, job_dir / checkpoint.OLD, summary_file(job_dir))):
         return False
     return read_status(job_dir).get("state") in ("pending", "failed")
 
@@ -66,7 +68,7 @@ def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | No
     overrides = list(overrides or [])
     if out is not None:
         folder = Path(out)
-        saved = folder / ".hydra" / "config.yaml"
+        saved = job_config(folder)
         if saved.is_file() and _saved_overrides(folder) != overrides and _never_trained(folder):
             cfg = compose(overrides)  # a corrected command for a job that failed before its first checkpoint
             print(f"{folder}: replacing the config of a job that never reached a checkpoint "
@@ -86,7 +88,7 @@ def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | No
         if overrides:
             raise RaceError(f"--job-dir takes no overrides (got {' '.join(overrides)}): the job's config is "
                             f"{folder}/.hydra/config.yaml. Use --out DIR to compose a new job instead.")
-        cfg = load_job_config(folder / ".hydra" / "config.yaml")
+        cfg = load_job_config(job_config(folder))
         overrides = _saved_overrides(folder)
     from race_cli.engine.job import Job  # imports torch
 

@@ -22,11 +22,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from race_cli import machine
 from race_cli.cost.budget import BudgetPlan, check_fits, job_backend, plan_budget, reward_name, shares
 from race_cli.errors import RaceError
+from race_cli.folder import (default_sweep_dir, hydra_dir, is_sweep, job_config, job_configs, job_dir, job_overrides,
+                             multirun_yaml, plan_csv, plan_json)
 from race_cli.cost.memory import memory_row
 
 MAX_JOBS = 512  # a larger sweep needs --yes
@@ -51,7 +53,7 @@ class PlannedJob:
 
     @property
     def per_iteration(self) -> dict:
-        """Phase -> ledger.Flops of one full iteration."""
+        """Phase -> flops.Flops of one full iteration."""
         return self.budget.per_iteration if self.budget else {}
 
     def planned(self) -> dict[str, Any]:
@@ -273,7 +275,7 @@ def write_sweep(plan: Plan, sweep_dir: str | os.PathLike) -> bool:
     sweep_dir = Path(sweep_dir)
     rows = plan.rows()
     if sweep_dir.exists():
-        existing = sweep_dir / "plan.json"
+        existing = plan_json(sweep_dir)
         if not existing.is_file():
             if sweep_dir.is_dir() and not any(sweep_dir.iterdir()):
                 sweep_dir.rmdir()
@@ -305,15 +307,15 @@ def write_sweep(plan: Plan, sweep_dir: str | os.PathLike) -> bool:
             "budget_flops": sorted({j.config["budget"]["flops"] for j in plan.jobs}),
             "created": created,
         }
-        (tmp / "multirun.yaml").write_text(yaml.safe_dump(multirun, sort_keys=False), encoding="utf-8")
-        atomic_write_json(tmp / "plan.json", rows)
-        _write_csv(tmp / "plan.csv", rows)
+        multirun_yaml(tmp).write_text(yaml.safe_dump(multirun, sort_keys=False), encoding="utf-8")
+        atomic_write_json(plan_json(tmp), rows)
+        _write_csv(plan_csv(tmp), rows)
         for job in plan.jobs:
-            hydra = tmp / "jobs" / job.job_id / ".hydra"
-            hydra.mkdir(parents=True)
-            (hydra / "config.yaml").write_text(yaml.safe_dump(job.config, sort_keys=False), encoding="utf-8")
-            (hydra / "overrides.yaml").write_text(yaml.safe_dump(job.overrides), encoding="utf-8")
-            write_status(hydra.parent, pending_status(job.job_id, created))
+            folder = job_dir(tmp, job.job_id)
+            hydra_dir(folder).mkdir(parents=True)
+            job_config(folder).write_text(yaml.safe_dump(job.config, sort_keys=False), encoding="utf-8")
+            job_overrides(folder).write_text(yaml.safe_dump(job.overrides), encoding="utf-8")
+            write_status(folder, pending_status(job.job_id, created))
         os.replace(tmp, sweep_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -331,3 +333,33 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         w.writeheader()
         w.writerows(rows)
     path.write_text(buf.getvalue(), encoding="utf-8")
+
+
+# --- the sweep `race run` runs ----------------------------------------------------------------
+
+def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool, max_jobs: int,
+                  runs_root: Path = Path("runs"), say: Callable[[str], None] = print,
+                  check: Callable[[list[dict]], None] | None = None) -> Path:
+    """The sweep folder to run: an existing one as it is (--sweep-dir, no overrides), else the plan
+    of `overrides` written (or found unchanged) at --sweep-dir or the default folder.
+    `check(job configs)` may refuse the sweep (RaceError) before anything is written."""
+    if sweep_dir is not None and not overrides and is_sweep(sweep_dir):
+        say(f"sweep: {sweep_dir} (resuming the plan already there)")
+        if check is not None:
+            import yaml
+
+            check([yaml.safe_load(p.read_text()) or {} for p in job_configs(sweep_dir)])
+        return Path(sweep_dir)
+    plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes)
+    if check is not None:
+        check([job.config for job in plan.jobs])
+    target = Path(sweep_dir) if sweep_dir is not None else default_sweep_dir(plan, runs_root)
+    try:
+        written = write_sweep(plan, target)
+    except RaceError as exc:
+        if sweep_dir is None:
+            raise RaceError(*exc.problems, f"(race run names its folder after the plan; {target} should "
+                            "hold this plan. Remove it, or pass --sweep-dir to run elsewhere.)") from None
+        raise
+    say(f"sweep: {target} ({len(plan.jobs)} jobs, {'new' if written else 'resuming'})")
+    return target

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from race_cli import folder
 from race_cli.errors import RaceError
 
-REPORT_JSON = Path("report") / "report.json"
+REPORT_JSON = folder.report_dir("") / "report.json"  # relative to the pilot's folder
 CONDITION_COLS = ("model", "budget_flops", "reward", "task")  # as race_cli/report/table.py
 PER_JOB_KEYS = ("grid", "seed", "budget.flops")  # overrides the validation sets itself
 DEFAULT_SCALE = 2.0
@@ -63,7 +64,7 @@ def load_pilot_report(pilot: Path) -> dict:
     """The pilot's report.json; RaceError when the pilot or its report is missing or unreadable."""
     from race_cli.io import read_json
 
-    if not pilot.is_dir() or not (pilot / "jobs").is_dir():
+    if not pilot.is_dir() or not folder.jobs_dir(pilot).is_dir():
         raise RaceError(f"{pilot}: not a sweep folder (no jobs/ inside).",
                         "Expected the pilot's folder, e.g. race validate runs/tiny-<hash>.")
     path = pilot / REPORT_JSON
@@ -205,7 +206,7 @@ def regime_overrides(pilot: Path, job_ids: list[str]) -> tuple[list[str], list[s
 
     seen: dict[str, list[str]] = {}
     for jid in job_ids:
-        path = pilot / "jobs" / jid / ".hydra" / "overrides.yaml"
+        path = folder.job_overrides(folder.job_dir(pilot, jid))
         try:
             ovs = parse_overrides(path.read_text(encoding="utf-8"))
         except (OSError, ValueError, UnicodeDecodeError):

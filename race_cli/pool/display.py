@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from race_cli import folder
 from race_cli import status as st
 
 
@@ -54,7 +55,7 @@ class Progress:
         self.spent0 = self.total_spent()
 
     def read_spent(self, job_id: str) -> None:
-        v = st.last_metric(self.sweep_dir / "jobs" / job_id, "flops/total")
+        v = st.last_metric(folder.job_dir(self.sweep_dir, job_id), "flops/total")
         if v is not None:
             self.spent[job_id] = v
 
@@ -121,7 +122,7 @@ class PlainLog:
         elif kind == "done":
             text = f"done   {job_id} in {fmt_seconds(info.get('seconds'))}"
         elif kind == "failed":
-            text = f"FAILED {job_id}: {info.get('error', '')} (log: {self.p.sweep_dir / 'jobs' / job_id / 'log.txt'})"
+            text = f"FAILED {job_id}: {info.get('error', '')} (log: {folder.log_file(folder.job_dir(self.p.sweep_dir, job_id))})"
         else:
             text = f"{kind} {job_id}"
         self._print(f"{text}  [{self.p.summary_line()}]")

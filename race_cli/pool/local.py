@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from race_cli import machine
+from race_cli import folder, machine
 from race_cli.errors import RaceError
 from race_cli import status as st
 
@@ -188,7 +188,7 @@ def spawn(job_dir: Path, argv: list[str], env: dict[str, str], *, header: str,
     With `server` (a forkserver.ForkServer; only for the default job command) the job is forked
     from it instead of exec'd: the same job, without a fresh interpreter's imports.
     """
-    log_path = job_dir / "log.txt"
+    log_path = folder.log_file(job_dir)
     with open(log_path, "ab") as log:
         log.write(header.encode())
         log.flush()
@@ -285,7 +285,7 @@ class LocalPool:
         return self._server if self._server.alive() else None
 
     def _launch(self, job_id: str, slot: Slot) -> None:
-        job_dir = self.sweep_dir / "jobs" / job_id
+        job_dir = folder.job_dir(self.sweep_dir, job_id)
         argv = self.job_command(job_dir)
         status = st.begin_attempt(job_dir, device=slot.name)
         header = attempt_header(status, argv)
@@ -310,7 +310,7 @@ class LocalPool:
         self._event("started", job_id, status)
 
     def _finish(self, r: Running, stopped: bool) -> None:
-        job_dir = self.sweep_dir / "jobs" / r.job_id
+        job_dir = folder.job_dir(self.sweep_dir, r.job_id)
         status = st.end_attempt(job_dir, r.proc.returncode, stopped=stopped)
         self.results[r.job_id] = status["state"]
         status["seconds"] = time.monotonic() - r.started

@@ -14,94 +14,17 @@ when stopped by Ctrl-C / SIGTERM.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import signal
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from race_cli.errors import RaceError
-from race_cli.io import read_json
+from race_cli import folder
 from race_cli import status as st
+from race_cli.errors import RaceError
 
 LAUNCHERS = ("local", "slurm")
-TOP_SHOWN = 3  # regimes per condition printed at the end (the report has them all)
-TOP_LEFT_OUT = ("search / learning / feedback", "budget spent")  # columns only the full report shows
-
-
-# --- the sweep folder --------------------------------------------------------------------------
-
-def plan_hash(plan) -> str:
-    """8 hex digits naming the plan: sha1 over each job's id and concrete overrides, in order."""
-    ident = [[j.job_id, list(j.overrides)] for j in plan.jobs]
-    return hashlib.sha1(json.dumps(ident).encode()).hexdigest()[:8]
-
-
-def default_sweep_dir(plan, runs_root: Path = Path("runs")) -> Path:
-    """runs/<grid name>-<plan hash>: the same overrides give the same folder, so a rerun resumes."""
-    return Path(runs_root) / f"{plan.grid.get('name') or 'sweep'}-{plan_hash(plan)}"
-
-
-def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool, max_jobs: int,
-                  runs_root: Path = Path("runs"), say: Callable[[str], None] = print,
-                  check: Callable[[list[dict]], None] | None = None) -> Path:
-    """The sweep folder to run: an existing one as it is (--sweep-dir, no overrides), else the plan
-    of `overrides` written (or found unchanged) at --sweep-dir or the default folder.
-    `check(job configs)` may refuse the sweep (RaceError) before anything is written."""
-    if sweep_dir is not None and not overrides and (Path(sweep_dir) / "plan.json").is_file():
-        say(f"sweep: {sweep_dir} (resuming the plan already there)")
-        if check is not None:
-            import yaml
-
-            check([yaml.safe_load(p.read_text()) or {} for p in sorted(Path(sweep_dir).glob("jobs/*/.hydra/config.yaml"))])
-        return Path(sweep_dir)
-    from race_cli.plan.build import build_plan, write_sweep
-
-    plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes)
-    if check is not None:
-        check([job.config for job in plan.jobs])
-    target = Path(sweep_dir) if sweep_dir is not None else default_sweep_dir(plan, runs_root)
-    try:
-        written = write_sweep(plan, target)
-    except RaceError as exc:
-        if sweep_dir is None:
-            raise RaceError(*exc.problems, f"(race run names its folder after the plan; {target} should "
-                            "hold this plan. Remove it, or pass --sweep-dir to run elsewhere.)") from None
-        raise
-    say(f"sweep: {target} ({len(plan.jobs)} jobs, {'new' if written else 'resuming'})")
-    return target
-
-
-def read_plan_rows(sweep_dir: Path) -> dict[str, dict]:
-    """plan.json as job_id -> row, checking every id (the rule it was written with: nothing can
-    name a folder outside jobs/) and that every job folder is there."""
-    from race_cli.config.sweep import check_job_id
-
-    where = f"{sweep_dir}/plan.json"
-    try:
-        rows = read_json(Path(sweep_dir) / "plan.json")
-        if not isinstance(rows, list) or not all(isinstance(r, dict) and "job_id" in r for r in rows):
-            raise ValueError("expected a list of job rows, each with a job_id")
-    except (OSError, ValueError) as exc:
-        raise RaceError(f"{where} is missing or unreadable ({exc}). Expected a sweep folder "
-                        "written by race plan --out or race run; give the overrides instead to plan a new one.")
-    by_id: dict[str, dict] = {}
-    for r in rows:
-        job_id = check_job_id(r["job_id"], where)
-        if job_id in by_id:
-            raise RaceError(f"{where} lists job {job_id!r} twice. The file was edited or is damaged: "
-                            "replan the sweep into a new folder (race plan --out DIR).")
-        by_id[job_id] = r
-    linked = [j for j in by_id if (Path(sweep_dir) / "jobs" / j).is_symlink()]
-    if linked:
-        raise RaceError(f"{sweep_dir}/jobs/{linked[0]} is a symbolic link: race writes job folders itself and "
-                        "never follows links out of a sweep. Replan the sweep into a new folder (race plan --out DIR).")
-    missing = [j for j in by_id if not (Path(sweep_dir) / "jobs" / j / ".hydra" / "config.yaml").is_file()]
-    if missing:
-        raise RaceError(f"{len(missing)} job folder(s) of {sweep_dir} lack .hydra/config.yaml (e.g. {missing[0]}). "
-                        "The folder is damaged: replan it into a new folder (race plan --out).")
-    return by_id
 
 
 # --- the command -------------------------------------------------------------------------------
@@ -167,9 +90,11 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
         gpus = machine.visible_gpus()
         check = lambda configs: refuse_cpu_for_big_models(configs, gpus=gpus, allow_cpu=allow_cpu)  # noqa: E731
 
+    from race_cli.plan.build import prepare_sweep
+
     sweep = prepare_sweep(overrides, sweep_dir, yes=yes, max_jobs=max_jobs, runs_root=runs_root, say=say,
                           check=check)
-    rows = read_plan_rows(sweep)
+    rows = folder.read_plan_rows(sweep)
 
     if launcher == "slurm":
         from race_cli.pool.slurm import run_slurm
@@ -202,10 +127,10 @@ def prebuild_zoo(sweep: Path, job_ids: list[str], say: Callable[[str], None]) ->
 
     names: list[str] = []
     for job_id in job_ids:
-        job_dir = sweep / "jobs" / job_id
+        job_dir = folder.job_dir(sweep, job_id)
         if read_status(job_dir).get("state") == "done":
             continue
-        cfg = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
+        cfg = yaml.safe_load(folder.job_config(job_dir).read_text()) or {}
         for path in (cfg.get("model", {}).get("path"), ((cfg.get("reward") or {}).get("model") or {}).get("path")):
             if isinstance(path, str) and path.startswith("zoo:") and path[4:] not in names:
                 names.append(path[4:])
@@ -238,7 +163,7 @@ def wait_for_live_trainers(sweep: Path, job_ids: list[str], say, poll_s: float =
 
     def holder(j: str) -> dict | None:
         try:
-            record = json.loads((sweep / "jobs" / j / JOB_LOCK_NAME).read_text() or "{}")
+            record = json.loads((folder.job_dir(sweep, j) / JOB_LOCK_NAME).read_text() or "{}")
         except (OSError, ValueError):
             return None
         return record if isinstance(record, dict) and record and stale_reason(record) is None else None
@@ -299,57 +224,22 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
 
 def finish(sweep: Path, job_ids: list[str], *, retry_failed: bool, report: bool, say) -> int:
     """Say how the sweep stands, report it when something is done; 1 when any job failed."""
-    statuses = {j: st.read_status(sweep / "jobs" / j) for j in job_ids}
+    statuses = {j: st.read_status(folder.job_dir(sweep, j)) for j in job_ids}
     by_state: dict[str, list[str]] = {}
     for j, s in statuses.items():
         by_state.setdefault(s["state"], []).append(j)
     say("sweep " + str(sweep) + ": " + ", ".join(f"{len(v)} {k}" for k, v in sorted(by_state.items())))
     if report and by_state.get("done"):
+        from race_cli.report.command import print_report_top
+
         print_report_top(sweep, say)
     failed = by_state.get("failed", [])
     if failed:
         say(f"{len(failed)} job(s) failed:")
         for j in failed:
             s = statuses[j]
-            say(f"  {j}: {s.get('error') or 'no error recorded'} (log: {sweep / 'jobs' / j / 'log.txt'})")
+            say(f"  {j}: {s.get('error') or 'no error recorded'} (log: {folder.log_file(folder.job_dir(sweep, j))})")
         say("Fix the cause, then rerun with --retry-failed to run them again.")
         return 1
     unfinished = [j for k, v in by_state.items() if k != "done" for j in v]
     return 0 if not unfinished else 1
-
-
-def print_report_top(sweep: Path, say) -> None:
-    """The top of each condition's ranking and where the full report is; a report problem never
-    hides the run's own result (it is printed as a warning)."""
-    import io
-
-    try:
-        from rich.console import Console
-        from rich.table import Table
-
-        from race_cli.report.command import run_report
-        from race_cli.report.render import RANK_HEAD, ranking_rows
-
-        quiet = Console(file=io.StringIO(), width=160)
-        res = run_report([sweep], console=quiet)
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=max(console.width, 140))  # logs: room for the table's 10 columns
-        ranking, rec = res["ranking"], res["recommendations"]
-        no_gain = dict(zip(rec["condition"], rec["no_gain"])) if "no_gain" in rec else {}
-        if len(ranking):
-            for cond, g in ranking.groupby("condition", sort=False):
-                if no_gain.get(cond):  # a ranking that is not a finding must not read like one
-                    say(no_gain[cond])
-                t = Table(title=f"top of the ranking: {cond}", title_justify="left")
-                keep = [i for i, h in enumerate(RANK_HEAD) if h not in TOP_LEFT_OUT]
-                for i in keep:
-                    t.add_column(RANK_HEAD[i], justify="left" if RANK_HEAD[i] == "regime" else "right")
-                for row in ranking_rows(g.head(TOP_SHOWN)):
-                    t.add_row(*[row[i] for i in keep])
-                console.print(t)
-        say(f"full report: {res['out_dir'] / 'summary.md'} (and {', '.join(f for f in res['files'] if f != 'summary.md')})")
-    except RaceError as exc:
-        say("report not written: " + " ".join(exc.problems) + f" (race report {sweep} to retry)")
-    except Exception as exc:  # noqa: BLE001 - the run's result must still be printed
-        say(f"report failed ({type(exc).__name__}: {exc}); the jobs are unaffected: race report {sweep}")

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from race_cli import folder
 from race_cli.errors import RaceError
 from race_cli.io import atomic_write_json, read_json
 from race_cli import status as st
@@ -53,7 +54,7 @@ class SlurmTask:
         self.__init__(**state)
 
     def job_dir(self, job_id: str) -> Path:
-        return Path(self.sweep_dir) / "jobs" / job_id
+        return folder.job_dir(self.sweep_dir, job_id)
 
     def __call__(self, job_id: str) -> dict[str, Any]:
         from race_cli.pool.local import attempt_header, child_env, spawn
@@ -250,7 +251,7 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
     from race_cli.lock import SweepLock
 
     sweep = Path(sweep).resolve()
-    folder = sweep / SUBMITIT_DIR
+    logs = sweep / SUBMITIT_DIR
     with SweepLock(sweep, say=say):
         states = st.read_states(sweep, list(rows))
         live = {j: s for j, s in live_jobs(sweep).items() if j in rows}  # ids of plan.json only (checked)
@@ -261,13 +262,13 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
         todo = [j for j in st.select_jobs(states, retry_failed) if j not in live]
         if live:
             say(f"{len(live)} job(s) still queued or running on SLURM from an earlier submission: not resubmitted")
-        handles: dict[str, Any] = {j: submitit.SlurmJob(folder=folder / "%j", job_id=s) for j, s in live.items()}
+        handles: dict[str, Any] = {j: submitit.SlurmJob(folder=logs / "%j", job_id=s) for j, s in live.items()}
         if todo:
             template = job_command(Path(PLACEHOLDER))
-            executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
+            executor = submitit.AutoExecutor(folder=logs / "%j", cluster="slurm")
             import yaml
 
-            configs = [yaml.safe_load((sweep / "jobs" / j / ".hydra" / "config.yaml").read_text()) or {} for j in todo]
+            configs = [yaml.safe_load(folder.job_config(folder.job_dir(sweep, j)).read_text()) or {} for j in todo]
             resources = task_resources(configs, gpus_per_job=gpus_per_job, cpus_per_task=cpus_per_task, mem_gb=mem_gb)
             params: dict[str, Any] = {
                 "timeout_min": time_min, **resources, "name": f"race-{sweep.name}",
@@ -283,7 +284,7 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
             jobs = executor.map_array(SlurmTask(str(sweep), template), order)
             record = submitted(sweep)
             record.update({j: job.job_id for j, job in zip(order, jobs)})
-            atomic_write_json(folder / SUBMITTED, record)
+            atomic_write_json(logs / SUBMITTED, record)
             handles.update(zip(order, jobs))
             say(f"submitted {len(order)} job(s) as SLURM array {jobs[0].job_id.split('_')[0]} "
                 f"(partition {partition or 'default'}, {time_min} min, {gpus_per_job} GPU(s), "
@@ -317,7 +318,7 @@ def wait_for(sweep: Path, handles: dict[str, Any], *, say=print, poll_s: float =
                 job.result()
             except Exception as exc:  # noqa: BLE001 - reported through status.json
                 error = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            status = close_from_slurm(sweep / "jobs" / job_id, job.state, error)
+            status = close_from_slurm(folder.job_dir(sweep, job_id), job.state, error)
             extra = f": {status.get('error')}" if status["state"] != "done" else ""
             say(f"[{time.strftime('%H:%M:%S')}] {status['state']:<11} {job_id} (SLURM {job.job_id}, "
                 f"{job.state}){extra}")
@@ -335,4 +336,4 @@ def close_from_slurm(job_dir: Path, slurm_state: str, error: str) -> dict[str, A
     return st.update_status(job_dir, state="interrupted" if stopped else "failed", finished=st.now_iso(),
                             stop_reason="signal" if stopped else "error",
                             error=f"SLURM task ended {slurm_state}" + (f": {error}" if error else ""),
-                            log_tail=st.log_tail(job_dir / "log.txt"))
+                            log_tail=st.log_tail(folder.log_file(job_dir)))

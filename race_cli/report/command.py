@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from race_cli import folder
 from race_cli.errors import RaceError
 from race_cli.io import atomic_write_text
 from race_cli.report.table import CONDITION_COLS, maximize_target, read_sweeps
@@ -133,7 +134,7 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
     jobs["ranked"] = ranked
 
     # --- write (plots into a temp folder first, then moved in: nothing half-written)
-    out_dir = Path(out) if out is not None else sweep_dirs[0] / "report"
+    out_dir = Path(out) if out is not None else folder.report_dir(sweep_dirs[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     figs: list[str] = []
     if plots:
@@ -193,3 +194,45 @@ def report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | No
         err.print("[bold red]race report:[/] " + "\n".join(e.problems), highlight=False)
         return e.exit_code
     return 0
+
+
+# --- the top of the ranking, what `race run` prints at its end ----------------------------------------
+
+TOP_SHOWN = 3  # regimes per condition printed at the end (the report has them all)
+TOP_LEFT_OUT = ("search / learning / feedback", "budget spent")  # columns only the full report shows
+
+
+def print_report_top(sweep: Path, say) -> None:
+    """The top of each condition's ranking and where the full report is; a report problem never
+    hides the run's own result (it is printed as a warning)."""
+    import io
+
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        from race_cli.report.render import RANK_HEAD, ranking_rows
+
+        quiet = Console(file=io.StringIO(), width=160)
+        res = run_report([sweep], console=quiet)
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=max(console.width, 140))  # logs: room for the table's 10 columns
+        ranking, rec = res["ranking"], res["recommendations"]
+        no_gain = dict(zip(rec["condition"], rec["no_gain"])) if "no_gain" in rec else {}
+        if len(ranking):
+            for cond, g in ranking.groupby("condition", sort=False):
+                if no_gain.get(cond):  # a ranking that is not a finding must not read like one
+                    say(no_gain[cond])
+                t = Table(title=f"top of the ranking: {cond}", title_justify="left")
+                keep = [i for i, h in enumerate(RANK_HEAD) if h not in TOP_LEFT_OUT]
+                for i in keep:
+                    t.add_column(RANK_HEAD[i], justify="left" if RANK_HEAD[i] == "regime" else "right")
+                for row in ranking_rows(g.head(TOP_SHOWN)):
+                    t.add_row(*[row[i] for i in keep])
+                console.print(t)
+        say(f"full report: {res['out_dir'] / 'summary.md'} (and {', '.join(f for f in res['files'] if f != 'summary.md')})")
+    except RaceError as exc:
+        say("report not written: " + " ".join(exc.problems) + f" (race report {sweep} to retry)")
+    except Exception as exc:  # noqa: BLE001 - the run's result must still be printed
+        say(f"report failed ({type(exc).__name__}: {exc}); the jobs are unaffected: race report {sweep}")

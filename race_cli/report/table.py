@@ -32,9 +32,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from race_cli import folder
 from race_cli.cost import budget
 from race_cli.errors import RaceError
 from race_cli.io import read_json
+from race_cli.status import status_path
 
 CONDITION_COLS = ["model", "budget_flops", "reward", "task"]  # what a condition is (docs/design.md)
 PHASES = list(budget.PHASES)  # rollout, update, reward
@@ -176,16 +178,17 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
     curve: list[dict] = []
     problems: list[str] = []
 
-    def load(name: str) -> Any:
+    def load(path: Path) -> Any:
+        name = path.name
         try:
-            return read_json(job_dir / name)
+            return read_json(path)
         except FileNotFoundError:
             problems.append(f"{name} missing")
         except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
             problems.append(f"{name} corrupt ({type(e).__name__})")
         return None
 
-    status = load("status.json") if (job_dir / "status.json").exists() else None
+    status = load(status_path(job_dir)) if status_path(job_dir).exists() else None
     if isinstance(status, dict):
         row["state"] = str(status.get("state", "unknown"))
         row["attempts"] = status.get("attempts")
@@ -194,11 +197,11 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
     elif status is not None:
         problems.append("status.json is not an object")
 
-    has_summary = (job_dir / "summary.json").exists()
+    has_summary = folder.summary_file(job_dir).exists()
     if row["state"] == "done" or has_summary:
-        summary, ledger = load("summary.json"), load("ledger.json")
+        summary, ledger = load(folder.summary_file(job_dir)), load(folder.ledger_file(job_dir))
         try:
-            evals, last_it = _read_metrics(job_dir / "metrics.jsonl")
+            evals, last_it = _read_metrics(folder.metrics_file(job_dir))
             row["last_iteration"] = last_it
         except FileNotFoundError:
             problems.append("metrics.jsonl missing")
@@ -233,7 +236,7 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
             row[f"eval_initial/{c['target']}"] = c["value"]
     if "model" not in row:  # no summary: take what the overrides say
         try:
-            text = (job_dir / ".hydra" / "overrides.yaml").read_text(encoding="utf-8")
+            text = folder.job_overrides(job_dir).read_text(encoding="utf-8")
             for k, v in fields_from_overrides(parse_overrides(text)).items():
                 row.setdefault(k, v)
         except FileNotFoundError:
@@ -318,7 +321,7 @@ def _fill_from_ledger(row: dict, ledger: dict) -> None:
 def _planned_job_ids(sweep_dir: Path) -> list[str]:
     """Job ids listed in plan.json (a list of rows, or {"jobs": [...]}) — for jobs with no folder."""
     try:
-        plan = read_json(sweep_dir / "plan.json")
+        plan = read_json(folder.plan_json(sweep_dir))
     except (FileNotFoundError, json.JSONDecodeError, OSError, UnicodeDecodeError):
         return []
     rows = plan.get("jobs", []) if isinstance(plan, dict) else plan
@@ -353,7 +356,7 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
     for d in sweep_dirs:
         if not d.is_dir():
             bad.append(f"{d}: no such folder. Expected a sweep folder made by `race plan` (runs/<sweep>).")
-        elif not (d / "jobs").is_dir():
+        elif not folder.jobs_dir(d).is_dir():
             bad.append(f"{d}: not a sweep (no jobs/ folder inside). Expected runs/<sweep> with "
                        "jobs/<job_id>/; try `race plan --out {d}` first, or point at the sweep, not a job.")
     if bad:
@@ -367,7 +370,7 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
     named_targets: list[str] = []  # in the order summaries list them
     for d in sweep_dirs:
         sweep = d.resolve().name
-        job_dirs = sorted(p for p in (d / "jobs").iterdir() if p.is_dir())
+        job_dirs = sorted(p for p in folder.jobs_dir(d).iterdir() if p.is_dir())
         seen = set()
         for jd in job_dirs:
             row, its, curve = read_job(jd, sweep)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from race_cli import folder
 from race_cli.errors import RaceError
 from race_cli.io import atomic_write_json, atomic_write_text, dumps, read_json
 
@@ -312,7 +313,7 @@ def _initial_items(sweep_dir: Path, sweep: str, job_ids: list[str], target: str)
     out = {}
     for jid in job_ids:
         try:
-            s = read_json(sweep_dir / "jobs" / jid / "summary.json")
+            s = read_json(folder.summary_file(folder.job_dir(sweep_dir, jid)))
             d = (s.get("eval_items_initial") or {}).get(target)
             if d is not None:
                 out[(sweep, jid)] = (list(d["ids"]), np.asarray(d["scores"], dtype=float))

@@ -1,0 +1,142 @@
+"""The sweep folder's layout (docs/files.md), and the sweep's identity: every path race writes under
+runs/<sweep>/ is spelled here and nowhere else, so plan, job, pool and report cannot disagree.
+
+    runs/<sweep>/multirun.yaml, plan.csv, plan.json       multirun_yaml(sweep), plan_csv(sweep), plan_json(sweep)
+    runs/<sweep>/jobs/<job_id>/                           job_dir(sweep, job_id)
+        .hydra/config.yaml, .hydra/overrides.yaml         job_config(job), job_overrides(job)
+        metrics.jsonl, ledger.json, summary.json, log.txt metrics_file(job), ledger_file, summary_file, log_file
+    runs/<sweep>/report/                                  report_dir(sweep)
+
+The sweep's identity: `plan_hash` names a plan by its jobs, `default_sweep_dir` is where `race run`
+puts it, `read_plan_rows` reads plan.json back, checking every id. Files that one module alone
+reads and writes keep their names there (status.json: race_cli/status.py; the locks: lock.py;
+checkpoint/: engine/checkpoint.py). No torch, nothing above config/ imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from race_cli.errors import RaceError
+from race_cli.io import read_json
+
+
+# --- paths ------------------------------------------------------------------------------------------
+
+
+def plan_json(sweep_dir: str | Path) -> Path:
+    """Every job with its planned ledger, a list of rows (race plan)."""
+    return Path(sweep_dir) / "plan.json"
+
+
+def plan_csv(sweep_dir: str | Path) -> Path:
+    """The same rows as plan.json, as CSV."""
+    return Path(sweep_dir) / "plan.csv"
+
+
+def multirun_yaml(sweep_dir: str | Path) -> Path:
+    """The sweep's overrides as typed, its grid, axes and budgets."""
+    return Path(sweep_dir) / "multirun.yaml"
+
+
+def is_sweep(path: str | Path) -> bool:
+    """A folder race plan wrote: it holds plan.json."""
+    return plan_json(path).is_file()
+
+
+def jobs_dir(sweep_dir: str | Path) -> Path:
+    """The folder holding one folder per job."""
+    return Path(sweep_dir) / "jobs"
+
+
+def job_dir(sweep_dir: str | Path, job_id: str) -> Path:
+    """runs/<sweep>/jobs/<job_id>."""
+    return jobs_dir(sweep_dir) / job_id
+
+
+def hydra_dir(job: str | Path) -> Path:
+    """A job folder's .hydra/ (its composed config and overrides, Hydra's layout)."""
+    return Path(job) / ".hydra"
+
+
+def job_config(job: str | Path) -> Path:
+    """The fully composed config of a job (race plan / race train --out write it)."""
+    return hydra_dir(job) / "config.yaml"
+
+
+def job_overrides(job: str | Path) -> Path:
+    """The job's concrete overrides, a YAML list."""
+    return hydra_dir(job) / "overrides.yaml"
+
+
+def job_configs(sweep_dir: str | Path) -> list[Path]:
+    """Every job's config.yaml in a sweep, sorted by job id."""
+    return sorted(jobs_dir(sweep_dir).glob("*/.hydra/config.yaml"))
+
+
+def metrics_file(job: str | Path) -> Path:
+    return Path(job) / "metrics.jsonl"
+
+
+def ledger_file(job: str | Path) -> Path:
+    return Path(job) / "ledger.json"
+
+
+def summary_file(job: str | Path) -> Path:
+    return Path(job) / "summary.json"
+
+
+def log_file(job: str | Path) -> Path:
+    return Path(job) / "log.txt"
+
+
+def report_dir(sweep_dir: str | Path) -> Path:
+    """Where `race report` writes by default."""
+    return Path(sweep_dir) / "report"
+
+
+# --- identity ---------------------------------------------------------------------------------------
+
+
+def plan_hash(plan) -> str:
+    """8 hex digits naming the plan: sha1 over each job's id and concrete overrides, in order."""
+    ident = [[j.job_id, list(j.overrides)] for j in plan.jobs]
+    return hashlib.sha1(json.dumps(ident).encode()).hexdigest()[:8]
+
+
+def default_sweep_dir(plan, runs_root: Path = Path("runs")) -> Path:
+    """runs/<grid name>-<plan hash>: the same overrides give the same folder, so a rerun resumes."""
+    return Path(runs_root) / f"{plan.grid.get('name') or 'sweep'}-{plan_hash(plan)}"
+
+
+def read_plan_rows(sweep_dir: Path) -> dict[str, dict]:
+    """plan.json as job_id -> row, checking every id (the rule it was written with: nothing can
+    name a folder outside jobs/) and that every job folder is there."""
+    from race_cli.config.sweep import check_job_id
+
+    where = f"{sweep_dir}/plan.json"
+    try:
+        rows = read_json(plan_json(sweep_dir))
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and "job_id" in r for r in rows):
+            raise ValueError("expected a list of job rows, each with a job_id")
+    except (OSError, ValueError) as exc:
+        raise RaceError(f"{where} is missing or unreadable ({exc}). Expected a sweep folder "
+                        "written by race plan --out or race run; give the overrides instead to plan a new one.")
+    by_id: dict[str, dict] = {}
+    for r in rows:
+        job_id = check_job_id(r["job_id"], where)
+        if job_id in by_id:
+            raise RaceError(f"{where} lists job {job_id!r} twice. The file was edited or is damaged: "
+                            "replan the sweep into a new folder (race plan --out DIR).")
+        by_id[job_id] = r
+    linked = [j for j in by_id if job_dir(sweep_dir, j).is_symlink()]
+    if linked:
+        raise RaceError(f"{sweep_dir}/jobs/{linked[0]} is a symbolic link: race writes job folders itself and "
+                        "never follows links out of a sweep. Replan the sweep into a new folder (race plan --out DIR).")
+    missing = [j for j in by_id if not job_config(job_dir(sweep_dir, j)).is_file()]
+    if missing:
+        raise RaceError(f"{len(missing)} job folder(s) of {sweep_dir} lack .hydra/config.yaml (e.g. {missing[0]}). "
+                        "The folder is damaged: replan it into a new folder (race plan --out).")
+    return by_id
