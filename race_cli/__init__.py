@@ -1,8 +1,20 @@
 """race: run RACE pilot grids of budget-matched GRPO jobs and rank where the compute should go.
 
-The package is a pure core (plan, budget, ledger, advantages, losses, rewards, ranking)
-inside a thin shell (CLI, pool, job loop). See docs/design.md for the flow, the FLOP
-conventions and the layout, and docs/files.md for every file a sweep writes.
+The package follows the flow, one folder per layer (docs/design.md "Where things live"):
+
+    config/   what a job is: schema, Hydra composition, sweep syntax and job ids
+    cost/     what it costs, pure: FLOPs, the budget solver and live Ledger, memory (+ their audits)
+    plan/     race plan / flops / mem / validate: build the grid, write the sweep folder, print
+    engine/   race train: one GRPO job (setup, rollout backends, log-probs, loss, checkpoints)
+    pool/     race run: local slots, the fork server, SLURM
+    report/   race report: read, rank, fit, recommend, validation verdicts, plots
+    tasks/, rewards/, answers/, zoo/   data, feedback, the pure answer checkers, the embedded models
+
+and, shared by all of them: cli.py (the typer app), machine.py (every probe of the machine),
+folder.py (the sweep folder's paths and identity), status.py (status.json), lock.py (the sweep
+and job locks), io.py (atomic writes), fmt.py (number formats), errors.py (RaceError).
+A pure core (cost, planning, advantages and losses, rewards, ranking) inside a thin shell (CLI,
+pool, job loop); docs/files.md lists every file a sweep writes.
 """
 
 __version__ = "0.1.0"

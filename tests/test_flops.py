@@ -1,4 +1,4 @@
-"""The ledger's model convention, checked against hand calculations (no torch here).
+"""The FLOP formulas (cost/flops.py): the model convention, checked against hand calculations (no torch here).
 
 Hand-calculation arch (tiny-s): d=64, L=2, h=4, h_kv=2, d_h=16, f=128, V=257.
   per layer: q 64*64=4096, k 64*32=2048, v 2048, o 4096, gate/up/down 64*128=8192 each
@@ -7,7 +7,7 @@ Hand-calculation arch (tiny-s): d=64, L=2, h=4, h_kv=2, d_h=16, f=128, V=257.
   attention per (query, key) pair, forward: 4*L*h*d_h = 4*2*4*16 = 512
   LoRA r=8, all seven matrices, per layer: 2*8*[(64+64)+(64+32)*2+(64+64)+(64+128)*3] = 16*1024
              = 16384; both layers: 32768 per token
-The executed convention is checked against FlopCounterMode in test_ledger_measured.py.
+The executed convention is checked against FlopCounterMode in test_flops_audit.py.
 """
 
 from __future__ import annotations

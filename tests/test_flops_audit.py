@@ -1,4 +1,4 @@
-"""The ledger's executed FLOPs against torch's FlopCounterMode on real transformers models.
+"""The FLOP formulas' executed convention (cost/flops_audit.py) against torch's FlopCounterMode on real transformers models.
 
 Every reference number is measured here, on Qwen2 models built from `transformers.Qwen2Config`
 with random weights: the three tiny zoo sizes, a 512-wide 8-layer model, and the real

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from race_cli.cost import flops as ledger, memory
+from race_cli.cost import flops, memory
 from race_cli.engine import grpo
 from race_cli.engine.job import Job
 from race_cli.engine.logprobs import completion_logprobs
@@ -138,7 +138,7 @@ def test_micro_batches_hold_rows_of_like_length():
     by_hand = Flops()
     for rows in ([1, 3], [4, 2], [0, 5]):  # lengths (4, 5), (7, 8), (9, 9)
         clens = sum(ro.completion_lens[i] for i in rows)
-        by_hand = by_hand + ledger.train_step_flops(arch, [seq[i] for i in rows], lora=None,
+        by_hand = by_hand + flops.train_step_flops(arch, [seq[i] for i in rows], lora=None,
                                                     padded_len=max(seq[i] for i in rows),
                                                     logit_positions=clens, executed_logit_positions=clens)
     assert out["flops"].executed == pytest.approx(by_hand.executed, rel=1e-12)

@@ -13,7 +13,6 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from race_cli.cost import flops as ledger
 from race_cli.config.compose import compose
 from race_cli.errors import RaceError
 from race_cli.plan.build import build_plan, write_sweep

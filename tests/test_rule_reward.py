@@ -1,4 +1,5 @@
-"""The numeric answer check (answers/number.py) and the rule reward: answer extraction by hand-written cases, and every real GSM8K solution end to end."""
+"""The numeric answer check (answers/number.py) and the rule reward: answer extraction by
+hand-written cases, and every real GSM8K solution end to end."""
 
 from __future__ import annotations
 

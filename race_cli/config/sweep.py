@@ -9,7 +9,8 @@ for optimising sweepers).
 Speed: composing with Hydra costs ~60 ms per call, so a 1,000-job grid cannot compose every
 job. Hydra composes once per distinct choice of config groups (model, reward, task, ...);
 every other override is applied to a plain-dict copy, with the schema's types enforced here
-(`apply_value`). tests/test_sweep.py checks that both paths give the same config.
+(`apply_value`). tests/test_plan.py::test_fast_path_equals_hydra_composition checks that both paths
+give the same config.
 """
 
 from __future__ import annotations

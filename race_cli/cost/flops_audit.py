@@ -4,7 +4,7 @@ Builds a real transformers Qwen2 model from an `Arch` (random weights, SDPA atte
 runs a forward, a LoRA forward+backward (peft, all linear layers), a full fine-tuning
 forward+backward and a KV-cache `generate`, each under torch's `FlopCounterMode`, and
 returns one row per case with the ledger's executed and model figures beside the count.
-`race flops --audit` prints these rows; tests/test_ledger_measured.py asserts on them.
+`race flops --audit` prints these rows; tests/test_flops_audit.py asserts on them.
 
 Heavy imports (torch, transformers, peft) happen inside the functions. Counter caveats
 (docs/design.md): on CPU, SDPA dispatches to `aten._scaled_dot_product_flash_attention_for_cpu`

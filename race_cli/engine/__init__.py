@@ -1,9 +1,15 @@
 """The GRPO engine behind `race train`: one budget-matched job end to end.
 
-grpo.py        pure advantage / loss functions (tensors in, tensors out)
-rollout.py     sampling backends (HF generate, vLLM) and what they cost
-setup.py       building device, task, prompts, reward, policy and the plan from a config
-checkpoint.py  atomic checkpoints and resume
-job.py         the job loop: rollout -> reward -> update, ledger, evaluation, files
-command.py     `train_main`, what `race train` calls
+grpo.py          pure advantage / loss functions (tensors in, tensors out)
+logprobs.py      model-level log-probs of completions (re-packed rows, chunked head) and the LoRA merge
+rollout.py       the rollout interface, the HF generate backend, and which backend a job samples with
+rollout_lean.py  the lean sampler: plain-torch decoding on the training weights, shared prefill
+rollout_vllm.py  the vLLM backend (GPU boxes): sleep around updates, adapter sync
+setup.py         building device, task, prompts, reward, policy, rollout and the budget from a config
+checkpoint.py    atomic checkpoints and resume
+loggers.py       the metric mirrors: none, tensorboard, wandb
+job.py           the job loop: rollout -> reward -> update, ledger, evaluation, files
+train.py         `train_main`, what `race train` calls
+
+Imports neither plan/ nor pool/ (tests/test_layers.py).
 """

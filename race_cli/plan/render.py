@@ -154,10 +154,10 @@ def _print_audit(job: Any, batch: int, console: Any) -> None:
     """Measured (FlopCounterMode on the real architecture) against the ledger's executed figure."""
     from rich.table import Table
 
-    from race_cli.cost import flops as ledger, flops_audit as audit
+    from race_cli.cost import flops, flops_audit
 
     c = job.config
-    arch = ledger.Arch.from_config(c["model"]["arch"])
+    arch = flops.Arch.from_config(c["model"]["arch"])
     big = arch.n_body > 50_000_000  # real Qwen2.5 shapes: count on the meta device, no memory
     prompt = max(2, min(int(c["task"]["prompt_tokens"]), 64))
     completion = max(1, min(int(c["rollout"]["max_new_tokens"]), 16))
@@ -165,8 +165,8 @@ def _print_audit(job: Any, batch: int, console: Any) -> None:
 
     with warnings.catch_warnings():  # transformers' deprecation notices are not the user's concern here
         warnings.simplefilter("ignore", FutureWarning)
-        rows = audit.audit_arch(arch, lora_r=c["lora"]["r"] if c["lora"]["enabled"] else None, batch=batch,
-                                prompt_len=prompt, completion_len=completion, device="meta" if big else "cpu")
+        rows = flops_audit.audit_arch(arch, lora_r=c["lora"]["r"] if c["lora"]["enabled"] else None, batch=batch,
+                                      prompt_len=prompt, completion_len=completion, device="meta" if big else "cpu")
     table = Table(title=f"audit: torch FlopCounterMode vs ledger (executed), batch {batch}, prompt ≤{prompt}, "
                   f"completion {completion}{', meta device' if big else ''}", title_justify="left")
     for name in ("case", "measured", "ledger executed", "ledger model", "rel. error"):

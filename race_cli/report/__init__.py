@@ -1,0 +1,13 @@
+"""`race report`: read finished sweeps, rank the allocation regimes, fit, recommend, write it up.
+
+table.py       every job of the sweeps into one DataFrame (failed and unfinished ones listed)
+rank.py        regimes per condition with intervals over evaluation items and seeds, gain over the start
+response.py    the local response of the target to the allocation variable p, with its interval
+recommend.py   the regimes worth validating, with the caveat beside them
+validation.py  a validation sweep's verdict on the pilot's call (best - control, paired)
+render.py      the tables, summary.md and report.json
+plots.py       the PNGs (matplotlib, imported only when drawn)
+command.py     `run_report`, what `race report` calls, and the top of the ranking `race run` prints
+
+Imports neither torch nor transformers.
+"""

@@ -3,7 +3,7 @@
 - `byte_tokenizer()`: the tokenizer all of them share (tokenizer.py).
 - `RECIPES`: what each entry is (recipes.py); `build(name)`, `resolve("zoo:tiny-s")`,
   `list_entries()`, `zoo_main(...)`: the cache (build.py).
-- policy.py / fit.py: the supervised warm-start of the policies; prm_fit.py: the PRM.
+- policy.py / warmstart.py: the supervised warm-start of the policies; prm_fit.py: the PRM.
 
 Importing this package loads neither torch nor transformers.
 """
