@@ -220,10 +220,29 @@ def dtype_kwarg(dtype: Any, version: str | None = None) -> dict:
 
 
 def enable_checkpointing(model: Any, *, lora: bool) -> None:
-    """Recompute each decoder layer in backward (non-reentrant); LoRA needs grad-requiring inputs."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    """Recompute each decoder layer in backward (non-reentrant); LoRA needs grad-requiring inputs.
+
+    transformers 5 renamed gradient_checkpointing_enable (now a deprecated alias) to
+    activation_checkpointing_enable; older releases have only the first."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if lora:
         model.enable_input_require_grads()
+
+
+def lora_wrap(model: Any, lora_config: Any) -> Any:
+    """peft.get_peft_model(model, lora_config), without the deprecation notice peft raises on race's behalf.
+
+    PeftModel.__init__ (peft 0.21) reads transformers' deprecated `is_gradient_checkpointing`; the
+    FutureWarning names a call race does not make, so only that one message is silenced, here."""
+    from peft import get_peft_model
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, lora_config)
 
 
 # On CPU a smaller micro-batch keeps a layer's activations in cache: tiny-s/tiny-m full fine-tuning, B=8,
@@ -277,7 +296,6 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # transformers 5 inside save_pretrained
     path = resolve_model_path(cfg.model.path)
     trust = bool(cfg.model.trust_remote_code)
     try:
@@ -298,10 +316,10 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     arch = Arch.from_config(model.config)
     lora = None
     if cfg.lora.enabled:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig
 
         targets = list(cfg.lora.target_modules)
-        model = get_peft_model(model, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+        model = lora_wrap(model, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                                                  target_modules=targets, task_type="CAUSAL_LM"))
         lora = Lora(r=cfg.lora.r, target_modules=tuple(targets))
     if cfg.grpo.grad_checkpointing:
