@@ -63,7 +63,9 @@ def test_real_qwen_shapes_on_meta(name):
 
 @pytest.mark.parametrize("lora_r", [None, 8])
 def test_gradient_checkpointing_recompute(lora_r):
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig
+
+    from race_cli.engine.hf import lora_wrap
 
     arch, seqs = ARCHS["tiny-m"], [20, 17, 13]
     ids, mask = _batch(seqs, arch.vocab_size, "cpu", 0)
@@ -74,7 +76,7 @@ def test_gradient_checkpointing_recompute(lora_r):
         lora = None
     else:  # peft's own "all-linear" (every linear but the LM head), as a user would write it
         lora = Lora(lora_r)
-        model = get_peft_model(model, LoraConfig(r=lora_r, target_modules="all-linear", lora_dropout=0.0))
+        model = lora_wrap(model, LoraConfig(r=lora_r, target_modules="all-linear", lora_dropout=0.0))
     model.train()  # checkpointing only acts in training mode
     measured = measure_train_step(model, ids, mask)
     ledger = train_step_flops(arch, seqs, lora=lora, grad_checkpointing=True)
@@ -84,10 +86,12 @@ def test_gradient_checkpointing_recompute(lora_r):
 
 
 def test_sampled_generate_with_lora_and_cap():
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig
+
+    from race_cli.engine.hf import lora_wrap
 
     arch = ARCHS["tiny-s"]
-    model = get_peft_model(build_model(arch), LoraConfig(r=4, target_modules="all-linear"))
+    model = lora_wrap(build_model(arch), LoraConfig(r=4, target_modules="all-linear"))
     model.eval()
     prompts = [9, 4, 6, 9]
     ids, mask = _batch(prompts, arch.vocab_size, "cpu", 3)

@@ -84,6 +84,7 @@ def test_a_forked_job_dies_with_its_server(tiny_s, tmp_path):
     while time.monotonic() < deadline and _running(proc.pid):
         time.sleep(0.05)
     assert not _running(proc.pid), "the job outlived its server"
+    server.close()  # reaps the killed server and closes its pipes
 
 
 def _running(pid: int) -> bool:

@@ -22,7 +22,8 @@ def _raw(split: str) -> list[dict]:
     if split == "train":
         with gzip.open(GSM8K / "train.jsonl.gz", "rt", encoding="utf-8") as f:
             return [json.loads(line) for line in f]
-    return [json.loads(line) for line in open(GSM8K / f"{split}.jsonl", encoding="utf-8")]
+    with open(GSM8K / f"{split}.jsonl", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
 
 
 # --- the real files -----------------------------------------------------------------

@@ -121,8 +121,10 @@ def test_cost_is_pure():
         if not under(m, "cost"):
             continue
         if m in audits:
-            assert all(under(d, "cost", "engine") or d == "race_cli.errors" for d in g[m]), m
-            assert not any(under(d, "engine.job", "engine.setup", "plan", "pool", "report") for d in g[m]), m
+            # of the engine they use its log-prob code (what they measure) and engine/hf.py (how to build a
+            # transformers/peft model on every supported version), nothing of a job's lifecycle
+            engine_ok = {"race_cli.engine.logprobs", "race_cli.engine.hf"}
+            assert all(under(d, "cost") or d in engine_ok or d == "race_cli.errors" for d in g[m]), (m, g[m])
             continue
         assert all(under(d, "cost") or d == "race_cli.errors" for d in g[m]), (m, g[m])
         assert third_party(path) <= {"__future__", "math", "re", "collections", "dataclasses", "typing"}, m

@@ -14,7 +14,7 @@ from race_cli.engine import grpo
 from race_cli.engine.job import Job
 from race_cli.engine.logprobs import completion_logprobs
 from race_cli.engine.rollout import Rollout
-from race_cli.engine.setup import dtype_kwarg
+from race_cli.engine.hf import dtype_kwarg
 from race_cli.errors import RaceError
 from race_cli.cost.flops import Arch, Flops
 from race_cli.plan.build import build_plan

@@ -359,4 +359,5 @@ def test_a_rerun_waits_for_a_worker_an_earlier_run_left_training(tmp_path):
     assert holder.poll() is not None or not (job / JOB_LOCK_NAME).exists()  # returned only once the lock was free
     assert not (job / JOB_LOCK_NAME).exists() and "G2: pid" in said[0] and "waiting" in said[0]
     holder.wait(timeout=10)
+    holder.stdout.close()
     assert wait_for_live_trainers(tmp_path, ["G2"], said.append) == []  # nothing held: no wait, no message

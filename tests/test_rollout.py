@@ -80,10 +80,12 @@ def test_hf_rollout_cost_matches_flop_counter(lora):
     model = tiny_model(attn="eager")  # the counter does not know CPU SDPA's fused kernel
     ledger_lora = None
     if lora:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig
+
+        from race_cli.engine.hf import lora_wrap
 
         targets = ["q_proj", "v_proj", "down_proj"]
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+        model = lora_wrap(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets))
         ledger_lora = Lora(r=4, target_modules=tuple(targets))
     b = backend(model.eval(), lora=ledger_lora)
     torch.manual_seed(1)

@@ -34,9 +34,11 @@ def tiny_model(seed: int = 0, **kw):
 
 def with_lora(model, targets="all-linear"):
     """PEFT LoRA (unmerged) with non-zero B, so the adapter really changes the outputs."""
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig
 
-    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets))
+    from race_cli.engine.hf import lora_wrap
+
+    model = lora_wrap(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:

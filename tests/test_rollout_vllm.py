@@ -46,13 +46,15 @@ def vllm(monkeypatch):
 @pytest.fixture(scope="module")
 def policy():
     """A real tiny Qwen2 with a real PEFT LoRA adapter (r=8): save_pretrained writes adapter_config.json."""
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig
+
+    from race_cli.engine.hf import lora_wrap
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     base = Qwen2ForCausalLM(Qwen2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                         num_key_value_heads=2, intermediate_size=64, vocab_size=257))
-    return get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
+    return lora_wrap(base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
 
 
 ARCH = Arch(32, 1, 4, 2, 64, 257)

@@ -155,10 +155,12 @@ def audit_arch(arch: Arch, *, lora_r: int | None, batch: int, prompt_len: int, c
     rows = [_row("forward", measure_forward(model, ids, mask), forward_flops(arch, seqs))]
 
     if lora_r is not None:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig
+
+        from race_cli.engine.hf import lora_wrap
 
         lora = Lora(lora_r)
-        peft_model = get_peft_model(build_model(arch, device=device, seed=seed),
+        peft_model = lora_wrap(build_model(arch, device=device, seed=seed),
                                     LoraConfig(r=lora_r, lora_alpha=2 * lora_r, lora_dropout=0.0,
                                                target_modules=list(lora.target_modules)))
         rows.append(_row("lora fwd+bwd", measure_train_step(peft_model, ids, mask),

@@ -95,24 +95,21 @@ def fake_model(arch: Arch, *, dtype: str = "bfloat16", lora_r: int | None = 32, 
                       intermediate_size=arch.intermediate_size, vocab_size=arch.vocab_size,
                       head_dim=arch.head_dim or arch.hidden_size // arch.num_attention_heads,
                       tie_word_embeddings=tie, pad_token_id=0, num_labels=num_labels or 2)
-    import warnings
+    from race_cli.engine.hf import dtype_kwarg, enable_checkpointing, lora_wrap
 
     tdtype = getattr(torch, dtype)
-    with torch.device("meta"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # transformers 5 renames gradient_checkpointing_*
+    with torch.device("meta"):
         if num_labels:
-            model = AutoModelForSequenceClassification.from_config(cfg, dtype=tdtype, attn_implementation="sdpa")
+            model = AutoModelForSequenceClassification.from_config(cfg, **dtype_kwarg(tdtype), attn_implementation="sdpa")
         else:
-            model = AutoModelForCausalLM.from_config(cfg, dtype=tdtype, attn_implementation="sdpa")
+            model = AutoModelForCausalLM.from_config(cfg, **dtype_kwarg(tdtype), attn_implementation="sdpa")
         if lora_r:
-            from peft import LoraConfig, get_peft_model
+            from peft import LoraConfig
 
-            model = get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules=list(LAYER_MATRICES),
-                                                     task_type="CAUSAL_LM"))
+            model = lora_wrap(model, LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules=list(LAYER_MATRICES),
+                                                task_type="CAUSAL_LM"))
         if grad_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            if lora_r:
-                model.enable_input_require_grads()
+            enable_checkpointing(model, lora=bool(lora_r))
     mode = FakeTensorMode()
     memo: dict[int, Any] = {}
     keep: list = []

@@ -6,6 +6,7 @@ rollout.py       the rollout interface, the HF generate backend, and which backe
 rollout_lean.py  the lean sampler: plain-torch decoding on the training weights, shared prefill
 rollout_vllm.py  the vLLM backend (GPU boxes): sleep around updates, adapter sync
 setup.py         building device, task, prompts, reward, policy, rollout and the budget from a config
+hf.py            transformers/peft calls that differ between their releases (dtype keyword, checkpointing, LoRA wrap)
 checkpoint.py    atomic checkpoints and resume
 loggers.py       the metric mirrors: none, tensorboard, wandb
 job.py           the job loop: rollout -> reward -> update, ledger, evaluation, files

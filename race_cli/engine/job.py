@@ -39,6 +39,7 @@ from typing import Any, Callable
 from race_cli import folder
 from race_cli.engine import checkpoint as ckpt_io
 from race_cli.engine.grpo import GrpoLoss, group_advantages, grpo_loss
+from race_cli.engine.hf import enable_checkpointing
 from race_cli.engine.logprobs import completion_logprobs
 from race_cli.errors import RaceError
 from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, fsync_file, read_jsonl
@@ -117,7 +118,7 @@ class Job:
                                    grad_checkpointing=bool(c.grpo.grad_checkpointing), float32=self.dtype == torch.float32)
         self.micro_batch, self.grad_checkpointing = S.resolve_micro_batch(self.cfg_dict, self.device, merged_lora=merge)
         if self.grad_checkpointing and not c.grpo.grad_checkpointing:  # the memory ledger needs it
-            S.enable_checkpointing(self.policy.model, lora=c.lora.enabled)
+            enable_checkpointing(self.policy.model, lora=c.lora.enabled)
         self.merge_lora = merge and not self.grad_checkpointing
         self.train_prompts = S.PromptCache(self.train_items, self.policy.tokenizer, self.task.convention)
         self.target_prompts = {t.name: S.PromptCache(t.items, self.policy.tokenizer, t.convention) for t in self.targets}

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from race_cli import machine
 from race_cli.cost.flops import Arch, Flops, Lora
+from race_cli.engine.hf import dtype_kwarg, enable_checkpointing, lora_wrap
 from race_cli.errors import RaceError
 
 
@@ -206,27 +207,6 @@ def resolve_model_path(path: str, *, what: str = "model.path") -> str:
     return path  # a hub id: transformers resolves (and may fail with its own message, turned into RaceError)
 
 
-def dtype_kwarg(dtype: Any, version: str | None = None) -> dict:
-    """`from_pretrained`'s dtype keyword: `dtype=` from transformers 4.56 on, `torch_dtype=` before.
-
-    Older versions ignore an unknown `dtype=` and load float32, which would double the policy's
-    memory on a GPU; newer ones warn on `torch_dtype=`.
-    """
-    if version is None:
-        import transformers
-
-        version = transformers.__version__
-    major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])
-    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
-
-
-def enable_checkpointing(model: Any, *, lora: bool) -> None:
-    """Recompute each decoder layer in backward (non-reentrant); LoRA needs grad-requiring inputs."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if lora:
-        model.enable_input_require_grads()
-
-
 # On CPU a smaller micro-batch keeps a layer's activations in cache: tiny-s/tiny-m full fine-tuning, B=8,
 # G in {4, 8}, one thread (length-sorted rows, alternating, medians of 40 updates): 16 rows against the
 # whole batch ran tiny-m G=8 193.5 vs 215.4 ms and 204.1 vs 222.1 ms, tiny-s G=8 76.0 vs 82.1 and 87.1 vs
@@ -276,7 +256,6 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # transformers 5 inside save_pretrained
     path = resolve_model_path(cfg.model.path)
     trust = bool(cfg.model.trust_remote_code)
     try:
@@ -297,10 +276,10 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     arch = Arch.from_config(model.config)
     lora = None
     if cfg.lora.enabled:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig
 
         targets = list(cfg.lora.target_modules)
-        model = get_peft_model(model, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+        model = lora_wrap(model, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                                                  target_modules=targets, task_type="CAUSAL_LM"))
         lora = Lora(r=cfg.lora.r, target_modules=tuple(targets))
     if cfg.grpo.grad_checkpointing:
