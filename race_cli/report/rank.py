@@ -214,8 +214,13 @@ def _gain_inputs(jobs: pd.DataFrame, keys, target: str, data_initial: dict, colu
     if scores is not None:
         start = _start_matrix(keys, target, data_initial, columns)
     if start is not None:
-        d = scores - start  # [J, n] item by item: final − initial, same items (paired)
-        return d.mean(axis=1), d, start.mean(axis=1), "items (paired with the start) × seeds"
+        # the starting policy is one checkpoint for the whole condition: its per-item score is the
+        # mean of every job's iteration-0 evaluation (each job sampled it afresh), so one job's
+        # start-evaluation luck does not pass for training noise in its gain
+        pooled = np.broadcast_to(start.mean(axis=0), start.shape)
+        d = scores - pooled  # [J, n] item by item: final − start, same items (paired)
+        return (d.mean(axis=1), d, pooled.mean(axis=1),
+                f"items (paired with the start, pooled over the condition's {len(start)} jobs) × seeds")
     col = f"eval_initial/{target}"
     if col not in jobs:
         return None, None, None, "no starting evaluation recorded"
@@ -273,7 +278,12 @@ def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, lev
     cols["seed_sd"] = np.full(n_reg, np.sqrt(noise.seed_var) if noise.has_seed_noise else np.nan)
     cols["expected_drop"] = np.full(n_reg, S.winners_curse(point, draws, maximize))
     if gain_v is not None:
-        gnoise = S.noise_of(codes, sign * (gain_s if gain_s is not None else gain_v), n_reg)
+        if gain_s is not None:  # final − pooled start: the final's seed noise, the start's item noise
+            gnoise = S.Noise(m=sign * (noise.m - (scores - gain_s)[0][None, :]), n_seeds=noise.n_seeds,
+                             ms_seed=noise.ms_seed, df_seed=noise.df_seed, ms_resid=noise.ms_resid,
+                             df_resid=noise.df_resid)
+        else:
+            gnoise = S.noise_of(codes, sign * gain_v, n_reg)
         gd = S.gain_decisions(gnoise, level)
         cols.update({"start": mean_of(start_v), "gain": gd["gain"], "gain_ci_lo": gd["gain_ci_lo"],
                      "gain_ci_hi": gd["gain_ci_hi"], "beats_start": gd["beats_start"], "gain_p": gd["gain_p"]})

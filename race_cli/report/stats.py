@@ -11,8 +11,10 @@ variance of its estimate, the mean of the table, is
 
     Var = s2_a/n + s2_b/n_r + s2_e/(n·n_r),
 
-estimated without bias by   var_i(item means)/n + (MS_seed − MS_resid)/(n·n_r)   (ANOVA mean
-squares). The item part is each regime's own; the seed part (MS_seed, MS_resid) is *pooled
+estimated without bias by   [var_i(item means)/n − MS_resid/(n·n_r)] + MS_seed/(n·n_r)   (ANOVA
+mean squares: the bracket is the item part, the rest the seed part with its residual; the
+bracket is floored at zero, the seed part never is, so a small seed mean square cannot shrink
+the variance below the seed level). The item part is each regime's own; the seed part (MS_seed, MS_resid) is *pooled
 over the condition's regimes* that have two or more seeds — a two-seed regime alone has one
 degree of freedom — so even a one-seed regime of a condition with replicated regimes gets the
 seed term. Any contrast of regime means (a gap best − other, best − control) gets the same
@@ -191,7 +193,9 @@ def contrast_se(noise: Noise, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if noise.has_seed_noise:
         b = k * noise.ms_seed / n
         e = k * noise.ms_resid / n
-        v = np.maximum(a + b - e, a)
+        # (A − E) estimates the item part alone (≈ 0 for a paired gap, whose item effects cancel),
+        # B the seed part with its residual: always positive, never clipped below the seed level
+        v = np.maximum(a - e, 0.0) + b
         den = a ** 2 / df_a + b ** 2 / noise.df_seed + (e ** 2 / noise.df_resid if np.isfinite(noise.df_resid) else 0)
         with np.errstate(divide="ignore", invalid="ignore"):
             df = np.where(den > 0, v ** 2 / np.where(den > 0, den, 1.0), math.inf)
