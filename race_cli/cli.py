@@ -76,6 +76,13 @@ def plan(
     except RaceError as exc:
         _fail(exc)
     print_plan(p, fmt.value)
+    from race_cli.plan import SEED_WARNING, one_seed_regimes
+
+    if (n_one := one_seed_regimes(p.jobs)):
+        from rich.console import Console
+
+        n_reg = len({tuple(sorted(o for o in j.overrides if not o.startswith("seed="))) for j in p.jobs})
+        Console(stderr=True).print(SEED_WARNING.format(n=n_one, r=n_reg), highlight=False)
     if p.capped:
         from rich.console import Console
 
