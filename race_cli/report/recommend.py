@@ -120,7 +120,7 @@ def recommendation_text(rec: pd.Series) -> str:
     split = rec.get("best_p_policy", np.nan)
     split = f", policy split {split:.3f}" if isinstance(split, float) and np.isfinite(split) else ""
     s += (f" {rec['best_regime']} (p = {rec['best_p']:.3f}{split}), {t} {rec['best_mean']:.3f}{ci}{gain}, "
-          f"P(best) = {rec['best_p_best']:.2f}")
+          f"best in {100 * rec['best_p_best']:.0f}% of draws")
     if not rec.get("seed_noise", True) and np.isfinite(rec["best_ci_lo"]):
         s += " (intervals cover evaluation noise only: one seed per regime)"
     s += ". "

@@ -80,11 +80,11 @@ def ranking_rows(g: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-RANK_HEAD = ["rank", "regime", "final [95% CI]", "start", "gain [95% CI]", "> start", "P(best)",
+RANK_HEAD = ["rank", "regime", "final [95% CI]", "start", "gain [95% CI]", "> start", "best share",
              "≈ best", "p", "policy split", "search / learning / feedback", "budget spent", "seeds"]
 NARROW = 120  # a console narrower than this (a pipe is 80) gets NARROW_HEAD; the files have all
 NARROW_HEAD = ["rank", "regime", "final ± 95%", "gain ± 95%", "> start", "≈ best"]
-NARROW_NOTE = ("Narrow console: start, P(best), p, policy split, shares, budget spent and seeds are "
+NARROW_NOTE = ("Narrow console: start, best share, p, policy split, shares, budget spent and seeds are "
                "in summary.md and ranking.csv.")
 
 
@@ -179,7 +179,7 @@ def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: p
     if len(rec) > 1:
         t = Table(title="Conditional frontier: recommended split per condition", title_justify="left")
         head = ["condition", "best regime", "beats start", "policy split", "p", "p* [95% CI] (fit or fallback)",
-                "fit", "final", "P(best)"]
+                "fit", "final", "best share"]
         keep = [0, 1, 3, 5, 7] if console.width < NARROW else list(range(len(head)))
         for i in keep:
             t.add_column(head[i], overflow="fold")
@@ -250,9 +250,10 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
            "items paired. > start: the gain is above zero after Holm's correction over the "
            "condition's regimes (familywise 2.5%, one-sided). ≈ best: the gap to the best is not "
            "distinguishable from zero by a Bonferroni interval over every pair of regimes "
-           "(familywise 5%). P(best): share of "
-           f"{n_boot} draws (items resampled, seed noise added) in which the regime is best — a "
-           "ranking score, not a calibrated probability (its reliability is measured in the docs). "
+           "(familywise 5%). best share: the share of "
+           f"{n_boot} draws (items resampled, seed noise added) in which the regime is best (the "
+           "CSV's p_best) — a ranking score, not a calibrated probability of being best: with two "
+           "seeds it is overconfident (its reliability table is in docs/report.md). "
            "p: learning / total FLOPs; policy split: learning / (search + learning), comparable "
            "across reward systems.", ""]
     from race_cli.report.recommend import compute_totals

@@ -176,6 +176,8 @@ def condition_sentence(c: dict) -> str:
         else:
             s += f"; gain over the start {g_pil:+.3f} in the pilot, {g_val:+.3f} here"
     s += "."
+    if "evaluation noise only" in str(c.get("noise", "")):
+        s += " One seed per regime: these intervals cover evaluation noise only, not training (seed) noise."
     lo = c.get("best_val_gain_ci_lo")
     if lo is not None and np.isfinite(lo) and lo <= 0:
         s += f" {best} did not beat its starting policy beyond noise in the validation: not a finding."
@@ -400,7 +402,7 @@ def _g(v: Any) -> str:
     return "–" if not np.isfinite(v) else f"{v:.3g}"
 
 
-VAL_HEAD = ["role", "regime", "pilot: #  mean [95% CI]", "P(best)", "validation: #  mean [95% CI]", "≈ best",
+VAL_HEAD = ["role", "regime", "pilot: #  mean [95% CI]", "best share", "validation: #  mean [95% CI]", "≈ best",
             "gain: pilot → val", "seeds"]
 VAL_NARROW = ["role", "regime", "pilot: #  mean [95% CI]", "validation: #  mean [95% CI]", "seeds"]
 
