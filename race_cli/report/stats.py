@@ -282,7 +282,7 @@ def winners_curse(point: np.ndarray, draws: np.ndarray, maximize: bool = True) -
     d = sign * draws
     b = np.argmax(d, axis=1)
     rows = np.arange(len(d))
-    return float(np.mean(d[rows, b] - sign * point[b]))
+    return max(0.0, float(np.mean(d[rows, b] - sign * point[b])))  # >= 0 but for draw noise
 
 
 # --- one condition's decisions ----------------------------------------------------------------
