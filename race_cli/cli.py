@@ -77,6 +77,13 @@ def plan(
     except RaceError as exc:
         _fail(exc)
     print_plan(p, fmt.value)
+    from race_cli.plan.build import SEED_WARNING, one_seed_regimes
+
+    if (n_one := one_seed_regimes(p.jobs)):
+        from rich.console import Console
+
+        n_reg = len({tuple(sorted(o for o in j.overrides if not o.startswith("seed="))) for j in p.jobs})
+        Console(stderr=True).print(SEED_WARNING.format(n=n_one, r=n_reg), highlight=False)
     if p.capped:
         from rich.console import Console
 
@@ -236,7 +243,13 @@ def validate(
     budget: Optional[float] = typer.Option(None, "--budget", help="Validation budget per job, FLOPs (e.g. 1e12). "
                                            "Exclusive with --scale."),
     scale: Optional[float] = typer.Option(None, "--scale", help="Validation budget = K x each pilot job's budget "
-                                          "(default 2 when neither is given)."),
+                                          "(default 2 when neither --budget, --scale nor --replicate is given)."),
+    replicate: bool = typer.Option(False, "--replicate", help="Replicate at the pilot's own budget with fresh "
+                                   "seeds (tests the pilot's call itself; --scale/--budget test it at another budget)."),
+    margin: float = typer.Option(0.0, "--margin", help="Confirm a call only when the interval of best − control "
+                                 "lies above this improvement (fix it before running; default 0)."),
+    unlearned: bool = typer.Option(False, "--unlearned", help="Also validate conditions where no regime beat its "
+                                   "start in the pilot (skipped by default: their ranking is not a finding)."),
     seeds: int = typer.Option(3, "--seeds", help="Seeds per validated regime (fresh ones: after the pilot's largest)."),
     top: Optional[int] = typer.Option(None, "--top", help="Validate the K regimes with the highest P(best) per "
                                       "condition instead of the pilot's best alone."),
@@ -254,16 +267,20 @@ def validate(
     --top K by P(best)) and its lowest-ranked one as a control, re-planned at the validation
     budget and evaluated on the validated target; the prediction goes in provenance.json.
 
-    Then [bold]race run --sweep-dir DIR[/] and [bold]race report DIR[/]: per condition, did the call hold?
+    Then [bold]race run --sweep-dir DIR[/] and [bold]race report DIR[/]: per condition, best − control as a
+    paired difference with its interval: confirmed, not separated or reversed.
     """
     from race_cli.plan.validate import validate_main
 
     typed = [str(pilot)] + [f"{k} {v}" for k, v in (("--budget", budget), ("--scale", scale), ("--seeds", seeds),
                                                      ("--top", top), ("--target", target)) if v is not None]
     typed += ["--tied"] if tied else []
+    typed += ["--replicate"] if replicate else []
+    typed += [f"--margin {margin:g}"] if margin else []
+    typed += ["--unlearned"] if unlearned else []
     try:
         validate_main(pilot, budget=budget, scale=scale, seeds=seeds, top=top, tied=tied, target=target, out=out,
-                      dry_run=dry_run, typed=typed)
+                      dry_run=dry_run, typed=typed, replicate=replicate, margin=margin, unlearned=unlearned)
     except RaceError as exc:
         _fail(exc)
 

@@ -22,8 +22,13 @@ from race_cli.config.sweep import job_id
 def test_default_plan_is_the_tiny_grid():
     plan = build_plan([])
     assert plan.grid["name"] == "tiny"
-    assert len(plan.jobs) == 2 * 2 * 3 * 2  # model x G x mu x reward of conf/grid/tiny.yaml
-    assert plan.jobs[0].job_id == "tiny-s_G4_mu1_rule"
+    assert len(plan.jobs) == 2 * 3 * 2 * 2  # model x mu x reward x seed of conf/grid/tiny.yaml
+    assert plan.jobs[0].job_id == "tiny-s_mu1_rule_s0"
+    assert {j.config["seed"] for j in plan.jobs} == {0, 1}  # two seeds: intervals with training noise
+    from race_cli.plan.build import one_seed_regimes
+
+    assert one_seed_regimes(plan.jobs) == 0
+    assert one_seed_regimes(build_plan(["seed=0"]).jobs) == 12  # race plan warns about these
     assert len({j.job_id for j in plan.jobs}) == len(plan.jobs)
 
 
@@ -45,9 +50,11 @@ def test_sweep_forms_range_glob_and_plus():
 
 
 def test_command_line_axis_replaces_the_grid_axis():
-    plan = build_plan(["grpo.group_size=16"])  # grid=tiny sweeps G; a fixed value wins
-    assert {j.config["grpo"]["group_size"] for j in plan.jobs} == {16}
+    plan = build_plan(["seed=3"])  # grid=tiny sweeps the seed; a fixed value wins
+    assert {j.config["seed"] for j in plan.jobs} == {3}
     assert len(plan.jobs) == 12  # model x mu x reward
+    plan = build_plan(["grpo.group_size=16"])  # and a value typed beats the grid's fixed one
+    assert {j.config["grpo"]["group_size"] for j in plan.jobs} == {16}
 
 
 @pytest.mark.parametrize("overrides, fragment", [
@@ -166,7 +173,7 @@ def test_cli_plan_formats_and_exit_codes(tmp_path):
     res = _race("plan", "--format", "csv", "model=tiny-s")
     assert res.returncode == 0 and res.stdout.splitlines()[0].startswith("job_id,model,group_size")
     res = _race("plan")
-    assert "tiny-s_G4_mu1_rule" in res.stdout and "total" in res.stdout
+    assert "tiny-s_mu1_rule_s0" in res.stdout and "total" in res.stdout
     res = _race("plan", "grpo.group_size=abc", "--out", str(tmp_path / "s"))
     assert res.returncode == 2 and "Wrong type for grpo.group_size" in res.stderr
     assert not (tmp_path / "s").exists()

@@ -13,11 +13,16 @@ GRID = np.array([0.08, 0.14, 0.25, 0.40, 0.60])  # the fixture's p grid
 STEP = (0.60 - 0.08) / 200  # resolution of the fit's optimum search (201 points)
 
 
+def _tight(y, sd=1e-4, seed=0):
+    """Bootstrap-like draws hugging noise-free means: a p* is recommended only with an interval."""
+    return np.asarray(y) + np.random.default_rng(seed).normal(0, sd, (400, len(y)))
+
+
 def test_exact_quadratic_in_log_p_recovers_its_peak():
     # y = 0.6 - 0.25 (ln p - ln 0.25)^2 peaks at p = 0.25 (d/dlnp = 0 there); noise-free,
     # so the quadratic in log p has zero LOO error and every other curve a positive one.
     y = 0.6 - 0.25 * (np.log(GRID) - math.log(0.25)) ** 2
-    f = fit_response(GRID, y)
+    f = fit_response(GRID, y, True, _tight(y))
     assert f.model == "quadratic in log p"
     assert not f.fallback
     assert f.loo_mse["quadratic in log p"] < 1e-20 < min(v for k, v in f.loo_mse.items() if k != f.model)
@@ -28,7 +33,7 @@ def test_exact_quadratic_in_log_p_recovers_its_peak():
 def test_exact_quadratic_in_p_recovers_its_peak():
     # y = 0.5 - 2 (p - 0.3)^2: maximum 0.5 at p = 0.3
     y = 0.5 - 2 * (GRID - 0.3) ** 2
-    f = fit_response(GRID, y)
+    f = fit_response(GRID, y, True, _tight(y))
     assert f.model == "quadratic in p" and not f.fallback
     assert abs(f.p_star - 0.3) <= STEP
     np.testing.assert_allclose(f.coef, [-2.0, 1.2, 0.32], atol=1e-9)  # -2p² + 1.2p - 0.18 + 0.5
@@ -36,8 +41,9 @@ def test_exact_quadratic_in_p_recovers_its_peak():
 
 def test_minimizing_a_loss_finds_the_trough():
     y = 0.2 + 2 * (GRID - 0.3) ** 2  # a loss: lowest at p = 0.3
-    f = fit_response(GRID, y, maximize=False)
+    f = fit_response(GRID, y, False, _tight(y))
     assert not f.fallback and abs(f.p_star - 0.3) <= STEP
+    assert fit_response(GRID, y, maximize=False).fallback  # no draws, no interval: not recommended
 
 
 def test_optimum_on_the_grid_edge_falls_back_to_the_pilot_best():
@@ -126,8 +132,9 @@ def _synthetic_fit(p_grid, p_opt, width, rep, n_seeds=3, n_items=200, item_sd=0.
 @pytest.mark.parametrize("grid, p_opt, n_items, fires, covers", [
     # 5 distinct p, 200 items × 3 seeds: measured 100/100 fits, 100/100 covered (median width 0.06)
     (GRID, 0.25, 200, 95, 90),
-    # the default grid's shape, 500 items × 3 seeds: measured 99/100 fits, 95/100 covered
-    (GRID6, 0.26, 500, 90, 90),
+    # the old default grid's shape, 500 items × 3 seeds: measured 88/100 fits (an interval that
+    # reaches beyond the range is no longer recommended), 95/100 covered
+    (GRID6, 0.26, 500, 85, 90),
 ])
 def test_p_star_interval_covers_the_true_optimum(grid, p_opt, n_items, fires, covers):
     # Truth peaks at p_opt inside the grid (0.25 width: a neighbouring grid point is 0.05–0.08
@@ -143,14 +150,17 @@ def test_p_star_interval_covers_the_true_optimum(grid, p_opt, n_items, fires, co
 def test_p_star_interval_covers_when_the_curve_shape_is_uncertain():
     # A shallow peak (width 0.1): leave-one-out sometimes picks the quadratic in p, whose optimum
     # sits near 0.35. Re-choosing the curve in every bootstrap draw widens the interval to
-    # include that doubt; refitting only the chosen curve covered 71 of 85 fits (measured).
-    fired = covered = 0
+    # include that doubt, so far that it mostly reaches beyond the sampled range: then no p* is
+    # recommended (measured: 2 fits of 60, both covering; the rest fall back for that reason).
+    fired = covered = beyond = 0
     for rep in range(60):
         f = _synthetic_fit(GRID, 0.25, 0.1, rep)
         if not f.fallback:
             fired += 1
             covered += f.p_star_lo <= 0.25 <= f.p_star_hi
-    assert fired >= 45 and covered >= 0.9 * fired, (fired, covered)
+        beyond += "reaches beyond the sampled range" in f.reason
+        assert "beyond the sampled range" in describe_fit(f) or f.interval_inside or not f.model.startswith("quad")
+    assert covered >= 0.9 * fired and beyond >= 40, (fired, covered, beyond)
 
 
 def test_a_flat_response_falls_back_with_its_reason():

@@ -95,6 +95,22 @@ class PlannedJob:
         }
 
 
+def one_seed_regimes(jobs: Sequence[PlannedJob]) -> int:
+    """How many regimes (jobs equal up to their seed) run a single seed: their intervals in
+    `race report` cannot include training noise unless other regimes of the condition repeat."""
+    count: dict[tuple, int] = {}
+    for j in jobs:
+        key = tuple(sorted(o for o in j.overrides if o.lstrip("+~").partition("=")[0] != "seed"))
+        count[key] = count.get(key, 0) + 1
+    return sum(n == 1 for n in count.values())
+
+
+SEED_WARNING = ("warning: {n} of {r} regime(s) run one seed. `race report` then pools training (seed) "
+                "noise from the condition's repeated regimes, or, where no regime repeats, its intervals "
+                "cover evaluation noise only and say so. Sweep seed=0,1 (or more) for intervals that "
+                "include training noise.")
+
+
 @dataclass
 class Plan:
     typed: list[str]  # the overrides as typed

@@ -260,14 +260,20 @@ def _name_jobs(jobs: list) -> dict[str, list[str]]:
 
 def build_validation(pilot: Path, *, budget: float | None = None, scale: float | None = None,
                      seeds: int = DEFAULT_SEEDS, top: int | None = None, tied: bool = False,
-                     target: str | None = None,
-                     typed: list[str] | None = None) -> tuple[Any, dict, list[Pick], list[str]]:
-    """(Plan, provenance, picks, notes) of the validation of `pilot`; RaceError on bad input."""
+                     target: str | None = None, typed: list[str] | None = None, replicate: bool = False,
+                     margin: float = 0.0, unlearned: bool = False) -> tuple[Any, dict, list[Pick], list[str]]:
+    """(Plan, provenance, picks, notes) of the validation of `pilot`; RaceError on bad input.
+
+    replicate: the pilot's own budget, fresh seeds (kept apart from a scale-up, so a verdict says
+    which of the two it tested); margin: the improvement best − control must clear to be
+    confirmed; unlearned: also validate conditions where no regime beat its start."""
     from race_cli.plan.build import Plan, build_plan
 
     pilot = Path(pilot)
-    _check_args(budget, scale, seeds, top, tied)
-    if budget is None and scale is None:
+    _check_args(budget, scale, seeds, top, tied, replicate, margin)
+    if replicate:
+        scale = 1.0
+    elif budget is None and scale is None:
         scale = DEFAULT_SCALE
     doc = load_pilot_report(pilot)
     recs = _records(doc, "recommendations")
@@ -286,8 +292,14 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
     first_seed = max(all_seeds) + 1 if all_seeds else 0
     seed_list = list(range(first_seed, first_seed + seeds))
     budgets_seen: set[float] = set()
+    skipped: list[str] = []
     for rec in recs:
         cond = rec["condition"]
+        if not unlearned and rec.get("learned") is False:
+            skipped.append(f"{cond}: no regime beat its start in the pilot, so its ranking is not a finding "
+                           "(--unlearned validates it anyway)")
+            notes.append(skipped[-1])
+            continue
         rows = [r for r in ranking if r.get("condition") == cond]
         # a ranked condition names its target; a job's condition does not (it is scored on every target)
         job_cond = rows[0].get("job_condition", cond) if rows else cond
@@ -317,6 +329,10 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
             picks.append(Pick(cond, regime, role, ovs, pb, budget if budget is not None else pb * scale, ids))
             entry["validated"].append({"regime": regime, "role": role, "pilot_jobs": ids, "overrides": ovs})
         conditions.append(entry)
+    if not picks and skipped:
+        raise RaceError(f"{pilot}: no condition to validate for target {target!r}: in every one no regime beat "
+                        "its start, so there is no pilot call to test.",
+                        "Give the pilot more budget or an easier task, or pass --unlearned to validate anyway.")
     if not picks:
         raise RaceError(f"{pilot}'s report has no recommendation to validate for target {target!r}.",
                         f"Finish the pilot (race run --sweep-dir {pilot}), then `race report {pilot}`.")
@@ -339,8 +355,10 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
     axes = _name_jobs(flat)
     for pk, js in plan_jobs:
         pk.job_ids = [j.job_id for j in js]
+    what = ("a replication at its budgets" if replicate else 'budget ' + format(budget, 'g') if budget is not None
+            else f'{scale:g}x its budgets')
     plan = Plan(typed=list(typed or []), grid={"name": "validate", "description":
-                f"validation of pilot {pilot} ({'budget ' + format(budget, 'g') if budget is not None else f'{scale:g}x its budgets'}, "
+                f"validation of pilot {pilot} ({what}, "
                 f"seeds {seed_list[0]}..{seed_list[-1]})"}, axes=axes, jobs=flat)
 
     by_regime = {(pk.condition, pk.regime): pk for pk in picks}
@@ -354,7 +372,9 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
             "pilot": {"sweep": str(pilot.resolve()), "report": str((pilot / REPORT_JSON).resolve()),
                       "target": target, "caveat": doc.get("caveat")},
             "target": target,
-            "settings": {"budget": budget, "scale": scale, "seeds": seed_list, "top": top, "tied": tied,
+            "skipped": skipped,
+            "settings": {"budget": budget, "scale": scale, "replicate": replicate, "margin": margin,
+                         "seeds": seed_list, "top": top, "tied": tied,
                          "selection": (f"top {top} by P(best)" if top is not None
                                        else "pilot best and its ≈ best" if tied else "pilot best")},
             "conditions": conditions,
@@ -363,8 +383,14 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
     return plan, prov, picks, notes
 
 
-def _check_args(budget: float | None, scale: float | None, seeds: int, top: int | None, tied: bool = False) -> None:
+def _check_args(budget: float | None, scale: float | None, seeds: int, top: int | None, tied: bool = False,
+                replicate: bool = False, margin: float = 0.0) -> None:
     problems = []
+    if replicate and (budget is not None or scale is not None):
+        problems.append("--replicate with --budget or --scale: choose one (--replicate reruns at the pilot's own "
+                        "budget; --scale K or --budget X validates at another budget).")
+    if not (math.isfinite(margin) and margin >= 0):
+        problems.append(f"--margin {margin}: expected an improvement >= 0 in the target's units, e.g. --margin 0.02.")
     if top is not None and tied:
         problems.append("--top and --tied both given: choose one (--top K takes the K regimes with the highest "
                         "P(best); --tied every regime the pilot could not tell from its best).")
@@ -416,8 +442,8 @@ def write_validation(plan: Any, prov: dict, out: Path) -> bool:
     return True
 
 
-def default_out(pilot: Path, budget: float | None, scale: float | None) -> Path:
-    tag = f"C{budget:g}" if budget is not None else f"x{(scale or DEFAULT_SCALE):g}"
+def default_out(pilot: Path, budget: float | None, scale: float | None, replicate: bool = False) -> Path:
+    tag = "rep" if replicate else f"C{budget:g}" if budget is not None else f"x{(scale or DEFAULT_SCALE):g}"
     return pilot.parent / f"{pilot.resolve().name}-validate-{tag}"
 
 
@@ -448,7 +474,8 @@ def print_picks(picks: list[Pick], prov: dict, console) -> None:
 def validate_main(pilot: Path, *, budget: float | None = None, scale: float | None = None,
                   seeds: int = DEFAULT_SEEDS, top: int | None = None, tied: bool = False,
                   target: str | None = None, out: Path | None = None, dry_run: bool = False, typed: list[str] | None = None,
-                  say: Callable[[str], None] | None = None) -> Path | None:
+                  say: Callable[[str], None] | None = None, replicate: bool = False, margin: float = 0.0,
+                  unlearned: bool = False) -> Path | None:
     """Preview the validation sweep, then write it (unless dry_run); RaceError on bad input."""
     import sys
 
@@ -458,8 +485,9 @@ def validate_main(pilot: Path, *, budget: float | None = None, scale: float | No
 
     pilot = Path(pilot)
     plan, prov, picks, notes = build_validation(pilot, budget=budget, scale=scale, seeds=seeds, top=top,
-                                                tied=tied, target=target, typed=typed)
-    out = Path(out) if out is not None else default_out(pilot, budget, scale)
+                                                tied=tied, target=target, typed=typed, replicate=replicate,
+                                                margin=margin, unlearned=unlearned)
+    out = Path(out) if out is not None else default_out(pilot, budget, scale, replicate)
     console = Console(width=max(160, Console().width))
     print_picks(picks, prov, console)
     print_plan(plan, "table")

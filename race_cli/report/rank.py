@@ -214,8 +214,13 @@ def _gain_inputs(jobs: pd.DataFrame, keys, target: str, data_initial: dict, colu
     if scores is not None:
         start = _start_matrix(keys, target, data_initial, columns)
     if start is not None:
-        d = scores - start  # [J, n] item by item: final − initial, same items (paired)
-        return d.mean(axis=1), d, start.mean(axis=1), "items (paired with the start) × seeds"
+        # the starting policy is one checkpoint for the whole condition: its per-item score is the
+        # mean of every job's iteration-0 evaluation (each job sampled it afresh), so one job's
+        # start-evaluation luck does not pass for training noise in its gain
+        pooled = np.broadcast_to(start.mean(axis=0), start.shape)
+        d = scores - pooled  # [J, n] item by item: final − start, same items (paired)
+        return (d.mean(axis=1), d, pooled.mean(axis=1),
+                f"items (paired with the start, pooled over the condition's {len(start)} jobs) × seeds")
     col = f"eval_initial/{target}"
     if col not in jobs:
         return None, None, None, "no starting evaluation recorded"
@@ -236,7 +241,13 @@ def rank_condition(jobs: pd.DataFrame, reg_cols: list[str], target: str, items: 
 def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, level,
                        items_initial) -> tuple[dict, np.ndarray]:
     """rank_condition's table as column arrays, rows sorted best first; and the draws [B, R]
-    of the regime means in that row order (the response fit bootstraps p* from them)."""
+    of the regime means in that row order (the response fit bootstraps p* from them).
+
+    Intervals, ≈ best, beats its start and the draws come from race_cli/report/stats.py: item
+    noise per regime plus seed noise pooled over the condition's regimes. A gain is always an
+    improvement: final − start, or start − final for a lower-is-better target."""
+    from race_cli.report import stats as S
+
     col = f"eval/{target}"
     keys = list(zip(jobs["sweep"], jobs["job_id"]))
     scores, method, columns = _item_matrix(keys, target, items)
@@ -251,48 +262,55 @@ def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, lev
     n_reg = len(regs)
     n_seeds = np.bincount(codes, minlength=n_reg)
     mean_of = lambda v: np.bincount(codes, weights=v, minlength=n_reg) / n_seeds  # per regime
-    point = mean_of(values)
-    series = [(values, scores)] + ([(gain_v, gain_s)] if gain_v is not None else [])
-    draws_all = bootstrap_many(codes, series, n_boot, rng)
-    draws = draws_all[0]
+    sign = 1.0 if maximize else -1.0
+    noise = S.noise_of(codes, scores if scores is not None else values, n_reg)
+    dec = S.rank_decisions(noise, maximize, level)
+    weights = S.item_weights(noise.n, n_boot, rng) if noise.n > 1 else None
+    draws = S.draws_of(noise, n_boot, rng, weights)
+    point = dec["mean"]
     cols: dict[str, np.ndarray] = {"regime": np.array([label(r) for r in regs], dtype=object)}
-    cols.update(_draw_stats(point, draws, level, maximize))
-    cols.update(_gain_stats(start_v, gain_v, draws_all[1] if gain_v is not None else None, mean_of,
-                            level, maximize, n_reg))
+    ranks = 1 + (sign * point[None, :] > sign * point[:, None]).sum(axis=1)  # "min" ranks, 1 = best
+    cols.update({k: dec[k] for k in ("mean", "ci_lo", "ci_hi")})
+    cols["p_best"] = S.p_best(draws, maximize)
+    cols.update({k: dec[k] for k in ("gap_to_best", "gap_ci_lo", "tied_best")})
+    cols["rank"], cols["is_best"] = ranks, np.arange(n_reg) == dec["best"]
+    cols["se"], cols["df"] = dec["se"], dec["df"]
+    cols["seed_sd"] = np.full(n_reg, np.sqrt(noise.seed_var) if noise.has_seed_noise else np.nan)
+    cols["expected_drop"] = np.full(n_reg, S.winners_curse(point, draws, maximize))
+    if gain_v is not None:
+        if gain_s is not None:  # final − pooled start: the final's seed noise, the start's item noise
+            gnoise = S.Noise(m=sign * (noise.m - (scores - gain_s)[0][None, :]), n_seeds=noise.n_seeds,
+                             ms_seed=noise.ms_seed, df_seed=noise.df_seed, ms_resid=noise.ms_resid,
+                             df_resid=noise.df_resid)
+        else:
+            gnoise = S.noise_of(codes, sign * gain_v, n_reg)
+        gd = S.gain_decisions(gnoise, level)
+        cols.update({"start": mean_of(start_v), "gain": gd["gain"], "gain_ci_lo": gd["gain_ci_lo"],
+                     "gain_ci_hi": gd["gain_ci_hi"], "beats_start": gd["beats_start"], "gain_p": gd["gain_p"]})
+    else:
+        nan = np.full(n_reg, np.nan)
+        cols.update({"start": nan, "gain": nan.copy(), "gain_ci_lo": nan.copy(), "gain_ci_hi": nan.copy(),
+                     "beats_start": np.zeros(n_reg, dtype=bool), "gain_p": nan.copy()})
+    seeds_note = (f"seed noise pooled over {int((n_seeds >= 2).sum())} regimes ({noise.df_seed:.0f} df)"
+                  if noise.has_seed_noise else ONE_SEED)
     cols["gain_method"] = np.full(n_reg, gain_method, dtype=object)
     cols.update({c: np.array([r[c] for r in regs], dtype=object) for c in reg_cols})
     cols["n_seeds"] = n_seeds
     cols["n_items"] = np.full(n_reg, 0 if scores is None else scores.shape[1])
     cols["method"] = np.full(n_reg, method, dtype=object)
+    cols["noise"] = np.full(n_reg, seeds_note, dtype=object)
+    cols["seed_noise"] = np.full(n_reg, noise.has_seed_noise)
     for c in ["p", "share_search", "share_learning", "share_feedback", "budget_spent", "flops_total"]:
         if c in jobs:
             cols[c] = mean_of(jobs[c].to_numpy(float))
-    if (n_seeds < 2).any():  # one value and nothing to resample
-        one = n_seeds < 2
-        if scores is None:
-            cols["ci_lo"][one] = cols["ci_hi"][one] = np.nan
-            cols["method"][one] = method + "; one seed, no interval"
-        if gain_v is not None and gain_s is None:
-            cols["gain_ci_lo"][one] = cols["gain_ci_hi"][one] = np.nan
-            cols["beats_start"][one] = False
-            cols["gain_method"][one] = gain_method + "; one seed, no interval"
+    if "share_search" in cols and "share_learning" in cols:  # comparable across reward systems
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cols["p_policy"] = cols["share_learning"] / (cols["share_search"] + cols["share_learning"])
     order = np.lexsort((cols["regime"].astype(str), cols["rank"]))
     return {k: v[order] for k, v in cols.items()}, draws[:, order]
 
 
-def _gain_stats(start_v, gain_v, gain_draws, mean_of, level, maximize, n_reg) -> dict[str, np.ndarray]:
-    """Start level, gain over the start and its paired interval; `beats_start` when the
-    interval lies wholly on the better side of zero."""
-    nan = np.full(n_reg, np.nan)
-    if gain_v is None:
-        return {"start": nan, "gain": nan.copy(), "gain_ci_lo": nan.copy(), "gain_ci_hi": nan.copy(),
-                "beats_start": np.zeros(n_reg, dtype=bool)}
-    gain = mean_of(gain_v)
-    a = (1 - level) / 2
-    lo, hi = np.quantile(gain_draws, [a, 1 - a], axis=0)
-    beats = lo > 0 if maximize else hi < 0
-    return {"start": mean_of(start_v), "gain": gain, "gain_ci_lo": lo, "gain_ci_hi": hi,
-            "beats_start": beats}
+ONE_SEED = "one seed per regime: intervals cover evaluation noise only, not training (seed) noise"
 
 
 def rankable(jobs: pd.DataFrame, target: str) -> pd.Series:

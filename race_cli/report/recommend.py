@@ -81,6 +81,10 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
                "best_p": best.get("p", np.nan), "best_share_search": best.get("share_search", np.nan),
                "best_share_learning": best.get("share_learning", np.nan),
                "best_share_feedback": best.get("share_feedback", np.nan),
+               "best_p_policy": best.get("p_policy", np.nan),
+               "split_star": best.get("p_policy", np.nan),  # the recommended policy split (below)
+               "expected_drop": best.get("expected_drop", np.nan),
+               "seed_noise": bool(best.get("seed_noise", True)),
                "n_regimes": len(g), "n_tied": len(tied),
                "validate": "; ".join(tied["regime"]) if learned else ""}
         if fit is not None:
@@ -92,6 +96,8 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
             if learned and not fit.fallback and "p" in g:  # the pilot regime closest to the fit's optimum
                 near = g.iloc[int(np.argmin(np.abs(g["p"].to_numpy(float) - fit.p_star)))]
                 row["nearest_regime"] = near["regime"]
+                # p* in the comparable variable: the nearest regime's feedback share held fixed
+                row["split_star"] = fit.p_star / (1.0 - float(near.get("share_feedback", 0.0) or 0.0))
                 if near["regime"] not in row["validate"].split("; "):
                     row["validate"] += f"; {near['regime']} (nearest to fit p*)"
         rows.append(row)
@@ -111,8 +117,17 @@ def recommendation_text(rec: pd.Series) -> str:
     s = f"Target {t}: "
     s += ("pilot-best regime" if rec.get("learned") else
           "no regime beats its start, so there is no pilot-best regime; the highest final score is")
-    s += (f" {rec['best_regime']} (p = {rec['best_p']:.3f}), {t} {rec['best_mean']:.3f}{ci}{gain}, "
-          f"P(best) = {rec['best_p_best']:.2f}. ")
+    split = rec.get("best_p_policy", np.nan)
+    split = f", policy split {split:.3f}" if isinstance(split, float) and np.isfinite(split) else ""
+    s += (f" {rec['best_regime']} (p = {rec['best_p']:.3f}{split}), {t} {rec['best_mean']:.3f}{ci}{gain}, "
+          f"best in {100 * rec['best_p_best']:.0f}% of draws")
+    if not rec.get("seed_noise", True) and np.isfinite(rec["best_ci_lo"]):
+        s += " (intervals cover evaluation noise only: one seed per regime)"
+    s += ". "
+    drop = rec.get("expected_drop", np.nan)
+    if rec.get("learned") and isinstance(drop, float) and np.isfinite(drop) and rec["n_regimes"] > 1:
+        s += (f"As the best of {rec['n_regimes']} noisy estimates it is expected to drop by about {drop:.3f} "
+              f"when run again (winner's curse): about {rec['best_mean'] - (drop if _higher(rec) else -drop):.3f}. ")
     if rec.get("learned") and rec.get("n_beat_start", 0) < rec["n_regimes"]:
         s += f"{rec['n_beat_start']} of {rec['n_regimes']} regimes beat their start. "
     if rec["n_tied"] > 1:
@@ -125,6 +140,12 @@ def recommendation_text(rec: pd.Series) -> str:
         s += (f"Nothing is worth validating for {t} until a regime beats its start: give the jobs "
               "more budget or an easier task, or score more evaluation items.")
     return s
+
+
+def _higher(rec: pd.Series) -> bool:
+    from race_cli.report.table import maximize_target
+
+    return maximize_target(str(rec["target"]))
 
 
 def target_differences(rec: pd.DataFrame, ranking: pd.DataFrame, by: list[str]) -> list[str]:
@@ -168,7 +189,11 @@ def target_differences(rec: pd.DataFrame, ranking: pd.DataFrame, by: list[str]) 
 
 
 def frontier_moves(rec: pd.DataFrame, by: list[str]) -> list[str]:
-    """Sentences on how the recommended p moves along each condition column, others fixed."""
+    """Sentences on how the recommended split moves along each condition column, others fixed.
+
+    The split is the policy-side one, learning / (search + learning): p itself counts reward
+    FLOPs in its denominator, so a PRM regime has a lower p than the same regime under the
+    rule reward, and "p moves along reward" would mostly report the PRM's cost."""
     out = []
     for c in by:
         if c not in rec or rec[c].nunique(dropna=True) < 2:
@@ -181,9 +206,12 @@ def frontier_moves(rec: pd.DataFrame, by: list[str]) -> list[str]:
             key = key if isinstance(key, tuple) else (key,)
             fixed = ", ".join(f"{o}={_short(v)}" for o, v in zip(others, key))
             learned = g["learned"] if "learned" in g else [True] * len(g)
-            steps = " → ".join(f"{_short(v)}: p={p:.2f} ({r}{'' if ok else '; no regime beats its start'})"
-                               for v, p, r, ok in zip(g[c], g["p_star"] if "p_star" in g else g["best_p"],
-                                                      g["best_regime"], learned))
+            split = g["split_star"] if "split_star" in g else g["best_p"]
+            fb = g["best_share_feedback"] if "best_share_feedback" in g else [np.nan] * len(g)
+            steps = " → ".join(f"{_short(v)}: split={sp:.2f}"
+                               + (f", feedback {f:.0%}" if isinstance(f, float) and np.isfinite(f) and f > 0 else "")
+                               + f" ({r}{'' if ok else '; no regime beats its start'})"
+                               for v, sp, f, r, ok in zip(g[c], split, fb, g["best_regime"], learned))
             out.append(f"Along {c}" + (f" ({fixed})" if fixed else "") + f": {steps}")
     return out
 

@@ -71,13 +71,47 @@ def ranking_rows(g: pd.DataFrame) -> list[list[str]]:
                      f"{_f(r['mean'])} [{_f(r['ci_lo'])}, {_f(r['ci_hi'])}]",
                      _f(r.get("start", np.nan)), gain_cell(r), beats, _f(r["p_best"], 2),
                      "yes" if r["tied_best"] else "no", _f(r.get("p", np.nan)),
+                     _f(r.get("p_policy", np.nan)),
                      " / ".join(pct(r.get(f"share_{n}", np.nan), 0) for n in ["search", "learning", "feedback"]),
                      pct(r.get("budget_spent", np.nan), 0), str(r["n_seeds"])])
     return rows
 
 
-RANK_HEAD = ["rank", "regime", "final [95% CI]", "start", "gain [95% CI]", "> start", "P(best)",
-             "≈ best", "p", "search / learning / feedback", "budget spent", "seeds"]
+RANK_HEAD = ["rank", "regime", "final [95% CI]", "start", "gain [95% CI]", "> start", "best share",
+             "≈ best", "p", "policy split", "search / learning / feedback", "budget spent", "seeds"]
+NARROW = 120  # a console narrower than this (a pipe is 80) gets NARROW_HEAD; the files have all
+NARROW_HEAD = ["rank", "regime", "final ± 95%", "gain ± 95%", "> start", "≈ best"]
+NARROW_NOTE = ("Narrow console: start, best share, p, policy split, shares, budget spent and seeds are "
+               "in summary.md and ranking.csv.")
+
+
+def _pm(v: Any, lo: Any, hi: Any, signed: bool = False) -> str:
+    """'0.605 ± 0.056' (the t intervals are symmetric), or the value alone without an interval."""
+    f = _signed if signed else _f
+    if v is None or not np.isfinite(v):
+        return "–"
+    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
+        return f(v)
+    return f"{f(v)} ± {(hi - lo) / 2:.3f}"
+
+
+def narrow_rows(g: pd.DataFrame) -> list[list[str]]:
+    """NARROW_HEAD cells of one condition's ranking: what fits 80 columns."""
+    rows = []
+    for _, r in g.iterrows():
+        beats = "–" if not np.isfinite(r.get("gain", np.nan)) else ("yes" if r["beats_start"] else "no")
+        rows.append([str(r["rank"]), r["regime"] + (" ★" if r["is_best"] else ""),
+                     _pm(r["mean"], r["ci_lo"], r["ci_hi"]),
+                     _pm(r.get("gain", np.nan), r.get("gain_ci_lo", np.nan), r.get("gain_ci_hi", np.nan), True),
+                     beats, "yes" if r["tied_best"] else "no"])
+    return rows
+
+
+def noise_note(g: pd.DataFrame) -> str | None:
+    """The sentence a one-seed condition prints wherever its intervals appear, else None."""
+    if "seed_noise" in g and not bool(g["seed_noise"].iloc[0]):
+        return "Intervals above: one seed per regime, so they cover evaluation noise only, not training (seed) noise."
+    return None
 
 
 def _by_target(ranking: pd.DataFrame, targets: list[str]):
@@ -126,29 +160,40 @@ def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: p
             r = rec[rec["condition"] == cond]
             if len(r) and r.iloc[0]["no_gain"]:
                 console.print(f"[bold yellow]{r.iloc[0]['no_gain']}[/]", highlight=False)
-            t = Table(title=f"{cond}  ·  {g['method'].iloc[0]}", title_justify="left")
-            for h in RANK_HEAD:
-                t.add_column(h, justify="left" if h == "regime" else "right")
-            for row in ranking_rows(g):
+            noise = g["noise"].iloc[0] if "noise" in g else ""
+            t = Table(title=f"{cond}  ·  {g['method'].iloc[0]}" + (f"; {noise}" if noise else ""),
+                      title_justify="left")
+            narrow = console.width < NARROW
+            for h in NARROW_HEAD if narrow else RANK_HEAD:
+                t.add_column(h, justify="left" if h == "regime" else "right", overflow="fold")
+            for row in narrow_rows(g) if narrow else ranking_rows(g):
                 t.add_row(*row)
             console.print(t)
+            if noise_note(g):
+                console.print(noise_note(g), highlight=False)
             if len(r):
                 console.print(recommendation_text(r.iloc[0]), highlight=False)
     if len(rec) > 1:
         t = Table(title="Conditional frontier: recommended split per condition", title_justify="left")
-        for h in ["condition", "target", "best regime", "beats start", "p (best)",
-                  "p* [95% CI] (fit or fallback)", "fit", "final", "P(best)"]:
-            t.add_column(h)
+        head = ["condition", "best regime", "beats start", "policy split", "p", "p* [95% CI] (fit or fallback)",
+                "fit", "final", "best share"]
+        keep = [0, 1, 3, 5, 7] if console.width < NARROW else list(range(len(head)))
+        for i in keep:
+            t.add_column(head[i], overflow="fold")
         for _, r in rec.iterrows():
-            t.add_row(r["condition"], r["target"], r["best_regime"], "yes" if r["learned"] else "no",
-                      _f(r["best_p"]), _pstar(r),
-                      "fallback" if r.get("fit_fallback") else str(r.get("fit_model", "–")),
-                      _f(r["best_mean"]), _f(r["best_p_best"], 2))
+            row = [r["condition"], r["best_regime"], "yes" if r["learned"] else "no",
+                   _f(r.get("best_p_policy", np.nan)), _f(r["best_p"]), _pstar(r),
+                   "fallback" if r.get("fit_fallback") else str(r.get("fit_model", "–")),
+                   _f(r["best_mean"]), _f(r["best_p_best"], 2)]
+            t.add_row(*[row[i] for i in keep])
         console.print(t)
+
         for m in moves:
             console.print("• " + m, highlight=False)
     for d in diffs or []:
         console.print("• " + d, highlight=False)
+    if console.width < NARROW and len(ranking):
+        console.print(NARROW_NOTE, highlight=False)
     console.print(f"Compute: {_flops(totals['total'])} training FLOPs (model convention) — "
                   f"search {_share(totals, 'rollout')}, learning {_share(totals, 'update')}, "
                   f"feedback {_share(totals, 'reward')}; evaluation {_flops(totals['eval'])} FLOPs, not charged.")
@@ -194,12 +239,20 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
            f"{_share(totals, 'reward')}. Evaluation used {_flops(totals['eval'])} FLOPs, not "
            f"charged to the budgets ({_flops(totals['budget'])} FLOPs budgeted in all).", "",
            "## Rankings", "",
-           f"Intervals: {n_boot} bootstrap draws over evaluation items (paired across regimes) and "
-           "seeds, 95% percentile. final: the regime's score at the end. start: its starting "
-           "policy's score (iteration-0 evaluation, same items). gain: final − start, its interval "
-           "from the same draws with items paired between start and end; > start: that interval "
-           "lies above zero. P(best): fraction of draws in which the regime is best. ≈ best: the "
-           "paired 95% interval of the gap to the best regime reaches zero.", ""]
+           "Intervals: 95% t intervals whose variance adds each regime's evaluation-item noise and "
+           "the training (seed) noise pooled over the condition's regimes (docs/report.md; their "
+           "coverage is measured by benchmarks/bench_calibration.py). final: the regime's score at the "
+           "end. start: its starting policy's score (iteration-0 evaluation, same items). gain: the "
+           "improvement over the start (final − start; start − final for a lower-is-better target), "
+           "items paired. > start: the gain is above zero after Holm's correction over the "
+           "condition's regimes (familywise 2.5%, one-sided). ≈ best: the gap to the best is not "
+           "distinguishable from zero by a Bonferroni interval over every pair of regimes "
+           "(familywise 5%). best share: the share of "
+           f"{n_boot} draws (items resampled, seed noise added) in which the regime is best (the "
+           "CSV's p_best) — a ranking score, not a calibrated probability of being best: with two "
+           "seeds it is overconfident (its reliability table is in docs/report.md). "
+           "p: learning / total FLOPs; policy split: learning / (search + learning), comparable "
+           "across reward systems.", ""]
     from race_cli.report.recommend import compute_totals
 
     for target, gt in _by_target(ranking, targets):
@@ -215,6 +268,8 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
             if len(r) and r.iloc[0]["no_gain"]:
                 out += [f"**{r.iloc[0]['no_gain']}**", ""]
             out += [flops, "", md_table(RANK_HEAD, ranking_rows(g)), ""]
+            if noise_note(g):
+                out += [f"*{noise_note(g)}*", ""]
             if len(r):
                 out += [recommendation_text(r.iloc[0]), ""]
     if moves or diffs:

@@ -1,8 +1,10 @@
 """Local response of the target to the update fraction p, with an honest fallback (no I/O).
 
-The response is a function of p, so regimes at the same p (to two decimals: with B fixed,
-G scales rollout and update alike and moves p only by a few 0.001) are replicates: they are
-averaged into one point per distinct p first (their bootstrap draws too). Five candidate
+The response is a function of p, so regimes at (nearly) the same p are replicates: sorted by
+p, neighbours whose p differ by less than REPLICATE_LOG_TOL in log p (3%) are chained into one
+point and averaged (their bootstrap draws too). With B fixed, G scales rollout and update alike
+and moves p by ~1-2% (the earlier default grid: G=4/8 at μ=1 gave p = 0.827/0.841, 1.7% apart),
+while each step of μ moves it by 4-9% (0.83 → 0.91 → 0.95), so G's points merge and μ's stay. Five candidate
 curves are fitted by least squares to those points: constant; linear and quadratic in p;
 linear and quadratic in log p. The one with the smallest leave-one-out (LOO) squared error
 wins — leaving out one p value, i.e. predicting an allocation the grid did not try; ties go
@@ -19,7 +21,10 @@ can say whether p* lies inside the sampled range. Its bootstrap interval repeats
 procedure on every bootstrap draw of the regime means (the ranking's draws: items paired,
 seeds resampled): the curve is chosen again by LOO error among the candidates with a slope
 (closed-form LOO for least squares, so all draws cost a few matrix products), refitted, and
-its optimum taken; the interval is the percentile interval of those optima. Re-choosing the
+its optimum taken, *without* clipping it to the search range (a draw whose curve is
+monotone, or bends the wrong way, peaks at the better end's infinity); the interval is the
+percentile interval of those optima, and an end that leaves the sampled range is reported as
+"beyond the sampled range", never as the range's edge. Re-choosing the
 curve per draw matters: a quadratic in p fitted to a peak that is quadratic in log p puts the
 optimum too high, and an interval that ignores that choice misses the true p*.
 
@@ -30,7 +35,9 @@ the pilot-best point (the regime with the best mean) and says why:
   a well-spread grid gives < 100);
 - the chosen curve is constant (the target does not respond to p within the grid);
 - its optimum lies on the edge of the sampled range (within 2% of the p range of min p or
-  max p) or outside it: the real optimum may be outside the pilot grid.
+  max p) or outside it: the real optimum may be outside the pilot grid;
+- its 95% interval reaches beyond the sampled range (or there is no interval): the data do
+  not pin the optimum inside the grid.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ EXTEND = 0.5  # the optimum is searched this fraction of the sampled span beyond
 N_GRID = 401  # points of that search
 LEVEL = 0.95  # p* interval
 CURVATURE_SHARE = 0.95  # three distinct p: share of draws that must bend the right way (one-sided 95%)
+REPLICATE_LOG_TOL = 0.03  # neighbouring p closer than this in log p (3%) are one point (replicates)
 
 
 @dataclass
@@ -117,25 +125,29 @@ def search_grid(p: np.ndarray, logx: bool) -> np.ndarray:
 
 def optimum_draws(p: np.ndarray, draws: np.ndarray, logx: bool, degree: int, sign: float,
                   grid: np.ndarray) -> np.ndarray:
-    """The chosen curve refitted to every bootstrap draw: where each one peaks within the
-    search range [grid[0], grid[-1]]. [B]
+    """The chosen curve refitted to every bootstrap draw: where each one peaks. [B]
 
     p [R] regime p; draws [B, R] bootstrap draws of the regime means. The design is fixed,
     so every draw's least-squares coefficients are one matrix product with its pseudo-inverse;
-    the optimum of a line or a parabola on an interval is found in closed form.
+    the optimum of a line or a parabola is found in closed form and not clipped: a parabola's
+    vertex wherever it lies, and for a curve without a peak (a line, or a parabola bending the
+    wrong way) the better end of the search range [grid[0], grid[-1]] pushed to infinity
+    (0 or inf in p for a curve in log p, -inf or inf for one in p), so that an interval end
+    beyond the sampled range reads as beyond it, never as the range's edge.
     """
     x = np.log(p) if logx else p
     coef = draws @ np.linalg.pinv(_design(x, degree)).T  # [B, degree+1], highest power first
     lo, hi = (np.log(grid[0]), np.log(grid[-1])) if logx else (grid[0], grid[-1])
     val = lambda z: sum(coef[:, k] * z ** (degree - k) for k in range(degree + 1))  # [B]
-    best = np.where(sign * val(hi) >= sign * val(lo), hi, lo)  # [B] the better end
+    best = np.where(sign * val(hi) >= sign * val(lo), np.inf, -np.inf)  # [B] towards the better end
     if degree == 2:
         a, b = coef[:, 0], coef[:, 1]
         with np.errstate(divide="ignore", invalid="ignore"):
-            vertex = np.clip(-b / (2 * a), lo, hi)
+            vertex = -b / (2 * a)
         peaks = sign * a < 0  # concave for a maximum (convex for a minimum): the vertex is best
         best = np.where(peaks, vertex, best)
-    return np.exp(best) if logx else best
+    with np.errstate(over="ignore"):
+        return np.exp(best) if logx else best
 
 
 def loo_mse_many(x: np.ndarray, Y: np.ndarray, degree: int) -> np.ndarray:
@@ -186,8 +198,8 @@ def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True,
         return FitResult(fallback=True, reason=reason, p_star=pilot[0], y_star=pilot[1], **base)
 
     # --- one point per distinct p (regimes at the same p are replicates)
-    uniq, inv = np.unique(np.round(p, 2), return_inverse=True)
-    n_distinct = len(uniq)
+    inv = replicate_groups(p)
+    n_distinct = int(inv.max()) + 1
     cnt = np.bincount(inv).astype(float)
     p, y = np.bincount(inv, p) / cnt, np.bincount(inv, y) / cnt
     if draws is not None:
@@ -242,6 +254,11 @@ def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True,
     span = p.max() - p.min()
     lo_edge, hi_edge = p.min() + EDGE_FRAC * span, p.max() - EDGE_FRAC * span
     kw |= dict(p_fit_opt=p_opt, inside=bool(p.min() <= p_opt <= p.max()))
+    if not (p_opt <= lo_edge or p_opt >= hi_edge) and kw.get("interval_inside") is not True:
+        why = ("its 95% interval reaches beyond the sampled range" if "interval_inside" in kw
+               else "no bootstrap interval for it")
+        return fallback(f"the fit's optimum p = {p_opt:.3g} lies inside the grid, but {why}: the data do "
+                        "not pin it inside the grid", **kw)
     if p_opt <= lo_edge or p_opt >= hi_edge:
         low = p_opt <= lo_edge
         end = f"lowest p = {p.min():.3g}" if low else f"highest p = {p.max():.3g}"
@@ -251,6 +268,18 @@ def fit_response(p: np.ndarray, y: np.ndarray, maximize: bool = True,
         return fallback(f"fit optimum {where}; the optimum may lie outside the grid", **kw)
     return FitResult(fallback=False, reason="fit optimum inside the grid", p_star=p_opt,
                      y_star=y_opt, **rng_kw, **kw)
+
+
+def replicate_groups(p: np.ndarray) -> np.ndarray:
+    """Group index (0.., in increasing p) of each p: sorted neighbours closer than
+    REPLICATE_LOG_TOL in log p (or in p when some p is not positive) chain into one group."""
+    p = np.asarray(p, float)
+    x = np.log(p) if (p > 0).all() else p
+    order = np.argsort(x, kind="stable")
+    new = np.r_[True, np.diff(x[order]) >= REPLICATE_LOG_TOL]
+    inv = np.empty(len(p), dtype=int)
+    inv[order] = np.cumsum(new) - 1
+    return inv
 
 
 def _interval(p: np.ndarray, draws: np.ndarray | None, candidates: list[tuple[bool, int]],
@@ -271,16 +300,29 @@ def _interval(p: np.ndarray, draws: np.ndarray | None, candidates: list[tuple[bo
     pick = np.argmin(np.vstack(errs), axis=0)  # [B] the curve each draw chooses
     opt = np.vstack(opts)[pick, np.arange(len(draws))]
     a = (1 - LEVEL) / 2
-    lo, hi = (float(v) for v in np.quantile(opt, [a, 1 - a]))
+    opt = np.where(np.isnan(opt), np.inf, opt)  # a degenerate draw (a = 0) says nothing: beyond
+    lo, hi = (float(v) for v in np.quantile(opt, [a, 1 - a], method="inverted_cdf"))
     return dict(p_star_lo=lo, p_star_hi=hi, interval_inside=bool(p.min() <= lo and hi <= p.max()))
+
+
+def interval_text(fit: FitResult) -> str:
+    """'0.812–0.905', or with an end beyond the sampled range said in words."""
+    lo, hi = fit.p_star_lo, fit.p_star_hi
+    below = not (lo >= fit.p_min)
+    above = not (hi <= fit.p_max)
+    left = f"beyond the sampled range (below p = {fit.p_min:.3f})" if below else f"{lo:.3f}"
+    right = f"beyond the sampled range (above p = {fit.p_max:.3f})" if above else f"{hi:.3f}"
+    if below and above:
+        return f"reaching beyond the sampled range {fit.p_min:.3f}–{fit.p_max:.3f} on both sides"
+    return f"{left} to {right}" if (below or above) else f"{lo:.3f}–{hi:.3f}"
 
 
 def describe_fit(fit: FitResult) -> str:
     """The fit in one or two sentences: the curve, p* with its interval, inside or not."""
     if not fit.model:
         return f"Response fit: none ({fit.reason}); the pilot-best point stands (p = {fit.p_star:.3f})."
-    interval = (f" (95% interval {fit.p_star_lo:.3f}–{fit.p_star_hi:.3f})"
-                if np.isfinite(fit.p_star_lo) else " (no interval: no bootstrap draws)")
+    interval = (f" (95% interval {interval_text(fit)})"
+                if not np.isnan(fit.p_star_lo) else " (no interval: no bootstrap draws)")
     rng = f"the sampled range {fit.p_min:.3f}–{fit.p_max:.3f}"
     if not fit.fallback:
         where = (f"p* and its interval lie inside {rng}" if fit.interval_inside else
@@ -289,7 +331,7 @@ def describe_fit(fit: FitResult) -> str:
         return (f"Response fit ({fit.model}, chosen by {fit.chosen_by}): optimum at "
                 f"p* = {fit.p_star:.3f}{interval}; {where}.")
     s = f"Response fit ({fit.model}): fell back to the pilot-best point p = {fit.p_star:.3f} ({fit.reason})."
-    if "quadratic" in fit.model and np.isfinite(fit.p_fit_opt) and np.isfinite(fit.p_star_lo):
+    if "quadratic" in fit.model and np.isfinite(fit.p_fit_opt) and not np.isnan(fit.p_star_lo):
         s += (f" The curve's own optimum: p = {fit.p_fit_opt:.3f}{interval}, "
               f"{'inside' if fit.inside else 'outside'} {rng}.")
     return s

@@ -10,14 +10,18 @@ the pilot's whole predicted order (rank, mean, interval, P(best), gain over the 
 FLOP) and which validation jobs run which pilot regime, in which role (recommended, top-K,
 control). `race report` recognises a validation sweep by that file and, per condition:
 
-- ranks the validated regimes again on the validation jobs (same paired item × seed
-  bootstrap as the pilot report, race_cli/report/rank.py);
-- says whether the pilot's best stayed best, stayed ≈ best (the validation's paired
-  interval of its gap to the best reaches 0), or did not hold;
-- gives Spearman's rank correlation between the pilot's order and the validation's, with a
-  bootstrap interval over the validation's items and seeds (the pilot's order is held fixed:
-  it is the prediction being tested);
-- sets the realised gain over the starting policy per training FLOP against the pilot's.
+- ranks the validated regimes again on the validation jobs (the pilot report's intervals:
+  items paired, seed noise pooled over the validated regimes, race_cli/report/stats.py);
+- tests the pilot's call as a paired difference, best − control, with its 95% interval and a
+  probability of improvement P(best > control) (the t distribution of the estimate): the call is
+  CONFIRMED when the interval lies above zero (or above `--margin`, fixed before running),
+  REVERSED when it lies below zero, NOT SEPARATED otherwise; the summary counts only confirmed
+  calls. benchmarks/bench_calibration.py measures its false-confirmation rate and power;
+- gives Spearman's rank correlation between the pilot's order and the validation's only when
+  at least four regimes were validated (with two or three it is nearly always ±1 or ±0.5);
+- sets the gain over the starting policy against the pilot's: at the same budget (--replicate)
+  the two gains; at a larger budget (--scale, --budget) the absolute gains and the marginal gain
+  per FLOP between the two budgets, (gain_val − gain_pilot) / (C_val − C_pilot).
 
 Everything above the file writers is pure. No torch import.
 """
@@ -42,11 +46,12 @@ VERSION = 1
 CAVEAT = ("A pilot grid is a diagnostic, not a guarantee: a call that held here held for these "
           "regimes, at this budget, on this target; it says little about regimes the pilot did not rank.")
 
-# verdicts: the pilot's best ...
-HELD = "held"  # ... is the validation's best too
-HELD_TIED = "held (≈ best)"  # ... is statistically indistinguishable from the validation's best
-NOT_HELD = "did not hold"  # ... is beaten: the interval of its gap to the best excludes 0
-PENDING = "pending"  # ... has no finished validation job yet
+# verdicts on best − control in the validation (a paired difference with its 95% interval)
+CONFIRMED = "confirmed"  # the interval lies above the margin (0 unless --margin)
+NOT_SEPARATED = "not separated"  # the interval reaches the margin and does not lie below zero
+REVERSED = "reversed"  # the interval lies below zero: the control is better
+PENDING = "pending"  # the best or the control has no finished validation job yet
+MIN_RHO_REGIMES = 4  # Spearman's ρ is printed only over at least this many validated regimes
 
 
 # --- provenance (the one file format both commands agree on) -----------------------------
@@ -106,18 +111,16 @@ def spearman(pred: np.ndarray, obs: np.ndarray) -> np.ndarray:
         return np.where(den > 0, (b * a).sum(axis=-1) / np.where(den > 0, den, 1.0), np.nan)
 
 
-def verdict(pilot_best: str, stats: pd.DataFrame) -> str:
-    """HELD / HELD_TIED / NOT_HELD / PENDING from the validation's per-regime stats.
-
-    stats: one row per validated regime with a finished job, columns regime, is_best,
-    tied_best (rank.summarize_draws); the pilot's best is looked up by its regime label.
-    """
-    row = stats[stats["regime"] == pilot_best]
-    if row.empty:
+def verdict(diff_lo: float, diff_hi: float, margin: float = 0.0) -> str:
+    """CONFIRMED / NOT_SEPARATED / REVERSED from the interval of best − control (an improvement,
+    signed so that positive means the pilot's best is better); PENDING without an interval."""
+    if not (np.isfinite(diff_lo) and np.isfinite(diff_hi)):
         return PENDING
-    if bool(row["is_best"].iloc[0]):
-        return HELD
-    return HELD_TIED if bool(row["tied_best"].iloc[0]) else NOT_HELD
+    if diff_lo > margin:
+        return CONFIRMED
+    if diff_hi < 0:
+        return REVERSED
+    return NOT_SEPARATED
 
 
 def _num(v: Any) -> float:
@@ -133,56 +136,69 @@ def _interval(lo: float, hi: float, nd: int = 3) -> str:
 
 
 def condition_sentence(c: dict) -> str:
-    """One sentence (or two) per condition: did the call hold, with the evidence."""
+    """One paragraph per condition: the test of best − control, with the evidence."""
     best, tgt = c["pilot_best"], c["target"]
     at = f"at {c['budget']:.3g} FLOPs" if np.isfinite(_num(c.get("budget"))) else "at the validation budget"
     if c["verdict"] == PENDING:
         if c.get("n_regimes") == 1:
-            return (f"Pending: only {c['val_best']} has finished validation jobs ({c['n_done']} of "
-                    f"{c['n_jobs']} jobs done); a verdict needs at least two regimes to compare.")
-        return (f"Pending: the pilot's best, {best}, has no finished validation job yet "
+            return (f"Pending: only {c.get('val_best', best)} has finished validation jobs ({c['n_done']} of "
+                    f"{c['n_jobs']} jobs done); the test needs the pilot's best and its control.")
+        if c.get("n_regimes", 0) >= 2 and not c.get("control"):
+            return f"Pending: no control was validated for {best}, so best − control cannot be tested."
+        return (f"Pending: the pilot's best, {best}, or its control has no finished validation job yet "
                 f"({c['n_done']} of {c['n_jobs']} jobs done).")
-    mean = f"{tgt} {c['best_val_mean']:.3f} {_interval(c['best_val_ci_lo'], c['best_val_ci_hi'])}"
-    if c["verdict"] == HELD:
-        s = f"Held: the pilot's best, {best}, is best again {at} ({mean})"
-    elif c["verdict"] == HELD_TIED:
-        s = (f"Held (≈ best): the pilot's best, {best} ({mean}), is statistically indistinguishable "
-             f"from the validation's best, {c['val_best']} ({c['val_best_mean']:.3f}), {at}")
+    d = (f"best − control = {c['diff']:+.3f} [{c['diff_lo']:+.3f}, {c['diff_hi']:+.3f}], "
+         f"P(best > control) = {c['p_improve']:.2f}")
+    margin = _num(c.get("margin"))
+    over = f" {margin:g}" if np.isfinite(margin) and margin != 0 else " zero"
+    pair = f"{best} ({tgt} {c['best_val_mean']:.3f}) against the control {c['control']} ({c['control_val_mean']:.3f})"
+    if c["verdict"] == CONFIRMED:
+        s = f"Confirmed {at}: {pair}, {d}: the interval lies above{over}"
+    elif c["verdict"] == REVERSED:
+        s = f"Reversed {at}: {pair}, {d}: the control is better"
     else:
-        s = (f"Did not hold: {c['val_best']} ({c['val_best_mean']:.3f}) beat the pilot's best, {best} "
-             f"({mean}), {at}; the interval of the gap excludes 0")
+        s = f"Not separated {at}: {pair}, {d}: the interval reaches{over}"
+    exp = _num(c.get("pilot_expected"))
+    if np.isfinite(exp):
+        s += (f". The pilot predicted {c['pilot_best_mean']:.3f} for its best, about {exp:.3f} after its "
+              f"expected drop (winner's curse)")
     rho = c.get("spearman")
     if rho is not None and np.isfinite(rho):
         s += (f"; rank correlation with the pilot's order ρ = {rho:+.2f} "
               f"{_interval(c['spearman_lo'], c['spearman_hi'], 2)} over {c['n_regimes']} regimes")
-        if c["n_regimes"] == 2:
-            s += " (with 2 regimes ρ is ±1; --tied or --top K validates more)"
-    g_val, g_pil = c.get("best_val_gain_per_flop"), c.get("best_pilot_gain_per_flop")
-    if g_val is not None and np.isfinite(g_val) and g_pil is not None and np.isfinite(g_pil):
-        s += f"; gain over the start per FLOP {g_val:.3g} vs the pilot's {g_pil:.3g}"
+    g_val, g_pil = _num(c.get("best_val_gain")), _num(c.get("best_pilot_gain"))
+    if np.isfinite(g_val) and np.isfinite(g_pil):
+        if c.get("scaled"):
+            s += (f"; gain over the start {g_pil:+.3f} at the pilot's {c['pilot_budget']:.3g} FLOPs → "
+                  f"{g_val:+.3f} at {c['budget']:.3g}")
+            m = _num(c.get("marginal_gain_per_flop"))
+            if np.isfinite(m):
+                s += f" (marginal gain per FLOP between the budgets {m:.3g})"
+        else:
+            s += f"; gain over the start {g_pil:+.3f} in the pilot, {g_val:+.3f} here"
     s += "."
-    if c.get("control") and c.get("control_not_below"):
-        s += (f" The control ({c['control']}, the pilot's lowest-ranked) did not fall below the pilot's "
-              "best here.")
+    if "evaluation noise only" in str(c.get("noise", "")):
+        s += " One seed per regime: these intervals cover evaluation noise only, not training (seed) noise."
     lo = c.get("best_val_gain_ci_lo")
     if lo is not None and np.isfinite(lo) and lo <= 0:
         s += f" {best} did not beat its starting policy beyond noise in the validation: not a finding."
     return s
 
 
-def summary_sentence(conds: list[dict]) -> str:
-    """The fraction of conditions where the call held, with the caveat."""
+def summary_sentence(conds: list[dict], margin: float = 0.0, skipped: list[str] | None = None) -> str:
+    """How many calls were confirmed (only confirmed ones count), with the caveat."""
     decided = [c for c in conds if c["verdict"] != PENDING]
     pending = len(conds) - len(decided)
+    skip = f"; {len(skipped)} condition(s) skipped (nothing beat its start in the pilot)" if skipped else ""
     if not decided:
-        return f"No condition can be judged yet ({pending} pending). {CAVEAT}"
-    held = [c for c in decided if c["verdict"] in (HELD, HELD_TIED)]
-    exact = sum(c["verdict"] == HELD for c in held)
-    s = (f"The pilot's call held in {len(held)} of {len(decided)} condition(s) "
-         f"({100 * len(held) / len(decided):.0f}%: {exact} best again, {len(held) - exact} ≈ best)")
+        return f"No condition can be judged yet ({pending} pending{skip}). {CAVEAT}"
+    n = {v: sum(c["verdict"] == v for c in decided) for v in (CONFIRMED, NOT_SEPARATED, REVERSED)}
+    over = f"above the margin {margin:g}" if margin else "above zero"
+    s = (f"The pilot's call was confirmed in {n[CONFIRMED]} of {len(decided)} condition(s) (best − control "
+         f"interval {over}); not separated in {n[NOT_SEPARATED]}, reversed in {n[REVERSED]}")
     if pending:
         s += f"; {pending} condition(s) pending"
-    return s + f". {CAVEAT}"
+    return s + f"{skip}. {CAVEAT}"
 
 
 # --- one condition ------------------------------------------------------------------------
@@ -209,25 +225,35 @@ def _gain_inputs(jobs: pd.DataFrame, target: str, initial: dict, items: dict,
 
 
 def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict, target: str,
-                      n_boot: int, rng: np.random.Generator, maximize: bool = True) -> tuple[dict, pd.DataFrame]:
+                      n_boot: int, rng: np.random.Generator, maximize: bool = True,
+                      margin: float = 0.0) -> tuple[dict, pd.DataFrame]:
     """One pilot condition against its validation jobs -> (condition row, per-regime table).
 
     cond: one entry of provenance["conditions"]; jobs: the validation jobs of this condition
     that can be ranked (done, readable, target recorded), with a `pilot_regime` column.
     """
-    from race_cli.report.rank import _item_matrix, bootstrap_regimes, summarize_draws
+    from race_cli.report import stats as S
+    from race_cli.report.rank import _item_matrix
 
     order = cond["predicted_order"]  # the pilot's ranking of this condition, best first
     pilot = {r["regime"]: r for r in order}
     validated = [v["regime"] for v in cond["validated"]]
     roles = {v["regime"]: v["role"] for v in cond["validated"]}
     planned_jobs = sum(len(v.get("job_ids", [])) for v in cond["validated"])
+    pilot_budget = _num((cond.get("values") or {}).get("budget_flops"))
     row: dict[str, Any] = {"condition": cond["condition"], "target": target, "budget": cond.get("budget"),
+                           "pilot_budget": pilot_budget,
+                           "scaled": bool(np.isfinite(pilot_budget) and np.isfinite(_num(cond.get("budget")))
+                                          and abs(_num(cond.get("budget")) / pilot_budget - 1) > 1e-9),
                            "pilot_best": cond["recommendation"]["best_regime"],
                            "pilot_best_mean": _num(cond["recommendation"].get("best_mean")),
                            "pilot_best_ci_lo": _num(cond["recommendation"].get("best_ci_lo")),
                            "pilot_best_ci_hi": _num(cond["recommendation"].get("best_ci_hi")),
-                           "n_jobs": planned_jobs, "n_done": len(jobs), "control": cond.get("control")}
+                           "n_jobs": planned_jobs, "n_done": len(jobs), "control": cond.get("control"),
+                           "margin": margin}
+    drop = _num(cond["recommendation"].get("expected_drop"))
+    if np.isfinite(drop) and np.isfinite(row["pilot_best_mean"]):
+        row["pilot_expected"] = row["pilot_best_mean"] - (drop if maximize else -drop)
     regs = [r for r in validated if r in set(jobs["pilot_regime"])]
     table = pd.DataFrame({"condition": cond["condition"], "regime": validated,
                           "role": [roles[r] for r in validated],
@@ -236,69 +262,81 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
                           "pilot_ci_lo": [_num(pilot[r].get("ci_lo")) for r in validated],
                           "pilot_ci_hi": [_num(pilot[r].get("ci_hi")) for r in validated],
                           "pilot_p_best": [_num(pilot[r].get("p_best")) for r in validated],
+                          "pilot_gain": [_num(pilot[r].get("gain")) for r in validated],
                           "pilot_gain_per_flop": [_num(pilot[r].get("gain_per_flop")) for r in validated]})
     if not regs:
         row.update(verdict=PENDING, n_regimes=0)
         row["sentence"] = condition_sentence(row)
         return row, table
 
-    # --- the validation's own ranking of the regimes it ran (paired items × seeds)
+    # --- the validation's own ranking of the regimes it ran (items paired, seed noise pooled)
     jobs = jobs[jobs["pilot_regime"].isin(regs)]
     codes = np.array([regs.index(r) for r in jobs["pilot_regime"]])
     keys = list(zip(jobs["sweep"], jobs["job_id"]))
     scores, method, _ = _item_matrix(keys, target, items)
     values = jobs[f"eval/{target}"].to_numpy(float) if scores is None else scores.mean(axis=1)
     n_seeds = np.bincount(codes, minlength=len(regs))
-    point = np.bincount(codes, weights=values, minlength=len(regs)) / n_seeds
-    draws = bootstrap_regimes(codes, values, scores, n_boot, rng)  # [B, R]
-    stats = summarize_draws(point, draws, maximize=maximize)
-    stats.insert(0, "regime", regs)
-    if scores is None and (n_seeds < 2).any():  # one value, nothing to resample
-        stats.loc[n_seeds < 2, ["ci_lo", "ci_hi"]] = np.nan
-
-    # --- gain over the start, per FLOP
+    noise = S.noise_of(codes, scores if scores is not None else values, len(regs))
+    dec = S.rank_decisions(noise, maximize)
+    point = dec["mean"]
     sign = 1.0 if maximize else -1.0
+    stats = pd.DataFrame({"regime": regs, "mean": point, "ci_lo": dec["ci_lo"], "ci_hi": dec["ci_hi"],
+                          "tied_best": dec["tied_best"], "is_best": np.arange(len(regs)) == dec["best"],
+                          "rank": 1 + (sign * point[None, :] > sign * point[:, None]).sum(axis=1)})
+
+    # --- gain over the start (an improvement: signed), per FLOP
     g_values, g_scores = _gain_inputs(jobs, target, initial, items, keys, sign)
-    ok = np.isfinite(g_values)
     flops = np.bincount(codes, weights=pd.to_numeric(jobs.get("flops_total", np.nan), errors="coerce")
                         .to_numpy(float), minlength=len(regs)) / n_seeds
-    if ok.all():
-        g_point = np.bincount(codes, weights=g_values, minlength=len(regs)) / n_seeds
-        g_draws = bootstrap_regimes(codes, g_values, g_scores, n_boot, rng)
-        g_lo, g_hi = np.quantile(g_draws, [0.025, 0.975], axis=0)
-        if g_scores is None:
-            g_lo[n_seeds < 2] = g_hi[n_seeds < 2] = np.nan
+    if np.isfinite(g_values).all():
+        gd = S.gain_decisions(S.noise_of(codes, g_scores if g_scores is not None else g_values, len(regs)))
+        g_point, g_lo, g_hi = gd["gain"], gd["gain_ci_lo"], gd["gain_ci_hi"]
     else:
         g_point = g_lo = g_hi = np.full(len(regs), np.nan)
     stats["gain"], stats["gain_ci_lo"], stats["gain_ci_hi"] = g_point, g_lo, g_hi
     with np.errstate(invalid="ignore", divide="ignore"):
         stats["gain_per_flop"] = np.where(flops > 0, g_point / flops, np.nan)
+    stats["flops_total"] = flops
     stats["n_seeds"] = n_seeds
     stats["method"] = method
+    stats["noise"] = (f"seed noise pooled over the validated regimes ({noise.df_seed:.0f} df)"
+                      if noise.has_seed_noise else "one seed per regime: evaluation noise only")
 
-    # --- compare with the pilot's order
+    # --- compare with the pilot's order (ρ only over enough regimes to mean something)
     pred = np.array([-float(pilot[r].get("rank") or 0) for r in regs])  # higher = predicted better
-    if len(regs) >= 2:
+    rho = lo = hi = np.nan
+    if len(regs) >= MIN_RHO_REGIMES:
+        draws = S.draws_of(noise, n_boot, rng)
         rho = float(spearman(pred, sign * point))
         rhos = spearman(pred, sign * draws)
         rhos = rhos[np.isfinite(rhos)]
         lo, hi = (np.quantile(rhos, [0.025, 0.975]) if len(rhos) else (np.nan, np.nan))
-    else:
-        rho, lo, hi = np.nan, np.nan, np.nan
-    best_i = int(np.flatnonzero(stats["is_best"])[0])
-    v = verdict(row["pilot_best"], stats) if len(regs) >= 2 else PENDING  # one regime: nothing to compare
-    row.update(verdict=v, n_regimes=len(regs), spearman=rho, spearman_lo=float(lo), spearman_hi=float(hi),
-               val_best=regs[best_i], val_best_mean=float(point[best_i]))
+    best_i = int(dec["best"])
+    row.update(n_regimes=len(regs), spearman=rho, spearman_lo=float(lo), spearman_hi=float(hi),
+               val_best=regs[best_i], val_best_mean=float(point[best_i]), noise=stats["noise"].iloc[0])
+    ctl = row["control"]
     if row["pilot_best"] in regs:
         i = regs.index(row["pilot_best"])
         row.update(best_val_mean=float(point[i]), best_val_ci_lo=float(stats["ci_lo"][i]),
                    best_val_ci_hi=float(stats["ci_hi"][i]), best_val_gain=float(g_point[i]),
                    best_val_gain_ci_lo=float(g_lo[i]), best_val_gain_per_flop=float(stats["gain_per_flop"][i]),
+                   best_pilot_gain=_num(pilot[row["pilot_best"]].get("gain")),
                    best_pilot_gain_per_flop=_num(pilot[row["pilot_best"]].get("gain_per_flop")))
-        ctl = row["control"]
-        if ctl in regs:  # the control should land below the pilot's best; say so when it does not
-            j = regs.index(ctl)
-            row["control_not_below"] = bool(sign * point[j] >= sign * point[i])
+        pf = _num(pilot[row["pilot_best"]].get("flops_total"))
+        if row["scaled"] and np.isfinite(pf) and flops[i] > pf:
+            row["marginal_gain_per_flop"] = (row["best_val_gain"] - row["best_pilot_gain"]) / (flops[i] - pf)
+    if row["pilot_best"] in regs and ctl in regs:  # the test: best − control, paired, signed
+        i, j = regs.index(row["pilot_best"]), regs.index(ctl)
+        c = np.zeros(len(regs))
+        c[i], c[j] = 1.0, -1.0
+        se, df = (float(x[0]) for x in S.contrast_se(noise, c[None, :]))
+        diff = sign * float(point[i] - point[j])
+        dlo, dhi = (float(x[0]) for x in S.t_interval(np.array([diff]), np.array([se]), np.array([df])))
+        p_imp = S.t_cdf(diff / se, df) if np.isfinite(se) and se > 0 and df > 0 else np.nan
+        row.update(diff=diff, diff_se=se, diff_df=df, diff_lo=dlo, diff_hi=dhi, p_improve=p_imp,
+                   control_val_mean=float(point[j]), verdict=verdict(dlo, dhi, margin))
+    else:
+        row["verdict"] = PENDING
     row["sentence"] = condition_sentence(row)
     table = table.merge(stats.rename(columns={c: f"val_{c}" for c in stats.columns if c != "regime"}),
                         on="regime", how="left")
@@ -340,15 +378,19 @@ def compare(sweep_dir: Path, prov: dict, data, n_boot: int = 1000, seed: int = 0
     initial = _initial_items(sweep_dir, sweep_dir.resolve().name, list(jobs["job_id"]), target)
     rng = np.random.default_rng(seed)
     maximize = maximize_target(target)
+    settings = prov.get("settings") or {}
+    margin = _num(settings.get("margin"))
+    margin = margin if np.isfinite(margin) else 0.0
     rows, tables = [], []
     for cond in prov["conditions"]:
         row, table = compare_condition(cond, jobs[jobs["pilot_condition"] == cond["condition"]], data.items,
-                                       initial, target, n_boot, rng, maximize)
+                                       initial, target, n_boot, rng, maximize, margin)
         rows.append(row)
         tables.append(table)
     return {"target": target, "maximize": maximize, "conditions": rows,
             "regimes": pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(),
-            "summary": summary_sentence(rows), "pilot": prov.get("pilot", {})}
+            "summary": summary_sentence(rows, margin, prov.get("skipped") or []), "pilot": prov.get("pilot", {}),
+            "margin": margin, "skipped": prov.get("skipped") or []}
 
 
 def _f(v: Any, nd: int = 3) -> str:
@@ -361,8 +403,14 @@ def _g(v: Any) -> str:
     return "–" if not np.isfinite(v) else f"{v:.3g}"
 
 
-VAL_HEAD = ["role", "regime", "pilot: #  mean [95% CI]", "P(best)", "validation: #  mean [95% CI]", "≈ best",
-            "gain/FLOP: pilot → val", "seeds"]
+VAL_HEAD = ["role", "regime", "pilot: #  mean [95% CI]", "best share", "validation: #  mean [95% CI]", "≈ best",
+            "gain: pilot → val", "seeds"]
+VAL_NARROW = ["role", "regime", "pilot: #  mean [95% CI]", "validation: #  mean [95% CI]", "seeds"]
+
+
+def _s(v: Any) -> str:
+    v = _num(v)
+    return "–" if not np.isfinite(v) else f"{v:+.3f}"
 
 
 def regime_rows(t: pd.DataFrame) -> list[list[str]]:
@@ -376,7 +424,7 @@ def regime_rows(t: pd.DataFrame) -> list[list[str]]:
                     (f"{int(r['val_rank'])}  {_f(r['val_mean'])} [{_f(r['val_ci_lo'])}, {_f(r['val_ci_hi'])}]"
                      if ran else "not run yet"),
                     ("yes" if r["val_tied_best"] else "no") if ran else "–",
-                    f"{_g(r['pilot_gain_per_flop'])} → {_g(r.get('val_gain_per_flop'))}",
+                    f"{_s(r.get('pilot_gain'))} → {_s(r.get('val_gain'))}",
                     str(int(r["val_n_seeds"])) if ran else "0"])
     return out
 
@@ -387,13 +435,17 @@ def markdown(res: dict) -> str:
 
     p = res["pilot"]
     out = ["# RACE validation: did the pilot's call hold?", "",
-           f"Pilot: `{p.get('sweep', '?')}` (target `{res['target']}`). Rank correlation: Spearman's ρ "
-           "between the pilot's order and the validation's means, 95% bootstrap interval over the "
-           "validation's items and seeds (the pilot's order held fixed). Gain: over the starting "
-           "policy (iteration 0), per training FLOP (model convention).", ""]
+           f"Pilot: `{p.get('sweep', '?')}` (target `{res['target']}`). The test: best − control in the "
+           "validation, a paired difference (items paired, seed noise pooled over the validated "
+           "regimes) with its 95% t interval; confirmed when the interval lies above "
+           f"{res.get('margin', 0.0):g}, reversed when below zero, else not separated. Rank correlation "
+           f"(Spearman's ρ) only with at least {MIN_RHO_REGIMES} validated regimes. Gain: the "
+           "improvement over the starting policy (iteration 0).", ""]
     for c in res["conditions"]:
         t = res["regimes"][res["regimes"]["condition"] == c["condition"]]
         out += [f"## {c['condition']}", "", md_table(VAL_HEAD, regime_rows(t)), "", c["sentence"], ""]
+    for sk in res.get("skipped") or []:
+        out += [f"- skipped: {sk}"]
     out += ["## Summary", "", res["summary"], ""]
     return "\n".join(out)
 
@@ -403,19 +455,24 @@ def print_validation(console, res: dict) -> None:
     from rich.panel import Panel
     from rich.table import Table
 
-    # a log or pipe gets room for the table's columns, as race run's summary does
-    wide = console if console.is_terminal else Console(file=console.file, width=max(console.width, 140))
+    from race_cli.report.render import NARROW
+
+    head = VAL_HEAD if console.width >= NARROW else VAL_NARROW
+    keep = [VAL_HEAD.index(h) for h in head]
     console.print(f"[bold]Validation[/] of pilot {res['pilot'].get('sweep', '?')} on {res['target']}: "
                   "the pilot's prediction next to what happened")
     for c in res["conditions"]:
         t = Table(title=f"{c['condition']}  ·  {c['verdict']}", title_justify="left")
-        for h in VAL_HEAD:
-            t.add_column(h, justify="left" if h in ("role", "regime") else "right")
+        for i in keep:
+            t.add_column(VAL_HEAD[i], justify="left" if VAL_HEAD[i] in ("role", "regime") else "right",
+                         overflow="fold")
         for r in regime_rows(res["regimes"][res["regimes"]["condition"] == c["condition"]]):
-            t.add_row(*r)
-        wide.print(t)
-        console.print(c["sentence"])
-    console.print(Panel(res["summary"], title="did the pilot's call hold?", border_style="yellow"))
+            t.add_row(*[r[i] for i in keep])
+        console.print(t)
+        console.print(c["sentence"], highlight=False)
+    for sk in res.get("skipped") or []:
+        console.print(f"skipped: {sk}", highlight=False)
+    console.print(Panel(res["summary"], title="was the pilot's call confirmed?", border_style="yellow"))
 
 
 def report_validation(sweep_dirs: list[Path], data, out_dir: Path, fmt: str, console,
