@@ -6,6 +6,13 @@ a few MB): when the cache lacks an entry whose current recipe hash matches a shi
 shipped files are copied into the cache instead of training (seconds instead of minutes). The
 recipe stays the source of truth: `race zoo --verify NAME` rebuilds an entry from its recipe in a
 temp folder and checks that its weights equal the shipped ones bit for bit.
+Bit for bit holds only on the stack an entry was built on: hundreds of optimizer steps amplify
+1-ulp differences between CPU kernels (MKL picks its SGEMM code path by CPU vendor and ISA, ATen by
+ATEN_CPU_CAPABILITY) into a different trajectory (measured: tiny-s's loss matches its recorded
+history to 4 decimals for 60 steps, then drifts; the PRM's weights end up 0.13-0.16 apart). So
+recipe.json records the build's `fingerprint` (build_fingerprint) and its first steps' exact
+losses; verify reports whether the fingerprints agree, and a rebuild must start from the same
+losses (to float rounding) everywhere.
 An entry is built into a temp folder beside its final place and renamed when complete, so a
 crash never leaves a half-built entry; a lock file makes concurrent `race run` workers wait
 for one build instead of racing. Each entry holds the model (save_pretrained), the byte
@@ -152,11 +159,14 @@ def verify(name: str) -> dict:
     base = build(recipe["init_from"]) if recipe["kind"] == "prm" else None
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"race-verify-{name}-") as tmp:
-        _build_into(name, recipe, base, Path(tmp))
+        figures = _build_into(name, recipe, base, Path(tmp))
         files = {f.name: f.read_bytes() == (Path(tmp) / f.name).read_bytes()
                  for f in sorted(shipped.glob("*.safetensors"))}
+    built_on = read_json(shipped / "recipe.json").get("fingerprint")
     return {"name": name, "shipped": str(shipped), "match": bool(files) and all(files.values()), "files": files,
-            "seconds": round(time.perf_counter() - t0, 1)}
+            "seconds": round(time.perf_counter() - t0, 1), "figures": figures,
+            "fingerprint": figures["fingerprint"], "shipped_fingerprint": built_on,
+            "same_stack": built_on == figures["fingerprint"]}
 
 
 _build_entry = build  # zoo_main's `build` flag shadows the function
@@ -167,6 +177,26 @@ def build_threads() -> int:
     reproducible on a machine whatever its load (a reduction's order can change with the thread count),
     and for models this small a second thread buys little."""
     return int(os.environ.get("RACE_ZOO_THREADS", 1))
+
+
+def build_fingerprint() -> dict[str, Any]:
+    """What a build's floating-point results depend on besides the recipe and race's code: the torch
+    and transformers versions, ATen's CPU kernels, the CPU (MKL's SGEMM path follows its vendor and
+    ISA), the architecture and the thread count. Equal fingerprints: a rebuild is expected bit for bit."""
+    import platform
+
+    import torch
+    import transformers
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu": cpu, "machine": platform.machine(),
+            "threads": build_threads()}
 
 
 def _build_into(name: str, recipe: dict[str, Any], base: Path | None, out: Path) -> dict:
@@ -193,6 +223,7 @@ def _build_into(name: str, recipe: dict[str, Any], base: Path | None, out: Path)
         torch.set_num_threads(threads)
     figures["build_seconds"] = round(time.perf_counter() - t0, 1)
     figures["threads"] = build_threads()
+    figures["fingerprint"] = build_fingerprint()
     if figures.get("in_band") is False or figures.get("meets_target") is False:
         from rich.console import Console
 
@@ -245,6 +276,9 @@ def zoo_main(names: list[str] | None, build: bool, force: bool, verify: bool = F
         for r in results:
             verdict = "[green]bitwise equal[/]" if r["match"] else "[red]DIFFERENT[/]"
             Console().print(f"zoo:{r['name']}: rebuilt in {r['seconds']:.0f} s, weights {verdict} to {r['shipped']}")
+            if not r["match"] and not r["same_stack"]:
+                Console().print(f"  it was built on another stack ({r['shipped_fingerprint'] or 'not recorded'}; here "
+                                f"{r['fingerprint']}): bit for bit is expected only on the same one", highlight=False)
         return 0 if all(r["match"] for r in results) else 1
     if build or force:
         for n in names:

@@ -182,7 +182,7 @@ def build_prm(recipe: dict[str, Any], base_dir: Path, out: Path, progress: Progr
     model.generation_config.eos_token_id = EOS_ID
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    return {"steps": sft["steps"], "loss": sft["loss"], "greedy": sft["greedy"], "auc": score,
+    return {"steps": sft["steps"], "loss": sft["loss"], "greedy": sft["greedy"], "first_losses": sft["first_losses"], "auc": score,
             "calibration": model.config.prm_calibration, "calibration_auc": auc(flat_f, flat_y),
             "heldout_steps": sum(len(y) for _, _, y in heldout), "params": sum(p.numel() for p in model.parameters()),
             "fit_seconds": round(time.perf_counter() - t0, 1), "meets_target": score >= f["target_auc"],

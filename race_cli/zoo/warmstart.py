@@ -17,6 +17,7 @@ from typing import Callable
 from race_cli.zoo.tokenizer import EOS_ID
 
 Progress = Callable[[int, dict], None]  # (step, figures) -> None
+FIRST_LOSSES = 10  # steps whose exact loss recipe.json records (the reference of a rebuild on another machine)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ def fit_policy(model, tok, train: list[tuple[list[int], int]], eval_examples: li
     history: list[dict] = []
     t0, loss_ema, acc, step = time.perf_counter(), math.nan, 0.0, 0
     exact = 0.0
+    first_losses: list[float] = []  # the first steps' exact losses: a rebuild on another machine must start the same
     while step < cfg.max_steps:
         step += 1
         if len(order) < cfg.batch_size:  # reshuffle the pool: epochs without replacement
@@ -171,6 +173,8 @@ def fit_policy(model, tok, train: list[tuple[list[int], int]], eval_examples: li
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if len(first_losses) < FIRST_LOSSES:
+            first_losses.append(loss.item())
         loss_ema = loss.item() if math.isnan(loss_ema) else 0.9 * loss_ema + 0.1 * loss.item()
         if step % cfg.monitor_every == 0:
             model.eval()
@@ -188,5 +192,5 @@ def fit_policy(model, tok, train: list[tuple[list[int], int]], eval_examples: li
         acc = accuracy(model, tok, eval_prompts, eval_golds, score, cfg.max_new_tokens)
         history.append({"step": step, "loss": round(loss_ema, 4), "exact": exact, "greedy": acc,
                         "seconds": round(time.perf_counter() - t0, 1)})
-    return {"steps": step, "loss": round(loss_ema, 4), "greedy": acc, "history": history,
+    return {"steps": step, "loss": round(loss_ema, 4), "greedy": acc, "history": history, "first_losses": first_losses,
             "fit_seconds": round(time.perf_counter() - t0, 1)}
