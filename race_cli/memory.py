@@ -486,7 +486,7 @@ def cannot_fit(cfg: dict, mem: JobMemory, device_bytes: int, auto: bool) -> str:
         hints.append("a lower rollout.gpu_memory_utilization" if cfg["rollout"].get("gpu_memory_utilization")
                      else "fewer rollout tokens (vLLM's KV cache holds grpo.prompts_per_iter x grpo.group_size "
                           "sequences of the task's longest prompt + rollout.max_new_tokens)")
-        hints.append("a smaller model, or rollout.backend=lean (no second copy of the weights)")
+        hints += ["a smaller model", "rollout.backend=lean (no second copy of the weights)"]
     if "fused_weights" in names:
         hints.append("rollout.backend=hf (no fused copies of the weights)")
     hints.append("a device with more memory (--gpu-mem)")
@@ -494,6 +494,7 @@ def cannot_fit(cfg: dict, mem: JobMemory, device_bytes: int, auto: bool) -> str:
           if phase == "update" else "")
     if phase != "update":
         hints = [h for h in hints if "micro_batch" not in h and "grad_checkpointing" not in h]
+    hints = list(dict.fromkeys(hints))  # each once
     return (f"the {phase} phase needs {fmt_bytes(mem.total(phase))}{at}, more than "
             f"{HEADROOM:.0%} of {fmt_bytes(device_bytes)} (largest parts: {what}). Try: {'; '.join(hints)}.")
 
