@@ -21,6 +21,17 @@
             object's finaliser, interpreter exit, SIGTERM; a folder a SIGKILLed attempt left is
             cleared when the next one starts
 
+What vLLM does, read from the 0.10.1.1 and 0.33.0 sources: `LLM(...)` builds a V1 `LLMEngine`
+(vllm/v1/engine/llm_engine.py) whose engine core runs in a child process
+(VLLM_ENABLE_V1_MULTIPROCESSING=1 by default: a second CUDA context on the GPU, ZMQ over IPC
+paths to this process); a single GPU gets the UniProcExecutor, whose worker sets up
+torch.distributed over tcp://ip:get_open_port() in 0.10.1.1 (a port the kernel picks unless
+VLLM_PORT is set, and then the first free one at or above it: engines starting at once with one
+shared VLLM_PORT pick the same; the pool gives each slot its own) and over a file:// store with a
+fresh name in 0.33 (no port). Startup refuses when free memory is under gpu_memory_utilization x
+the device; sleep(level=1) offloads the weights to host memory and discards the KV cache (its
+cumem pool, vllm/device_allocator/cumem.py); wake_up(tags=None) maps them again.
+
 Charged as one prefill per group (prefix caching) and unpadded kernels (`generate_flops`,
 share_prefix=G, padded=False). vLLM is imported inside the methods, never at module import.
 Tested against tests/fake_vllm, a stand-in that enforces the real API and these rules, once per
