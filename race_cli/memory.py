@@ -78,7 +78,7 @@ GiB = 2**30
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LOGIT_BLOCK = 256 * 151_936  # logits (rows x vocabulary) alive at once in the log-probs: 256 rows at Qwen2.5's V
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-HEADROOM = 0.9  # plan to use at most this share of the device (allocator fragmentation, CUDA context, buffers)
+HEADROOM = 0.9  # plan to use at most this share of the device (allocator fragmentation, buffers)
 VLLM_HEADROOM_BYTES = 2 * GiB  # vLLM's activations, CUDA graphs and sampler buffers beyond weights + KV cache
 CUDA_CONTEXT_BYTES = 512 * 2**20  # one process's CUDA context (CUDA 12, lazy module loading: ~0.3-0.6 GiB on H100/H200)
 VLLM_ASLEEP_BYTES = VLLM_HEADROOM_BYTES  # vLLM's memory outside its cumem pool, kept while asleep (level 1)
@@ -342,7 +342,7 @@ def job_memory(s: MemSpec, device_bytes: int | None = None) -> JobMemory:
         phases["update"] = nograd
     fraction = None
     if s.backend == "vllm":
-        phases = coexist_with_vllm(s, phases, device_bytes)
+        phases = coexist_with_vllm(s, phases)
         if device_bytes:
             fraction = round(phases["rollout"]["vllm_reserved"] / device_bytes, 3)
     for phase in phases.values():  # the training process's own context, in every phase
@@ -350,7 +350,7 @@ def job_memory(s: MemSpec, device_bytes: int | None = None) -> JobMemory:
     return JobMemory(phases, mb, s.grad_checkpointing, device_bytes, fraction)
 
 
-def coexist_with_vllm(s: MemSpec, phases: dict[str, dict[str, int]], device_bytes: int | None) -> dict:
+def coexist_with_vllm(s: MemSpec, phases: dict[str, dict[str, int]]) -> dict:
     """The phases as they share the device with a vLLM engine (the table in the module docstring).
 
     vLLM's engine-core process holds its own CUDA context throughout; asleep (reward, update) it
@@ -358,7 +358,6 @@ def coexist_with_vllm(s: MemSpec, phases: dict[str, dict[str, int]], device_byte
     its resident state and gradients, plus, unless its cache is released before the wake
     (`release_between_phases`), every block the update left cached in its allocator.
     """
-    res = resident_bytes(s)
     out = {}
     for name, parts in phases.items():
         parts = dict(parts) | {"vllm_context": CUDA_CONTEXT_BYTES}
