@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,9 @@ def test_job_writes_the_documented_files(model_dir, tmp_path):
 
     # adapter/: PeftModel-loadable, equal to the trained weights, which moved away from LoRA's B = 0 start
     base = AutoModelForCausalLM.from_pretrained(str(model_dir))
-    loaded = PeftModel.from_pretrained(base, str(job / "adapter"))
+    with warnings.catch_warnings():  # peft 0.21's PeftModel.__init__ reads a deprecated transformers property
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        loaded = PeftModel.from_pretrained(base, str(job / "adapter"))
     trained = weights(job)
     params = dict(loaded.named_parameters())
     for name, value in trained.items():
@@ -354,3 +357,27 @@ def test_iterations_between_checkpoints_write_without_fsync_and_a_checkpoint_mak
     k = two.index("fsync_file metrics.jsonl")  # the checkpoint starts by making the lines durable ...
     assert "fsync" in two[:k] and "fsync" in two[k + 1:]  # ... after the durable ledger.json, before its own files
     assert [r["iteration"] for r in read_jsonl(job / "metrics.jsonl")] == [0, 1, 2, 3]
+
+
+def test_the_loop_yields_the_gpu_after_each_training_rollout_only(model_dir, tmp_path):
+    """A backend with yield_gpu (vLLM: sleep) is asked after each training rollout, before reward and
+    update, and never between evaluation batches (8 items in batches of 4: two generates, no yield)."""
+    from race_cli.config.compose import compose
+    from race_cli.engine.job import Job
+
+    ov = overrides(model_dir, **{"eval.batch_size": 4, "budget.max_iterations": 2})
+    job = Job(compose(ov), tmp_path / "j", ov, log=lambda m: None)
+    job.job_dir.mkdir(parents=True)
+    job.setup()
+    calls = []
+    generate, reward, update = job.rollout.generate, job.reward, job.update
+    job.rollout.generate = lambda *a, **k: calls.append("eval" if k.get("greedy") else "rollout") or generate(*a, **k)
+    job.rollout.yield_gpu = lambda: calls.append("yield")
+    job.reward = lambda *a, **k: calls.append("reward") or reward(*a, **k)
+    job.update = lambda *a, **k: calls.append("update") or update(*a, **k)
+    job.start_or_resume()
+    job.train()
+    first = calls.index("rollout")
+    assert calls[:first] == ["eval"] * (len(calls[:first]))
+    assert calls[first:first + 8] == ["rollout", "yield", "reward", "update"] * 2
+    assert "yield" not in calls[first + 8:]  # the final evaluation's batches

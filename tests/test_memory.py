@@ -231,3 +231,103 @@ def test_race_plan_gpu_mem_exit_code_2():
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2
     assert "qwen2.5-7b" in out.stderr and "phase needs" in out.stderr and "Try:" in out.stderr
+
+
+# --- vLLM and the trainer on one device; the lean sampler's fused weights -------------------------------
+
+QWEN7B = Arch(3584, 28, 28, 4, 18944, 152064)  # Qwen2.5-7B's config.json
+
+
+def test_vllm_phases_count_both_contexts_and_the_asleep_residue():
+    """Rollout: vLLM awake (gpu_memory_utilization x device) beside the trainer's resident state;
+    reward and update: vLLM asleep (its memory outside the cumem pool); two CUDA contexts throughout."""
+    s = memory.MemSpec(arch=QWEN7B, sequences=64, prompt_len=150, completion_len=400, micro_batch=4,
+                       backend="vllm", vllm_fraction=0.3)
+    m = memory.job_memory(s, 80 * GIB)
+    ctx = 512 * 2**20
+    roll, upd = m.phases["rollout"], m.phases["update"]
+    assert roll["vllm_reserved"] == int(0.3 * 80 * GIB) and m.vllm_fraction == 0.3
+    assert roll["cuda_context"] == roll["vllm_context"] == upd["cuda_context"] == upd["vllm_context"] == ctx
+    assert upd["vllm_asleep"] == 2 * GIB and "vllm_asleep" not in roll and "vllm_reserved" not in upd
+    # the same job on HF generate: one context, no vLLM parts
+    hf = memory.job_memory(memory.MemSpec(arch=QWEN7B, sequences=64, prompt_len=150, completion_len=400,
+                                          micro_batch=4, backend="hf"), 80 * GIB)
+    assert sum(hf.phases["update"].values()) + ctx + 2 * GIB == sum(upd.values())
+
+
+def test_release_between_phases_is_what_lets_the_pilot_fit_beside_vllm():
+    """Without emptying the trainer's cache before wake_up, the update's transient stays reserved in
+    PyTorch's allocator through the rollout, beside vLLM's whole reservation: the worst pilot job
+    (7B policy, 7B PRM) is then over 80 GiB; released, every phase fits."""
+    from dataclasses import replace
+
+    plan = build_plan(["grid=pilot", "rollout.backend=vllm"], gpu_mem=80 * GIB)
+    job = next(j for j in plan.jobs if j.job_id == "qwen2.5-7b_G4_mu1_prm-7b")
+    m = job.memory
+    assert all(m.total(p) <= 0.9 * 80 * GIB for p in m.phases)
+    s = replace(memory.spec_from_config(job.config), micro_batch=m.micro_batch,
+                grad_checkpointing=m.grad_checkpointing)
+    kept = memory.job_memory(replace(s, release_between_phases=False), 80 * GIB)
+    trainer_update = sum(v for k, v in m.phases["update"].items() if not k.startswith("vllm_"))
+    trainer_rollout = sum(v for k, v in m.phases["rollout"].items() if not k.startswith("vllm_"))
+    assert kept.phases["rollout"]["trainer_cache"] == trainer_update - trainer_rollout  # the update's high-water mark
+    assert kept.total("rollout") > 80 * GIB
+    overflow = 0
+    for j in plan.jobs:
+        s = replace(memory.spec_from_config(j.config), micro_batch=j.memory.micro_batch,
+                    grad_checkpointing=j.memory.grad_checkpointing, release_between_phases=False)
+        overflow += memory.job_memory(s, 80 * GIB).peak > 0.9 * 80 * GIB
+    assert overflow == 48  # the plan fills the update; kept cached, that fill lands on top of vLLM
+
+
+def test_plan_sizes_gpu_memory_utilization_and_refuses_the_rollout_phase():
+    plan = build_plan(["grid=pilot", "rollout.backend=vllm"], gpu_mem=80 * GIB)
+    for job in plan.jobs:
+        row = memory.memory_row(job.memory)
+        need = memory.vllm_need_bytes(memory.spec_from_config(job.config))
+        assert row["gpu_memory_utilization"] == round(need / (80 * GIB), 3)
+        assert job.memory.phases["rollout"]["vllm_reserved"] == need
+    # 7B policy + 7B PRM beside vLLM at 40 GiB: the rollout phase alone cannot fit, whatever the micro-batch
+    with pytest.raises(RaceError) as err:
+        build_plan(["grid=pilot", "rollout.backend=vllm", "model=qwen2.5-7b", "reward=prm-7b", "grpo.group_size=4",
+                    "grpo.updates_per_batch=1"], gpu_mem=40 * GIB)
+    (p,) = err.value.problems
+    assert "the rollout phase needs" in p and "vllm_reserved" in p and "fewer rollout tokens" in p
+    assert "micro_batch" not in p.split("Try:")[1]  # no micro-batch hint for a phase it cannot change
+
+
+def test_lean_rollout_counts_the_fused_weights():
+    """Hand count for Qwen2.5-7B in bf16: per layer q|k|v 3584 x (3584 + 2*512) + its bias 4608, gate|up
+    2 x 3584 x 18944; 28 layers x 2 bytes = 8,529,375,232 bytes (7.94 GiB)."""
+    s = memory.MemSpec(arch=QWEN7B, backend="lean", group_size=8)
+    assert memory.fused_weight_bytes(s) == 28 * (3584 * 4608 + 4608 + 2 * 3584 * 18944) * 2 == 8_529_375_232
+    m = memory.job_memory(s, 80 * GIB)
+    assert m.phases["rollout"]["fused_weights"] == 8_529_375_232
+    assert "fused_weights" not in memory.job_memory(memory.MemSpec(arch=QWEN7B, backend="hf")).phases["rollout"]
+
+
+@pytest.mark.parametrize("dtype,lora", [(torch.bfloat16, False), (torch.float32, True)])
+def test_fused_weight_bytes_equal_what_read_weights_allocates(dtype, lora):
+    """Measured: the bytes of the tensors the lean sampler's read_weights makes that are not the model's own."""
+    from peft import LoraConfig
+
+    from race_cli.engine.hf import lora_wrap
+    from race_cli.engine.rollout_lean import read_weights
+
+    model = tiny_qwen(dtype)
+    if lora:
+        model = lora_wrap(model, LoraConfig(r=4, lora_alpha=8, target_modules=list(flops.LAYER_MATRICES)))
+        for n, p in model.named_parameters():  # lora_B starts at zero; any values do here
+            if "lora_" in n:
+                p.data.normal_()
+    own = {p.data_ptr() for p in model.parameters()}
+    w = read_weights(model)
+    made = {}
+    for layer in w.layers:
+        for lin in (layer.qkv, layer.o, layer.gate_up, layer.down):
+            for t in (lin.weight, lin.bias):
+                if t is not None and t.data_ptr() not in own:
+                    made[t.data_ptr()] = t.numel() * t.element_size()
+    s = memory.MemSpec(arch=Arch(32, 2, 4, 2, 64, 61), dtype_bytes=dtype.itemsize, lora_r=4 if lora else None,
+                       backend="lean")
+    assert sum(made.values()) == memory.fused_weight_bytes(s)

@@ -102,6 +102,17 @@ def test_slots_threads_and_gpu_visibility(monkeypatch):
         assert visible_gpus() == []
 
 
+def test_gpu_slots_give_each_vllm_engine_its_own_port(monkeypatch):
+    """A shared VLLM_PORT makes every engine starting at once probe, then bind, the same port (vLLM
+    test-binds before its TCPStore binds): each slot gets its own, 100 apart; unset, none is set."""
+    assert all("VLLM_PORT" not in s.env for s in gpu_slots(["0", "1"], 1))
+    assert [s.env["VLLM_PORT"] for s in gpu_slots(["0", "1", "2", "3"], 1, "29600")] == ["29600", "29700", "29800",
+                                                                                        "29900"]
+    monkeypatch.setenv("VLLM_PORT", "29600")
+    slots = make_slots(gpus=["0", "1"], gpus_per_job=1, workers=None, n_jobs=2)
+    assert [s.env["VLLM_PORT"] for s in slots] == ["29600", "29700"]
+
+
 def test_longest_planned_job_first():
     rows = {"a": {"planned_flops_total": 1.0}, "b": {"planned_flops_total": 5.0},
             "c": {"planned_seconds": 9.0, "planned_flops_total": 0.1}, "d": {}}

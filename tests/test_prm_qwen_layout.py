@@ -9,6 +9,7 @@ scores are computed here from transformers' Qwen2Model and the head written out 
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -43,31 +44,34 @@ def _tokenizer():
     return tok
 
 
-def _body_config():
-    return transformers.Qwen2Config(hidden_size=D, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                    intermediate_size=64, vocab_size=258, max_position_embeddings=512,
-                                    initializer_range=0.5, attn_implementation="eager")
+def _body_config(**kw):
+    return transformers.Qwen2Config(**(dict(hidden_size=D, num_hidden_layers=2, num_attention_heads=4,
+                                            num_key_value_heads=2, intermediate_size=64, vocab_size=258,
+                                            max_position_embeddings=512, initializer_range=0.5,
+                                            attn_implementation="eager") | kw))
 
 
-def build_checkpoint(folder: Path, *, drop: str | None = None) -> dict:
+def build_checkpoint(folder: Path, *, drop: str | None = None, config=None) -> dict:
     """Write the tiny PRM-7B-layout checkpoint; returns its tensors (by name) for the reference."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(3)
-    body = transformers.Qwen2Model(_body_config())
+    config = config or _body_config()
+    d = config.hidden_size
+    body = transformers.Qwen2Model(config)
     tensors = {f"model.{k}": v.detach().clone().contiguous() for k, v in body.state_dict().items()
                if "rotary_emb" not in k}
     g = torch.Generator().manual_seed(4)
-    tensors["score.0.weight"] = torch.randn(D, D, generator=g) * 0.5
-    tensors["score.0.bias"] = torch.randn(D, generator=g) * 0.5
-    tensors["score.2.weight"] = torch.randn(2, D, generator=g) * 0.5
+    tensors["score.0.weight"] = torch.randn(d, d, generator=g) * 0.5
+    tensors["score.0.bias"] = torch.randn(d, generator=g) * 0.5
+    tensors["score.2.weight"] = torch.randn(2, d, generator=g) * 0.5
     tensors["score.2.bias"] = torch.randn(2, generator=g) * 0.5
-    tensors["lm_head.weight"] = torch.randn(258, D, generator=g)  # shipped, unused by the PRM
+    tensors["lm_head.weight"] = torch.randn(258, d, generator=g)  # shipped, unused by the PRM
     if drop:
         tensors.pop(drop)
     save_file(tensors, str(folder / "model.safetensors"))
-    cfg = _body_config().to_dict()
+    cfg = config.to_dict()
     published = {  # the keys Qwen2.5-Math-PRM-7B's config.json carries that matter here
         "architectures": ["Qwen2ForProcessRewardModel"], "model_type": "qwen2",
         "auto_map": {"AutoConfig": "configuration_qwen2_rm.Qwen2RMConfig",
@@ -177,3 +181,36 @@ def test_a_checkpoint_missing_a_head_weight_is_refused(tmp_path):
 def test_dtype_is_applied(checkpoint):
     folder, _ = checkpoint
     assert _prm(folder, dtype="bfloat16").model.score[0].weight.dtype == torch.bfloat16
+
+
+def test_rotary_frequencies_stay_float32_under_bf16_loading(tmp_path):
+    """bf16 loading keeps inv_freq float32 (as from_pretrained does): the scores of a long solution, read at
+    positions >= 512, equal those of a bf16 body whose RoPE runs on float32 frequencies. Cast to bf16, the
+    frequencies of head dim 128 (base 10000) are off by up to 1.1 rad at position 900 in 16 of 64 pairs
+    (computed below); at this layout's head dim 32 the tiny PRM's step scores moved by up to 0.7."""
+    f = 1.0 / (10000 ** (torch.arange(0, 128, 2, dtype=torch.float32) / 128))  # Qwen2.5-Math-PRM-7B: d_h 128
+    err = (900 * (f - f.to(torch.bfloat16).float())).abs()
+    assert err.max().item() == pytest.approx(1.10, abs=0.01) and int((err > 0.1).sum()) == 16
+
+    config = _body_config(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048)
+    tensors = build_checkpoint(tmp_path / "long", config=config)
+    prm = _prm(tmp_path / "long", dtype="bfloat16")
+    rotary = prm.model.model.rotary_emb
+    assert prm.model.score[0].weight.dtype == torch.bfloat16 and rotary.inv_freq.dtype == torch.float32
+    assert torch.equal(rotary.inv_freq, type(rotary)(config).inv_freq)
+    completion = "\n".join(f"step {i}: {i}*3={i * 3} and then some more words to pad." for i in range(22)) + "\n#### 7"
+    ids, positions = prm.encode(QUESTION, completion)
+    late = [k for k, p in enumerate(positions) if p >= 512]
+    assert len(late) >= 15 and max(positions) >= 1200
+    got = prm.score([QUESTION], [completion])[0]
+    # the reference: transformers' body in bf16, its RoPE rebuilt in float32, the same attention kernel
+    ref_config = copy.deepcopy(config)
+    ref_config._attn_implementation = prm.model.config._attn_implementation
+    body = transformers.Qwen2Model(ref_config)
+    body.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
+    body = body.to(torch.bfloat16)
+    body.rotary_emb = type(body.rotary_emb)(config)
+    with torch.no_grad():
+        logits = prm.model.score(body(input_ids=torch.tensor([ids])).last_hidden_state[0]).float()  # [T, 2]
+    want = torch.softmax(logits[positions], -1)[:, 1].tolist()
+    assert [got[k] for k in late] == pytest.approx([want[k] for k in late], abs=1e-6)

@@ -28,19 +28,50 @@ EOS = 256
 PROMPTS = [list(b"Q: 1+2="), list(b"Q: 10+20-3=")]  # last tokens '=' (61)
 
 
-@pytest.fixture
-def vllm(monkeypatch):
-    """The fake `vllm` package, imported fresh, and removed from sys.modules afterwards."""
+def _supported_versions() -> list[str]:
+    sys.path.insert(0, str(FAKE / "vllm"))
+    try:
+        import _api  # tests/fake_vllm/vllm/_api.py: the API of each release the extra allows
+
+        return sorted(_api.VERSIONS)
+    finally:
+        sys.path.remove(str(FAKE / "vllm"))
+        sys.modules.pop("_api", None)
+
+
+VERSIONS = _supported_versions()
+
+
+def _import_fake(monkeypatch, version: str):
     for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
         monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setenv("FAKE_VLLM_VERSION", version)
     monkeypatch.syspath_prepend(str(FAKE))
     import vllm as fake
 
     assert Path(fake.__file__).is_relative_to(FAKE)  # never a real vLLM
+    assert fake.__version__ == version
     fake.reset()
-    yield fake
+    return fake
+
+
+def _forget_fake() -> None:
     for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
         del sys.modules[name]
+
+
+@pytest.fixture(params=VERSIONS)
+def vllm(monkeypatch, request):
+    """The fake `vllm` package standing for each supported release, imported fresh, removed afterwards."""
+    yield _import_fake(monkeypatch, request.param)
+    _forget_fake()
+
+
+@pytest.fixture
+def fake_at(monkeypatch):
+    """fake_at(version): the fake standing for one given release."""
+    yield lambda version: _import_fake(monkeypatch, version)
+    _forget_fake()
 
 
 @pytest.fixture(scope="module")
@@ -90,12 +121,13 @@ def test_sleep_around_updates_new_id_per_update_one_folder(vllm, tmp_path, polic
     engine = vllm.ENGINES[-1]
     b.sync(policy)  # setup: the first adapter
     ro = b.generate(PROMPTS, group_size=2)
+    b.yield_gpu()  # the job: reward and update follow
     b.sync(policy)  # after an update
     assert sorted(p.name for p in sync.iterdir()) == ["adapter-2"]  # one adapter at a time, in one folder
     b.generate(PROMPTS, group_size=2, greedy=True)
     assert engine.adapters == {1: str(sync / "adapter-1"), 2: str(sync / "adapter-2")}
     kinds = [k for k, _ in engine.calls]
-    assert kinds == ["sleep", "wake_up", "generate", "sleep", "wake_up", "generate", "sleep"]
+    assert kinds == ["sleep", "wake_up", "generate", "sleep", "wake_up", "generate"]
     # fake tokens: completion k is [61 + 1 + k] * (k + 1) then the stop token
     assert ro.completion_lens == [2, 3, 2, 3] and ro.texts[0] == ">"
     assert ro.flops == generate_flops(ARCH, ro.prompt_lens, ro.completion_lens, lora=LORA, share_prefix=2,
@@ -103,6 +135,115 @@ def test_sleep_around_updates_new_id_per_update_one_folder(vllm, tmp_path, polic
     b.close()
     assert not sync.exists()
     vllm.check_no_leftovers()
+
+
+def test_evaluation_batches_do_not_sleep_between_them(vllm, tmp_path, policy):
+    """Sleep only when an update follows: three evaluation batches are one wake-up and no sleep
+    (each sleep/wake cycle moves the policy's weights to the host and back)."""
+    b = make(tmp_path / "s")
+    b.sync(policy)  # start: asleep with the first adapter
+    for _ in range(3):
+        b.generate(PROMPTS, group_size=1, greedy=True)
+    assert [k for k, _ in vllm.ENGINES[-1].calls] == ["sleep", "wake_up", "generate", "generate", "generate"]
+    b.yield_gpu()  # a training rollout, then its update
+    assert vllm.ENGINES[-1].asleep
+    b.close()
+
+
+class TrainerAllocator:
+    """PyTorch's caching allocator as the fake vLLM sees it: freed blocks stay reserved until empty_cache()."""
+
+    def __init__(self, resident: int):
+        self.allocated = self.reserved = resident
+
+    def run(self, peak: int) -> None:  # a phase that allocates up to `peak`, then frees back to resident
+        self.reserved = max(self.reserved, peak)
+
+    def empty_cache(self) -> None:
+        self.reserved = self.allocated
+
+
+def test_wake_up_finds_the_trainers_cache_released(vllm, tmp_path, policy, monkeypatch):
+    """80 GiB device, trainer resident 20 GiB, update peak 60 GiB, vLLM 30 GiB (0.375 x 80). The
+    update leaves 60 GiB reserved in PyTorch's cache; 60 + 30 > 80 is the cumem OOM at the second
+    iteration's wake_up unless the adapter empties the cache first (20 + 30 <= 80)."""
+    alloc = TrainerAllocator(20 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a, **k: alloc.reserved)
+    monkeypatch.setattr(torch.cuda, "empty_cache", alloc.empty_cache)
+    monkeypatch.setattr(vllm, "DEVICE_BYTES", 80 * 2**30)
+    b = make(tmp_path / "s", gpu_memory_utilization=0.375)
+    b.sync(policy)
+    for _ in range(3):  # iterations as Job.iterate runs them: rollout, then reward and update with vLLM asleep
+        b.generate(PROMPTS, group_size=2)
+        if hasattr(b, "yield_gpu"):
+            b.yield_gpu()
+        alloc.run(60 * 2**30)  # the update's high-water mark, cached afterwards
+        b.sync(policy)
+    b.generate(PROMPTS, group_size=2)
+    assert vllm.ENGINES[-1].reserved == int(0.375 * 80 * 2**30)
+    b.close()
+
+
+def test_fake_raises_the_cumem_oom_and_vllms_startup_check(vllm, monkeypatch):
+    """The fake's memory model on its own: what the real engine does when the trainer keeps memory reserved."""
+    reserved = [50 * 2**30]
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a, **k: reserved[0])
+    monkeypatch.setattr(vllm, "DEVICE_BYTES", 80 * 2**30)
+    with pytest.raises(ValueError, match="on startup is less than desired GPU memory utilization"):
+        vllm.LLM(model="/m", gpu_memory_utilization=0.5, enable_sleep_mode=True)  # 30 GiB free < 40 GiB
+    llm = vllm.LLM(model="/m", gpu_memory_utilization=0.25, enable_sleep_mode=True)  # 30 GiB free >= 20 GiB
+    llm.sleep(level=1)
+    assert llm.reserved == vllm.ASLEEP_BYTES
+    reserved[0] = 61 * 2**30  # an update grew the trainer's cache: 61 + 20 > 80
+    with pytest.raises(RuntimeError, match="CUDA Error: out of memory"):
+        llm.wake_up()
+    assert llm.asleep
+    reserved[0] = 60 * 2**30  # 60 + 20 = 80: fits exactly
+    llm.wake_up()
+    assert not llm.asleep and llm.reserved == 20 * 2**30
+
+
+@pytest.mark.parametrize("version,call,fails", [
+    ("0.33.0", lambda v: v.LLM(model="/m", swap_space=4), True),  # removed after 0.10
+    ("0.10.1.1", lambda v: v.LLM(model="/m", swap_space=4), False),
+    ("0.10.1.1", lambda v: v.LLM(model="/m", kv_cache_memory_bytes=2**30), True),  # added after 0.10
+    ("0.33.0", lambda v: v.LLM(model="/m", kv_cache_memory_bytes=2**30), False),
+    ("0.33.0", lambda v: v.SamplingParams(best_of=2), True),
+    ("0.10.1.1", lambda v: v.SamplingParams(best_of=2), False),
+    ("0.33.0", lambda v: v.LLM(model="/m").generate([], None, False), True),  # use_tqdm is keyword-only now
+    ("0.10.1.1", lambda v: v.LLM(model="/m").generate([], None, None, False), False),
+    ("0.33.0", lambda v: v.LLM(model="/m").generate([], prompt_token_ids=[1]), True),
+    ("0.10.1.1", lambda v: v.LLM(model="/m").generate([], tokenization_kwargs={}), True),
+    ("0.10.1.1", lambda v: v.LLM(model="/m", enable_sleep_mode=True).sleep(level=1, mode="abort"), True),
+    ("0.33.0", lambda v: v.LLM(model="/m", enable_sleep_mode=True).sleep(level=1, mode="abort"), False),
+    ("0.10.1.1", lambda v: v.LoRARequest("a", 1, "/x", load_inplace=True), True),
+    ("0.33.0", lambda v: v.LoRARequest("a", 1, "/x", load_inplace=True), False),
+    ("0.10.1.1", lambda v: v.LLM(model="/m", enable_lora=True, max_lora_rank=1), True),  # rank 1 is new in 0.33
+    ("0.33.0", lambda v: v.LLM(model="/m", enable_lora=True, max_lora_rank=1), False),
+])
+def test_fake_enforces_each_releases_signatures(fake_at, version, call, fails):
+    vllm = fake_at(version)
+    if fails:
+        with pytest.raises((TypeError, ValueError)):
+            call(vllm)
+    else:
+        call(vllm)
+
+
+def test_an_argument_one_supported_release_lacks_fails_there(vllm, tmp_path, policy, monkeypatch):
+    """race passing SamplingParams(best_of=...) (0.10 has it, 0.33 does not): the 0.33 run fails."""
+    from race_cli.engine import rollout_vllm
+
+    real = rollout_vllm.sampling_kwargs
+    monkeypatch.setattr(rollout_vllm, "sampling_kwargs", lambda **kw: real(**kw) | {"best_of": kw["group_size"]})
+    b = make(tmp_path / "s")
+    b.sync(policy)
+    if vllm.__version__ == "0.33.0":
+        with pytest.raises(TypeError, match="best_of"):
+            b.generate(PROMPTS, group_size=2)
+    else:
+        b.generate(PROMPTS, group_size=2)
+    b.close()
 
 
 def test_one_sampling_distribution_and_the_hf_stop_token(vllm, tmp_path, policy):
@@ -139,7 +280,7 @@ def test_sync_folder_is_removed_on_every_exit_path(vllm, tmp_path, policy):
     b.sync(policy)
     with pytest.raises(ValueError, match="max_model_len"):
         b.generate(PROMPTS, group_size=2)
-    assert vllm.ENGINES[-1].asleep  # put back to sleep even though sampling failed
+    assert not vllm.ENGINES[-1].asleep  # awake: only yield_gpu() (an update follows) puts it to sleep
     b.close()
     # no close() at all: the finaliser when the object goes
     c = make(tmp_path / "b")
@@ -258,24 +399,32 @@ def test_memory_fraction_by_hand():
         memory_fraction(arch, dtype_bytes=2, lora=None, sequences=32, max_model_len=100, gpu_bytes=2 * GIB)
 
 
-def test_the_vllm_extra_pins_a_tested_range():
+def test_the_vllm_extra_covers_every_release_the_fake_stands_for_and_the_current_torch():
+    """The extra's range holds exactly the releases whose API the fake enforces (oldest .. newest read),
+    and torch's bound admits what the package index serves now (2.15.0) and what each vLLM pins."""
     import tomllib
 
     from packaging.specifiers import SpecifierSet
 
-    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extra = project["optional-dependencies"]["vllm"]
     spec = SpecifierSet(extra[0].removeprefix("vllm"))
     assert {s.operator for s in spec} == {">=", "<"}  # a floor and a ceiling
-    assert "0.6.3" not in spec and "0.8.5" in spec  # early versions count a colocated policy as their own memory
-    sys.path.insert(0, str(FAKE))
+    assert "0.6.3" not in spec  # early versions count a colocated policy as their own memory
+    sys.path.insert(0, str(FAKE / "vllm"))
     try:
-        import vllm as fake
+        import _api
 
-        assert fake.__version__ in spec  # the fake stands for a version inside the range
+        releases = sorted(_api.VERSIONS, key=lambda v: tuple(map(int, v.split("."))))
+        assert all(v in spec for v in releases) and "0.33.0" in releases  # the current release (index, 2026-11)
+        assert next(s for s in spec if s.operator == ">=").version == releases[0]  # the floor is the oldest read
+        pinned = [_api.VERSIONS[v]["torch"] for v in releases]
     finally:
-        sys.path.remove(str(FAKE))
-        for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-            del sys.modules[name]
+        sys.path.remove(str(FAKE / "vllm"))
+        sys.modules.pop("_api", None)
+    torch_spec = SpecifierSet(next(d for d in project["dependencies"] if d.startswith("torch")).removeprefix("torch"))
+    for version in ["2.15.0", *pinned]:  # what a GPU box set up today has, and what each vLLM installs
+        assert version in torch_spec, version
 
 
 def test_plan_refuses_a_rank_vllm_cannot_load(tmp_path):

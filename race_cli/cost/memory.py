@@ -35,9 +35,32 @@ adapters run in float32 on a bf16 base — PEFT's default upcast); `race mem --a
   the softmax and its gradient in float32, the bf16 gradient), the no-grad forward 2b + 4.
 
 The optimizer is AdamW: two states in the trainable parameters' dtype (float32 LoRA adapters;
-full fine-tuning in the model dtype), plus a gradient each. vLLM reserves
-`rollout.gpu_memory_utilization` of the device for its own weights and KV cache, on top of the
-training copy. Micro-batching changes no FLOPs (the same tokens run, in pieces).
+full fine-tuning in the model dtype), plus a gradient each. Micro-batching changes no FLOPs (the
+same tokens run, in pieces).
+
+Every process that touches the GPU holds a CUDA context (`CUDA_CONTEXT_BYTES`, outside any
+allocator): one for the training process, a second for vLLM's engine-core process (its V1
+engine runs the model in a child process, VLLM_ENABLE_V1_MULTIPROCESSING=1 by default).
+
+The lean sampler (engine/rollout_lean.py `read_weights`) builds new q|k|v and gate|up matrices for
+every layer at each call and keeps them through the call (`fused_weights` in its rollout phase;
+about 7.9 GiB for a 7B policy in bf16; float32 LoRA maps merged with their adapters are new
+matrices too).
+
+vLLM and the trainer coexist on one device through two allocators that do not share blocks:
+
+| phase   | trainer (PyTorch's caching allocator)           | vLLM (its cumem pool)                       |
+|---------|-------------------------------------------------|---------------------------------------------|
+| rollout | resident + gradients (its cache released first) | awake: gpu_memory_utilization x device      |
+| reward  | resident + gradients + one PRM forward          | asleep: `VLLM_ASLEEP_BYTES`                 |
+| update  | resident + one micro-batch's activations        | asleep: `VLLM_ASLEEP_BYTES`                 |
+
+Sleep (level 1) moves vLLM's weights to host memory and frees its KV cache; what stays is its
+memory outside the cumem pool (CUDA-graph pool, sampler buffers: at most its headroom). The
+trainer's allocator keeps the update's high-water mark cached after the update; vLLM's wake_up
+cannot use those blocks, so the job releases them (gc + torch.cuda.empty_cache,
+engine/rollout_vllm.release_cached_memory) before every wake. `MemSpec.release_between_phases`
+is that step: without it the rollout phase also holds `trainer_cache` (the update's transient).
 """
 
 from __future__ import annotations
@@ -53,8 +76,10 @@ from race_cli.errors import RaceError
 GiB = 2**30
 LOGIT_BLOCK = 256 * 151_936  # logits (rows x vocabulary) alive at once in the log-probs: 256 rows at Qwen2.5's V
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-HEADROOM = 0.9  # plan to use at most this share of the device (allocator fragmentation, CUDA context, buffers)
+HEADROOM = 0.9  # plan to use at most this share of the device (allocator fragmentation, buffers)
 VLLM_HEADROOM_BYTES = 2 * GiB  # vLLM's activations, CUDA graphs and sampler buffers beyond weights + KV cache
+CUDA_CONTEXT_BYTES = 512 * 2**20  # one process's CUDA context (CUDA 12, lazy module loading: ~0.3-0.6 GiB on H100/H200)
+VLLM_ASLEEP_BYTES = VLLM_HEADROOM_BYTES  # vLLM's memory outside its cumem pool, kept while asleep (level 1)
 
 
 # --- parameters ------------------------------------------------------------------------------------
@@ -155,6 +180,7 @@ class MemSpec:
     reward_head: int | None = 2  # classifier outputs, or None for an LM head (token / logprob formats)
     reward_batch: int = 16
     reward_len: int = 0  # tokens the PRM reads per sequence (template + question + completion)
+    release_between_phases: bool = True  # vLLM only: the trainer's cache is emptied before every wake_up
 
 
 @dataclass
@@ -165,6 +191,7 @@ class JobMemory:
     micro_batch: int = 0
     grad_checkpointing: bool = False
     device_bytes: int | None = None  # the vLLM reservation scales with it
+    vllm_fraction: float | None = None  # vLLM only: the gpu_memory_utilization the plan sized (None: not vLLM)
 
     def total(self, phase: str) -> int:
         return sum(self.phases[phase].values())
@@ -245,24 +272,45 @@ def vllm_need_bytes(s: MemSpec) -> int:
     return int((weights + kv) * 1.1 + VLLM_HEADROOM_BYTES)
 
 
+def fused_weight_bytes(s: MemSpec) -> int:
+    """The lean sampler's per-call copies (engine/rollout_lean.py read_weights): q|k|v and gate|up of every
+    layer concatenated (weights + q/k/v biases); with float32 LoRA weights, the targeted o and down
+    maps merged with their adapters (`merged`) are new matrices as well."""
+    q, k = _widths(s.arch)
+    d, f, L = s.arch.hidden_size, s.arch.intermediate_size, s.arch.num_hidden_layers
+    per_layer = d * (q + 2 * k) + (q + 2 * k) + 2 * d * f
+    if s.lora_r and s.dtype_bytes == 4:
+        per_layer += q * d * ("o_proj" in s.lora_targets) + f * d * ("down_proj" in s.lora_targets)
+    return L * per_layer * s.dtype_bytes
+
+
+def vllm_reserved_bytes(s: MemSpec, device_bytes: int | None) -> int:
+    """vLLM's reservation while awake: gpu_memory_utilization x the device (vLLM requests exactly that)."""
+    if device_bytes is None:
+        return 0
+    if s.vllm_fraction is not None:
+        return int(s.vllm_fraction * device_bytes)
+    return vllm_need_bytes(s)
+
+
 def rollout_bytes(s: MemSpec, device_bytes: int | None) -> dict[str, int]:
     """KV cache and sampling of one rollout batch (HF generate or lean), or vLLM's reservation.
 
     lean holds the same B·G-row KV cache as HF generate but prefills one row per group
-    (engine/rollout_lean.py); its prefill term is modelled, not audited (the audit covers HF)."""
-    if s.backend == "vllm":  # vLLM sleeps during the update (weights to CPU, KV freed): rollout phase only
-        if device_bytes is None:
-            return {"vllm_reserved": 0}
-        if s.vllm_fraction is not None:
-            return {"vllm_reserved": int(s.vllm_fraction * device_bytes)}
-        return {"vllm_reserved": vllm_need_bytes(s)}
+    (engine/rollout_lean.py) and holds its fused weights; its prefill term is modelled, not audited
+    (the audit covers HF)."""
+    if s.backend == "vllm":  # awake; the trainer keeps its resident state and gradients beside it
+        return {"vllm_reserved": vllm_reserved_bytes(s, device_bytes)}
     tokens = s.sequences * (s.prompt_len + s.completion_len)
     N, V = s.sequences, s.arch.vocab_size
     rows = s.sequences // max(s.group_size, 1) if s.backend == "lean" else s.sequences  # lean: one per group
     prefill = rows * s.prompt_len * inference_layer_bytes(s.arch, s.lora_r)
-    return {"kv_cache": kv_cache_bytes(s.arch, tokens, s.dtype_bytes),
-            "kv_growth": kv_cache_bytes(s.arch, tokens, s.dtype_bytes) // s.arch.num_hidden_layers,  # one layer's cat
-            "sampling_or_prefill": max(N * V * (s.dtype_bytes + 4 * 3), prefill)}
+    out = {"kv_cache": kv_cache_bytes(s.arch, tokens, s.dtype_bytes),
+           "kv_growth": kv_cache_bytes(s.arch, tokens, s.dtype_bytes) // s.arch.num_hidden_layers,  # one layer's cat
+           "sampling_or_prefill": max(N * V * (s.dtype_bytes + 4 * 3), prefill)}
+    if s.backend == "lean":
+        out["fused_weights"] = fused_weight_bytes(s)
+    return out
 
 
 def reward_bytes(s: MemSpec) -> dict[str, int]:
@@ -290,7 +338,36 @@ def job_memory(s: MemSpec, device_bytes: int | None = None) -> JobMemory:
     nograd = res | {"logprob_forward": logprob_forward_bytes(s, mb)}
     if sum(nograd.values()) > sum(phases["update"].values()):
         phases["update"] = nograd
-    return JobMemory(phases, mb, s.grad_checkpointing, device_bytes)
+    fraction = None
+    if s.backend == "vllm":
+        phases = coexist_with_vllm(s, phases)
+        if device_bytes:
+            fraction = round(phases["rollout"]["vllm_reserved"] / device_bytes, 3)
+    for phase in phases.values():  # the training process's own context, in every phase
+        phase["cuda_context"] = CUDA_CONTEXT_BYTES
+    return JobMemory(phases, mb, s.grad_checkpointing, device_bytes, fraction)
+
+
+def coexist_with_vllm(s: MemSpec, phases: dict[str, dict[str, int]]) -> dict:
+    """The phases as they share the device with a vLLM engine (the table in the module docstring).
+
+    vLLM's engine-core process holds its own CUDA context throughout; asleep (reward, update) it
+    keeps VLLM_ASLEEP_BYTES. Awake (rollout), it holds its whole reservation, and the trainer holds
+    its resident state and gradients, plus, unless its cache is released before the wake
+    (`release_between_phases`), every block the update left cached in its allocator.
+    """
+    out = {}
+    for name, parts in phases.items():
+        parts = dict(parts) | {"vllm_context": CUDA_CONTEXT_BYTES}
+        if name != "rollout":
+            parts["vllm_asleep"] = VLLM_ASLEEP_BYTES
+        out[name] = parts
+    if not s.release_between_phases:  # the update's blocks stay cached in the trainer's allocator
+        def trainer(parts):
+            return sum(v for k, v in parts.items() if not k.startswith("vllm_"))
+        high = max(trainer(p) for n, p in out.items() if n != "rollout")
+        out["rollout"]["trainer_cache"] = max(0, high - trainer(out["rollout"]))
+    return out
 
 
 def fit(s: MemSpec, device_bytes: int, headroom: float = HEADROOM) -> JobMemory | None:
@@ -394,12 +471,18 @@ def cannot_fit(cfg: dict, mem: JobMemory, device_bytes: int, auto: bool) -> str:
     if "reward_forward" in names:
         hints.append("a smaller reward.batch_size")
     if "vllm_reserved" in names:
-        hints.append("a lower rollout.gpu_memory_utilization")
+        hints.append("a lower rollout.gpu_memory_utilization" if cfg["rollout"].get("gpu_memory_utilization")
+                     else "fewer rollout tokens (vLLM's KV cache holds grpo.prompts_per_iter x grpo.group_size "
+                          "sequences of the task's longest prompt + rollout.max_new_tokens)")
+        hints += ["a smaller model", "rollout.backend=lean (no second copy of the weights)"]
+    if "fused_weights" in names:
+        hints.append("rollout.backend=hf (no fused copies of the weights)")
     hints.append("a device with more memory (--gpu-mem)")
     at = (f" at micro-batch {mem.micro_batch}{' with' if mem.grad_checkpointing else ' without'} gradient checkpointing"
           if phase == "update" else "")
     if phase != "update":
         hints = [h for h in hints if "micro_batch" not in h and "grad_checkpointing" not in h]
+    hints = list(dict.fromkeys(hints))  # each once
     return (f"the {phase} phase needs {fmt_bytes(mem.total(phase))}{at}, more than "
             f"{HEADROOM:.0%} of {fmt_bytes(device_bytes)} (largest parts: {what}). Try: {'; '.join(hints)}.")
 
@@ -408,8 +491,11 @@ def memory_row(mem: JobMemory | None) -> dict:
     """The plan's memory columns (plan.csv / plan.json / the table)."""
     if mem is None:
         return {}
-    return {"micro_batch_size": mem.micro_batch, "grad_checkpointing": mem.grad_checkpointing,
-            "planned_peak_bytes": mem.peak, "peak_phase": mem.phase}
+    row = {"micro_batch_size": mem.micro_batch, "grad_checkpointing": mem.grad_checkpointing,
+           "planned_peak_bytes": mem.peak, "peak_phase": mem.phase}
+    if mem.vllm_fraction is not None:
+        row["gpu_memory_utilization"] = mem.vllm_fraction
+    return row
 
 
 # --- sizes and devices -------------------------------------------------------------------------------

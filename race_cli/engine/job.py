@@ -310,6 +310,8 @@ class Job:
         idx = self.batch(iteration)[:prompts]
         items = [self.train_items[j] for j in idx for _ in range(c.grpo.group_size)]  # [B*G], groups consecutive
         ro = self.rollout.generate([self.train_prompts.ids(j) for j in idx], group_size=c.grpo.group_size, greedy=False)
+        if hasattr(self.rollout, "yield_gpu"):
+            self.rollout.yield_gpu()  # vLLM sleeps: reward and update get its memory (evaluation never sleeps)
         t_rollout = time.perf_counter() - t_start
         rr = self.reward(items, ro.texts)
         rewards = torch.tensor(rr.rewards, dtype=torch.float32)  # [B*G]

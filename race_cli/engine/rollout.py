@@ -72,6 +72,9 @@ class RolloutBackend(Protocol):
     def sync(self, model: Any) -> None:
         """Make the next `generate` sample from the model's current weights."""
 
+    # optional: yield_gpu() -> None, called when reward and update follow a generate (vLLM sleeps);
+    # backends that sample on the training model itself (hf, lean) have nothing to give back
+
 
 def left_pad(rows: list[list[int]], pad_id: int):
     """Token lists -> (ids [N, P], mask [N, P]) left-padded to the longest row."""

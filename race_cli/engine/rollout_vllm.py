@@ -6,19 +6,39 @@
     sample  generate(): n=G samples of each prompt from softmax(logits / T) with top-p and nothing
             else (top-k, min-p and every penalty off), stopping on the tokenizer's EOS only: the
             same distribution and the same stop token as the HF backend
-    update  after each generate the engine sleeps (level 1: weights to CPU, KV cache freed), so
-            the policy's update runs with that memory back; sync() writes the new adapter into the
-            job's ONE sync folder under a NEW integer id (a reused id would serve the old adapter
-            and its prefix-cache blocks); the next generate wakes the engine
+    update  yield_gpu(), called by the job when reward and update follow a generate, puts the
+            engine to sleep (level 1: weights to host memory, KV cache freed), so the policy's
+            update runs with that memory back; evaluation batches, which no update follows, do
+            not sleep between them (each cycle moves the weights to the host and back). sync()
+            writes the new adapter into the job's ONE sync folder under a NEW integer id (a reused
+            id would serve the old adapter and its prefix-cache blocks); the next generate wakes
+            the engine, after `release_cached_memory()`: the update's blocks stay reserved in
+            PyTorch's caching allocator otherwise, and vLLM's wake_up maps fresh memory through its
+            own allocator (vllm/device_allocator/cumem.py), which cannot use them (the cumem OOM
+            at the second iteration). vLLM's own wake_up empties ITS process's cache (0.33), not
+            the training process's.
     close   the sync folder is removed on every exit path: close() (the job's `finally`), the
             object's finaliser, interpreter exit, SIGTERM; a folder a SIGKILLed attempt left is
             cleared when the next one starts
 
+What vLLM does, read from the 0.10.1.1 and 0.33.0 sources: `LLM(...)` builds a V1 `LLMEngine`
+(vllm/v1/engine/llm_engine.py) whose engine core runs in a child process
+(VLLM_ENABLE_V1_MULTIPROCESSING=1 by default: a second CUDA context on the GPU, ZMQ over IPC
+paths to this process); a single GPU gets the UniProcExecutor, whose worker sets up
+torch.distributed over tcp://ip:get_open_port() in 0.10.1.1 (a port the kernel picks unless
+VLLM_PORT is set, and then the first free one at or above it: engines starting at once with one
+shared VLLM_PORT pick the same; the pool gives each slot its own) and over a file:// store with a
+fresh name in 0.33 (no port). Startup refuses when free memory is under gpu_memory_utilization x
+the device; sleep(level=1) offloads the weights to host memory and discards the KV cache (its
+cumem pool, vllm/device_allocator/cumem.py); wake_up(tags=None) maps them again.
+
 Charged as one prefill per group (prefix caching) and unpadded kernels (`generate_flops`,
 share_prefix=G, padded=False). vLLM is imported inside the methods, never at module import.
-Tested against tests/fake_vllm, a stand-in that enforces the real API and these rules; the
-versions in the `vllm` extra are those whose API (LLM(...) keywords, sleep/wake_up,
-LoRARequest(name, int_id, path), the allowed LoRA ranks) the code and the fake were read against.
+Tested against tests/fake_vllm, a stand-in that enforces the real API and these rules, once per
+supported release (tests/fake_vllm/vllm/_api.py: 0.10.1.1 and 0.33.0, read from their source);
+the versions in the `vllm` extra are those whose API (LLM(...) keywords, sleep/wake_up,
+LoRARequest(name, int_id, path), SamplingParams, generate's keywords, the allowed LoRA ranks) the
+code and the fake were read against.
 """
 
 from __future__ import annotations
@@ -87,6 +107,21 @@ def sampling_kwargs(*, group_size: int, greedy: bool, temperature: float, top_p:
 # --- the backend -----------------------------------------------------------------------------------
 
 
+def release_cached_memory() -> None:
+    """Hand the training process's cached CUDA blocks back to the driver (gc, then empty_cache).
+
+    Called before vLLM starts and before every wake_up: whatever another allocator maps next
+    (vLLM's cumem pool) can only use memory PyTorch's caching allocator has returned. A no-op
+    where CUDA was never initialised.
+    """
+    import gc
+
+    import torch
+
+    gc.collect()  # tensors only a reference cycle still holds
+    torch.cuda.empty_cache()
+
+
 def _remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -143,6 +178,7 @@ class VLLMRollout:
         self._finalizer = weakref.finalize(self, _remove, self.sync_dir)  # also runs at interpreter exit
         _remove_on_sigterm(self.sync_dir)
         self.can_sleep = callable(getattr(vllm.LLM, "sleep", None)) and callable(getattr(vllm.LLM, "wake_up", None))
+        release_cached_memory()  # vLLM refuses to start unless gpu_memory_utilization x the device is free
         try:
             self.llm = vllm.LLM(model=model_path, revision=revision, tokenizer_revision=revision, dtype=dtype,
                                 seed=seed, enable_lora=True, max_lora_rank=lora.r, max_loras=1,
@@ -167,8 +203,13 @@ class VLLMRollout:
 
     def _wake(self) -> None:
         if self.asleep:
+            release_cached_memory()  # the update's cached blocks, which vLLM's allocator cannot reuse
             self.llm.wake_up()
             self.asleep = False
+
+    def yield_gpu(self) -> None:
+        """The training process takes the GPU next (reward, update): the engine sleeps until the next generate."""
+        self._sleep()
 
     def sync(self, model: Any) -> None:
         """Hand the model's current adapter to vLLM: saved into the sync folder under a new id."""
@@ -195,11 +236,9 @@ class VLLMRollout:
                                                   eos_id=self.eos_id))
         self._wake()
         t0 = time.perf_counter()
-        try:
-            outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
-                                     lora_request=self._request, use_tqdm=False)
-        finally:
-            self._sleep()  # asleep whenever the engine is not sampling: through every update
+        # awake afterwards: the next generate (evaluation's next batch) needs no wake-up; yield_gpu() sleeps
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
+                                 lora_request=self._request, use_tqdm=False)
         seconds = time.perf_counter() - t0
         rows, comps = [], []
         for p, out in zip(prompts, outs):

@@ -94,10 +94,23 @@ def refuse_cpu_for_big_models(configs: Sequence[dict], *, gpus: Sequence[str], a
                         "or pass --allow-cpu to run it on CPU anyway.")
 
 
-def gpu_slots(gpus: Sequence[str], gpus_per_job: int) -> list[Slot]:
-    """Consecutive groups of `gpus_per_job` GPUs; GPUs left over (fewer than a group) stay unused."""
+VLLM_PORT_STRIDE = 100  # ports between two slots' VLLM_PORT: vLLM scans upward from it for each port it opens
+
+
+def gpu_slots(gpus: Sequence[str], gpus_per_job: int, vllm_port: str | None = None) -> list[Slot]:
+    """Consecutive groups of `gpus_per_job` GPUs; GPUs left over (fewer than a group) stay unused.
+
+    `vllm_port` (the environment's VLLM_PORT): each slot gets its own, VLLM_PORT_STRIDE apart.
+    vLLM starts every port search at VLLM_PORT and only test-binds a port before its TCPStore
+    binds it for real (vllm/utils get_open_port; 0.10's single-GPU executor rendezvouses over
+    tcp://ip:that port), so engines starting at once on one box would otherwise all pick the
+    same port. Unset, vLLM lets the kernel choose (bind to port 0) and nothing is needed.
+    """
     groups = [list(gpus[i:i + gpus_per_job]) for i in range(0, len(gpus) - gpus_per_job + 1, gpus_per_job)]
-    return [Slot(name="cuda:" + ",".join(g), env={"CUDA_VISIBLE_DEVICES": ",".join(g)}) for g in groups]
+    base = int(vllm_port) if vllm_port and vllm_port.strip().isdigit() else None
+    return [Slot(name="cuda:" + ",".join(g), env={"CUDA_VISIBLE_DEVICES": ",".join(g)}
+                 | ({"VLLM_PORT": str(base + k * VLLM_PORT_STRIDE)} if base is not None else {}))
+            for k, g in enumerate(groups)]
 
 
 def cpu_slots(workers: int, cores: int) -> list[Slot]:
@@ -124,7 +137,7 @@ def make_slots(*, gpus: Sequence[str], gpus_per_job: int, workers: int | None, n
         if gpus_per_job > len(gpus):
             raise RaceError(f"--gpus-per-job {gpus_per_job} is more than the {len(gpus)} GPUs visible here "
                             f"({','.join(gpus)}). Lower --gpus-per-job, or set CUDA_VISIBLE_DEVICES.")
-        return gpu_slots(gpus, gpus_per_job)
+        return gpu_slots(gpus, gpus_per_job, os.environ.get("VLLM_PORT"))
     return cpu_slots(workers or default_workers(cores, n_jobs), cores)
 
 

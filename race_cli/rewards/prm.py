@@ -212,7 +212,11 @@ def load_qwen2_prm(folder: str, *, device: str = "cpu", dtype=None):
     model.load_state_dict(tensors, strict=True, assign=True)
     model.model.rotary_emb = type(model.model.rotary_emb)(config)  # its buffers are computed, not stored
     target = dtype if dtype is not None else next(iter(tensors.values())).dtype
-    return model.to(device=device, dtype=target).eval()
+    model = model.to(device=device, dtype=target)
+    # built again after the cast, so inv_freq stays float32 as from_pretrained keeps it (cast to bf16,
+    # the angle at position 900 is off by up to ~1.1 rad at head dim 128, base 10000)
+    model.model.rotary_emb = type(model.model.rotary_emb)(config).to(device)  # .to(device) keeps float32
+    return model.eval()
 
 
 def _two_layer_head(model) -> bool:

@@ -3,9 +3,22 @@
 Put tests/fake_vllm on sys.path and `import vllm` gets this. It is strict on purpose: every
 misuse the real engine punishes (a crash, or worse, silently stale samples) raises here.
 
-- `LLM(**engine_args)`: only keywords the real EngineArgs has (unknown -> TypeError, as the real
+Which release it stands for: the environment variable FAKE_VLLM_VERSION at import (one of
+`_api.VERSIONS`, the releases the `vllm` extra allows; default the newest). Every signature below
+is that release's, read from its source (`_api.py`): a keyword one supported release lacks fails
+under that release.
+
+- `LLM(**engine_args)`: only keywords the real LLM/EngineArgs has (unknown -> TypeError, as the real
   one); `max_lora_rank` must be one of vLLM's allowed ranks (ValueError, as LoRAConfig);
-  `gpu_memory_utilization` in (0, 1]; `sleep`/`wake_up` only with `enable_sleep_mode=True`.
+  `gpu_memory_utilization` in (0, 1]; `sleep`/`wake_up` only with `enable_sleep_mode=True`, with
+  the release's levels and tags.
+- Memory, when `DEVICE_BYTES` is set (None: not modelled): the training process's share is
+  `torch.cuda.memory_reserved()` (tests stub it; PyTorch's caching allocator keeps freed blocks
+  reserved until `torch.cuda.empty_cache()`), and vLLM's own allocator cannot use those blocks.
+  LLM() refuses to start when the free memory is under gpu_memory_utilization x the device
+  (ValueError, the real startup message); `wake_up` maps the engine's memory again and raises the
+  cumem allocator's `CUDA Error: out of memory` when the trainer's reserved bytes plus that
+  reservation exceed the device. Asleep the engine keeps `ASLEEP_BYTES`.
 - `LLM.generate(prompts, sampling_params, use_tqdm=..., lora_request=...)`: refuses to run asleep;
   an adapter id seen before in a NEW LoRARequest (or with another folder) is a REUSED id (the real
   engine would serve the adapter it cached under that id); a new adapter while sleep mode is on must come after a sleep since the
@@ -24,28 +37,30 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import os
+
+from vllm._api import NEWEST, VERSIONS
 from vllm.lora.request import LoRARequest  # noqa: F401  (re-exported as in vllm)
 
-__version__ = "0.10.1.1"
-POSSIBLE_MAX_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # vllm LoRAConfig in 0.8.5 .. 0.11
-ENGINE_ARGS = {
-    "model", "tokenizer", "tokenizer_mode", "skip_tokenizer_init", "trust_remote_code", "allowed_local_media_path",
-    "tensor_parallel_size", "dtype", "quantization", "revision", "tokenizer_revision", "seed",
-    "gpu_memory_utilization", "swap_space", "cpu_offload_gb", "enforce_eager", "max_seq_len_to_capture",
-    "disable_custom_all_reduce", "disable_async_output_proc", "hf_token", "hf_overrides", "mm_processor_kwargs",
-    "task", "override_pooler_config", "compilation_config", "max_model_len", "enable_lora", "max_lora_rank",
-    "max_loras", "max_cpu_loras", "enable_prefix_caching", "enable_sleep_mode", "generation_config",
-    "max_num_seqs", "max_num_batched_tokens", "distributed_executor_backend", "kv_cache_dtype", "block_size",
-    "code_revision", "download_dir", "load_format", "lora_dtype", "enable_chunked_prefill",
-}
-SAMPLING_FIELDS = {
-    "n", "best_of", "presence_penalty", "frequency_penalty", "repetition_penalty", "temperature", "top_p", "top_k",
-    "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "max_tokens", "min_tokens", "logprobs",
-    "prompt_logprobs", "detokenize", "skip_special_tokens", "spaces_between_special_tokens",
-    "include_stop_str_in_output", "bad_words", "logits_processors", "truncate_prompt_tokens", "output_kind",
-}
+__version__ = os.environ.get("FAKE_VLLM_VERSION") or NEWEST
+if __version__ not in VERSIONS:
+    raise ImportError(f"fake vllm: FAKE_VLLM_VERSION={__version__!r} is not one of {sorted(VERSIONS)}")
+API = VERSIONS[__version__]
+POSSIBLE_MAX_RANKS = API["max_lora_ranks"]
+ENGINE_ARGS = API["engine_args"] | {"model"}
+SAMPLING_FIELDS = API["sampling_fields"]
 ENGINES: list["LLM"] = []  # every engine made in this process (tests inspect them)
 SERVED: set[Path] = set()  # every adapter folder an engine read
+DEVICE_BYTES: int | None = None  # the device's memory when tests model it (None: memory not modelled)
+ASLEEP_BYTES = 2 * 2**30  # what the engine keeps on the device asleep (outside its cumem pool)
+GIB = 2**30
+
+
+def _trainer_reserved() -> int:
+    """The training process's reserved CUDA bytes (PyTorch's caching allocator; stubbed by tests)."""
+    import torch
+
+    return int(torch.cuda.memory_reserved())
 
 
 def check_no_leftovers() -> None:
@@ -58,6 +73,21 @@ def check_no_leftovers() -> None:
 def reset() -> None:
     ENGINES.clear()
     SERVED.clear()
+
+
+def _bind(name: str, positional: tuple, keyword_only: tuple, args: tuple, kw: dict) -> dict:
+    """The release's signature (after self): TypeError for too many positionals or a keyword it lacks."""
+    if len(args) > len(positional):
+        raise TypeError(f"{name}() takes {len(positional)} positional argument(s) in vLLM {__version__} "
+                        f"but {len(args)} were given")
+    bound = dict(zip(positional, args))
+    for k, v in kw.items():
+        if k not in positional and k not in keyword_only:
+            raise TypeError(f"{name}() got an unexpected keyword argument {k!r} (vLLM {__version__})")
+        if k in bound:
+            raise TypeError(f"{name}() got multiple values for argument {k!r}")
+        bound[k] = v
+    return bound
 
 
 class SamplingParams:
@@ -102,6 +132,13 @@ class LLM:
         gmu = kw.get("gpu_memory_utilization", 0.9)
         if not 0.0 < gmu <= 1.0:
             raise ValueError(f"GPU memory utilization must be within (0, 1]. Got {gmu}.")
+        self.reserved = 0  # bytes the engine holds on the device now
+        if DEVICE_BYTES is not None:
+            need, free = gmu * DEVICE_BYTES, DEVICE_BYTES - _trainer_reserved()
+            if free < need:
+                raise ValueError(API["startup_free_memory_error"].format(
+                    free=round(free / GIB, 2), total=round(DEVICE_BYTES / GIB, 2), gmu=gmu, need=round(need / GIB, 2)))
+            self.reserved = int(need)
         self.sleep_mode = bool(kw.get("enable_sleep_mode", False))
         self.asleep = False
         self.slept_since_generate = False
@@ -111,19 +148,35 @@ class LLM:
         self.calls: list[tuple[str, object]] = []  # ("sleep" | "wake_up" | "generate", detail), for tests
         ENGINES.append(self)
 
-    def sleep(self, level: int = 1) -> None:
+    def sleep(self, *args, **kw) -> None:
+        bound = _bind("LLM.sleep", API["sleep_params"], (), args, kw)
+        level = bound.get("level", 1)
         if not self.sleep_mode:
             raise ValueError("Sleep mode is not enabled (LLM(..., enable_sleep_mode=True)).")
-        if level not in (1, 2):
-            raise ValueError(f"sleep level must be 1 or 2, got {level}")
+        if level not in API["sleep_levels"]:
+            raise ValueError(f"sleep level must be one of {API['sleep_levels']} in vLLM {__version__}, got {level}")
         self.asleep, self.slept_since_generate = True, True
+        if DEVICE_BYTES is not None:
+            self.reserved = min(self.reserved, ASLEEP_BYTES)
         self.calls.append(("sleep", level))
 
-    def wake_up(self, tags: list[str] | None = None) -> None:
+    def wake_up(self, tags: list[str] | None = None):
         if not self.sleep_mode:
             raise ValueError("Sleep mode is not enabled.")
+        unknown = set(tags or ()) - set(API["wake_up_tags"])
+        if unknown:
+            raise ValueError(f"wake_up tags must be in {API['wake_up_tags']}, got {sorted(unknown)}")
+        if DEVICE_BYTES is not None and self.asleep:
+            need = int(self.args.get("gpu_memory_utilization", 0.9) * DEVICE_BYTES)
+            if _trainer_reserved() + need > DEVICE_BYTES:  # cumem maps fresh memory; PyTorch's cached blocks stay put
+                self.calls.append(("wake_up failed", tags))
+                raise RuntimeError("CUDA Error: out of memory at csrc/cumem_allocator.cpp "
+                                   f"(trainer reserved {_trainer_reserved() / GIB:.1f} GiB + vLLM {need / GIB:.1f} GiB "
+                                   f"> {DEVICE_BYTES / GIB:.1f} GiB)")
+            self.reserved = need
         self.asleep = False
         self.calls.append(("wake_up", tags))
+        return True if API["wake_up_returns_bool"] else None
 
     def _check_adapter(self, req: LoRARequest) -> None:
         if not self.args.get("enable_lora"):
@@ -148,10 +201,10 @@ class LLM:
             SERVED.add(path.resolve())
         self.current_id = req.lora_int_id
 
-    def generate(self, prompts, sampling_params=None, use_tqdm=True, lora_request=None, **kw):
-        unknown = set(kw) - {"prompt_adapter_request", "guided_options_request", "priority"}
-        if unknown:
-            raise TypeError(f"LLM.generate() got unexpected keyword(s) {sorted(unknown)}")
+    def generate(self, *args, **kw):
+        bound = _bind("LLM.generate", API["generate_positional"], API["generate_keyword_only"], args, kw)
+        prompts, sampling_params = bound.get("prompts"), bound.get("sampling_params")
+        lora_request = bound.get("lora_request")
         if self.asleep:
             raise RuntimeError("generate() on a sleeping engine: call wake_up() first.")
         if lora_request is not None:
