@@ -458,8 +458,8 @@ def print_picks(picks: list[Pick], prov: dict, console) -> None:
     t = Table(title=f"race validate: {len(picks)} regime(s) from pilot {prov['pilot']['sweep']} "
               f"(target {prov['target']}; {prov['settings']['selection']} + control)", title_justify="left",
               caption=f"seeds {', '.join(map(str, prov['settings']['seeds']))} per regime; the pilot's "
-              "interval is its 95% bootstrap interval.", caption_justify="left")
-    for h in ["condition", "role", "regime", "pilot rank", "pilot mean [95% CI]", "P(best)", "budget: pilot → validation",
+              "interval is its 95% interval (evaluation items and seeds).", caption_justify="left")
+    for h in ["condition", "role", "regime", "pilot rank", "pilot mean [95% CI]", "best share", "budget: pilot → validation",
               "jobs"]:
         t.add_column(h, justify="left" if h in ("condition", "role", "regime") else "right")
     for pk in picks:

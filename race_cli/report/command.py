@@ -199,7 +199,7 @@ def report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | No
 # --- the top of the ranking, what `race run` prints at its end ----------------------------------------
 
 TOP_SHOWN = 3  # regimes per condition printed at the end (the report has them all)
-TOP_LEFT_OUT = ("search / learning / feedback", "budget spent")  # columns only the full report shows
+TOP_LEFT_OUT = ("search / learning / feedback", "budget spent", "policy split")  # only in the full report
 
 
 def print_report_top(sweep: Path, say) -> None:
@@ -211,7 +211,7 @@ def print_report_top(sweep: Path, say) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from race_cli.report.render import RANK_HEAD, ranking_rows
+        from race_cli.report.render import NARROW, NARROW_HEAD, RANK_HEAD, narrow_rows, ranking_rows
 
         quiet = Console(file=io.StringIO(), width=160)
         res = run_report([sweep], console=quiet)
@@ -225,6 +225,13 @@ def print_report_top(sweep: Path, say) -> None:
                 if no_gain.get(cond):  # a ranking that is not a finding must not read like one
                     say(no_gain[cond])
                 t = Table(title=f"top of the ranking: {cond}", title_justify="left")
+                if console.width < NARROW:  # an 80-column terminal: the columns that fit, none cut
+                    for h in NARROW_HEAD:
+                        t.add_column(h, justify="left" if h == "regime" else "right", overflow="fold")
+                    for row in narrow_rows(g.head(TOP_SHOWN)):
+                        t.add_row(*row)
+                    console.print(t)
+                    continue
                 keep = [i for i, h in enumerate(RANK_HEAD) if h not in TOP_LEFT_OUT]
                 for i in keep:
                     t.add_column(RANK_HEAD[i], justify="left" if RANK_HEAD[i] == "regime" else "right")

@@ -5,21 +5,26 @@ reward system, task) scored on one evaluation target. Within it a *regime* is
 one setting of the allocation knobs (group_size G, updates_per_batch μ, prompts per
 iteration, and any condition column left out of `by`); seeds are repeats of a regime.
 
-The bootstrap resamples evaluation items *paired across regimes* (one draw of item
-indices is shared by every job of the condition, since every job scored the same item
-ids) and, independently per regime, its seeds. From B draws it reports per regime:
+Intervals and decisions come from race_cli/report/stats.py: per regime, item noise (paired
+across regimes: every job scored the same item ids) plus training (seed) noise pooled over the
+condition's regimes, as t intervals. Per regime it reports:
 
-- a percentile interval for the regime's mean target;
-- P(best): the fraction of draws in which the regime is best (ties split);
-- `tied_best`: whether the paired interval of (best − regime) reaches 0, i.e. the regime is
-  statistically indistinguishable from the pilot-best one;
-- `start`, `gain`, `gain_ci_lo/hi`: the starting policy's score (iteration-0 evaluation, same
-  items), the gain final − start, and its interval from the same draws, items paired between
-  start and end; `beats_start` when that interval lies above zero. A ranking in which no
-  regime beats its start orders regimes that did not learn: it is not a finding.
+- `mean`, `ci_lo`, `ci_hi`: the regime's mean target and its 95% interval (`noise` says whether
+  seed noise is in it: with one seed everywhere it covers evaluation noise only);
+- `p_best`: the share of draws (items resampled, seed noise added) in which the regime is best —
+  a ranking score, not a calibrated probability (shown as "best share");
+- `tied_best`: the gap best − regime is within its Bonferroni interval over all pairs
+  (familywise 5%), i.e. the regime is not distinguishably worse than the pilot-best one;
+- `start`, `gain`, `gain_ci_lo/hi`: the starting policy's score (the condition's iteration-0
+  evaluations, pooled: one checkpoint), the improvement over it (final − start; start − final for
+  a lower-is-better target) and its interval, items paired; `beats_start` by Holm over the
+  regimes (familywise 2.5% one-sided). A ranking in which no regime beats its start orders
+  regimes that did not learn: it is not a finding;
+- `expected_drop`: the winner's curse of the condition's best (stats.winners_curse);
+- `p`, `p_policy` (learning / (search + learning)) and the shares, from the actual ledgers.
 
-Two-stage resampling (items, then seeds) counts the per-item noise twice, so intervals
-lean conservative; tests/test_report_rank.py measures their coverage on synthetic sweeps.
+The older two-stage bootstrap (bootstrap_regimes, summarize_draws) stays for callers that want
+raw draws; the ranking no longer uses it.
 """
 
 from __future__ import annotations

@@ -56,9 +56,22 @@ def no_gain_sentence(g: pd.DataFrame) -> str | None:
                 "This ranking is not a finding; add seeds or record per-item scores.")
     ci = (f" [{top['gain_ci_lo']:+.3f}, {top['gain_ci_hi']:+.3f}]"
           if np.isfinite(top["gain_ci_lo"]) else " (no interval)")
+    above = g[g["gain_ci_lo"].to_numpy(float) > 0] if "gain_ci_lo" in g else g.iloc[:0]
+    if len(above):  # an interval clears zero, the familywise test does not
+        r = above.sort_values("gain_ci_lo", ascending=False).iloc[0]
+        return (f"No regime can be shown to beat its starting policy on {target} with familywise control: "
+                f"{r['regime']} gains {r['gain']:+.3f} [{r['gain_ci_lo']:+.3f}, {r['gain_ci_hi']:+.3f}], an "
+                f"interval above zero on its own, but after Holm's correction over the {len(g)} regimes no gain "
+                f"clears zero (seed noise with {_seed_df(g)} degrees of freedom; more seeds per regime would "
+                "sharpen it). This ranking is not a finding yet.")
     return (f"No regime beats its starting policy on {target}: every gain interval reaches zero "
             f"(start {top['start']:.3f}; the pilot-best regime {top['regime']} gains {top['gain']:+.3f}"
             f"{ci}). This ranking orders regimes that did not measurably learn; it is not a finding.")
+
+
+def _seed_df(g: pd.DataFrame) -> str:
+    note = str(g["noise"].iloc[0]) if "noise" in g else ""
+    return note.rsplit("(", 1)[-1].split(" df")[0] if "df)" in note else "few"
 
 
 def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) -> pd.DataFrame:

@@ -195,15 +195,61 @@ def contrast_se(noise: Noise, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         e = k * noise.ms_resid / n
         # (A − E) estimates the item part alone (≈ 0 for a paired gap, whose item effects cancel),
         # B the seed part with its residual: always positive, never clipped below the seed level
-        v = np.maximum(a - e, 0.0) + b
-        den = a ** 2 / df_a + b ** 2 / noise.df_seed + (e ** 2 / noise.df_resid if np.isfinite(noise.df_resid) else 0)
+        item = np.maximum(a - e, 0.0)
+        v = item + b
+        # degrees of freedom: the modified-large-sample combination (Graybill & Wang) — each
+        # part scaled by its own t quantile, sqrt(t_a² I + t_s² B) — expressed as the df whose
+        # t quantile gives the same 95% half-width. Satterthwaite's estimate undercovered with
+        # two seeds (0.927 measured), as it grows exactly when B is drawn small.
+        ta, ts = _t975(df_a), _t975(noise.df_seed)
         with np.errstate(divide="ignore", invalid="ignore"):
-            df = np.where(den > 0, v ** 2 / np.where(den > 0, den, 1.0), math.inf)
+            q = np.sqrt((ta ** 2 * item + ts ** 2 * b) / np.where(v > 0, v, 1.0))
+        df = np.where(v > 0, _df_for_t975(q), math.inf)
+        df = np.where((item == 0) & (b > 0), noise.df_seed, df)  # the seed part alone: exactly its df
     else:
         v, df = a, np.full(len(c), df_a)
         if n == 1:
             return np.full(len(c), math.nan), np.full(len(c), math.nan)
     return np.sqrt(v), df
+
+
+def mls_quantile(noise: Noise, c: np.ndarray, level: float) -> np.ndarray:
+    """Multiplier of the standard error for a one-sided `level` bound of each contrast: the
+    modified-large-sample combination sqrt(t_a² I + t_s² B) / sqrt(I + B) at that level (item part
+    I with n − 1 df, seed part B with the pooled seed df). Used where `level` is far from 97.5%
+    (Bonferroni), where one effective df matched at 97.5% would misstate the tail."""
+    c = np.atleast_2d(np.asarray(c, float))
+    n = noise.n
+    k = (c ** 2 / np.maximum(noise.n_seeds, 1)).sum(axis=1)
+    a = (c @ noise.m).var(axis=1, ddof=1) / n if n > 1 else np.zeros(len(c))
+    ta = t_quantile(level, n - 1.0) if n > 1 else math.nan
+    if not noise.has_seed_noise:
+        return np.full(len(c), ta)
+    b, e = k * noise.ms_seed / n, k * noise.ms_resid / n
+    item = np.maximum(a - e, 0.0)
+    ts = t_quantile(level, noise.df_seed)
+    v = item + b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.sqrt(((ta ** 2 * item) if n > 1 else 0.0) + ts ** 2 * b) / np.sqrt(np.where(v > 0, v, 1.0))
+    return np.where(v > 0, q, ta if n > 1 else ts)
+
+
+_T975_DF = np.geomspace(0.5, 1e5, 600)
+_T975 = None
+
+
+def _t975(df: float) -> float:
+    return 1.959963984540054 if not math.isfinite(df) else t_quantile(0.975, df)
+
+
+def _df_for_t975(q: np.ndarray) -> np.ndarray:
+    """The degrees of freedom whose 97.5% t quantile is q (interpolated in log df; inf at the normal's)."""
+    global _T975
+    if _T975 is None:
+        _T975 = np.array([t_quantile(0.975, d) for d in _T975_DF])
+    q = np.asarray(q, float)
+    df = np.exp(np.interp(-q, -_T975, np.log(_T975_DF)))  # _T975 falls as df grows
+    return np.where(q <= _T975[-1], math.inf, df)
 
 
 def t_interval(est: np.ndarray, se: np.ndarray, df: np.ndarray, level: float = 0.95,
@@ -302,8 +348,8 @@ def rank_decisions(noise: Noise, maximize: bool = True, level: float = 0.95, alp
     gap = sign * (c @ point)  # >= 0: how much worse than the best
     gse, gdf = contrast_se(noise, c)
     n_pairs = max(1, R * (R - 1) // 2)
-    q = np.array([t_quantile(1 - alpha / (2 * n_pairs), d) if np.isfinite(s) and d > 0 else math.nan
-                  for s, d in zip(gse, gdf)])
+    q = mls_quantile(noise, c, 1 - alpha / (2 * n_pairs))
+    q = np.where(np.isfinite(gse), q, math.nan)
     gap_lo = gap - q * gse
     worse = np.where(np.isfinite(gap_lo), gap_lo > 0, False)
     worse[best] = False
