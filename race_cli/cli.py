@@ -322,7 +322,11 @@ def _os_error_message(exc: OSError) -> tuple[str, int]:
              "EPERM": "choose a folder you can write (--out / --sweep-dir)",
              "ENOTDIR": "a file is in the way where a folder is needed: choose another path or move the file",
              "EEXIST": "a file is in the way where a folder is needed: choose another path or move the file",
-             "EISDIR": "a folder is in the way where a file is needed: choose another path"}
+             "EISDIR": "a folder is in the way where a file is needed: choose another path",
+             "ELOOP": "race never reads or writes through links in a sweep folder (docs/security.md): remove the "
+                      "link, or replan into a new folder",
+             "EXDEV": "race writes only inside the sweep folder: choose a path under it",
+             "EINVAL": "race reads and appends regular files only: remove it, then rerun"}
     hint = hints.get(name, "check the path and the disk, then rerun")
     return f"cannot use {where}: {exc.strerror or exc}. {hint[0].upper() + hint[1:]}.", 1 if name in _RUNTIME_ERRNOS else 2
 

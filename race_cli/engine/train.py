@@ -24,7 +24,7 @@ def _write_job_config(job_dir: Path, cfg, overrides: list[str]) -> None:
     from race_cli.io import atomic_write_text
 
     hydra_dir(job_dir).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(job_config(job_dir), OmegaConf.to_yaml(cfg))
+    atomic_write_text(job_config(job_dir), OmegaConf.to_yaml(cfg, resolve=True))  # plain data: read back without interpolation
     atomic_write_text(job_overrides(job_dir), yaml.safe_dump(list(overrides), default_flow_style=False))
 
 

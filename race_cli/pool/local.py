@@ -188,8 +188,10 @@ def spawn(job_dir: Path, argv: list[str], env: dict[str, str], *, header: str,
     With `server` (a forkserver.ForkServer; only for the default job command) the job is forked
     from it instead of exec'd: the same job, without a fresh interpreter's imports.
     """
+    from race_cli.io import open_append
+
     log_path = folder.log_file(job_dir)
-    with open(log_path, "ab") as log:
+    with open_append(log_path) as log:  # never through a link planted as log.txt
         log.write(header.encode())
         log.flush()
         if server is not None:

@@ -71,7 +71,7 @@ def read_provenance(sweep_dir: str | Path) -> dict | None:
         return None
     try:
         prov = read_json(path)
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
+    except (ValueError, OSError) as e:
         raise RaceError(f"{path} is unreadable ({type(e).__name__}).",
                         "It is written by `race validate`; rerun it on the pilot with the same options "
                         "to rewrite it.") from None
