@@ -244,10 +244,48 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
             pass
         except (ValueError, UnicodeDecodeError, OSError) as e:
             problems.append(f"overrides.yaml unreadable ({e})")
+    row["_identity"] = job_identity(job_dir)
     if problems:
         row["readable"] = False
         row["problem"] = "; ".join(problems)
     return row, items, curve
+
+
+def job_identity(job_dir: Path) -> str | None:
+    """A digest of the job's composed config (.hydra/config.yaml, seed included), parsed and written
+    canonically: two folders with one identity hold the same run, whatever they are called.
+    None when the config is missing or unreadable (the job is then listed by its other files)."""
+    import hashlib
+
+    import yaml
+
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        cfg = yaml.load(read_bounded(folder.job_config(job_dir), 4 * 2**20).decode("utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+        text = json.dumps(cfg, sort_keys=True, default=str)
+    except (OSError, ValueError, RecursionError, yaml.YAMLError, TypeError):
+        return None
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def _refuse_same_jobs(rows: list[dict]) -> None:
+    """Two job folders holding one job (same config and seed: a copied or renamed sweep, a copied
+    job folder) would be counted as two seeds, a fabricated interval: refused, naming both."""
+    first: dict[str, dict] = {}
+    clashes = []
+    for r in rows:
+        ident = r.get("_identity")
+        if ident is None:
+            continue
+        if ident in first:
+            a = first[ident]
+            clashes.append(f"{a['_where']} and {r['_where']} hold the same job (the same config and seed)")
+        else:
+            first[ident] = r
+    if clashes:
+        more = f" (and {len(clashes) - 1} more pairs)" if len(clashes) > 1 else ""
+        raise RaceError(f"{clashes[0]}{more}. Counted twice, one run would look like two seeds. Give each run once: "
+                        "leave out the copy (a renamed or copied sweep, or a copied job folder).")
 
 
 def _short(exc: BaseException) -> str:
@@ -372,7 +410,7 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
             bad.append(f"{d}: no such folder. Expected a sweep folder made by `race plan` (runs/<sweep>).")
         elif not folder.jobs_dir(d).is_dir():
             bad.append(f"{d}: not a sweep (no jobs/ folder inside). Expected runs/<sweep> with "
-                       "jobs/<job_id>/; try `race plan --out {d}` first, or point at the sweep, not a job.")
+                       f"jobs/<job_id>/; try `race plan --out {d}` first, or point at the sweep, not a job.")
     if bad:
         raise RaceError(*bad)
     _refuse_duplicates(sweep_dirs)
@@ -388,6 +426,7 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
         seen = set()
         for jd in job_dirs:
             row, its, curve = read_job(jd, sweep)
+            row["_where"] = str(jd)
             for k in row.pop("_knobs", []):
                 if k not in knob_cols:
                     knob_cols.append(k)
@@ -407,6 +446,10 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
         raise RaceError(f"{', '.join(map(str, sweep_dirs))}: the sweep has no jobs (jobs/ is empty).",
                         "Expected jobs/<job_id>/ folders written by `race plan --out`; run `race run` "
                         "and then report.")
+    _refuse_same_jobs(rows)
+    for r in rows:
+        r.pop("_identity", None)
+        r.pop("_where", None)
     jobs = pd.DataFrame(rows)
     for c in CONDITION_COLS + ["seed"]:
         if c not in jobs:
