@@ -165,6 +165,8 @@ def refuse_links_in(job: str | Path) -> None:
                 raise RaceError(f"{path} is a symbolic link: race writes job folders itself and never reads or writes "
                                 "through links in a sweep (docs/security.md). Remove the link, or replan the sweep "
                                 "into a new folder (race plan --out DIR).")
+        if Path(root) == job:  # wandb keeps its own `latest-run` link inside wandb/; the folder itself is checked
+            dirs[:] = [d for d in dirs if d != "wandb"]
         if seen > MAX_JOB_ENTRIES:
             raise RaceError(f"{job} holds more than {MAX_JOB_ENTRIES} files: not a job folder race wrote. Replan "
                             "the sweep into a new folder (race plan --out DIR).")

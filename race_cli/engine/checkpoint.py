@@ -74,10 +74,12 @@ def _save_safetensors(tensors: dict, path: Path) -> None:
     except OSError:
         raise
     except Exception as exc:  # noqa: BLE001 - SafetensorError is not an OSError
-        text = str(exc)
-        for code in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
-            if f"os error {code}" in text:
-                raise OSError(code, os.strerror(code), str(path)) from None
+        import re
+
+        m = re.search(r"os error (\d+)|Os \{ code: (\d+)", str(exc))  # its Display / Debug of the io::Error
+        code = int(m.group(1) or m.group(2)) if m else None
+        if code in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+            raise OSError(code, os.strerror(code), str(path)) from None
         raise
 
 

@@ -509,7 +509,7 @@ class Job:
         except ckpt_io.CorruptCheckpoint as exc:
             return self._failed("error", str(exc), trace=False, code=2)  # what a file in the folder got wrong
         except OSError as exc:
-            return self._failed("error", self._os_error(exc))
+            return self._failed("error", self._os_error(exc), trace=False)
         except Exception as exc:  # noqa: BLE001 - any crash becomes a failed status with a one-line reason
             return self._failed("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         finally:

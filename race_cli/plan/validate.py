@@ -383,6 +383,7 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
     return plan, prov, picks, notes
 
 
+MAX_SEEDS = 512  # seeds per validated regime: one job each, the most a sweep plans without --yes
 MAX_SCALE = 1e6  # a validation at a million times the pilot's budget is a typo (1e300 overflows the FLOP counts)
 
 
@@ -406,6 +407,8 @@ def _check_args(budget: float | None, scale: float | None, seeds: int, top: int 
         problems.append(f"--scale {scale:g}: expected a positive factor of at most {MAX_SCALE:g}, e.g. --scale 2.")
     if seeds < 1:
         problems.append(f"--seeds {seeds}: expected at least 1 seed per regime (2 or more give intervals).")
+    elif seeds > MAX_SEEDS:
+        problems.append(f"--seeds {seeds}: expected at most {MAX_SEEDS} seeds per regime (3 is the default).")
     if top is not None and top < 1:
         problems.append(f"--top {top}: expected at least 1 regime per condition.")
     if problems:
