@@ -418,9 +418,10 @@ class Job:
                 f"{self.metrics_path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}),"
                 " so the checkpoint cannot be checked against it; nothing was changed. Move the job folder aside and "
                 "rerun it into a fresh one.") from None
-        if not all(isinstance(r, dict) for r in rows):
-            raise ckpt_io.CorruptCheckpoint(f"{self.metrics_path} holds lines that are not JSON objects; nothing was "
-                                            "changed. Move the job folder aside and rerun it into a fresh one.")
+        if not all(isinstance(r, dict) and type(r.get("iteration", 0)) is int for r in rows):
+            raise ckpt_io.CorruptCheckpoint(f"{self.metrics_path} holds lines that are not metric lines (a JSON object "
+                                            "with an integer iteration); nothing was changed. Move the job folder "
+                                            "aside and rerun it into a fresh one.")
         return rows
 
     def train(self) -> str:
