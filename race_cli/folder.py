@@ -170,3 +170,22 @@ def refuse_links_in(job: str | Path) -> None:
         if seen > MAX_JOB_ENTRIES:
             raise RaceError(f"{job} holds more than {MAX_JOB_ENTRIES} files: not a job folder race wrote. Replan "
                             "the sweep into a new folder (race plan --out DIR).")
+
+
+def job_config_data(job_or_config: str | Path) -> dict:
+    """A job's .hydra/config.yaml as plain data for a look at it (the zoo entries to build, whether a
+    model is hub-sized), or {} when it is missing, a link, a device, too large or not YAML: that
+    job then fails with its own message when `race train` loads it (config/compose.py), and the
+    sweep's other jobs are not held up. Interpolations are left as text, never resolved."""
+    import yaml
+
+    from race_cli.io import read_bounded
+
+    path = Path(job_or_config)
+    path = path if path.name == "config.yaml" else job_config(path)
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        data = yaml.load(read_bounded(path, 4 * 2**20).decode("utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+    except Exception:  # noqa: BLE001 - any unreadable config is the job's own failure, later
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -913,3 +913,18 @@ def test_round_two_bad_input_gets_one_message_and_changes_nothing(tmp_path, caps
     assert "Traceback" not in text and "--yes" not in (text if args[0] == "validate" else "")
     assert "A file is in the way" not in text
     assert snapshot(tmp_path) == before
+
+
+def test_a_job_config_linked_to_dev_zero_does_not_hang_race_run(tmp_path):
+    """race run --sweep-dir looks at every job's config before running (zoo, model sizes): a config
+    linked to /dev/zero is refused with the link named, not read forever."""
+    from race_cli.pool.run import run_main
+
+    sweep = make_sweep(tmp_path / "runs" / "s", {"a": {"iterations": 1, "seconds": 0.0}})
+    config = sweep / "jobs" / "a" / ".hydra" / "config.yaml"
+    config.unlink()
+    config.symlink_to("/dev/zero")
+    before = snapshot(tmp_path)
+    with pytest.raises(RaceError, match="config.yaml is a symbolic link"):
+        run_main([], sweep_dir=sweep, workers=1, report=False, live=False, job_command=fake_command, say=lambda m: None)
+    assert snapshot(tmp_path) == before

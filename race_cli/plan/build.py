@@ -368,9 +368,9 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
     if sweep_dir is not None and not overrides and is_sweep(sweep_dir):
         say(f"sweep: {sweep_dir} (resuming the plan already there)")
         if check is not None:
-            import yaml
+            from race_cli.folder import job_config_data
 
-            check([yaml.safe_load(p.read_text()) or {} for p in job_configs(sweep_dir)])
+            check([job_config_data(p) for p in job_configs(sweep_dir)])
         return Path(sweep_dir)
     plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes)
     if check is not None:
