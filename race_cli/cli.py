@@ -141,9 +141,9 @@ def mem(
 @app.command()
 def train(
     overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Job folder to create (or resume) for these overrides."),
-    job_dir: Optional[Path] = typer.Option(None, "--job-dir", help="Run or resume a job folder written by "
-                                           "`race plan --out` (reads its .hydra/config.yaml)."),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="Job folder to create (or resume) for these overrides."),
+    job_dir: Optional[str] = typer.Option(None, "--job-dir", help="Run or resume a job folder written by "
+                                          "`race plan --out` (reads its .hydra/config.yaml)."),
 ) -> None:
     """Run one budget-matched GRPO job: rollout -> reward -> update until the budget is spent.
 
@@ -153,7 +153,11 @@ def train(
     from race_cli.engine.train import train_main
 
     try:
-        code = train_main(overrides or [], out=out, job_dir=job_dir)
+        for flag, value in (("--out", out), ("--job-dir", job_dir)):
+            if value is not None and not value.strip():  # Path('') is '.': the job would land in the current folder
+                raise RaceError(f"{flag} {value!r} is empty: give the job folder, e.g. {flag} runs/one/jobs/try1.")
+        code = train_main(overrides or [], out=None if out is None else Path(out),
+                          job_dir=None if job_dir is None else Path(job_dir))
     except RaceError as exc:
         _fail(exc)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (engine.job.Stopped): status.json says interrupted
@@ -322,7 +326,11 @@ def _os_error_message(exc: OSError) -> tuple[str, int]:
              "EPERM": "choose a folder you can write (--out / --sweep-dir)",
              "ENOTDIR": "a file is in the way where a folder is needed: choose another path or move the file",
              "EEXIST": "a file is in the way where a folder is needed: choose another path or move the file",
-             "EISDIR": "a folder is in the way where a file is needed: choose another path"}
+             "EISDIR": "a folder is in the way where a file is needed: choose another path",
+             "ELOOP": "race never reads or writes through links in a sweep folder (docs/security.md): remove the "
+                      "link, or replan into a new folder",
+             "EXDEV": "race writes only inside the sweep folder: choose a path under it",
+             "EINVAL": "race reads and appends regular files only: remove it, then rerun"}
     hint = hints.get(name, "check the path and the disk, then rerun")
     return f"cannot use {where}: {exc.strerror or exc}. {hint[0].upper() + hint[1:]}.", 1 if name in _RUNTIME_ERRNOS else 2
 

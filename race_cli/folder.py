@@ -135,8 +135,57 @@ def read_plan_rows(sweep_dir: Path) -> dict[str, dict]:
     if linked:
         raise RaceError(f"{sweep_dir}/jobs/{linked[0]} is a symbolic link: race writes job folders itself and "
                         "never follows links out of a sweep. Replan the sweep into a new folder (race plan --out DIR).")
+    for j in by_id:
+        refuse_links_in(job_dir(sweep_dir, j))
     missing = [j for j in by_id if not job_config(job_dir(sweep_dir, j)).is_file()]
     if missing:
         raise RaceError(f"{len(missing)} job folder(s) of {sweep_dir} lack .hydra/config.yaml (e.g. {missing[0]}). "
                         "The folder is damaged: replan it into a new folder (race plan --out).")
     return by_id
+
+
+MAX_JOB_ENTRIES = 100_000  # files and folders in one job folder; race writes a few dozen
+
+
+def refuse_links_in(job: str | Path) -> None:
+    """RaceError when anything inside a job folder is a symbolic link (or the folder holds an
+    absurd number of entries): race writes every file there itself, so a link was planted, and
+    writing the job's log, metrics or checkpoint through it would leave the sweep (docs/security.md)."""
+    import os
+
+    job = Path(job)
+    if not job.is_dir() or job.is_symlink():
+        return  # a missing folder is created; a linked job folder is refused by read_plan_rows
+    seen = 0
+    for root, dirs, files in os.walk(job):  # os.walk does not descend into links to folders
+        for name in dirs + files:
+            seen += 1
+            path = Path(root) / name
+            if path.is_symlink():
+                raise RaceError(f"{path} is a symbolic link: race writes job folders itself and never reads or writes "
+                                "through links in a sweep (docs/security.md). Remove the link, or replan the sweep "
+                                "into a new folder (race plan --out DIR).")
+        if Path(root) == job:  # wandb keeps its own `latest-run` link inside wandb/; the folder itself is checked
+            dirs[:] = [d for d in dirs if d != "wandb"]
+        if seen > MAX_JOB_ENTRIES:
+            raise RaceError(f"{job} holds more than {MAX_JOB_ENTRIES} files: not a job folder race wrote. Replan "
+                            "the sweep into a new folder (race plan --out DIR).")
+
+
+def job_config_data(job_or_config: str | Path) -> dict:
+    """A job's .hydra/config.yaml as plain data for a look at it (the zoo entries to build, whether a
+    model is hub-sized), or {} when it is missing, a link, a device, too large or not YAML: that
+    job then fails with its own message when `race train` loads it (config/compose.py), and the
+    sweep's other jobs are not held up. Interpolations are left as text, never resolved."""
+    import yaml
+
+    from race_cli.io import read_bounded
+
+    path = Path(job_or_config)
+    path = path if path.name == "config.yaml" else job_config(path)
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        data = yaml.load(read_bounded(path, 4 * 2**20).decode("utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+    except Exception:  # noqa: BLE001 - any unreadable config is the job's own failure, later
+        return {}
+    return data if isinstance(data, dict) else {}

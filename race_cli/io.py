@@ -1,13 +1,51 @@
-"""Atomic file writes and small JSON helpers: a crash leaves every file either old or new, never half."""
+"""Atomic file writes and small JSON helpers: a crash leaves every file either old or new, never half.
+
+Sweep folders may come from someone else (docs/security.md), so writes and reads here do not
+follow what a folder's author planted: appends open with O_NOFOLLOW (a log.txt or metrics.jsonl
+that is a symbolic link is refused, never appended through), an atomic write renames over a
+link instead of writing through it, and `inside(path, root)` refuses a folder on the way from
+the sweep's root to a file that is a link. Reads of job files are bounded (`read_bounded`): a
+regular file of at most a limit, so a link to /dev/zero or a 50 GB file is an error, not a hang.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
+
+MAX_JOB_FILE = 256 * 2**20  # bytes: the largest job file race reads back (metrics.jsonl of a long run is ~MBs)
+MAX_JSON_DEPTH = 64  # race's own files nest at most ~6 deep
+
+
+class LinkRefused(OSError):
+    """A path under a sweep is (or passes through) a symbolic link, or is not a regular file."""
+
+
+def inside(path: str | os.PathLike, root: str | os.PathLike) -> Path:
+    """`path`, after checking that it lies under `root` and that no folder between them (and not
+    the path itself) is a symbolic link; LinkRefused otherwise. Components that do not exist
+    yet are fine (they will be created as folders, not followed)."""
+    path, root = Path(os.path.abspath(path)), Path(os.path.abspath(root))
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        raise LinkRefused(errno.EXDEV, f"it is outside the sweep folder {root}", str(path)) from None
+    here = root
+    for part in rel.parts:
+        here = here / part
+        try:
+            st = here.lstat()
+        except FileNotFoundError:
+            break
+        if stat.S_ISLNK(st.st_mode):
+            raise LinkRefused(errno.ELOOP, "it is a symbolic link in a sweep folder", str(here))
+    return path
 
 
 def _fsync_dir(path: Path) -> None:
@@ -43,6 +81,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, durable: bool = Tru
     durable at checkpoints (see engine/job.py)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.parent.is_symlink():  # mkstemp would write into the link's target
+        raise LinkRefused(errno.ELOOP, "it is a symbolic link in a sweep folder", str(path.parent))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, umask_mode())
@@ -90,19 +130,104 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, durable: bool = True) -
     atomic_write_text(path, dumps(obj), durable)
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def read_bounded(path: str | os.PathLike, limit: int = MAX_JOB_FILE) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, opened without following a link.
+
+    A link, a device (/dev/zero), a FIFO or a larger file raises LinkRefused / ValueError instead
+    of hanging or filling memory. FileNotFoundError passes through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkRefused(errno.ELOOP, "it is a symbolic link in a sweep folder", str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise LinkRefused(errno.EINVAL, "it is not a regular file", str(path))
+        if st.st_size > limit:
+            raise ValueError(f"{path} is {st.st_size} bytes, more than the {limit} race reads back")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:  # grew while being read
+                raise ValueError(f"{path} is more than the {limit} bytes race reads back")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _depth(obj: Any) -> int:
+    """Nesting depth of parsed JSON (iterative: a deep document must not overflow the stack here)."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, d)
+            if d > MAX_JSON_DEPTH:
+                return d
+            stack.extend((v, d + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def loads_bounded(text: str | bytes, where: str = "JSON") -> Any:
+    """json.loads, with every way a hostile document breaks it turned into ValueError (a subclass:
+    json.JSONDecodeError passes through): nesting past MAX_JSON_DEPTH, Python's recursion limit,
+    integers longer than Python converts (ValueError already)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    depth = 0
+    for ch in text[:1_000_000] if len(text) > 1_000_000 else text:  # cheap pre-check on the bracket depth
+        if ch in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"{where} nests deeper than {MAX_JSON_DEPTH} levels")
+        elif ch in "]}":
+            depth -= 1
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{where} nests too deeply to read") from None
+    if _depth(obj) > MAX_JSON_DEPTH:
+        raise ValueError(f"{where} nests deeper than {MAX_JSON_DEPTH} levels")
+    return obj
+
+
+def read_json(path: str | os.PathLike, limit: int = MAX_JOB_FILE) -> Any:
+    """A JSON file, read with `read_bounded` and `loads_bounded` (no link, no device, no bomb)."""
+    return loads_bounded(read_bounded(path, limit), str(path))
 
 
 def append_jsonl(path: str | os.PathLike, rows: Iterable[dict], durable: bool = True) -> None:
-    """Append whole lines; readers skip a torn last line (see read_jsonl). `durable`: fsync too."""
+    """Append whole lines; readers skip a torn last line (see read_jsonl). `durable`: fsync too.
+    The file is opened with O_NOFOLLOW: a metrics.jsonl planted as a link is refused."""
     text = "".join(json.dumps(_jsonable(r)) + "\n" for r in rows)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(text)
+    with open_append(path) as f:
+        f.write(text.encode("utf-8"))
         f.flush()
         if durable:
             os.fsync(f.fileno())
+
+
+def open_append(path: str | os.PathLike, mode: int | None = None):
+    """A binary file object appending to `path` (created with the umask's mode), never through a
+    link: a symbolic link at `path` raises LinkRefused. A FIFO or device is refused too."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
+                     umask_mode() if mode is None else mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkRefused(errno.ELOOP, "it is a symbolic link in a sweep folder", str(path)) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LinkRefused(errno.EINVAL, "it is not a regular file", str(path))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab")
 
 
 def fsync_file(path: str | os.PathLike) -> None:
@@ -117,13 +242,12 @@ def fsync_file(path: str | os.PathLike) -> None:
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """Every complete line of a JSONL file; a torn final line (a crash mid-append) is ignored."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
+    lines = read_bounded(path).decode("utf-8").split("\n")
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append(loads_bounded(line, f"{path} line {i + 1}"))
         except json.JSONDecodeError:
             if i == len(lines) - 1:  # last line without newline: torn write
                 break

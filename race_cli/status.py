@@ -56,7 +56,7 @@ def read_status(job_dir: Path) -> dict[str, Any]:
             if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts >= 0:
                 return data
             why = f"attempts={str(attempts)[:20]!r} is not a count"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         why = f"{type(exc).__name__}"
     attempts = attempts_from_log(folder.log_file(job_dir))
     return {"job_id": Path(job_dir).name, "state": "pending", "attempts": attempts,

@@ -533,3 +533,398 @@ def test_sigterm_ends_race_train_as_interrupted(tmp_path, capsys, monkeypatch):
     assert status["state"] == "interrupted" and status["stop_reason"] == "signal" and "resume" in status["error"]
     assert not (job / JOB_LOCK_NAME).exists()
     assert signal.getsignal(signal.SIGTERM) == previous  # the handler is put back
+
+
+# === round two (issue 26): secrets, links, checkpoints that lie, counterfeit seeds, unbounded input ===
+
+SECRET = "s3cr3t-value-26"
+
+
+def _all_bytes(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file() and not p.is_symlink())
+
+
+def _plant(config: Path, key: str, value: str) -> None:
+    import yaml
+
+    cfg = yaml.safe_load(config.read_text())
+    node = cfg
+    *parents, leaf = key.split(".")
+    for k in parents:
+        node = node[k]
+    node[leaf] = value
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+@pytest.mark.parametrize("key", ["model.path", "logger"])
+def test_an_interpolation_in_a_job_config_never_reads_the_environment(tmp_path, key):
+    """race train --job-dir: `${oc.env:SECRET}` is refused, not resolved; the value is printed and stored nowhere."""
+    job = tmp_path / "j"
+    _write_job(job, ["grid=none"])
+    _plant(job / ".hydra" / "config.yaml", key, "${oc.env:RACE_TEST_SECRET}")
+    before = snapshot(tmp_path)
+    res = race("train", "--job-dir", str(job), cwd=tmp_path, env={"RACE_TEST_SECRET": SECRET})
+    assert_clean_error(res, 2, f"{key} holds an interpolation", "race does not evaluate interpolations")
+    assert SECRET not in res.stdout + res.stderr
+    assert SECRET.encode() not in _all_bytes(tmp_path)
+    after = snapshot(tmp_path)  # race train marks nothing: the config is refused before the job starts
+    assert after == before
+
+
+def test_an_interpolation_in_a_sweep_job_fails_that_job_without_the_secret(tmp_path, capsys, monkeypatch):
+    """race run --sweep-dir with the real job command: the job fails (status, log) and neither holds the value."""
+    from race_cli.pool.run import run_main
+
+    code, text = cli(monkeypatch, capsys, tmp_path, "plan", "grid=none", "--out", "S")
+    assert code == 0, text
+    sweep = tmp_path / "S"
+    (job,) = [p for p in (sweep / "jobs").iterdir()]
+    _plant(job / ".hydra" / "config.yaml", "model.path", "${oc.env:RACE_TEST_SECRET}")
+    monkeypatch.setenv("RACE_TEST_SECRET", SECRET)
+    monkeypatch.setenv("RACE_FORKSERVER", "0")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    said: list[str] = []
+    assert run_main([], sweep_dir=sweep, workers=1, report=False, live=False, say=said.append) == 1
+    status = json.loads((job / "status.json").read_text())
+    assert status["state"] == "failed" and "model.path holds an interpolation" in status["error"]
+    assert "interpolation" in (job / "log.txt").read_text()
+    assert SECRET.encode() not in _all_bytes(tmp_path) and not any(SECRET in m for m in said)
+
+
+def test_report_does_not_write_through_a_linked_report_folder(tmp_path, capsys, monkeypatch):
+    from report_fixtures import build_sweep
+
+    sweep = build_sweep(tmp_path / "s", seeds=(0, 1), n_items=40)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (sweep / "report").symlink_to(outside)
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(sweep), "--no-plots")
+    assert code == 2 and "is a symbolic link" in text and "never through a link" in text and "--out DIR" in text
+    assert snapshot(tmp_path) == before and not any(outside.iterdir())
+
+
+@pytest.mark.parametrize("name", ["log.txt", "metrics.jsonl", "checkpoint"])
+def test_run_does_not_append_through_a_link_in_a_job_folder(tmp_path, name):
+    from race_cli.pool.run import run_main
+
+    sweep = make_sweep(tmp_path / "runs" / "s", {"a": {"iterations": 1, "seconds": 0.0}})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("precious\n")
+    (sweep / "jobs" / "a" / name).symlink_to(outside / "victim")
+    before = snapshot(tmp_path)
+    with pytest.raises(RaceError, match=f"jobs/a/{name} is a symbolic link: race writes job folders itself"):
+        run_main([], sweep_dir=sweep, workers=1, report=False, live=False, job_command=fake_command, say=lambda m: None)
+    assert snapshot(tmp_path) == before
+    assert (outside / "victim").read_text() == "precious\n"
+
+
+def test_appends_and_atomic_writes_never_follow_a_link(tmp_path):
+    """The last line of defence under every caller: io's appends open with O_NOFOLLOW, an atomic
+    write refuses a linked parent folder (and replaces a linked file instead of writing through it)."""
+    from race_cli import io
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_text("precious\n")
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "metrics.jsonl").symlink_to(outside / "f")
+    (job / "sub").symlink_to(outside)
+    (job / "ledger.json").symlink_to(outside / "f")
+    with pytest.raises(io.LinkRefused):
+        io.append_jsonl(job / "metrics.jsonl", [{"iteration": 1}])
+    with pytest.raises(io.LinkRefused):
+        io.atomic_write_text(job / "sub" / "x.json", "{}")
+    io.atomic_write_text(job / "ledger.json", "{}")  # replaces the link itself
+    assert (outside / "f").read_text() == "precious\n" and sorted(p.name for p in outside.iterdir()) == ["f"]
+    assert not (job / "ledger.json").is_symlink() and (job / "ledger.json").read_text() == "{}"
+    with pytest.raises(io.LinkRefused):
+        io.inside(job / "sub" / "deeper" / "y", job)
+
+
+def test_a_job_file_linked_to_dev_zero_is_unreadable_not_a_hang(tmp_path):
+    from report_fixtures import build_sweep
+
+    sweep = build_sweep(tmp_path / "s", seeds=(0, 1), n_items=40)
+    victim = sorted((sweep / "jobs").iterdir())[0]
+    (victim / "metrics.jsonl").unlink()
+    (victim / "metrics.jsonl").symlink_to("/dev/zero")
+    res = race("report", str(sweep), "--no-plots", "--out", str(tmp_path / "rep"), cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    runs = (tmp_path / "rep" / "runs.csv").read_text()
+    line = next(x for x in runs.splitlines() if victim.name in x)
+    assert "metrics.jsonl corrupt (LinkRefused" in line
+
+
+@pytest.mark.parametrize("bomb", ["deep", "digits", "nan-ledger"])
+def test_one_bad_job_file_is_listed_and_the_others_ranked(tmp_path, bomb):
+    from report_fixtures import build_sweep
+
+    from race_cli.report.table import read_sweeps
+
+    sweep = build_sweep(tmp_path / "s", seeds=(0, 1), n_items=40)
+    jobs = sorted((sweep / "jobs").iterdir())
+    victim = jobs[0]
+    if bomb == "deep":
+        (victim / "summary.json").write_text("[" * 200_000 + "]" * 200_000)
+        expected = "summary.json corrupt (ValueError"
+    elif bomb == "digits":
+        (victim / "ledger.json").write_text('{"budget_flops": ' + "9" * 5000 + "}")
+        expected = "ledger.json corrupt (ValueError"
+    else:
+        led = json.loads((victim / "ledger.json").read_text())
+        led["actual"]["flops"]["update"] = float("nan")
+        (victim / "ledger.json").write_text(json.dumps(led))
+        expected = "ledger.json malformed (actual flops update = nan is not a finite number >= 0)"
+    data = read_sweeps([sweep])
+    row = data.jobs.set_index("job_id").loc[victim.name]
+    assert not row["readable"] and expected in row["problem"], row["problem"]
+    assert data.jobs["readable"].sum() == len(jobs) - 1
+
+
+# --- checkpoints that lie: validated before anything is cut -----------------------------------------
+
+@pytest.fixture(scope="module")
+def resumable(tmp_path_factory):
+    """A real tiny job stopped after 2 of 30 iterations (checkpoint at 2, metrics lines 0..2)."""
+    import yaml
+
+    from test_job import build_model, overrides
+
+    from race_cli.engine.train import train_main
+
+    root = tmp_path_factory.mktemp("resumable")
+    model = build_model(root / "model")
+    job = root / "job"
+    assert train_main(overrides(model, **{"budget.max_iterations": 2, "checkpoint.every": 1}), out=job) == 0
+    cfg = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
+    cfg["budget"]["max_iterations"] = 30  # as if it had been stopped at iteration 2 of 30
+    (job / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (job / "summary.json").unlink()
+    return job
+
+
+def _state(job: Path, change) -> None:
+    path = job / "checkpoint" / "state.json"
+    state = json.loads(path.read_text())
+    change(state)
+    path.write_text(json.dumps(state))
+
+
+def _tensors(job: Path, change) -> None:
+    from safetensors.torch import load_file, save_file
+
+    path = job / "checkpoint" / "trainable.safetensors"
+    weights = load_file(str(path))
+    change(weights)
+    save_file(weights, str(path))
+
+
+def _zero_ledger_and_metrics(job: Path) -> None:
+    _state(job, lambda s: [v.update(model=0.0, executed=0.0) for v in s["ledger"]["flops"].values()])
+    rows = [json.loads(x) for x in (job / "metrics.jsonl").read_text().splitlines()]
+    rows = [{k: (0.0 if k.startswith("flops/") else v) for k, v in r.items()} for r in rows]
+    (job / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _first(w: dict) -> str:
+    return sorted(w)[0]
+
+
+LIES = [  # (id, damage, message fragment)
+    ("negative-iteration", lambda j: _state(j, lambda s: s.update(iteration=-5)), "iteration -5 is negative"),
+    ("float-iteration", lambda j: _state(j, lambda s: s.update(iteration=2.0)), "iteration 2.0 is not an integer"),
+    ("iteration-past-metrics", lambda j: _state(j, lambda s: s.update(iteration=7)),
+     "iteration 7 has no line in metrics.jsonl (its last iteration is 2)"),
+    ("iteration-past-cap", lambda j: _state(j, lambda s: s.update(iteration=50)), "past budget.max_iterations = 30"),
+    ("negative-ledger", lambda j: _state(j, lambda s: s["ledger"]["flops"]["update"].update(model=-1e15)),
+     "ledger.flops.update.model = -1000000000000000.0 is not a finite number >= 0"),
+    ("zero-ledger", lambda j: _state(j, lambda s: [v.update(model=0.0) for v in s["ledger"]["flops"].values()]),
+     "its ledger's total FLOPs (0) differ from flops/total"),
+    ("nan-ledger", lambda j: _state(j, lambda s: s["ledger"]["flops"]["update"].update(model=float("nan"))),
+     "ledger.flops.update.model = nan is not a finite number >= 0"),
+    ("zero-ledger-and-metrics", _zero_ledger_and_metrics, "its ledger has spent 0 FLOPs, less than 4 prompts"),
+    ("over-budget", lambda j: _state(j, lambda s: s["ledger"]["flops"]["update"].update(model=2e12)),
+     "more than budget.flops = 1e+12"),
+    ("wrong-shape", lambda j: _tensors(j, lambda w: w.update({_first(w): w[_first(w)][:1]})), "of shape"),
+    ("wrong-names", lambda j: _tensors(j, lambda w: w.update(bogus=w.pop(_first(w)))),
+     "does not match the model's trainable parameters"),
+    ("nan-weights", lambda j: _tensors(j, lambda w: w[_first(w)].view(-1).__setitem__(0, float("nan"))),
+     "holds non-finite values (NaN or inf)"),
+]
+
+
+@pytest.mark.parametrize("damage,fragment", [c[1:] for c in LIES], ids=[c[0] for c in LIES])
+def test_a_lying_checkpoint_is_refused_before_metrics_are_cut(resumable, tmp_path, capsys, monkeypatch, damage, fragment):
+    import shutil
+
+    job = tmp_path / "job"
+    shutil.copytree(resumable, job)
+    damage(job)
+    metrics = (job / "metrics.jsonl").read_bytes()
+    kept = {p: (job / p).read_bytes() for p in ("metrics.jsonl", "ledger.json", "checkpoint/state.json",
+                                                 "checkpoint/trainable.safetensors")}
+    code, text = cli(monkeypatch, capsys, tmp_path, "train", "--job-dir", str(job))
+    assert code == 2, text
+    assert fragment in text and f"Remove the folder {job / 'checkpoint'}" in text and "Traceback" not in text, text
+    assert metrics.count(b"\n") == 3 and (job / "metrics.jsonl").read_bytes() == metrics  # never shortened
+    assert {p: (job / p).read_bytes() for p in kept} == kept
+    status = json.loads((job / "status.json").read_text())
+    assert status["state"] == "failed" and status["exit_code"] == 2 and fragment in status["error"]
+
+
+def test_a_checkpoint_that_is_a_file_claims_no_intact_checkpoint(resumable, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    job = tmp_path / "job"
+    shutil.copytree(resumable, job)
+    shutil.rmtree(job / "checkpoint")
+    (job / "checkpoint").write_text("not a folder\n")
+    metrics = (job / "metrics.jsonl").read_bytes()
+    code, text = cli(monkeypatch, capsys, tmp_path, "train", "--job-dir", str(job))
+    assert code == 2 and "is not a checkpoint folder (a file is in its place)" in text, text
+    assert "intact" not in text and "Traceback" not in text
+    assert (job / "metrics.jsonl").read_bytes() == metrics and (job / "checkpoint").read_text() == "not a folder\n"
+
+
+def test_the_untouched_checkpoint_still_resumes(resumable, tmp_path, capsys, monkeypatch):
+    """The checks refuse lies, not real checkpoints: the same folder resumes and finishes within its cap."""
+    import shutil
+
+    job = tmp_path / "job"
+    shutil.copytree(resumable, job)
+    code, text = cli(monkeypatch, capsys, tmp_path, "train", "--job-dir", str(job))
+    assert code == 0, text
+    assert "resumed from checkpoint at iteration 2 (0 metric lines dropped)" in text
+    ledger = json.loads((job / "ledger.json").read_text())
+    assert ledger["actual"]["iterations"] == 30 and ledger["actual"]["flops"]["total"] <= 1e12
+
+
+def test_a_full_disk_mid_checkpoint_is_a_message(resumable, tmp_path, capsys, monkeypatch):
+    """safetensors reports ENOSPC as SafetensorError('... os error 28'): the job says the disk is full."""
+    import shutil
+
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    job = tmp_path / "job"
+    shutil.copytree(resumable, job)
+    before = (job / "checkpoint" / "state.json").read_bytes()
+
+    def full(*a, **k):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                              'message: "No space left on device" })')
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    code, text = cli(monkeypatch, capsys, tmp_path, "train", "--job-dir", str(job))
+    assert code == 1, text
+    assert "the disk is full (No space left on device)" in text and "Free some space, then rerun" in text, text
+    assert "including the last complete checkpoint, are intact" in text and "Traceback" not in text
+    assert (job / "checkpoint" / "state.json").read_bytes() == before  # the old checkpoint is the one kept
+    assert not list(job.glob(".checkpoint.tmp-*"))
+
+
+# --- counterfeit seeds ------------------------------------------------------------------------------
+
+def _with_configs(sweep: Path) -> Path:
+    """Give each fixture job the .hydra/config.yaml a real one has (its condition, knobs and seed)."""
+    import yaml
+
+    for jd in (sweep / "jobs").iterdir():
+        s = json.loads((jd / "summary.json").read_text())
+        (jd / ".hydra").mkdir(exist_ok=True)
+        (jd / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"seed": s["seed"], "condition": s["condition"],
+                                                                   "knobs": s["knobs"]}))
+    return sweep
+
+
+def test_a_renamed_copy_of_a_sweep_is_refused_by_its_jobs(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    from report_fixtures import build_sweep
+
+    sweep = _with_configs(build_sweep(tmp_path / "a", seeds=(0, 1), n_items=40))
+    shutil.copytree(sweep, tmp_path / "b")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(sweep), str(tmp_path / "b"), "--no-plots")
+    assert code == 2 and "hold the same job (the same config and seed)" in text and "leave out the copy" in text, text
+    assert snapshot(tmp_path) == before
+
+
+def test_a_copied_job_folder_inside_one_sweep_is_refused(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    from report_fixtures import build_sweep
+
+    sweep = _with_configs(build_sweep(tmp_path / "a", seeds=(0, 1), n_items=40))
+    first = sorted((sweep / "jobs").iterdir())[0]
+    shutil.copytree(first, sweep / "jobs" / (first.name + "-again"))
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(sweep), "--no-plots")
+    assert code == 2 and "hold the same job" in text, text
+
+
+def test_provenance_replaced_by_a_folder_is_said(tmp_path, capsys, monkeypatch):
+    from report_fixtures import build_sweep
+
+    sweep = build_sweep(tmp_path / "a", seeds=(0, 1), n_items=40)
+    (sweep / "provenance.json").mkdir()
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(sweep), "--no-plots")
+    assert code == 0 and "validation comparison skipped" in text and "provenance.json is not a plain file (a folder)" in text
+
+
+def test_not_a_sweep_names_the_folder(tmp_path, capsys, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", "empty")
+    assert code == 2 and "race plan --out empty" in text and "{d}" not in text
+
+
+CASES_26 = [  # (id, args, exit code, message fragment)
+    ("seed-0-00", ["plan", "grid=none", "seed=0,00"], 2, "'seed=0,00': 0 and 00 are the same seed"),
+    ("seed-1-1", ["plan", "grid=none", "seed=1,1", "--out", "S"], 2, "'seed=1,1': 1 and 1 are the same seed"),
+    ("group-4-04", ["plan", "grid=none", "grpo.group_size=4,04"], 2, "4 and 04 are the same value"),
+    ("range-1e9", ["plan", "grid=none", "seed=range(0,1000000000)"], 2,
+     "expands to 1000000000 values, more than the maximum of 512 jobs (counted, not expanded)"),
+    ("range-1e9-yes", ["plan", "grid=none", "seed=range(0,1000000000)", "--yes"], 2,
+     "more than the maximum of 100000 jobs"),
+    ("train-grid", ["train", "grid=tiny", "--out", "D"], 2, "'grid=tiny' selects a grid (a sweep of jobs)"),
+    ("train-empty-out", ["train", "grid=none", "--out", ""], 2, "--out '' is empty"),
+    ("train-empty-job-dir", ["train", "--job-dir", ""], 2, "--job-dir '' is empty"),
+    ("train-out-foreign", ["train", "grid=none", "--out", "."], 2, "is not a job folder (no .hydra/config.yaml)"),
+    ("gpu-mem-inf", ["plan", "grid=none", "--gpu-mem", "1e400GB"], 2, "--gpu-mem '1e400GB' is out of range"),
+    ("mem-gpu-mem-inf", ["mem", "--gpu-mem", "1e400GB"], 2, "--gpu-mem '1e400GB' is out of range"),
+    ("validate-scale-huge", ["validate", "nowhere", "--scale", "1e300"], 2,
+     "--scale 1e+300: expected a positive factor of at most 1e+06"),
+    ("validate-seeds-huge", ["validate", "nowhere", "--seeds", "100000"], 2,
+     "--seeds 100000: expected at most 512 seeds per regime"),
+]
+
+
+@pytest.mark.parametrize("args,code,fragment", [c[1:] for c in CASES_26], ids=[c[0] for c in CASES_26])
+def test_round_two_bad_input_gets_one_message_and_changes_nothing(tmp_path, capsys, monkeypatch, args, code, fragment):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "afile").write_text("a file, not a folder\n")
+    before = snapshot(tmp_path)
+    got, text = cli(monkeypatch, capsys, work, *args)
+    assert got == code, text
+    assert fragment.lower() in text.lower(), text
+    assert "Traceback" not in text and "--yes" not in (text if args[0] == "validate" else "")
+    assert "A file is in the way" not in text
+    assert snapshot(tmp_path) == before
+
+
+def test_a_job_config_linked_to_dev_zero_does_not_hang_race_run(tmp_path):
+    """race run --sweep-dir looks at every job's config before running (zoo, model sizes): a config
+    linked to /dev/zero is refused with the link named, not read forever."""
+    from race_cli.pool.run import run_main
+
+    sweep = make_sweep(tmp_path / "runs" / "s", {"a": {"iterations": 1, "seconds": 0.0}})
+    config = sweep / "jobs" / "a" / ".hydra" / "config.yaml"
+    config.unlink()
+    config.symlink_to("/dev/zero")
+    before = snapshot(tmp_path)
+    with pytest.raises(RaceError, match="config.yaml is a symbolic link"):
+        run_main([], sweep_dir=sweep, workers=1, report=False, live=False, job_command=fake_command, say=lambda m: None)
+    assert snapshot(tmp_path) == before

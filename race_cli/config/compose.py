@@ -196,17 +196,68 @@ def _first_bad_override(overrides: list[str], exc: Exception) -> str | None:
     return None
 
 
+MAX_JOB_CONFIG_BYTES = 4 * 2**20  # a composed config is a few KB
+MAX_JOB_CONFIG_NODES = 100_000  # values after YAML aliases are expanded (an alias bomb stops here)
+
+
+def _plain_data(data: Any, path: Path) -> None:
+    """Refuse what would make a config file more than data: OmegaConf interpolations and resolvers
+    (`${oc.env:SECRET}` reads the environment; any `${...}` is evaluated when the config is used),
+    and trees too large or deep to be a composed config. RaceError names the key, never a value
+    such an expression would produce."""
+    seen, stack = 0, [(data, "")]
+    while stack:
+        node, at = stack.pop()
+        seen += 1
+        if seen > MAX_JOB_CONFIG_NODES or at.count(".") > 32:
+            raise RaceError(f"{path} is too large or too deeply nested to be a job config race wrote. "
+                            "Replan the job (race plan --out DIR) instead of running this file.")
+        if isinstance(node, dict):
+            for k, v in node.items():
+                key = f"{at}.{k}" if at else str(k)
+                if "${" in str(k):
+                    raise RaceError(f"{path}: key {str(k)[:60]!r} holds an interpolation; files in a sweep folder are "
+                                    "data, and race does not evaluate them. Replan the job (race plan --out DIR).")
+                stack.append((v, key))
+        elif isinstance(node, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(node))
+        elif isinstance(node, str) and "${" in node:
+            raise RaceError(f"{path}: {at} holds an interpolation ({node[:60]!r}); files in a sweep folder are data, "
+                            "and race does not evaluate interpolations or resolvers in them (docs/security.md). Put "
+                            "the plain value there, or replan the job (race plan --out DIR).")
+
+
 def load_job_config(path: str | os.PathLike) -> Any:
-    """Reload a job's saved .hydra/config.yaml under the schema (race train --job-dir)."""
+    """Reload a job's saved .hydra/config.yaml under the schema (race train --job-dir).
+
+    The file comes from a sweep folder, so it is read as plain YAML data (yaml.safe_load, size
+    bounded) and any OmegaConf interpolation or resolver in it is refused before OmegaConf sees
+    it (`_plain_data`): only the user's own overrides and conf/ get Hydra's features."""
+    import yaml
     from omegaconf import OmegaConf
+
+    from race_cli.io import LinkRefused, read_bounded
 
     path = Path(path)
     if not path.is_file():
         raise RaceError(f"No job config at {path}: expected a job folder written by `race plan --out`.")
     try:
-        raw = OmegaConf.load(path)
+        data = yaml.safe_load(read_bounded(path, MAX_JOB_CONFIG_BYTES).decode("utf-8"))
+    except LinkRefused as exc:
+        raise RaceError(f"{path}: {exc.strerror}; race reads job configs from plain files only. Replan the job "
+                        "(race plan --out DIR).") from None
+    except Exception as exc:  # noqa: BLE001 - YAML, size, encoding and recursion errors: not a config race wrote
+        why = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise RaceError(f"Cannot read {path} ({type(exc).__name__}: {why}). Expected the config race wrote; "
+                        "replan the job (race plan --out DIR).") from None
+    if not isinstance(data, dict):
+        raise RaceError(f"{path} is not a mapping of config keys: expected the config race wrote. Replan the job "
+                        "(race plan --out DIR).")
+    _plain_data(data, path)
+    try:
+        raw = OmegaConf.create(data)
     except Exception as exc:  # noqa: BLE001
-        raise RaceError(f"Cannot read {path}: {str(exc).splitlines()[0]}") from None
+        raise RaceError(f"Cannot read {path}: {str(exc).splitlines()[0][:160]}") from None
     cfg = _under_schema(raw, str(path))
     problems = validate(cfg)
     if problems:

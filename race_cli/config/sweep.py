@@ -21,6 +21,7 @@ import difflib
 import functools
 import hashlib
 import itertools
+import math
 import re
 import typing
 from dataclasses import dataclass, field
@@ -54,8 +55,36 @@ class Sweep:
         return [list(combo) for combo in itertools.product(*lists)] if lists else [[]]
 
 
-def parse_sweep(overrides: Sequence[str], group_options: dict[str, list[str]]) -> Sweep:
-    """Parse overrides with Hydra's own grammar; refuse what cannot be planned."""
+def range_size(start: float, stop: float, step: float) -> int:
+    """How many values Hydra's range(start, stop, step) yields, computed, never enumerated."""
+    if step == 0 or not all(map(math.isfinite, (start, stop, step))):
+        return 0
+    return max(0, math.ceil((stop - start) / step))
+
+
+def _same_values(key: str, values: list[str], types: dict[str, Any] | None) -> tuple[str, str] | None:
+    """The first two values of an axis that are one value once typed (seed=0,00; G=4,4.0 for an int key)."""
+    tp = (types or {}).get(key)
+    seen: dict[Any, str] = {}
+    for v in values:
+        try:
+            typed = coerce(key, _parse_value(f"{key}={v}")[1], tp) if tp is not None else v
+            marker = (type(typed).__name__, repr(typed)) if not isinstance(typed, (list, dict)) else repr(typed)
+        except (RaceError, Exception):  # noqa: BLE001 - a wrong type is reported when the job is composed
+            marker = v
+        if marker in seen:
+            return seen[marker], v
+        seen[marker] = v
+    return None
+
+
+def parse_sweep(overrides: Sequence[str], group_options: dict[str, list[str]], *,
+                max_values: int | None = None, too_many: str = "Narrow the range.") -> Sweep:
+    """Parse overrides with Hydra's own grammar; refuse what cannot be planned.
+
+    `max_values` bounds every axis BEFORE it is expanded (range(0,1e9) is counted, never
+    enumerated); an axis whose values repeat once typed (seed=0,00 or seed=1,1: one run under two
+    ids, counted as two seeds) is refused."""
     from hydra.core.override_parser.types import ChoiceSweep, Glob, IntervalSweep, RangeSweep
     from hydra.errors import HydraException
 
@@ -100,6 +129,15 @@ def parse_sweep(overrides: Sequence[str], group_options: dict[str, list[str]]) -
                 continue
             values = value.filter(group_options[bare])
         elif isinstance(value, (ChoiceSweep, RangeSweep)):
+            if isinstance(value, RangeSweep) and max_values is not None:
+                try:
+                    n = range_size(float(value.start), float(value.stop), float(value.step))
+                except (TypeError, ValueError, OverflowError):
+                    n = 0
+                if n > max_values:
+                    problems.append(f"'{text}' expands to {n} values, more than the maximum of {max_values} jobs "
+                                    f"(counted, not expanded). {too_many}")
+                    continue
             values = list(ov.sweep_string_iterator())
         else:  # pragma: no cover - the grammar has no other sweep types
             problems.append(f"'{text}': unsupported sweep type {type(value).__name__}.")
@@ -108,13 +146,32 @@ def parse_sweep(overrides: Sequence[str], group_options: dict[str, list[str]]) -
             problems.append(f"'{text}' expands to no values: the sweep would be empty. "
                             + (f"Options of '{bare}': {', '.join(group_options[bare])}." if bare in group_options else ""))
             continue
-        sweep.axes.append(Axis(bare, prefix, [str(v) for v in values]))
+        values = [str(v) for v in values]
+        same = _same_values(bare, values, _types_or_none())
+        if same is not None:
+            what = "seed" if bare == "seed" else "value"
+            problems.append(f"'{text}': {same[0]} and {same[1]} are the same {what}, so two jobs would be one run "
+                            f"counted twice. Give each {bare} once.")
+            continue
+        sweep.axes.append(Axis(bare, prefix, values))
     if problems:
         raise RaceError(*problems)
     return sweep
 
 
 # --- typed application of one override to a plain-dict config ------------------------------------
+
+def _types_or_none() -> dict[str, Any] | None:
+    try:
+        return _schema_types_cached()
+    except Exception:  # noqa: BLE001 - the schema is race's own; without it, values compare as text
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_types_cached() -> dict[str, Any]:
+    return schema_types()
+
 
 def schema_types() -> dict[str, Any]:
     """Dotted key -> declared type for every leaf and node of RaceConfig."""

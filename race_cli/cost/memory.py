@@ -509,6 +509,9 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
           "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
+MAX_DEVICE_BYTES = 2**50  # 1 PiB: --gpu-mem beyond this is a typo (or inf)
+
+
 def parse_size(text: str) -> int:
     """'80GiB', '24GB', '141g', '8e10' -> bytes; RaceError with the accepted forms otherwise."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
@@ -516,4 +519,8 @@ def parse_size(text: str) -> int:
     if not m or unit not in _UNITS:
         raise RaceError(f"--gpu-mem {text!r} is not a size: expected a number with a unit such as 80GiB, 24GB or "
                         "141GiB (GiB = 2^30 bytes, GB = 10^9).")
-    return int(float(m.group(1)) * _UNITS[unit])
+    size = float(m.group(1)) * _UNITS[unit]
+    if not size < MAX_DEVICE_BYTES:  # 1e400GB is inf; nothing near a PiB is one device
+        raise RaceError(f"--gpu-mem {text!r} is out of range: expected the memory of one device, at most "
+                        f"{MAX_DEVICE_BYTES // 2**40} TiB (e.g. 80GiB).")
+    return int(size)

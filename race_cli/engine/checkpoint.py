@@ -27,9 +27,9 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from race_cli.io import _fsync_dir, dumps
+from race_cli.io import _fsync_dir, dumps, read_json
 
 NAME, OLD, TMP_PREFIX = "checkpoint", ".checkpoint.old", ".checkpoint.tmp-"
 
@@ -60,6 +60,27 @@ def _save_torch(obj: Any, path: Path) -> None:
     import torch
 
     torch.save(obj, path)
+
+
+def _save_safetensors(tensors: dict, path: Path) -> None:
+    """safetensors' save_file; its own error for a full disk ("os error 28") becomes the OSError it is,
+    so the job's message says what to do (free space) instead of naming a library error."""
+    import errno
+
+    from safetensors.torch import save_file
+
+    try:
+        save_file(tensors, str(path))
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - SafetensorError is not an OSError
+        import re
+
+        m = re.search(r"os error (\d+)|Os \{ code: (\d+)", str(exc))  # its Display / Debug of the io::Error
+        code = int(m.group(1) or m.group(2)) if m else None
+        if code in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+            raise OSError(code, os.strerror(code), str(path)) from None
+        raise
 
 
 def rng_state() -> dict:
@@ -126,7 +147,7 @@ def save(job_dir: Path, *, model: Any, optimizer: Any, scheduler: Any, state: di
     try:
         model.save_pretrained(str(tmp / "adapter"))
         trainable = {n: p.detach().cpu().contiguous().clone() for n, p in model.named_parameters() if p.requires_grad}
-        save_file(trainable, str(tmp / "trainable.safetensors"))
+        _save_safetensors(trainable, tmp / "trainable.safetensors")
         _save_torch({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optim.pt")
         _save_torch(rng_state(), tmp / "rng.pt")
         (tmp / "state.json").write_text(dumps(state), encoding="utf-8")
@@ -158,17 +179,110 @@ def find(job_dir: Path) -> Checkpoint | None:
         os.replace(old, final)
     elif old.exists():
         shutil.rmtree(old, ignore_errors=True)
-    if not (final / "state.json").is_file():
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        raise CorruptCheckpoint(f"{final} is not a checkpoint folder (a {'symbolic link' if final.is_symlink() else 'file'} "
+                                f"is in its place), so this job has no checkpoint to resume from. Remove {final} to "
+                                "restart the job from iteration 0, then rerun.")
+    if not final.exists():
         return None
     path = final / "state.json"
+    if not path.exists():
+        return None
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(state, dict) or not isinstance(state.get("iteration"), int) \
-                or not isinstance(state.get("ledger"), dict):
+        state = read_json(path, limit=MAX_STATE_BYTES)
+        if not isinstance(state, dict) or not isinstance(state.get("ledger"), dict):
             raise ValueError("expected an object with an integer iteration and a ledger")
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        it = state.get("iteration")
+        if isinstance(it, bool) or not isinstance(it, int):
+            raise ValueError(f"iteration {str(it)[:40]} is not an integer")
+        if it < 0:
+            raise ValueError(f"iteration {it} is negative")
+    except (OSError, ValueError) as exc:
         raise CorruptCheckpoint(_corrupt_message(path, exc)) from None
     return Checkpoint(final, state)
+
+
+MAX_STATE_BYTES = 64 * 2**20  # state.json holds the ledger and per-item evaluation results
+
+
+def _numbers(obj: Any, where: str):
+    """Every number in a JSON tree with its dotted path (bools excluded)."""
+    stack = [(obj, where)]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, f"{at}.{k}") for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(node))
+        elif isinstance(node, (int, float)) and not isinstance(node, bool):
+            yield at, node
+
+
+def check_resume(ckpt: Checkpoint, metrics: list[dict], *, budget: float, max_iterations: int,
+                 prompts_per_iter: int, group_size: int, least_cost_per_prompt: Callable[[float], float]) -> Any:
+    """The checkpoint's iteration and ledger, checked against metrics.jsonl and the budget before
+    anything is restored or cut; returns its Ledger, or raises CorruptCheckpoint naming what is wrong.
+
+    - iteration: 1 <= it <= budget.max_iterations, and metrics.jsonl has its line (the job writes
+      the line before the checkpoint), so cutting the file back to it never loses a line it covers;
+    - ledger: every number finite and >= 0; its iterations equal the checkpoint's; its prompts
+      between one and B per iteration; its spend within the budget and equal to the `flops/total`
+      (and per-phase `flops/...`) of that metrics line;
+    - and at least half of what its own token counts cost with 1-token completions
+      (`least_cost_per_prompt(mean prompt tokens)` per prompt): a ledger claiming less than its
+      work would let the job spend the budget again.
+    """
+    import math
+
+    from race_cli.cost.budget import PHASES, Ledger
+
+    path = ckpt.path / "state.json"
+    it = int(ckpt.state["iteration"])
+
+    def bad(why: str) -> CorruptCheckpoint:
+        return CorruptCheckpoint(f"checkpoint {path} is not one this job wrote: {why}. Nothing was changed "
+                                 f"(metrics.jsonl is kept as it is). Remove the folder {ckpt.path} to restart this "
+                                 "job from iteration 0, then rerun.")
+
+    if it > max_iterations:
+        raise bad(f"iteration {it} is past budget.max_iterations = {max_iterations}")
+    lines = [r for r in metrics if isinstance(r, dict) and r.get("iteration") == it]
+    if not lines:
+        last = max((r.get("iteration") for r in metrics if isinstance(r, dict)
+                    and isinstance(r.get("iteration"), int)), default=None)
+        raise bad(f"iteration {it} has no line in metrics.jsonl (its last iteration is {last})")
+    raw = ckpt.state["ledger"]
+    for at, v in _numbers(raw, "ledger"):
+        if not math.isfinite(v) or v < 0:
+            raise bad(f"{at} = {str(v)[:40]} is not a finite number >= 0")
+    try:
+        ledger = Ledger.from_json(raw)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise bad(f"its ledger is incomplete ({type(exc).__name__}: {str(exc)[:80]})") from None
+    spent = ledger.spent()
+    if ledger.iterations != it:
+        raise bad(f"its ledger counts {ledger.iterations} iterations, not {it}")
+    if not it <= ledger.prompts <= it * prompts_per_iter:
+        raise bad(f"its ledger counts {ledger.prompts} prompts for {it} iterations of at most {prompts_per_iter}")
+    if spent > budget * (1 + 1e-9):
+        raise bad(f"its ledger has spent {spent:.6g} FLOPs, more than budget.flops = {budget:.6g}")
+    line = lines[-1]
+    recorded = {"total": spent} | {p: ledger.flops[p].model for p in PHASES}
+    for key, value in recorded.items():
+        logged = line.get(f"flops/{key}")
+        if not isinstance(logged, (int, float)) or isinstance(logged, bool) \
+                or not math.isclose(float(logged), value, rel_tol=1e-9, abs_tol=1e-6):
+            raise bad(f"its ledger's {key} FLOPs ({value:.6g}) differ from flops/{key} = {str(logged)[:40]} on "
+                      f"metrics.jsonl's line for iteration {it}")
+    rows = ledger.prompts * group_size
+    mean_prompt = ledger.tokens.get("prompt", 0) / rows
+    if ledger.tokens.get("completion", 0) < rows:
+        raise bad(f"its ledger counts {ledger.tokens.get('completion', 0)} completion tokens for {rows} completions")
+    least = 0.5 * ledger.prompts * least_cost_per_prompt(mean_prompt)
+    if spent < least:
+        raise bad(f"its ledger has spent {spent:.6g} FLOPs, less than {ledger.prompts} prompts of "
+                  f"{mean_prompt:.1f} tokens can cost ({least:.6g})")
+    return ledger
 
 
 def restore(ckpt: Checkpoint, *, model: Any, optimizer: Any, scheduler: Any) -> None:
@@ -181,6 +295,16 @@ def restore(ckpt: Checkpoint, *, model: Any, optimizer: Any, scheduler: Any) -> 
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
         raise CorruptCheckpoint(_corrupt_message(ckpt.path / "trainable.safetensors", exc)) from None
     params = dict(model.named_parameters())
+    for name, value in weights.items():  # shapes and values before anything is copied (copy_ would broadcast)
+        if name in params and tuple(value.shape) != tuple(params[name].shape):
+            raise CorruptCheckpoint(f"checkpoint file {ckpt.path / 'trainable.safetensors'} holds {name} of shape "
+                                    f"{list(value.shape)}, but the model's is {list(params[name].shape)}: it was written "
+                                    "by a job with another model or LoRA config, or edited. Remove the folder "
+                                    f"{ckpt.path} to restart this job from iteration 0, then rerun.")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CorruptCheckpoint(f"checkpoint file {ckpt.path / 'trainable.safetensors'} holds non-finite values "
+                                    f"(NaN or inf) in {name}: resuming would train from broken weights. Remove the "
+                                    f"folder {ckpt.path} to restart this job from iteration 0, then rerun.")
     missing = [n for n, p in params.items() if p.requires_grad and n not in weights]
     missing += [n for n in weights if n not in params]  # a name the model lacks: a foreign checkpoint
     if missing:

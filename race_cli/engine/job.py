@@ -380,15 +380,21 @@ class Job:
         from race_cli.engine.loggers import make_logger
 
         found = ckpt_io.find(self.job_dir)
+        ledger = None
+        if found is not None:  # checked (iteration, ledger against metrics.jsonl and the budget) before anything changes
+            rows = self._metrics_for_resume()
+            ledger = ckpt_io.check_resume(
+                found, rows, budget=float(self.cfg.budget.flops), max_iterations=self.max_iterations,
+                prompts_per_iter=int(self.cfg.grpo.prompts_per_iter), group_size=int(self.cfg.grpo.group_size),
+                least_cost_per_prompt=lambda n: sum(f.model for f in self.spec.cost(1, prompt_len=n, completion_len=1).values()))
         self.logger = make_logger(self.cfg.logger, self.job_dir, self.cfg_dict, job_id=self.job_id,
                                   resume_step=None if found is None else int(found.state["iteration"]))
         if found is not None:
             ckpt_io.restore(found, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler)
             self.rollout.sync(self.policy.model)
             self.iteration = int(found.state["iteration"])
-            self.ledger = Ledger.from_json(found.state["ledger"])
+            self.ledger = ledger
             self.state = {k: v for k, v in found.state.items() if k not in ("iteration", "ledger")}
-            rows = read_jsonl(self.metrics_path) if self.metrics_path.exists() else []
             keep = [r for r in rows if r.get("iteration", 0) <= self.iteration]
             atomic_write_text(self.metrics_path, "".join(_line(r) for r in keep))
             self.log(f"resumed from checkpoint at iteration {self.iteration} ({len(rows) - len(keep)} metric lines dropped)")
@@ -402,6 +408,23 @@ class Job:
                             **self.eval_metrics(ev)})
         self.log("initial eval: " + ", ".join(f"{t.name} {ev['accuracy'][t.name]:.3f} on {len(t.items)} items"
                                              for t in self.targets))
+
+    def _metrics_for_resume(self) -> list[dict]:
+        """metrics.jsonl's lines, for checking a checkpoint against; unreadable = a corrupt job folder."""
+        if not self.metrics_path.exists():
+            return []
+        try:
+            rows = read_jsonl(self.metrics_path)
+        except (OSError, ValueError) as exc:
+            raise ckpt_io.CorruptCheckpoint(
+                f"{self.metrics_path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}),"
+                " so the checkpoint cannot be checked against it; nothing was changed. Move the job folder aside and "
+                "rerun it into a fresh one.") from None
+        if not all(isinstance(r, dict) and type(r.get("iteration", 0)) is int for r in rows):
+            raise ckpt_io.CorruptCheckpoint(f"{self.metrics_path} holds lines that are not metric lines (a JSON object "
+                                            "with an integer iteration); nothing was changed. Move the job folder "
+                                            "aside and rerun it into a fresh one.")
+        return rows
 
     def train(self) -> str:
         """Iterate until the budget or the iteration cap stops the job; returns the stop reason.
@@ -435,7 +458,8 @@ class Job:
         return "iterations" if self.iteration >= self.max_iterations else "budget"
 
     def run(self) -> int:
-        """The whole job; returns 0 (done) or 1 (failed). Bad input raises RaceError after marking the status.
+        """The whole job; returns 0 (done), 1 (failed) or 2 (a checkpoint in the folder is invalid). Bad input
+        raises RaceError after marking the status.
 
         The job folder's lock (`.job.lock`, race_cli/lock.py) is held throughout: a second process
         training the same folder is refused before it writes anything. SIGTERM (a scheduler, kill)
@@ -445,6 +469,7 @@ class Job:
         from race_cli.lock import JobLock
 
         self.job_dir.mkdir(parents=True, exist_ok=True)
+        folder.refuse_links_in(self.job_dir)  # nothing written through a planted link (docs/security.md)
         with JobLock(self.job_dir, say=self.log), _sigterm_as_stop():
             return self._run_locked()
 
@@ -485,10 +510,9 @@ class Job:
         except NanLoss as exc:
             return self._failed("nan_loss", f"{exc}; the update was not applied and the last good checkpoint was kept")
         except ckpt_io.CorruptCheckpoint as exc:
-            return self._failed("error", str(exc))
+            return self._failed("error", str(exc), trace=False, code=2)  # what a file in the folder got wrong
         except OSError as exc:
-            return self._failed("error", f"{type(exc).__name__}: {exc} (while writing to {self.job_dir}; "
-                                         "files already written, including the last complete checkpoint, are intact)")
+            return self._failed("error", self._os_error(exc), trace=False)
         except Exception as exc:  # noqa: BLE001 - any crash becomes a failed status with a one-line reason
             return self._failed("error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         finally:
@@ -502,13 +526,31 @@ class Job:
                  + ", ".join(f"{name} {first[name]:.3f} -> {last[name]:.3f}" for name in last))
         return 0
 
-    def _failed(self, reason: str, message: str) -> int:
+    def _os_error(self, exc: OSError) -> str:
+        """One line for a file-system error while the job ran: what, where, what to do; it claims a
+        checkpoint is intact only when there is one."""
+        import errno
+
+        where = exc.filename or self.job_dir
+        have = (self.job_dir / ckpt_io.NAME / "state.json").is_file()
+        kept = ("files already written, including the last complete checkpoint, are intact" if have else
+                "files already written are intact (the job has no checkpoint yet)")
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return (f"the disk is full ({exc.strerror}) while writing {where}; {kept}. Free some space, then rerun "
+                    "the same command: the job resumes from its last checkpoint.")
+        if exc.errno == errno.ELOOP:
+            return (f"{where} is a symbolic link: race never writes through links in a job folder; {kept}. Remove "
+                    "the link, then rerun.")
+        return f"{type(exc).__name__}: {exc} (while writing to {self.job_dir}; {kept})"
+
+    def _failed(self, reason: str, message: str, trace: bool = True, code: int = 1) -> int:
         import traceback
 
-        self.log(traceback.format_exc())
+        if trace:
+            self.log(traceback.format_exc())
         self.log(f"error: {message}")
-        self.set_status(state="failed", stop_reason=reason, error=message.splitlines()[0], finished=_now(), exit_code=1)
-        return 1
+        self.set_status(state="failed", stop_reason=reason, error=message.splitlines()[0], finished=_now(), exit_code=code)
+        return code
 
 
 class Stopped(KeyboardInterrupt):

@@ -24,7 +24,7 @@ def _write_job_config(job_dir: Path, cfg, overrides: list[str]) -> None:
     from race_cli.io import atomic_write_text
 
     hydra_dir(job_dir).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(job_config(job_dir), OmegaConf.to_yaml(cfg))
+    atomic_write_text(job_config(job_dir), OmegaConf.to_yaml(cfg, resolve=True))  # plain data: read back without interpolation
     atomic_write_text(job_overrides(job_dir), yaml.safe_dump(list(overrides), default_flow_style=False))
 
 
@@ -42,6 +42,20 @@ def _saved_overrides(job_dir: Path) -> list[str]:
         raise RaceError(f"Cannot read {path} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}). Expected "
                         "the list of overrides race wrote there; choose another folder or replan the job.") from None
     return [str(o) for o in data]
+
+
+def _refuse_a_grid(overrides: list[str]) -> None:
+    """`grid=NAME` names a sweep; race train runs one job and would silently train the defaults
+    while recording the grid in its overrides. Only grid=none (one job) is accepted."""
+    from race_cli.config.compose import group_options
+
+    for text in overrides:
+        key, sep, value = text.lstrip("+").partition("=")
+        if key.strip() == "grid" and sep and value.strip() != "none":
+            others = ", ".join(g for g in group_options("grid") if g != "none")
+            raise RaceError(f"'{text}' selects a grid (a sweep of jobs), but race train runs ONE job. Plan or run the "
+                            f"grid with race plan / race run {text}, or give this job's own overrides with grid=none "
+                            f"(grids: {others}).")
 
 
 def _never_trained(job_dir: Path) -> bool:
@@ -68,7 +82,11 @@ def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | No
     overrides = list(overrides or [])
     if out is not None:
         folder = Path(out)
+        _refuse_a_grid(overrides)
         saved = job_config(folder)
+        if not saved.is_file() and folder.is_dir() and any(folder.iterdir()):
+            raise RaceError(f"{folder} exists, holds files and is not a job folder (no .hydra/config.yaml): race train "
+                            "would write its job among them. Choose a new or empty --out folder.")
         if saved.is_file() and _saved_overrides(folder) != overrides and _never_trained(folder):
             cfg = compose(overrides)  # a corrected command for a job that failed before its first checkpoint
             print(f"{folder}: replacing the config of a job that never reached a checkpoint "

@@ -32,6 +32,7 @@ from race_cli.folder import (default_sweep_dir, hydra_dir, is_sweep, job_config,
 from race_cli.cost.memory import memory_row
 
 MAX_JOBS = 512  # a larger sweep needs --yes
+HARD_MAX_JOBS = 100_000  # even with --yes: every job is composed and written; more is a typo
 
 
 @dataclass
@@ -162,7 +163,8 @@ def _fixed_override(key: str, value: Any) -> str:
 
 
 def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool = False,
-               check_budget: bool = True, gpu_mem: int | None = None) -> Plan:
+               check_budget: bool = True, gpu_mem: int | None = None,
+               too_many: str = "Check the axes, or pass --yes to plan it anyway.") -> Plan:
     """Expand, compose, validate and budget-match every job; RaceError lists every problem.
 
     `gpu_mem` (bytes): resolve `grpo.micro_batch_size: auto` against it and refuse jobs whose
@@ -174,7 +176,9 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     from race_cli.config.sweep import Axis, job_id, parse_sweep, unique_ids
 
     groups = {g: group_options(g) for g in config_groups()}
-    typed = parse_sweep(overrides, groups)
+    limit = HARD_MAX_JOBS if yes else max_jobs
+    typed = parse_sweep(overrides, groups, max_values=limit,
+                        too_many="Narrow the axes." if yes else too_many)
 
     # The grid: chosen by a fixed grid=NAME override (sweeping grids is refused), else the default.
     if any(a.key == "grid" for a in typed.axes):
@@ -195,10 +199,12 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     axes: list[Axis] = [a for a in grid_axes if a.key not in user_keys] + typed.axes
     fixed = [_fixed_override(k, v) for k, v in grid["fixed"].items() if k not in user_keys] + typed.fixed
 
-    n_jobs = math.prod(len(a.values) for a in axes) if axes else 1
+    n_jobs = math.prod(len(a.values) for a in axes) if axes else 1  # counted before anything is expanded
     if n_jobs > max_jobs and not yes:
-        raise RaceError(f"The sweep expands to {n_jobs} jobs, more than the maximum of {max_jobs}. "
-                        "Check the axes, or pass --yes to plan it anyway.")
+        raise RaceError(f"The sweep expands to {n_jobs} jobs, more than the maximum of {max_jobs}. {too_many}")
+    if n_jobs > HARD_MAX_JOBS:
+        raise RaceError(f"The sweep expands to {n_jobs} jobs, more than the {HARD_MAX_JOBS} race plans even with "
+                        "--yes. Narrow the axes.")
     combos = [list(c) for c in itertools.product(*[a.overrides() for a in axes])]
 
     jobs, problems = _compose_jobs(fixed, combos, set(groups))
@@ -362,9 +368,9 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
     if sweep_dir is not None and not overrides and is_sweep(sweep_dir):
         say(f"sweep: {sweep_dir} (resuming the plan already there)")
         if check is not None:
-            import yaml
+            from race_cli.folder import job_config_data
 
-            check([yaml.safe_load(p.read_text()) or {} for p in job_configs(sweep_dir)])
+            check([job_config_data(p) for p in job_configs(sweep_dir)])
         return Path(sweep_dir)
     plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes)
     if check is not None:

@@ -347,7 +347,7 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
         ovs = ["grid=none", *validation_eval(pk.overrides, target, pk.budget / pk.pilot_budget),
                f"budget.flops={_budget_text(pk.budget)}",
                "seed=" + ",".join(map(str, seed_list))]
-        p = build_plan(ovs)
+        p = build_plan(ovs, too_many="Give fewer --seeds (each validated regime runs one job per seed).")
         for j in p.jobs:
             j.overrides = [o for o in j.overrides if _key(o) != "grid"]  # grid=none says nothing
         plan_jobs.append((pk, p.jobs))
@@ -383,6 +383,10 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
     return plan, prov, picks, notes
 
 
+MAX_SEEDS = 512  # seeds per validated regime: one job each, the most a sweep plans without --yes
+MAX_SCALE = 1e6  # a validation at a million times the pilot's budget is a typo (1e300 overflows the FLOP counts)
+
+
 def _check_args(budget: float | None, scale: float | None, seeds: int, top: int | None, tied: bool = False,
                 replicate: bool = False, margin: float = 0.0) -> None:
     problems = []
@@ -399,10 +403,12 @@ def _check_args(budget: float | None, scale: float | None, seeds: int, top: int 
                         "budget; --scale K multiplies each pilot budget).")
     if budget is not None and not (math.isfinite(budget) and budget > 0):
         problems.append(f"--budget {budget}: expected a positive number of FLOPs, e.g. --budget 1e12.")
-    if scale is not None and not (math.isfinite(scale) and scale > 0):
-        problems.append(f"--scale {scale}: expected a positive factor, e.g. --scale 2.")
+    if scale is not None and not (math.isfinite(scale) and 0 < scale <= MAX_SCALE):
+        problems.append(f"--scale {scale:g}: expected a positive factor of at most {MAX_SCALE:g}, e.g. --scale 2.")
     if seeds < 1:
         problems.append(f"--seeds {seeds}: expected at least 1 seed per regime (2 or more give intervals).")
+    elif seeds > MAX_SEEDS:
+        problems.append(f"--seeds {seeds}: expected at most {MAX_SEEDS} seeds per regime (3 is the default).")
     if top is not None and top < 1:
         problems.append(f"--top {top}: expected at least 1 regime per condition.")
     if problems:

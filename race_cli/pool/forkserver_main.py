@@ -74,7 +74,7 @@ def _fork_job(req: dict[str, Any], keep_closed: tuple[int, ...]) -> int:
         _preexec(server, ())()  # the pool's own child set-up: die with the server (PR_SET_PDEATHSIG)
         for fd in keep_closed:
             os.close(fd)
-        log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)

@@ -74,10 +74,14 @@ def too_big_for_cpu(configs: Sequence[dict]) -> list[str]:
 
     big: list[str] = []
     for cfg in configs:
-        for node in (cfg.get("model"), (cfg.get("reward") or {}).get("model")):
-            if not node or not node.get("arch"):
+        reward = cfg.get("reward")
+        for node in (cfg.get("model"), reward.get("model") if isinstance(reward, dict) else None):
+            if not isinstance(node, dict) or not node.get("arch"):
                 continue
-            arch = Arch.from_config(node["arch"])
+            try:
+                arch = Arch.from_config(node["arch"])
+            except Exception:  # noqa: BLE001 - a damaged config fails its own job (race train), not the run
+                continue
             if arch.n_body + 2 * arch.n_head > CPU_MAX_PARAMS and node.get("name") not in big:
                 big.append(str(node.get("name") or node.get("path")))
     return big
@@ -201,8 +205,10 @@ def spawn(job_dir: Path, argv: list[str], env: dict[str, str], *, header: str,
     With `server` (a forkserver.ForkServer; only for the default job command) the job is forked
     from it instead of exec'd: the same job, without a fresh interpreter's imports.
     """
+    from race_cli.io import open_append
+
     log_path = folder.log_file(job_dir)
-    with open(log_path, "ab") as log:
+    with open_append(log_path) as log:  # never through a link planted as log.txt
         log.write(header.encode())
         log.flush()
         if server is not None:

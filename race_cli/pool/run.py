@@ -121,18 +121,22 @@ def prebuild_zoo(sweep: Path, job_ids: list[str], say: Callable[[str], None]) ->
 
     Otherwise the first workers would each build (or wait on) the same entries in parallel.
     """
-    import yaml
-
     from race_cli.status import read_status
+    from race_cli.zoo.recipes import RECIPES
 
+    known = set(RECIPES)
     names: list[str] = []
     for job_id in job_ids:
         job_dir = folder.job_dir(sweep, job_id)
         if read_status(job_dir).get("state") == "done":
             continue
-        cfg = yaml.safe_load(folder.job_config(job_dir).read_text()) or {}
-        for path in (cfg.get("model", {}).get("path"), ((cfg.get("reward") or {}).get("model") or {}).get("path")):
-            if isinstance(path, str) and path.startswith("zoo:") and path[4:] not in names:
+        cfg = folder.job_config_data(job_dir)
+        model, reward = cfg.get("model"), cfg.get("reward")
+        reward_model = reward.get("model") if isinstance(reward, dict) else None
+        for node in (model, reward_model):
+            path = node.get("path") if isinstance(node, dict) else None
+            # only entries the zoo knows: a bad name fails its own job, not the whole run
+            if isinstance(path, str) and path.startswith("zoo:") and path[4:] in known and path[4:] not in names:
                 names.append(path[4:])
     if not names:
         return

@@ -266,9 +266,7 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
         if todo:
             template = job_command(Path(PLACEHOLDER))
             executor = submitit.AutoExecutor(folder=logs / "%j", cluster="slurm")
-            import yaml
-
-            configs = [yaml.safe_load(folder.job_config(folder.job_dir(sweep, j)).read_text()) or {} for j in todo]
+            configs = [folder.job_config_data(folder.job_dir(sweep, j)) for j in todo]
             resources = task_resources(configs, gpus_per_job=gpus_per_job, cpus_per_task=cpus_per_task, mem_gb=mem_gb)
             params: dict[str, Any] = {
                 "timeout_min": time_min, **resources, "name": f"race-{sweep.name}",

@@ -45,6 +45,16 @@ def _validate_args(sweep_dirs: list[Path], target: str | None, fmt: str, bootstr
         raise RaceError(*problems)
 
 
+def _refuse_link(out_dir: Path, sweep: Path) -> None:
+    from race_cli.io import LinkRefused, inside
+
+    try:
+        inside(out_dir, sweep)
+    except LinkRefused as exc:
+        raise RaceError(f"{exc.filename}: {exc.strerror}. race report writes only inside the sweep and never through "
+                        "a link (docs/security.md). Remove the link, or give --out DIR for the report.") from None
+
+
 def _check_target(jobs, target: str, targets: list[str]) -> None:
     col = f"eval/{target}"
     if col in jobs and ((jobs["state"] == "done") & jobs[col].notna()).any():
@@ -135,6 +145,8 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
     # --- write (plots into a temp folder first, then moved in: nothing half-written)
     out_dir = Path(out) if out is not None else folder.report_dir(sweep_dirs[0])
+    if out is None:  # under the sweep: a report/ planted as a link must not send the files elsewhere
+        _refuse_link(out_dir, sweep_dirs[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     figs: list[str] = []
     if plots:

@@ -25,6 +25,7 @@ an error (RaceError), because then there is nothing to report.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ import pandas as pd
 from race_cli import folder
 from race_cli.cost import budget
 from race_cli.errors import RaceError
-from race_cli.io import read_json
+from race_cli.io import loads_bounded, read_bounded, read_json
 from race_cli.status import status_path
 
 CONDITION_COLS = ["model", "budget_flops", "reward", "task"]  # what a condition is (docs/design.md)
@@ -144,13 +145,13 @@ def _read_metrics(path: Path) -> tuple[list[dict], int | None]:
     (0, 1, 2, ...; a resume cuts the file back first): anything else means two processes wrote
     the job at once, and MetricsOutOfOrder marks it unreadable rather than ranking a mixture.
     """
-    lines = path.read_text(encoding="utf-8").split("\n")
+    lines = read_bounded(path).decode("utf-8").split("\n")
     evals, last = [], None
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = loads_bounded(line, f"line {i + 1}")
         except json.JSONDecodeError:
             if i == len(lines) - 1:  # torn final write
                 break
@@ -184,8 +185,8 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
             return read_json(path)
         except FileNotFoundError:
             problems.append(f"{name} missing")
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
-            problems.append(f"{name} corrupt ({type(e).__name__})")
+        except (ValueError, OSError, RecursionError) as e:
+            problems.append(f"{name} corrupt ({type(e).__name__}: {_short(e)})")
         return None
 
     status = load(status_path(job_dir)) if status_path(job_dir).exists() else None
@@ -210,8 +211,8 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
             problems.append(f"metrics.jsonl out of order ({e}): two processes wrote this job at once; "
                             "rerun it into a fresh folder")
             evals = []
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
-            problems.append(f"metrics.jsonl corrupt ({type(e).__name__})")
+        except (ValueError, OSError, RecursionError) as e:
+            problems.append(f"metrics.jsonl corrupt ({type(e).__name__}: {_short(e)})")
             evals = []
         if summary is not None:
             try:
@@ -243,10 +244,54 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
             pass
         except (ValueError, UnicodeDecodeError, OSError) as e:
             problems.append(f"overrides.yaml unreadable ({e})")
+    row["_identity"] = job_identity(job_dir)
     if problems:
         row["readable"] = False
         row["problem"] = "; ".join(problems)
     return row, items, curve
+
+
+def job_identity(job_dir: Path) -> str | None:
+    """A digest of the job's composed config (.hydra/config.yaml, seed included), parsed and written
+    canonically: two folders with one identity hold the same run, whatever they are called.
+    None when the config is missing or unreadable (the job is then listed by its other files)."""
+    import hashlib
+
+    import yaml
+
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        cfg = yaml.load(read_bounded(folder.job_config(job_dir), 4 * 2**20).decode("utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+        text = json.dumps(cfg, sort_keys=True, default=str)
+    except (OSError, ValueError, RecursionError, yaml.YAMLError, TypeError):
+        return None
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def _refuse_same_jobs(rows: list[dict]) -> None:
+    """Two job folders holding one job (same config and seed: a copied or renamed sweep, a copied
+    job folder) would be counted as two seeds, a fabricated interval: refused, naming both."""
+    first: dict[str, dict] = {}
+    clashes = []
+    for r in rows:
+        ident = r.get("_identity")
+        if ident is None:
+            continue
+        if ident in first:
+            a = first[ident]
+            clashes.append(f"{a['_where']} and {r['_where']} hold the same job (the same config and seed)")
+        else:
+            first[ident] = r
+    if clashes:
+        more = f" (and {len(clashes) - 1} more pairs)" if len(clashes) > 1 else ""
+        raise RaceError(f"{clashes[0]}{more}. Counted twice, one run would look like two seeds. Give each run once: "
+                        "leave out the copy (a renamed or copied sweep, or a copied job folder).")
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of an exception's text, at most 120 characters (it lands in a table cell)."""
+    text = str(exc).strip().splitlines()
+    return (text[0][:120] if text else "") or type(exc).__name__
 
 
 def metric_target(key: str) -> str | None:
@@ -303,6 +348,13 @@ def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[s
 def _fill_from_ledger(row: dict, ledger: dict) -> None:
     """Actual and planned FLOPs per phase, shares, and the budget actually spent."""
     actual, planned = ledger["actual"]["flops"], ledger["planned"]["flops"]
+    for name, block in (("actual", actual), ("planned", planned)):
+        for ph, v in block.items():  # a forged NaN or negative spend must not be ranked as a measurement
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name} flops {ph} = {str(v)[:40]} is not a finite number >= 0")
+    b = ledger.get("budget_flops")
+    if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0):
+        raise ValueError(f"budget_flops = {str(b)[:40]} is not a finite number > 0")
     row["budget_ledger"] = float(ledger.get("budget_flops") or np.nan)
     for ph in PHASES + ["total"]:
         row[f"flops_{ph}"] = float(actual.get(ph, 0.0))
@@ -322,7 +374,7 @@ def _planned_job_ids(sweep_dir: Path) -> list[str]:
     """Job ids listed in plan.json (a list of rows, or {"jobs": [...]}) — for jobs with no folder."""
     try:
         plan = read_json(folder.plan_json(sweep_dir))
-    except (FileNotFoundError, json.JSONDecodeError, OSError, UnicodeDecodeError):
+    except (ValueError, OSError):
         return []
     rows = plan.get("jobs", []) if isinstance(plan, dict) else plan
     return [str(r["job_id"]) for r in rows if isinstance(r, dict) and "job_id" in r] if isinstance(rows, list) else []
@@ -358,7 +410,7 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
             bad.append(f"{d}: no such folder. Expected a sweep folder made by `race plan` (runs/<sweep>).")
         elif not folder.jobs_dir(d).is_dir():
             bad.append(f"{d}: not a sweep (no jobs/ folder inside). Expected runs/<sweep> with "
-                       "jobs/<job_id>/; try `race plan --out {d}` first, or point at the sweep, not a job.")
+                       f"jobs/<job_id>/; try `race plan --out {d}` first, or point at the sweep, not a job.")
     if bad:
         raise RaceError(*bad)
     _refuse_duplicates(sweep_dirs)
@@ -374,6 +426,7 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
         seen = set()
         for jd in job_dirs:
             row, its, curve = read_job(jd, sweep)
+            row["_where"] = str(jd)
             for k in row.pop("_knobs", []):
                 if k not in knob_cols:
                     knob_cols.append(k)
@@ -393,6 +446,10 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
         raise RaceError(f"{', '.join(map(str, sweep_dirs))}: the sweep has no jobs (jobs/ is empty).",
                         "Expected jobs/<job_id>/ folders written by `race plan --out`; run `race run` "
                         "and then report.")
+    _refuse_same_jobs(rows)
+    for r in rows:
+        r.pop("_identity", None)
+        r.pop("_where", None)
     jobs = pd.DataFrame(rows)
     for c in CONDITION_COLS + ["seed"]:
         if c not in jobs:

@@ -67,11 +67,15 @@ def write_provenance(sweep_dir: str | Path, prov: dict) -> Path:
 def read_provenance(sweep_dir: str | Path) -> dict | None:
     """The provenance of a validation sweep, None for an ordinary sweep; RaceError when malformed."""
     path = Path(sweep_dir) / PROVENANCE
+    if path.is_symlink() or (path.exists() and not path.is_file()):  # a verdict must not vanish in silence
+        raise RaceError(f"{path} is not a plain file ({'a symbolic link' if path.is_symlink() else 'a folder'}).",
+                        "It is written by `race validate`; remove it and rerun race validate on the pilot with the "
+                        "same options to rewrite it.")
     if not path.is_file():
         return None
     try:
         prov = read_json(path)
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
+    except (ValueError, OSError) as e:
         raise RaceError(f"{path} is unreadable ({type(e).__name__}).",
                         "It is written by `race validate`; rerun it on the pilot with the same options "
                         "to rewrite it.") from None
