@@ -110,15 +110,16 @@ def test_a_folder_that_is_not_a_finished_sweep_is_refused(tmp_path):
 
 
 def test_plan_uses_the_measured_informative_share_and_keeps_the_worst_case():
-    from race_cli.cost.budget import INFORMATIVE_SHARE, iteration_spec, total
+    from race_cli.cost.budget import INFORMATIVE_SHARE_BY_MODEL, iteration_spec, total
     from race_cli.config.compose import compose
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.to_container(compose(["grid=none", "reward=rule"]), resolve=True)
     spec = iteration_spec(cfg, "lean")
-    assert spec.trained_share == INFORMATIVE_SHARE["rule"]
+    share = INFORMATIVE_SHARE_BY_MODEL[("rule", "tiny-s")]  # the default model
+    assert spec.trained_share == share
     full = spec.cost(trained_share=1.0)
-    assert spec.cost()["update"].model == pytest.approx(full["update"].model * INFORMATIVE_SHARE["rule"], rel=1e-12)
+    assert spec.cost()["update"].model == pytest.approx(full["update"].model * share, rel=1e-12)
     assert spec.cost()["rollout"] == full["rollout"]
     # the live stop rule's worst case trains every row: a job cannot overrun whatever its rewards
     assert spec.worst_case(8, 40) == total(spec.cost(8, prompt_len=40, completion_len=spec.max_new_tokens,

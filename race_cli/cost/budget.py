@@ -138,10 +138,13 @@ def iteration_spec(cfg: Mapping, backend: str) -> IterationSpec:
         max_new_tokens=int(cfg["rollout"]["max_new_tokens"]), trained_share=informative_share(cfg))
 
 
-# Measured share of rows with a nonzero advantage (1 - train/frac_zero_std_groups for 0/1 rewards), per reward
-# type, on the default grid (conf/grid/tiny.yaml, G=4, arithmetic; docs/design.md "The budget"): what the plan
-# assumes when grpo.expected_informative_share is null. `race plan --informative-from SWEEP` reads a sweep's own.
-INFORMATIVE_SHARE = {"rule": 0.46, "prm": 0.86}
+# Measured share of the rows the update ran on (nonzero advantage: ledger rows.trained / rows.total) on the
+# default grid (conf/grid/tiny.yaml: G=4, arithmetic, mu 1/2/4 x 2 seeds; 2026-12-01): what the plan assumes when
+# grpo.expected_informative_share is null, per (reward type, model), else per reward type (the mean over its
+# regimes). `race plan --informative-from SWEEP` reads a finished sweep's own, per regime.
+INFORMATIVE_SHARE = {"rule": 0.44, "prm": 0.76}
+INFORMATIVE_SHARE_BY_MODEL = {("rule", "tiny-s"): 0.37, ("rule", "tiny-m"): 0.50,  # mu 1/2/4: 0.378/0.370/0.364,
+                              ("prm", "tiny-s"): 0.78, ("prm", "tiny-m"): 0.74}  # 0.523/0.484/0.506; prm 0.73-0.78
 
 
 def informative_share(cfg: Mapping) -> float:
@@ -152,7 +155,8 @@ def informative_share(cfg: Mapping) -> float:
         return 1.0
     if g.get("expected_informative_share") is not None:
         return float(g["expected_informative_share"])
-    return INFORMATIVE_SHARE["rule" if cfg["reward"]["type"] == "rule" else "prm"]
+    kind = "rule" if cfg["reward"]["type"] == "rule" else "prm"
+    return INFORMATIVE_SHARE_BY_MODEL.get((kind, cfg["model"]["name"]), INFORMATIVE_SHARE[kind])
 
 
 def total(per_phase: Mapping[str, Flops]) -> float:

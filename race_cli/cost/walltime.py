@@ -39,12 +39,16 @@ class Rates:
 
 
 # Measured on the default grid (see the module docstring): model-convention FLOP/s per phase, seconds per
-# evaluation point (arithmetic + arithmetic-hard, 200 items x 4 samples each), setup seconds per job.
+# evaluation point (arithmetic + arithmetic-hard, 200 items x 4 samples each), setup seconds per job. The run
+# (2026-12-01, 24 jobs, 2 workers x 1 thread, load average 8 on 2 cores) had its ledgers' wall seconds scaled by
+# its CPU seconds / job wall seconds = 926 s / 2805 s = 0.330: what each job got of a core, so these are the
+# figures of an idle 2-core machine (`race plan --calibrate-from` uses a sweep's own, unscaled).
+IDLE_SCALE = 0.330
 CPU_RATES: dict[str, Rates] = {
-    "tiny-s": Rates({"rollout": 4.8e9, "update": 9.3e9, "reward": 5.2e9}, eval_s=4.1, overhead_s=6.0,
-                    source="measured: default grid, 2 cores"),
-    "tiny-m": Rates({"rollout": 7.6e9, "update": 16.9e9, "reward": 8.9e9}, eval_s=6.1, overhead_s=6.5,
-                    source="measured: default grid, 2 cores"),
+    "tiny-s": Rates({"rollout": 1.11e10, "update": 2.68e10, "reward": 2.43e10}, eval_s=0.98, overhead_s=2.7,
+                    source="measured defaults (idle 2 cores)"),
+    "tiny-m": Rates({"rollout": 1.86e10, "update": 3.91e10, "reward": 2.40e10}, eval_s=2.06, overhead_s=1.3,
+                    source="measured defaults (idle 2 cores)"),
 }
 
 
