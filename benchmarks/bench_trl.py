@@ -17,8 +17,10 @@ LoRA runs merged; the same loss and gradient as the whole batch, up to rounding)
 Each side runs in its own subprocess (fresh interpreter, nothing shared); the sides alternate
 (race first in odd pairs, TRL first in even ones) and each measures --iters iterations after
 --warmup unmeasured ones. Per side: median ms per iteration, median rollout and update ms,
-completion tokens per second of the rollout, sequence tokens per second of the update. Per
-pair: race / TRL; over pairs: the median of the ratios. Run it on an idle machine for figures
+completion tokens per second of the rollout, sequence tokens per second of the update, and the
+time per informative row (seconds / rows of nonzero advantage: race skips the others in its
+update, TRL trains on them). Per pair: race / TRL, per iteration and per informative row; over
+pairs: the median of the ratios. Run it on an idle machine for figures
 you quote; a loaded one drifts, which is why the pairs alternate.
 """
 
@@ -61,6 +63,7 @@ def race_side(lora: bool, iters: int, warmup: int, model: str) -> dict:
             job.iteration = i
             if i > warmup:
                 rows.append({"total": total, "rollout": line["time/rollout"], "update": line["time/update"],
+                             "informative": line["train/trained_rows"] * B * G,
                              "completion_tokens": line["tokens/completion"],
                              "tokens": line["tokens/completion"] + line["tokens/prompt"]})
     return summarise(rows, backend=job.rollout.name)
@@ -87,10 +90,16 @@ def trl_side(lora: bool, iters: int, warmup: int, model: str) -> dict:
     items = ArithmeticTask(seed=0, num_train=20000, num_eval=8).train_items()[: B * (warmup + iters + 2)]
     data = Dataset.from_list([{"prompt": format_prompt(it, tok), "answer": it.answer} for it in items])
 
-    def reward(prompts, completions, answer, **_):
-        return score_batch(list(completions), list(answer), use_math_verify=False)[0]
+    clock = {"gen": 0.0, "depth": 0, "comp": 0.0, "seq": 0.0, "informative": 0.0}
 
-    clock = {"gen": 0.0, "depth": 0, "comp": 0.0, "seq": 0.0}
+    def reward(prompts, completions, answer, **_):
+        scores = score_batch(list(completions), list(answer), use_math_verify=False)[0]
+        # TRL repeats each prompt G times consecutively (RepeatSampler): rows of a group of unequal rewards carry
+        # a nonzero advantage, the rows race would train on
+        groups = [scores[i:i + G] for i in range(0, len(scores), G)]
+        clock["informative"] += sum(G for g in groups if max(g) != min(g))
+        return scores
+
     real_generate = GenerationMixin.generate
 
     def timed_generate(self, *a, **k):  # TRL's rollout: transformers' generate on the policy
@@ -115,12 +124,13 @@ def trl_side(lora: bool, iters: int, warmup: int, model: str) -> dict:
 
     class Timer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
-            clock.update(gen=0.0, comp=0.0, seq=0.0, t0=time.perf_counter())
+            clock.update(gen=0.0, comp=0.0, seq=0.0, informative=0.0, t0=time.perf_counter())
 
         def on_step_end(self, args, state, control, **kw):
             if state.global_step > warmup:
                 total = time.perf_counter() - clock["t0"]
                 rows.append({"total": total, "rollout": clock["gen"], "update": total - clock["gen"],
+                             "informative": clock["informative"],
                              "completion_tokens": clock["comp"], "tokens": clock["seq"]})
 
     peft_config = None
@@ -149,6 +159,10 @@ def summarise(rows: list[dict], backend: str) -> dict:
     if rows and "tokens" in rows[0]:
         out["rollout_tok_s"] = statistics.median(r["completion_tokens"] / r["rollout"] for r in rows)
         out["update_tok_s"] = statistics.median(r["tokens"] / r["update"] for r in rows)
+    # time per informative row: all measured iterations' seconds / all their rows of nonzero advantage
+    informative = sum(r.get("informative", 0.0) for r in rows)
+    out["informative_rows_iter"] = informative / len(rows) if rows else 0.0
+    out["ms_informative_row"] = 1000 * sum(r["total"] for r in rows) / informative if informative else None
     return out
 
 
@@ -185,19 +199,26 @@ def main(argv=None) -> int:
     print(f"race vs TRL GRPOTrainer: {args.model}, B={B}, G={G}, {NEW} new tokens, {args.pairs} alternating pairs, "
           f"medians of {args.iters} iterations per side (+{args.warmup} warm-up), one thread each")
     for mode in args.modes:
-        ratios = []
+        ratios, row_ratios = [], []
         for k in range(args.pairs):
             order = ["race", "trl"] if k % 2 == 0 else ["trl", "race"]
             got = {side: run_side(side, mode, args.iters, args.warmup, args.model) for side in order}
             r, t = got["race"], got["trl"]
             ratio = r["ms_iter"] / t["ms_iter"]
             ratios.append(ratio)
+            row_ratio = (r["ms_informative_row"] / t["ms_informative_row"]
+                         if r["ms_informative_row"] and t["ms_informative_row"] else float("nan"))
+            row_ratios.append(row_ratio)
             print(f"{mode} pair {k + 1} ({order[0]} first): race {r['ms_iter']:.0f} ms/it (rollout {r['ms_rollout']:.0f}, "
                   f"update {r['ms_update']:.0f}; {r['rollout_tok_s']:.0f} completion tok/s sampling, "
-                  f"{r['update_tok_s']:.0f} tok/s updating; backend {r['backend']}) | TRL {t['ms_iter']:.0f} ms/it "
-                  f"(rollout {t['ms_rollout']:.0f}, update {t['ms_update']:.0f}) | race/TRL {ratio:.2f}", flush=True)
-        print(f"{mode}: median race/TRL over {args.pairs} pairs = {statistics.median(ratios):.2f} "
-              f"(pairs: {', '.join(f'{x:.2f}' for x in ratios)})", flush=True)
+                  f"{r['update_tok_s']:.0f} tok/s updating; {r['informative_rows_iter']:.1f} informative rows/it, "
+                  f"{r['ms_informative_row'] or float('nan'):.1f} ms each; backend {r['backend']}) | TRL "
+                  f"{t['ms_iter']:.0f} ms/it (rollout {t['ms_rollout']:.0f}, update {t['ms_update']:.0f}; "
+                  f"{t['informative_rows_iter']:.1f} informative rows/it, {t['ms_informative_row'] or float('nan'):.1f} "
+                  f"ms each) | race/TRL {ratio:.2f} per iteration, {row_ratio:.2f} per informative row", flush=True)
+        print(f"{mode}: median race/TRL over {args.pairs} pairs = {statistics.median(ratios):.2f} per iteration "
+              f"(pairs: {', '.join(f'{x:.2f}' for x in ratios)}), {statistics.median(row_ratios):.2f} per informative "
+              f"row (pairs: {', '.join(f'{x:.2f}' for x in row_ratios)})", flush=True)
     return 0
 
 

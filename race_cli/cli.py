@@ -56,8 +56,15 @@ def plan(
                                           "micro_batch_size=auto picks the largest micro-batch that fits, and a job "
                                           "that cannot fit is refused (exit 2). Default: the detected GPU "
                                           "(nvidia-smi), else no limit."),
+    calibrate_from: Optional[Path] = typer.Option(None, "--calibrate-from", help="A finished sweep folder: plan "
+                                                  "wall time from the per-phase FLOP/s, evaluation and setup "
+                                                  "seconds its jobs measured (per model) instead of the defaults."),
+    informative_from: Optional[Path] = typer.Option(None, "--informative-from", help="A finished sweep folder: "
+                                                    "plan each job's update on the share of rows its jobs really "
+                                                    "updated on (per regime, else per reward type), where "
+                                                    "grpo.expected_informative_share is null."),
 ) -> None:
-    """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split and peak memory.
+    """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split, peak memory and wall time.
 
     With no overrides: the embedded tiny grid (grid=tiny). [bold]race plan grid=pilot[/] shows the
     paper-like Qwen2.5 grid. Nothing is written unless --out is given.
@@ -71,7 +78,12 @@ def plan(
         if max_jobs < 1:
             raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
         device_bytes = parse_size(gpu_mem) if gpu_mem is not None else machine.gpu_total_bytes()
-        p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes)
+        from race_cli.plan.measured import sweep_informative, sweep_rates
+
+        rates = sweep_rates(calibrate_from) if calibrate_from is not None else None
+        informative = sweep_informative(informative_from) if informative_from is not None else None
+        p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes, rates=rates,
+                       informative=informative)
         if out is not None:
             written = write_sweep(p, out)
     except RaceError as exc:

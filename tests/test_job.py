@@ -25,8 +25,8 @@ from race_cli.io import read_json, read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 METRIC_KEYS = {"iteration", "train/reward_mean", "train/reward_std", "train/frac_zero_std_groups", "train/kl",
-               "train/clip_frac", "train/loss", "train/completion_len", "flops/rollout", "flops/update", "flops/reward",
-               "flops/total", "time/rollout", "time/update", "time/reward", "tokens/prompt", "tokens/completion"}
+               "train/clip_frac", "train/loss", "train/completion_len", "train/trained_rows", "flops/rollout",
+               "flops/update", "flops/reward", "flops/total", "time/rollout", "time/update", "time/reward", "tokens/prompt", "tokens/completion"}
 
 
 def build_model(path: Path, *, pad: bool = True) -> Path:
@@ -300,7 +300,8 @@ def test_nan_loss_fails_the_job_and_keeps_the_last_good_checkpoint(model_dir, tm
 
     monkeypatch.setattr(job_mod, "grpo_loss", nan_on_second_iteration)
     job = tmp_path / "j"
-    assert train_main(overrides(model_dir, **{"checkpoint.every": 1}), out=job) == 1
+    # skipping off: an iteration of all-equal rewards would run no loss call and shift the count
+    assert train_main(overrides(model_dir, **{"checkpoint.every": 1, "grpo.skip_zero_advantage": "false"}), out=job) == 1
     st = read_json(job / "status.json")
     assert st["state"] == "failed" and st["stop_reason"] == "nan_loss" and "nan" in st["error"]
     found = ckpt_io.find(job)

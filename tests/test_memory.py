@@ -85,7 +85,7 @@ def _update_job(model, micro_batch: int, loss_agg: str) -> Job:
     """A Job with just what `update()` reads: float64 tiny model, lr 0 (gradients stay readable)."""
     job = object.__new__(Job)
     job.cfg = SimpleNamespace(grpo=SimpleNamespace(updates_per_batch=1, beta=0.0, clip_eps=0.2, loss_agg=loss_agg,
-                                                   max_grad_norm=0.0),
+                                                   max_grad_norm=0.0, skip_zero_advantage=True),
                               rollout=SimpleNamespace(temperature=1.0))
     job.policy = SimpleNamespace(model=model, arch=Arch(32, 2, 4, 2, 64, 61), lora=None)
     job.device, job.iteration, job.ref_model = "cpu", 0, None

@@ -59,6 +59,8 @@ class GrpoConf:
     beta: float = 0.0  # KL penalty to the reference (base model, adapter disabled); 0 = no reference forward
     scale_rewards: bool = True  # divide advantages by the group's std (False = Dr. GRPO)
     loss_agg: str = "token"  # token = mean over all completion tokens; sequence = mean per sequence, then over sequences
+    skip_zero_advantage: bool = True  # beta = 0 only: rows of advantage exactly 0 run no update pass (same loss and gradient); with beta > 0 every row stays (its KL has a gradient)
+    expected_informative_share: Optional[float] = None  # planning: share of rows the update runs on; None = the measured default of the reward type (cost/budget.py INFORMATIVE_SHARE)
     max_grad_norm: float = 1.0  # gradient clipping; 0 = off
     grad_checkpointing: bool = False  # recompute activations in backward (executed FLOPs +1 forward)
     micro_batch_size: Any = 0  # sequences per forward/backward; 0 = the whole batch; auto = the largest that fits the device (memory ledger)
@@ -265,6 +267,9 @@ def validate(cfg: Any) -> list[str]:
     need("grpo.lr", _get(cfg, "grpo.lr") > 0, "a positive learning rate such as 1e-3")
     need("grpo.clip_eps", 0 < _get(cfg, "grpo.clip_eps") < 1, "a value in (0, 1), typically 0.2")
     need("grpo.beta", _get(cfg, "grpo.beta") >= 0, "a KL coefficient >= 0")
+    eis = _get(cfg, "grpo.expected_informative_share")
+    need("grpo.expected_informative_share", eis is None or 0 < eis <= 1,
+         "null (the measured default) or a share in (0, 1], e.g. 0.5 for rule rewards at G=4")
     mbs = _get(cfg, "grpo.micro_batch_size")
     need("grpo.micro_batch_size", mbs == "auto" or (isinstance(mbs, int) and not isinstance(mbs, bool) and mbs >= 0),
          "auto (the largest that fits the device), 0 (whole batch) or a positive size")

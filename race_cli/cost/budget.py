@@ -101,21 +101,26 @@ class IterationSpec:
     prompt_tokens: float  # planned mean prompt length
     completion_tokens: float  # planned mean completion length
     max_new_tokens: int  # the completion cap: the worst case
+    trained_share: float = 1.0  # planned share of rows the update runs on (informative_share)
 
     def cost(self, prompts: int | None = None, *, prompt_len: float | None = None,
-             completion_len: float | None = None) -> dict[str, Flops]:
-        """FLOPs per phase of one iteration of `prompts` prompts (default B) at these lengths (default: planned)."""
+             completion_len: float | None = None, trained_share: float | None = None) -> dict[str, Flops]:
+        """FLOPs per phase of one iteration of `prompts` prompts (default B) at these lengths and this share of
+        rows updated on (default: planned)."""
         return iteration_flops(
             self.policy, prompts=self.prompts if prompts is None else prompts, group_size=self.group_size,
             prompt_len=self.prompt_tokens if prompt_len is None else prompt_len,
             completion_len=self.completion_tokens if completion_len is None else completion_len,
             updates_per_batch=self.updates_per_batch, lora=self.lora, beta=self.beta,
             grad_checkpointing=self.grad_checkpointing, share_prefix=self.share_prefix, padded=self.padded,
-            reward=self.reward, reward_head=self.reward_head)
+            reward=self.reward, reward_head=self.reward_head,
+            trained_share=self.trained_share if trained_share is None else trained_share)
 
     def worst_case(self, prompts: int, longest_prompt: float) -> float:
-        """Model FLOPs `prompts` prompts of at most `longest_prompt` tokens can cost: every completion at the cap."""
-        return total(self.cost(prompts, prompt_len=longest_prompt, completion_len=self.max_new_tokens))
+        """Model FLOPs `prompts` prompts of at most `longest_prompt` tokens can cost: every completion at the cap,
+        every row updated on (so the live stop rule keeps the job within budget whatever the rewards)."""
+        return total(self.cost(prompts, prompt_len=longest_prompt, completion_len=self.max_new_tokens,
+                               trained_share=1.0))
 
 
 def iteration_spec(cfg: Mapping, backend: str) -> IterationSpec:
@@ -130,7 +135,28 @@ def iteration_spec(cfg: Mapping, backend: str) -> IterationSpec:
         grad_checkpointing=g["grad_checkpointing"], share_prefix=backend in ("lean", "vllm"), padded=backend != "vllm",
         reward=Arch.from_config(r["model"]["arch"]) if r["type"] == "prm" else None, reward_head=reward_head(cfg),
         prompt_tokens=float(cfg["task"]["prompt_tokens"]), completion_tokens=completion_estimate(cfg),
-        max_new_tokens=int(cfg["rollout"]["max_new_tokens"]))
+        max_new_tokens=int(cfg["rollout"]["max_new_tokens"]), trained_share=informative_share(cfg))
+
+
+# Measured share of the rows the update ran on (nonzero advantage: ledger rows.trained / rows.total) on the
+# default grid (conf/grid/tiny.yaml: G=4, arithmetic, mu 1/2/4 x 2 seeds; 2026-12-01): what the plan assumes when
+# grpo.expected_informative_share is null, per (reward type, model), else per reward type (the mean over its
+# regimes). `race plan --informative-from SWEEP` reads a finished sweep's own, per regime.
+INFORMATIVE_SHARE = {"rule": 0.44, "prm": 0.76}
+INFORMATIVE_SHARE_BY_MODEL = {("rule", "tiny-s"): 0.37, ("rule", "tiny-m"): 0.50,  # mu 1/2/4: 0.378/0.370/0.364,
+                              ("prm", "tiny-s"): 0.78, ("prm", "tiny-m"): 0.74}  # 0.523/0.484/0.506; prm 0.73-0.78
+
+
+def informative_share(cfg: Mapping) -> float:
+    """Planned share of the rows the update runs on: 1 when every row runs (beta > 0, or skipping off),
+    else grpo.expected_informative_share, else the measured default of the reward type."""
+    g = cfg["grpo"]
+    if float(g["beta"]) > 0 or not g.get("skip_zero_advantage", True):
+        return 1.0
+    if g.get("expected_informative_share") is not None:
+        return float(g["expected_informative_share"])
+    kind = "rule" if cfg["reward"]["type"] == "rule" else "prm"
+    return INFORMATIVE_SHARE_BY_MODEL.get((kind, cfg["model"]["name"]), INFORMATIVE_SHARE[kind])
 
 
 def total(per_phase: Mapping[str, Flops]) -> float:
@@ -262,6 +288,7 @@ class Ledger:
     flops: dict[str, Flops] = field(default_factory=_zeros)
     seconds: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in PHASES} | {"total": 0.0})
     tokens: dict[str, int] = field(default_factory=lambda: {"prompt": 0, "completion": 0})
+    rows: dict[str, int] = field(default_factory=lambda: {"total": 0, "trained": 0})  # sequences sampled / updated on
     eval_flops: Flops = field(default_factory=Flops)  # held-out evaluation: recorded, never charged
     eval_seconds: float = 0.0
     eval_runs: int = 0
@@ -299,12 +326,16 @@ class Ledger:
     def shares(self) -> dict[str, float]:
         return shares(self.model_flops())
 
+    def informative_share(self) -> float | None:
+        """Share of the sampled rows the update ran on (nonzero advantage, or all with beta > 0); None before any."""
+        return self.rows["trained"] / self.rows["total"] if self.rows["total"] else None
+
     def actual(self) -> dict[str, Any]:
         """The `actual` section of ledger.json (docs/files.md)."""
         model, executed = self.model_flops(), {p: self.flops[p].executed for p in PHASES}
         return {"iterations": self.iterations, "prompts": self.prompts, "flops": model | {"total": sum(model.values())},
                 "executed_flops": executed | {"total": sum(executed.values())},
-                "tokens": dict(self.tokens), "seconds": dict(self.seconds)}
+                "tokens": dict(self.tokens), "rows": dict(self.rows), "seconds": dict(self.seconds)}
 
     def eval_json(self) -> dict[str, Any]:
         return {"flops": self.eval_flops.model, "executed_flops": self.eval_flops.executed,
@@ -315,7 +346,7 @@ class Ledger:
         """Everything, exactly (the checkpoint keeps it so a resumed job continues the same sums)."""
         return {"iterations": self.iterations, "prompts": self.prompts,
                 "flops": {p: self.flops[p].to_dict() for p in PHASES},
-                "seconds": dict(self.seconds), "tokens": dict(self.tokens),
+                "seconds": dict(self.seconds), "tokens": dict(self.tokens), "rows": dict(self.rows),
                 "eval": {"flops": self.eval_flops.to_dict(), "seconds": self.eval_seconds, "runs": self.eval_runs,
                          "targets": {t: dict(v) for t, v in self.eval_targets.items()}}}
 
@@ -324,7 +355,8 @@ class Ledger:
         ev = d["eval"]
         return cls(iterations=int(d["iterations"]), prompts=int(d.get("prompts", 0)), flops={p: Flops(**d["flops"][p]) for p in PHASES},
                    seconds={k: float(v) for k, v in d["seconds"].items()},
-                   tokens={k: int(v) for k, v in d["tokens"].items()}, eval_flops=Flops(**ev["flops"]),
+                   tokens={k: int(v) for k, v in d["tokens"].items()},
+                   rows={k: int(v) for k, v in (d.get("rows") or {"total": 0, "trained": 0}).items()}, eval_flops=Flops(**ev["flops"]),
                    eval_seconds=float(ev["seconds"]), eval_runs=int(ev["runs"]),
                    eval_targets={t: dict(v) for t, v in (ev.get("targets") or {}).items()})
 

@@ -517,7 +517,8 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
                     completion_len: float, updates_per_batch: int, lora: Lora | None,
                     beta: float = 0.0, grad_checkpointing: bool = False, share_prefix: bool = False,
                     padded: bool | None = None,
-                    reward: Arch | None = None, reward_head: str = "classifier") -> dict[str, Flops]:
+                    reward: Arch | None = None, reward_head: str = "classifier",
+                    trained_share: float = 1.0) -> dict[str, Flops]:
     """Planning estimate of ONE GRPO iteration from mean lengths: {"rollout", "update", "reward"}.
 
     Every sequence is taken at the mean lengths (so the quadratic attention term is slightly
@@ -534,6 +535,9 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
       logits only at the completion positions, and the engine computes no others (model and
       executed: completion_len positions per sequence). The executed figure assumes the adapter
       path; a tiny float32 LoRA policy may run the merged one (`merged_lora_update`).
+      The train steps run on `trained_share` of the n sequences only: with beta = 0 the engine
+      leaves rows of advantage exactly 0 out (engine/grpo.trained_rows); the reference forward,
+      when beta > 0, covers every row.
     - reward: the reward model's forward over prompt+completion of each sequence
       (`reward_model_flops`), or 0 for a rule-based reward (`reward=None`).
     """
@@ -547,6 +551,8 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
             problems.append(f"{name} must be a positive number of tokens, got {v!r}.")
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or beta < 0:
         problems.append(f"beta (KL coefficient) must be >= 0, got {beta!r}.")
+    if isinstance(trained_share, bool) or not isinstance(trained_share, (int, float)) or not 0 <= trained_share <= 1:
+        problems.append(f"trained_share (share of rows the update runs on) must be in [0, 1], got {trained_share!r}.")
     if problems:
         raise RaceError(*problems)
 
@@ -559,7 +565,7 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
     s = p + c
     step = train_step_flops(policy, [s], lora=lora, grad_checkpointing=grad_checkpointing,
                             logit_positions=c, executed_logit_positions=c)
-    update = step * (updates_per_batch * n)
+    update = step * (updates_per_batch * n * trained_share)
     if beta > 0:  # reference log-probs: the frozen base
         update = update + forward_flops(policy, [s], logit_positions=c, executed_logit_positions=c) * n
 

@@ -11,8 +11,11 @@ Follows DeepSeekMath's GRPO with TRL's numerics (trl/trainer/grpo_trainer.py) as
 - the KL penalty to the reference is the k3 estimator exp(ref - logp) - (ref - logp) - 1;
 - `loss_agg="token"` averages over every completion token of the batch (TRL's "bnpo"),
   `"sequence"` averages each sequence's tokens, then the sequences (TRL's "grpo").
-Departure: a completion is masked after its first EOS (EOS included), like TRL; no
-truncated-completion masking, no asymmetric clip.
+Departures: a completion is masked after its first EOS (EOS included), like TRL; no
+truncated-completion masking, no asymmetric clip; a group whose rewards are all equal gets
+advantage exactly 0 (not the rounding residue of its mean), and with beta = 0 the update leaves
+such rows out (`trained_rows`) while keeping the whole batch's normaliser: the same loss and
+gradient for less work.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = Tr
     adv = grouped - mean[:, None]  # [B, G]
     if scale:
         adv = adv / (std[:, None] + STD_EPS)
+    # a group of equal rewards has advantage exactly 0 (its mean can round off the common value: 3 * 0.1 / 3)
+    flat = grouped.amax(dim=1) == grouped.amin(dim=1)  # [B]
+    adv = adv.masked_fill(flat[:, None], 0.0)  # [B, G]
     zero = torch.isclose(std, torch.zeros_like(std)).float().mean().item()
     return Advantages(adv.reshape(-1), mean, std, zero)
 
@@ -164,3 +170,17 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
         clip_frac = ((low | high).float() * mask).sum().item() / n
         kl = None if kl_tok is None else (kl_tok * mask).sum().item() / n
     return GrpoLoss(loss, kl, clip_frac, int(tokens.item()))
+
+
+def trained_rows(advantages: torch.Tensor, *, beta: float, skip_zero_advantage: bool) -> torch.Tensor:
+    """Bool [N]: the rows an update pass must run. advantages [N] -> [N].
+
+    With beta = 0 a row whose advantage is exactly 0 has a surrogate of exactly 0 for every
+    ratio (-min(r*0, clip(r)*0) = 0), so its loss term and its gradient are exactly 0: it is left
+    out (`skip_zero_advantage`) and the loss keeps the whole batch's normaliser (grpo_loss's
+    `num_tokens` / `num_seqs`), so loss and gradient equal the unskipped update's. With beta > 0
+    its KL term has a gradient: every row is kept.
+    """
+    if not skip_zero_advantage or beta > 0:
+        return torch.ones_like(advantages, dtype=torch.bool)
+    return advantages != 0  # [N] exact: group_advantages gives exactly 0 where a group's rewards are all equal

@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from race_cli import folder
 from race_cli.engine import checkpoint as ckpt_io
-from race_cli.engine.grpo import GrpoLoss, group_advantages, grpo_loss
+from race_cli.engine.grpo import GrpoLoss, group_advantages, grpo_loss, trained_rows
 from race_cli.engine.hf import enable_checkpointing
 from race_cli.engine.logprobs import completion_logprobs
 from race_cli.errors import RaceError
@@ -223,17 +223,28 @@ class Job:
         mu train steps and nothing more; the reference forward runs once (beta > 0). Rows are
         sorted by length before they are cut into micro-batches, and each micro-batch is cut to
         its own longest prompt and completion, so it runs no padding columns that only other
-        micro-batches need.
+        micro-batches need. With beta = 0, rows whose advantage is exactly 0 (groups of equal rewards) run
+        no pass (`grpo.skip_zero_advantage`; grpo.trained_rows): their gradient is exactly 0 and the loss
+        keeps the whole batch's normalisers, so loss and gradient are the full batch's; only the rows that
+        ran are charged (`rows` in the result). An iteration with no such row runs nothing.
         """
         import torch
 
         g, model, dev = self.cfg.grpo, self.policy.model, self.device
         seq = [p + c for p, c in zip(ro.prompt_lens, ro.completion_lens)]
         N, P = len(seq), ro.prompt_ids.size(1)
-        mb = min(self.micro_batch, N)
+        # the loss normalisers are the whole batch's (every row's completion tokens, every row), whichever rows run
+        total_tokens = float(ro.completion_mask.sum().item())
+        # rows whose gradient is exactly 0 (advantage 0, beta = 0) run no pass at all (grpo.trained_rows)
+        keep = trained_rows(advantages, beta=g.beta, skip_zero_advantage=g.skip_zero_advantage).tolist()
+        if not any(keep):  # every group uninformative: no pass, no optimizer step, no weight changes
+            self.scheduler_step()
+            return {"loss": 0.0, "clip_frac": 0.0, "kl": None, "flops": Flops(), "rows": 0}
         # rows in order of length (a stable sort: ties keep rollout order), so each micro-batch pads only to
         # rows like its own; the loss is a sum over rows, normalised by batch totals: the order changes rounding only
-        order = sorted(range(N), key=seq.__getitem__)
+        order = sorted((i for i in range(N) if keep[i]), key=seq.__getitem__)
+        n_rows = len(order)
+        mb = min(self.micro_batch, n_rows)  # micro-batches are cut after the filter
         perm = torch.tensor(order)
         seq = [seq[i] for i in order]
         plens, clens = [ro.prompt_lens[i] for i in order], [ro.completion_lens[i] for i in order]
@@ -242,10 +253,9 @@ class Job:
         ids = torch.cat([ro.prompt_ids[perm].to(dev), comp], dim=1)  # [N, P+C]
         attn = torch.cat([ro.prompt_mask[perm].to(dev), mask.long()], dim=1)  # [N, P+C]
         adv = advantages[perm].to(dev)  # [N]
-        chunks = [slice(s, min(N, s + mb)) for s in range(0, N, mb)]
+        chunks = [slice(s, min(n_rows, s + mb)) for s in range(0, n_rows, mb)]
         # per micro-batch: (rows, longest prompt p_s, longest completion c_s); columns P-p_s .. P+c_s-1 run
         cuts = [(s, max(plens[s]), max(max(clens[s]), 1)) for s in chunks]
-        total_tokens = float(mask.sum().item())
         arch, lora, T = self.policy.arch, self.policy.lora, self.cfg.rollout.temperature
 
         def logprobs(m: Any, s: slice, p_s: int, c_s: int, merge: bool = False):  # [n, c_s]
@@ -277,7 +287,7 @@ class Job:
                     old.append(logp.detach())
                 out: GrpoLoss = grpo_loss(logp, old[k], adv[s], mask[s, :c_s], clip_eps=g.clip_eps, beta=g.beta,
                                           ref_logp=None if ref is None else ref[k], loss_agg=g.loss_agg,
-                                          num_tokens=total_tokens, num_seqs=N)
+                                          num_tokens=total_tokens, num_seqs=N)  # whole-batch normalisers
                 if not torch.isfinite(out.loss):
                     raise NanLoss(f"the GRPO loss is {out.loss.item()} at iteration {self.iteration + 1}")
                 out.loss.backward()
@@ -295,10 +305,18 @@ class Job:
             losses.append(loss_sum)
             clips.append(clip_sum / max(total_tokens, 1.0))
             kls.append(kl_sum / max(total_tokens, 1.0))
-        self.scheduler.step()
+        self.scheduler_step()
         self.rollout.sync(model)
         return {"loss": sum(losses) / len(losses), "clip_frac": sum(clips) / len(clips),
-                "kl": (sum(kls) / len(kls)) if ref is not None else None, "flops": flops}
+                "kl": (sum(kls) / len(kls)) if ref is not None else None, "flops": flops, "rows": n_rows}
+
+    def scheduler_step(self) -> None:
+        """Advance the lr schedule one iteration (warm-up counts iterations, updated or not)."""
+        import warnings
+
+        with warnings.catch_warnings():  # an iteration with no update pass steps the schedule before any optimizer step
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
+            self.scheduler.step()
 
     def iterate(self, iteration: int, prompts: int | None = None) -> dict:
         """One GRPO iteration on the first `prompts` prompts of its batch (default all B); charges the
@@ -323,6 +341,8 @@ class Job:
         for phase, f in (("rollout", ro.flops), ("update", up["flops"]), ("reward", rr.flops)):
             led.add(phase, f, secs[phase])
         led.seconds["total"] += time.perf_counter() - t_start
+        led.rows["total"] += len(ro.completion_lens)
+        led.rows["trained"] += up["rows"]
         tp, tc = sum(ro.prompt_lens), sum(ro.completion_lens)
         led.tokens["prompt"] += tp
         led.tokens["completion"] += tc
@@ -332,6 +352,7 @@ class Job:
                 "train/reward_std": rewards.std(unbiased=False).item(), "train/frac_zero_std_groups": adv.frac_zero_std,
                 "train/kl": up["kl"], "train/clip_frac": up["clip_frac"], "train/loss": up["loss"],
                 "train/completion_len": tc / len(ro.completion_lens),
+                "train/trained_rows": up["rows"] / len(ro.completion_lens),
                 **{f"flops/{p}": cum[p] for p in PHASES}, "flops/total": sum(cum.values()),
                 **{f"time/{p}": secs[p] for p in PHASES}, "tokens/prompt": tp, "tokens/completion": tc}
 
@@ -359,6 +380,7 @@ class Job:
                 "targets": [t.name for t in self.targets],
                 "eval": dict(final["accuracy"]), "eval_initial": dict(first["accuracy"]),
                 "eval_items": final["items"], "eval_items_initial": first["items"], "shares": led.shares(),
+                "informative_share": led.informative_share(),
                 "planned_shares": shares(self.planned["flops"]),
                 "flops": flops | {"total": sum(flops.values())}, "seconds": secs}
 
@@ -386,7 +408,9 @@ class Job:
             ledger = ckpt_io.check_resume(
                 found, rows, budget=float(self.cfg.budget.flops), max_iterations=self.max_iterations,
                 prompts_per_iter=int(self.cfg.grpo.prompts_per_iter), group_size=int(self.cfg.grpo.group_size),
-                least_cost_per_prompt=lambda n: sum(f.model for f in self.spec.cost(1, prompt_len=n, completion_len=1).values()))
+                least_cost_per_prompt=lambda n: self.spec.cost(1, prompt_len=n, completion_len=1)["rollout"].model)
+            # the rollout only: zero-advantage rows skip the update (grpo.skip_zero_advantage), so an
+            # iteration of equal rewards charges no update FLOPs and the least a prompt costs is its sampling
         self.logger = make_logger(self.cfg.logger, self.job_dir, self.cfg_dict, job_id=self.job_id,
                                   resume_step=None if found is None else int(found.state["iteration"]))
         if found is not None:

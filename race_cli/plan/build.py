@@ -46,6 +46,8 @@ class PlannedJob:
     backend: str = "hf"  # the rollout backend assumed (budget.job_backend on this machine)
     budget: BudgetPlan | None = None  # T and the planned ledger (race_cli.cost.budget.solve)
     memory: Any = None  # memory.JobMemory: planned peak device bytes per phase, resolved micro-batch
+    wall: Any = None  # walltime.JobTime: planned wall seconds per part (race_cli/plan/wall.py)
+    gpus: int = 0  # GPUs the job runs on (0: a CPU worker)
 
     @property
     def iterations(self) -> int:
@@ -89,6 +91,9 @@ class PlannedJob:
             "share_feedback": share["feedback"],
             "p": share["p"],
             "budget_used": total / c["budget"]["flops"],
+            "informative_share": self.budget.spec.trained_share,
+            "planned_seconds": self.wall.total if self.wall else None,
+            "planned_gpu_hours": (self.wall.total * self.gpus / 3600) if self.wall and self.gpus else None,
             "tokens_prompt": pl["tokens"]["prompt"],
             "tokens_completion": pl["tokens"]["completion"],
             **memory_row(self.memory),
@@ -119,6 +124,14 @@ class Plan:
     axes: dict[str, list[str]]  # swept key -> values
     jobs: list[PlannedJob]
     capped: list[str] = field(default_factory=list)  # ids of jobs whose T budget.max_iterations cut
+    slots: int = 1  # jobs race run would run at once here (CPU workers or GPUs)
+    wall_source: str = ""  # where the wall-time rates come from
+
+    def grid_seconds(self) -> float:
+        """Planned wall seconds of the whole grid on `slots` (longest first, as the pool runs it)."""
+        from race_cli.cost.walltime import grid_seconds
+
+        return grid_seconds([j.wall.total for j in self.jobs if j.wall], self.slots)
 
     def rows(self) -> list[dict]:
         return [j.row() for j in self.jobs]
@@ -163,12 +176,17 @@ def _fixed_override(key: str, value: Any) -> str:
 
 
 def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool = False,
-               check_budget: bool = True, gpu_mem: int | None = None,
+               check_budget: bool = True, gpu_mem: int | None = None, rates: dict | None = None,
+               informative: dict | None = None,
                too_many: str = "Check the axes, or pass --yes to plan it anyway.") -> Plan:
     """Expand, compose, validate and budget-match every job; RaceError lists every problem.
 
     `gpu_mem` (bytes): resolve `grpo.micro_batch_size: auto` against it and refuse jobs whose
     planned peak does not fit (race_cli/cost/memory.py); None = plan memory without a limit.
+    `rates` (model -> walltime.Rates, plan/measured.sweep_rates): the throughput a finished sweep
+    measured, for the planned wall time (default: the measured CPU defaults, or the GPU kind's
+    assumptions). `informative` (plan/measured.sweep_informative): the measured share of rows the
+    update runs on, per regime or reward type, for jobs that leave grpo.expected_informative_share null.
     """
     from race_cli.cost.memory import plan_memory
 
@@ -217,6 +235,8 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
         job.job_id, job.axis_overrides = jid, combo
         job.backend = job_backend(job.config, on_gpu=machine.gpu_visible(job.config["device"]),
                                   vllm_installed=machine.vllm_installed())  # the job resolves it again where it runs
+        if informative:
+            apply_informative(job.config, informative)
         job.budget = plan_budget(job.config, job.backend)
         who = "This job" if jid == "job" else f"Job {jid}"
         try:
@@ -230,7 +250,25 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
             capped.append(jid)
     if short:
         raise RaceError(*short)
-    return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs, capped=capped)
+    from race_cli.plan.wall import plan_wall
+
+    slots, source = plan_wall(jobs, rates)
+    return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs, capped=capped,
+                slots=slots, wall_source=source)
+
+
+def apply_informative(config: dict, measured: dict) -> None:
+    """Set grpo.expected_informative_share from a sweep's measurement (its regime, else its reward type)
+    when the job leaves it null; an explicit value is kept."""
+    from race_cli.plan.measured import regime_key
+
+    g = config["grpo"]
+    if g.get("expected_informative_share") is not None:
+        return
+    key = regime_key(config["model"]["name"], reward_name(config), g["group_size"], g["updates_per_batch"])
+    value = measured.get(key, measured.get(("rule" if config["reward"]["type"] == "rule" else "prm",)))
+    if value is not None and value > 0:
+        g["expected_informative_share"] = round(float(value), 4)
 
 
 def _compose_jobs(fixed: list[str], combos: list[list[str]], groups: set[str]) -> tuple[list[PlannedJob], list[str]]:

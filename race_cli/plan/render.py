@@ -9,6 +9,7 @@ import sys
 from typing import Any, Sequence
 
 from race_cli.errors import RaceError
+from race_cli.cost.walltime import fmt_duration
 from race_cli.fmt import pct
 
 
@@ -49,7 +50,7 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
     cols += [(k, "right") for k in swept]
     cols += [("budget", "right"), ("T", "right"), ("planned", "right"), ("used", "right"), ("search", "right"),
              ("learning", "right"), ("feedback", "right"), ("p", "right"), ("tokens", "right"),
-             ("peak mem", "right"), ("mb", "right")]
+             ("peak mem", "right"), ("mb", "right"), ("inf.", "right"), ("wall", "right")]
     for name, justify in cols:
         table.add_column(name, justify=justify, no_wrap=name in ("job id", "peak mem"))
     for job, r in zip(plan.jobs, rows):
@@ -59,7 +60,8 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
                       pct(r["budget_used"]),
                       pct(r["share_search"]), pct(r["share_learning"]), pct(r["share_feedback"]),
                       f"{r['p']:.2f}", fmt_flops(r["tokens_prompt"] + r["tokens_completion"]),
-                      _peak(r), f"{r.get('micro_batch_size', '')}{'+ckpt' if r.get('grad_checkpointing') else ''}")
+                      _peak(r), f"{r.get('micro_batch_size', '')}{'+ckpt' if r.get('grad_checkpointing') else ''}",
+                      f"{r['informative_share']:.2f}", fmt_duration(r.get("planned_seconds")))
     total = sum(r["planned_flops_total"] for r in rows)
     budget = sum(r["budget_flops"] for r in rows)
     tokens = sum(r["tokens_prompt"] + r["tokens_completion"] for r in rows)
@@ -69,8 +71,23 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
                   pct(sum(r["planned_flops_rollout"] for r in rows) / total),
                   pct(sum(r["planned_flops_update"] for r in rows) / total),
                   pct(sum(r["planned_flops_reward"] for r in rows) / total), "", fmt_flops(tokens),
-                  _peak(max(rows, key=lambda r: r.get("planned_peak_bytes", 0))), "")
-    Console(file=out, width=max(160, Console(file=out).width)).print(table)
+                  _peak(max(rows, key=lambda r: r.get("planned_peak_bytes", 0))), "", "",
+                  fmt_duration(sum(r.get("planned_seconds") or 0.0 for r in rows)))
+    console = Console(file=out, width=max(180, Console(file=out).width))
+    console.print(table)
+    console.print(wall_line(plan), highlight=False)
+
+
+def wall_line(plan: Any) -> str:
+    """'planned wall time: 7m12s on 2 CPU workers (...)': the grid's, as race run would schedule it here."""
+    rows = plan.rows()
+    gpu_hours = sum(r.get("planned_gpu_hours") or 0.0 for r in rows)
+    where = f"{plan.slots} GPU(s)" if gpu_hours else f"{plan.slots} CPU worker(s)"
+    text = (f"planned wall time: {fmt_duration(plan.grid_seconds())} for the grid on {where}, longest job first "
+            f"({fmt_duration(sum(r.get('planned_seconds') or 0.0 for r in rows))} of job time"
+            + (f", {gpu_hours:.3g} GPU-hours" if gpu_hours else "") + f"); rates {plan.wall_source}. "
+            "inf. = planned share of rows the update runs on (zero-advantage rows are skipped).")
+    return text
 
 
 def _iterations(row: dict) -> str:

@@ -2,7 +2,9 @@
 
 Both read the same `Progress`: job counts by state, FLOPs spent against planned (a running job's
 spend is the `flops/total` of the last line of its metrics.jsonl), elapsed time, and an estimate
-of the time left = FLOPs still to spend / FLOP rate of this session so far.
+of the time left: the plan's wall-time model (plan.json `planned_seconds`, race_cli/cost/walltime.py)
+over what is left, corrected by how fast this session's finished jobs ran against it (FLOPs still
+to spend / this session's FLOP rate when the plan has no planned seconds).
 
     display = make_display(progress, live=None)   # None: rich when stdout is a terminal
     display.event("started", job_id, status); display.tick(running); display.close()
@@ -48,6 +50,9 @@ class Progress:
     started_at: dict[str, float] = field(default_factory=dict)  # job_id -> time.monotonic()
     t0: float = field(default_factory=time.monotonic)
     spent0: float = 0.0  # FLOPs already spent when this session began
+    planned_seconds: dict[str, float] = field(default_factory=dict)  # job_id -> plan.json planned_seconds
+    slots: int = 1  # jobs running at once
+    took: dict[str, float] = field(default_factory=dict)  # job_id -> wall seconds, jobs finished this session
 
     def __post_init__(self) -> None:
         for j in self.states:
@@ -75,13 +80,32 @@ class Progress:
         return time.monotonic() - self.t0
 
     def eta(self) -> float | None:
-        """Seconds left at this session's FLOP rate (None before any FLOP was spent)."""
+        """Seconds left: the planned wall time (race_cli/cost/walltime.py, the model race plan prints) of
+        what is left to run, scheduled over the slots, scaled by measured / planned seconds of the jobs this
+        session finished. Without planned seconds: FLOPs left at this session's FLOP rate."""
+        if self.planned_seconds and all(j in self.planned_seconds for j in self.planned):
+            return self._planned_eta()
         rate = (self.total_spent() - self.spent0) / max(self.elapsed(), 1e-9)
         left = sum(max(0.0, p - self.spent.get(j, 0.0)) for j, p in self.planned.items()
                    if self.states.get(j) not in ("done", "failed"))
         if left <= 0:
             return 0.0
         return left / rate if rate > 0 else None
+
+    def _planned_eta(self) -> float:
+        from race_cli.cost.walltime import time_left
+
+        left = []
+        for j, secs in self.planned_seconds.items():
+            state = self.states.get(j)
+            if state in ("done", "failed"):
+                continue
+            planned = self.planned.get(j) or 0.0
+            done = min(1.0, self.spent.get(j, 0.0) / planned) if planned > 0 else 0.0
+            left.append(secs * (1.0 - done))
+        pairs = [(t, self.planned_seconds[j]) for j, t in self.took.items() if self.planned_seconds.get(j)]
+        speed = sum(t for t, _ in pairs) / sum(p for _, p in pairs) if pairs else 1.0
+        return time_left(left, self.slots, speed)
 
     def apply(self, kind: str, job_id: str, info: dict[str, Any]) -> None:
         self.states[job_id] = kind if kind in st.STATES else self.states.get(job_id, "pending")
@@ -91,6 +115,8 @@ class Progress:
             self.started_at[job_id] = time.monotonic()
         else:
             self.read_spent(job_id)
+            if kind == "done" and isinstance(info.get("seconds"), (int, float)):
+                self.took[job_id] = float(info["seconds"])
 
     def summary_line(self) -> str:
         c = self.counts()

@@ -214,8 +214,10 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
                  else f"{len(slots)} CPU worker(s), {slots[0].env['OMP_NUM_THREADS']} thread(s) each")
         say(f"running {len(todo)} job(s) on {where}; {counts['done']} already done"
             + (f", {skipped_failed} failed left alone (--retry-failed reruns them)" if skipped_failed else ""))
+        seconds = {j: float(r["planned_seconds"]) for j, r in rows.items()
+                   if isinstance(r.get("planned_seconds"), (int, float))}
         progress = Progress(sweep, planned={j: float(r.get("planned_flops_total") or 0.0) for j, r in rows.items()},
-                            states=dict(states))
+                            states=dict(states), planned_seconds=seconds, slots=len(slots))
         display = make_display(progress, live=live)
         pool = LocalPool(sweep, todo, slots, plan_rows=rows, job_command=job_command, display=display,
                          grace_s=grace_s)

@@ -305,7 +305,8 @@ def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, lev
     cols["method"] = np.full(n_reg, method, dtype=object)
     cols["noise"] = np.full(n_reg, seeds_note, dtype=object)
     cols["seed_noise"] = np.full(n_reg, noise.has_seed_noise)
-    for c in ["p", "share_search", "share_learning", "share_feedback", "budget_spent", "flops_total"]:
+    for c in ["p", "share_search", "share_learning", "share_feedback", "budget_spent", "flops_total",
+              "informative_share"]:
         if c in jobs:
             cols[c] = mean_of(jobs[c].to_numpy(float))
     if "share_search" in cols and "share_learning" in cols:  # comparable across reward systems

@@ -73,16 +73,17 @@ def ranking_rows(g: pd.DataFrame) -> list[list[str]]:
                      "yes" if r["tied_best"] else "no", _f(r.get("p", np.nan)),
                      _f(r.get("p_policy", np.nan)),
                      " / ".join(pct(r.get(f"share_{n}", np.nan), 0) for n in ["search", "learning", "feedback"]),
+                     _f(r.get("informative_share", np.nan), 2),
                      pct(r.get("budget_spent", np.nan), 0), str(r["n_seeds"])])
     return rows
 
 
 RANK_HEAD = ["rank", "regime", "final [95% CI]", "start", "gain [95% CI]", "> start", "best share",
-             "≈ best", "p", "policy split", "search / learning / feedback", "budget spent", "seeds"]
+             "≈ best", "p", "policy split", "search / learning / feedback", "informative", "budget spent", "seeds"]
 NARROW = 120  # a console narrower than this (a pipe is 80) gets NARROW_HEAD; the files have all
 NARROW_HEAD = ["rank", "regime", "final ± 95%", "gain ± 95%", "> start", "≈ best"]
-NARROW_NOTE = ("Narrow console: start, best share, p, policy split, shares, budget spent and seeds are "
-               "in summary.md and ranking.csv.")
+NARROW_NOTE = ("Narrow console: start, best share, p, policy split, shares, informative share, budget spent "
+               "and seeds are in summary.md and ranking.csv.")
 
 
 def _pm(v: Any, lo: Any, hi: Any, signed: bool = False) -> str:

@@ -337,6 +337,8 @@ def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[s
         row[f"eval_initial/{k}"] = float(v) if v is not None else np.nan
     for k, v in (s.get("seconds") or {}).items():
         row[f"seconds_{k}"] = v
+    share = s.get("informative_share")  # rows the update ran on / rows sampled (absent before the skip)
+    row["informative_share"] = float(share) if isinstance(share, (int, float)) and not isinstance(share, bool) else np.nan
     row["_knobs"] = list((s.get("knobs") or {}).keys())
     row["_targets"] = [str(t) for t in (s.get("targets") or [])]
     items = {("final", t): v for t, v in _item_block(s.get("eval_items"), "eval_items").items()}

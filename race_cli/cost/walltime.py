@@ -1,0 +1,206 @@
+"""Planned wall time of a job and of a grid, from per-phase throughput. Pure (no torch, no files).
+
+    rates = cpu_rates("tiny-s")                         # measured defaults (CPU_RATES), or calibrate(...)
+    t = job_seconds(planned_flops, rates, iterations=T, eval_every=100)   # JobTime: seconds per phase
+    grid_seconds([t.total for t in times], slots=2)     # the pool's longest-first schedule over its slots
+
+A job's wall time is its setup (process start, model load, files: `overhead_s`), each budgeted
+phase's planned model FLOPs divided by that phase's achieved FLOP/s, and its evaluation points
+(start, every eval.every iterations, end) at a measured cost each. The FLOP/s are what a ledger
+records (`actual.flops` / `actual.seconds`, docs/files.md), so a finished sweep calibrates them
+(`calibrate`, `race plan --calibrate-from SWEEP`).
+
+CPU defaults (CPU_RATES) were measured on the default grid (conf/grid/tiny.yaml) with the update
+skipping zero-advantage rows, one thread per job, two workers on two cores; the ledger's wall
+seconds were scaled to an idle machine by the run's CPU seconds / wall seconds (the machine was
+shared): see docs/design.md "Planned wall time". GPU figures are stated assumptions per GPU kind
+(GPU_KINDS): the update and the reward model run at an assumed share of the matmul peak; the
+rollout is memory-bound, each decode step reading the weights once at an assumed share of the
+memory bandwidth, for the longest completion of the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+PHASES = ("rollout", "update", "reward")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Achieved throughput of one model's job on one kind of machine."""
+
+    flops_per_s: Mapping[str, float]  # phase -> model-convention FLOP/s (rollout, update, reward)
+    eval_s: float  # seconds per evaluation point (every target)
+    overhead_s: float  # per job: start, imports, model load, checkpoints and files (wall - phases - eval)
+    source: str  # where the figures come from (shown with the estimate)
+
+
+# Measured on the default grid (see the module docstring): model-convention FLOP/s per phase, seconds per
+# evaluation point (arithmetic + arithmetic-hard, 200 items x 4 samples each), setup seconds per job. The run
+# (2026-12-01, 24 jobs, 2 workers x 1 thread, load average 8 on 2 cores) had its ledgers' wall seconds scaled by
+# its CPU seconds / job wall seconds = 926 s / 2805 s = 0.330: what each job got of a core, so these are the
+# figures of an idle 2-core machine (`race plan --calibrate-from` uses a sweep's own, unscaled).
+IDLE_SCALE = 0.330
+CPU_RATES: dict[str, Rates] = {
+    "tiny-s": Rates({"rollout": 1.11e10, "update": 2.68e10, "reward": 2.43e10}, eval_s=0.98, overhead_s=2.7,
+                    source="measured defaults (idle 2 cores)"),
+    "tiny-m": Rates({"rollout": 1.86e10, "update": 3.91e10, "reward": 2.40e10}, eval_s=2.06, overhead_s=1.3,
+                    source="measured defaults (idle 2 cores)"),
+}
+
+
+@dataclass(frozen=True)
+class GpuKind:
+    """Stated assumptions for one GPU kind (datasheet peaks, assumed achieved shares)."""
+
+    name: str
+    bf16_flops: float  # dense bf16 matmul peak, FLOP/s
+    hbm_bytes_per_s: float  # memory bandwidth, bytes/s
+    matmul_share: float = 0.35  # achieved share of the peak in the update and the reward forward (an assumption)
+    bandwidth_share: float = 0.6  # achieved share of the bandwidth in a decode step (an assumption)
+    eval_s: float = 30.0  # seconds per evaluation point (an assumption: vLLM, a few hundred items)
+    overhead_s: float = 120.0  # per job: model load, vLLM start (an assumption)
+
+
+GPU_KINDS: dict[str, GpuKind] = {
+    "A100": GpuKind("A100", bf16_flops=312e12, hbm_bytes_per_s=2.0e12),
+    "H100": GpuKind("H100", bf16_flops=989e12, hbm_bytes_per_s=3.35e12),
+    "H200": GpuKind("H200", bf16_flops=989e12, hbm_bytes_per_s=4.8e12),
+    "L40S": GpuKind("L40S", bf16_flops=362e12, hbm_bytes_per_s=0.86e12),
+    "A10": GpuKind("A10", bf16_flops=125e12, hbm_bytes_per_s=0.6e12),
+}
+
+
+def gpu_kind(name: str | None) -> GpuKind | None:
+    """The GpuKind whose name appears in a device name such as 'NVIDIA H100 80GB HBM3' (None: not known)."""
+    if not name:
+        return None
+    upper = name.upper()
+    for key in sorted(GPU_KINDS, key=len, reverse=True):
+        if key in upper:
+            return GPU_KINDS[key]
+    return None
+
+
+def cpu_rates(model: str) -> Rates:
+    """The measured CPU figures of `model`; a model not measured gets the largest measured one's, marked assumed."""
+    if model in CPU_RATES:
+        return CPU_RATES[model]
+    base = CPU_RATES["tiny-m"]
+    return Rates(base.flops_per_s, base.eval_s, base.overhead_s, source=f"assumed: {model} not measured, tiny-m's rates")
+
+
+def gpu_rates(kind: GpuKind, *, weight_bytes: float, decode_steps: float, rollout_flops: float) -> Rates:
+    """GPU rates of one job's iteration: the update and reward at `matmul_share` of the peak; the rollout as
+    `decode_steps` memory-bound steps of `weight_bytes` each (the batch decodes together), or its matmuls at
+    the peak share, whichever is slower; expressed as the FLOP/s that makes `rollout_flops` take that long."""
+    matmul = kind.bf16_flops * kind.matmul_share
+    step_s = weight_bytes / (kind.hbm_bytes_per_s * kind.bandwidth_share)
+    rollout_s = max(decode_steps * step_s, rollout_flops / matmul)
+    rollout = rollout_flops / rollout_s if rollout_s > 0 else matmul
+    return Rates({"rollout": rollout, "update": matmul, "reward": matmul}, eval_s=kind.eval_s,
+                 overhead_s=kind.overhead_s, source=f"assumed: {kind.name}, {kind.matmul_share:.0%} of matmul peak, "
+                                                    f"decode at {kind.bandwidth_share:.0%} of memory bandwidth")
+
+
+def eval_points(iterations: int, every: int) -> int:
+    """Evaluations a job of T iterations runs: at the start, every `every` iterations and at the end."""
+    if iterations <= 0:
+        return 1
+    every = max(1, int(every))
+    return 1 + iterations // every + (0 if iterations % every == 0 else 1)
+
+
+@dataclass(frozen=True)
+class JobTime:
+    """Planned wall seconds of one job, per part."""
+
+    phases: Mapping[str, float]  # rollout, update, reward
+    eval: float
+    overhead: float
+    source: str
+
+    @property
+    def total(self) -> float:
+        return sum(self.phases.values()) + self.eval + self.overhead
+
+
+def job_seconds(planned_flops: Mapping[str, float], rates: Rates, *, iterations: int, eval_every: int) -> JobTime:
+    """Planned wall seconds of a job whose planned model FLOPs per phase are `planned_flops`."""
+    phases = {}
+    for p in PHASES:
+        f = float(planned_flops.get(p) or 0.0)
+        r = float(rates.flops_per_s.get(p) or 0.0)
+        phases[p] = f / r if f > 0 and r > 0 else 0.0
+    return JobTime(phases, rates.eval_s * eval_points(iterations, eval_every), rates.overhead_s, rates.source)
+
+
+def grid_seconds(job_totals: Sequence[float], slots: int) -> float:
+    """Wall seconds of the grid on `slots` parallel slots, jobs handed out longest first (the pool's order,
+    pool/local.longest_first): each goes to the slot that frees first."""
+    free = [0.0] * max(1, int(slots))
+    for t in sorted(job_totals, reverse=True):
+        i = min(range(len(free)), key=free.__getitem__)
+        free[i] += t
+    return max(free) if job_totals else 0.0
+
+
+def time_left(remaining: Sequence[float], slots: int, speed: float = 1.0) -> float:
+    """Seconds until the grid is done: `remaining` holds each unfinished job's planned seconds still to run
+    (a running job: planned minus what it has run, at least 0), scheduled longest first over `slots`;
+    `speed` = measured / planned seconds of the jobs finished so far (1 before any)."""
+    return grid_seconds([max(0.0, v) * speed for v in remaining], slots)
+
+
+# --- calibration from a finished sweep ----------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    """Sums over the finished jobs of one model: FLOPs and seconds per phase, evaluation, setup."""
+
+    flops: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in PHASES})
+    seconds: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in PHASES})
+    eval_seconds: float = 0.0
+    eval_runs: int = 0
+    overhead_seconds: float = 0.0
+    jobs: int = 0
+
+    def add(self, ledger: Mapping, wall_seconds: float | None) -> None:
+        """One finished job: its ledger.json and its wall seconds (status started -> finished), if known."""
+        act, ev = ledger["actual"], ledger.get("eval") or {}
+        for p in PHASES:
+            self.flops[p] += float(act["flops"].get(p) or 0.0)
+            self.seconds[p] += float(act["seconds"].get(p) or 0.0)
+        self.eval_seconds += float(ev.get("seconds") or 0.0)
+        self.eval_runs += int(ev.get("runs") or 0)
+        if wall_seconds is not None:
+            ran = float(act["seconds"].get("total") or 0.0) + float(ev.get("seconds") or 0.0)
+            self.overhead_seconds += max(0.0, wall_seconds - ran)
+        self.jobs += 1
+
+    def rates(self, fallback: Rates, source: str) -> Rates:
+        """Rates from these sums; a phase with no FLOPs measured keeps the fallback's figure."""
+        fps = {p: (self.flops[p] / self.seconds[p] if self.flops[p] > 0 and self.seconds[p] > 0
+                   else fallback.flops_per_s[p]) for p in PHASES}
+        eval_s = self.eval_seconds / self.eval_runs if self.eval_runs else fallback.eval_s
+        overhead = self.overhead_seconds / self.jobs if self.jobs else fallback.overhead_s
+        return Rates(fps, eval_s=eval_s, overhead_s=overhead, source=source)
+
+
+def calibrate(measured: Mapping[str, Measured], fallback, source: str) -> dict[str, Rates]:
+    """Per model: the rates a sweep measured (`fallback(model)` for phases it did not measure)."""
+    return {m: meas.rates(fallback(m), f"{source} ({meas.jobs} jobs)") for m, meas in measured.items() if meas.jobs}
+
+
+def fmt_duration(s: float | None) -> str:
+    """90 -> '1m30s', 5400 -> '1h30m', None/NaN -> '?'."""
+    if s is None or not math.isfinite(s):
+        return "?"
+    s = int(round(s))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")

@@ -1,0 +1,57 @@
+"""The planned wall time of every job of a plan, and how many run at once (race_cli/cost/walltime.py).
+
+    slots, source = plan_wall(plan.jobs, rates=None)   # sets job.wall (walltime.JobTime) and job.gpus
+
+CPU jobs use the measured CPU rates of their model (walltime.CPU_RATES) unless `rates` (a finished
+sweep's, plan/measured.sweep_rates) has that model; they run on one single-thread worker per core,
+at most one per job (the pool's rule, pool/local.default_workers). GPU jobs use the stated
+assumptions of the GPU kind nvidia-smi names (walltime.GPU_KINDS; H100 when it names none known),
+one job per visible GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from race_cli import machine
+from race_cli.cost import walltime
+from race_cli.cost.flops import Arch
+
+
+def cpu_workers(cores: int, n_jobs: int) -> int:
+    """race run's default CPU workers: one single-thread worker per core, no more than jobs
+    (pool/local.default_workers; tests/test_walltime.py checks they agree)."""
+    return max(1, min(cores, n_jobs))
+
+
+def _weight_bytes(cfg: dict) -> float:
+    """Bytes one decode step reads: every weight of the policy in bf16 (2 bytes)."""
+    a = Arch.from_config(cfg["model"]["arch"])
+    return 2.0 * (a.n_body + 2 * a.n_head)  # layers, embedding and head
+
+
+def plan_wall(jobs: Sequence, rates: dict | None = None) -> tuple[int, str]:
+    """Set each job's planned wall time; returns (slots, where the rates come from)."""
+    on_gpu = [machine.gpu_visible(j.config["device"]) for j in jobs]
+    kind = None
+    if any(on_gpu):
+        kind = walltime.gpu_kind(machine.gpu_name()) or walltime.GPU_KINDS["H100"]
+    sources = set()
+    for job, gpu in zip(jobs, on_gpu):
+        c, b = job.config, job.budget
+        model = c["model"]["name"]
+        if rates and model in rates:
+            r = rates[model]
+        elif gpu:
+            per = b.per_iteration["rollout"].model if b.per_iteration else 0.0
+            r = walltime.gpu_rates(kind, weight_bytes=_weight_bytes(c), decode_steps=float(c["rollout"]["max_new_tokens"]),
+                                   rollout_flops=per)
+        else:
+            r = walltime.cpu_rates(model)
+        planned = {p: f.model for p, f in b.flops().items()}
+        job.wall = walltime.job_seconds(planned, r, iterations=b.iterations, eval_every=int(c["eval"]["every"]))
+        job.gpus = 1 if gpu else 0
+        sources.add(r.source)
+    n_gpu = sum(on_gpu)
+    slots = max(1, len(machine.visible_gpus())) if n_gpu else cpu_workers(machine.cpu_cores(), len(jobs))
+    return slots, "; ".join(sorted(sources))
