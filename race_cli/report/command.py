@@ -132,6 +132,9 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
     reg_cols = regime_columns(data.jobs[ranked], data.knob_cols, by)
     jobs = label_jobs(data.jobs, by, reg_cols)
     jobs["ranked"] = ranked
+    from race_cli.report import frontier as F
+
+    front = F.frontier_report(sweep_dirs, data, targets, by, bootstrap, seed, maximize)
 
     # --- write (plots into a temp folder first, then moved in: nothing half-written)
     out_dir = Path(out) if out is not None else folder.report_dir(sweep_dirs[0])
@@ -143,19 +146,27 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
         tmp = Path(tempfile.mkdtemp(dir=out_dir, prefix=".plots."))
         try:
             figs = write_plots(tmp, jobs, ranking, rec, fits, data.curves, targets, reg_cols, by)
+            if len(front["table"]):
+                figs += F.write_plots(tmp, front["table"], front["best"])
             for f in figs:
                 os.replace(tmp / f, out_dir / f)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     from race_cli.report.plots import PLOT_NAMES  # module top imports no matplotlib
 
-    for stale in set(PLOT_NAMES) - set(figs):  # a figure from an earlier report would mislead
+    for stale in (set(PLOT_NAMES) | set(F.PLOTS)) - set(figs):  # a figure from an earlier report would mislead
         (out_dir / stale).unlink(missing_ok=True)
+    sections = F.markdown_section(front["best"], front["sentences"]) if len(front["best"]) else []
     md = render.markdown_summary(jobs, ranked, ranking, rec, moves, totals, targets, maximize,
-                                 bootstrap, figs, diffs)
-    doc = render.to_json(jobs, ranking, rec, fits, moves, totals, targets, diffs)
+                                 bootstrap, figs, diffs, sections)
+    doc = render.to_json(jobs, ranking, rec, fits, moves, totals, targets, diffs,
+                         extra={"budget_frontier": front["best"], "budget_frontier_notes": front["sentences"]})
     texts = {"runs.csv": jobs.to_csv(index=False), "ranking.csv": ranking.to_csv(index=False),
              "recommendations.csv": rec.to_csv(index=False), "report.json": doc, "summary.md": md}
+    if len(front["table"]):
+        texts["frontier.csv"] = front["table"].to_csv(index=False)
+    else:  # one from an earlier report would mislead
+        (out_dir / "frontier.csv").unlink(missing_ok=True)
     for name, text in texts.items():
         atomic_write_text(out_dir / name, text)
     files = list(texts) + figs
@@ -167,6 +178,8 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
             console = Console()
         render.print_report(console, jobs, ranked, ranking, rec, moves, totals, targets, maximize, diffs)
+        if len(front["best"]):
+            F.print_section(console, front["best"], front["sentences"])
         console.print(f"Wrote {', '.join(files)} to {out_dir}")
     else:
         sys.stdout.write({"csv": texts["ranking.csv"], "json": doc, "markdown": md}[fmt])
@@ -177,7 +190,7 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
     validation = report_validation(sweep_dirs, data, out_dir, fmt, console, bootstrap, seed)
     files += validation["files"] if validation else []
-    return {"out_dir": out_dir, "files": files, "ranking": ranking, "recommendations": rec,
+    return {"out_dir": out_dir, "files": files, "ranking": ranking, "recommendations": rec, "frontier": front,
             "fits": fits, "jobs": jobs, "targets": targets, "target_differences": diffs, "validation": validation}
 
 
