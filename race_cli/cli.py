@@ -225,6 +225,9 @@ def report(
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the PNG plots."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the confidence intervals."),
     seed: int = typer.Option(0, help="Seed of the bootstrap."),
+    at_budget: Optional[str] = typer.Option(None, "--at-budget", help="Predict every regime's score and the "
+                                            "ranking at this budget from its compute curve: FLOPs (2.4e12) or a "
+                                            "multiple of each condition's budget (3x)."),
 ) -> None:
     """Rank the compute-allocation regimes of finished sweeps, with intervals, fits and plots.
 
@@ -233,7 +236,7 @@ def report(
     from race_cli.report.command import report as report_main
 
     raise typer.Exit(report_main(list(sweep_dirs), target=target, by=by or None, fmt=fmt.value, out=out,
-                                 plots=plots, bootstrap=bootstrap, seed=seed))
+                                 plots=plots, bootstrap=bootstrap, seed=seed, at_budget=at_budget))
 
 
 @app.command()

@@ -189,3 +189,134 @@ def predict_at(cc: ConditionCurves, x: float, maximize: bool = True, level: floa
                          "c_mid": [f.c_mid for f in cc.fits], "b": [f.b for f in cc.fits],
                          "r0": [f.r0 for f in cc.fits], "rmse": [f.rmse for f in cc.fits]}
                         ).sort_values(["rank", "regime"], kind="stable").reset_index(drop=True)
+
+
+# --- the report: every condition's regimes at a budget X ---------------------------------------------
+
+
+def parse_at_budget(text: str) -> tuple[float, bool]:
+    """'3e12' -> (3e12, False): FLOPs; '3x' -> (3.0, True): 3 × each condition's own budget."""
+    from race_cli.errors import RaceError
+
+    s = str(text).strip().lower().replace("×", "x")
+    rel = s.endswith("x")
+    try:
+        v = float(s[:-1] if rel else s)
+    except ValueError:
+        v = float("nan")
+    if not math.isfinite(v) or v <= 0:
+        raise RaceError(f"--at-budget {text!r} is not a budget. Expected FLOPs per job (e.g. 2.4e12) or a multiple "
+                        "of each condition's budget (e.g. 3x).")
+    return v, rel
+
+
+def condition_inputs(jobs: pd.DataFrame, data, cps, target: str, reg_cols: list[str]):
+    """One condition's arrays for fit_condition: (codes [J], regime labels, compute [J, F], scores [J, F, n],
+    start [n], fractions), or None when the jobs lack per-item checkpoints on a common item set."""
+    from race_cli.report.frontier import sweep_at
+    from race_cli.report.rank import _item_matrix, _start_matrix, label
+
+    keys = list(zip(jobs["sweep"], jobs["job_id"]))
+    fracs = [f for f in cps.fractions if f > 0]
+    mats, comp, columns = [], [], None
+    for f in fracs:
+        d = sweep_at(data, cps, f)
+        m, _, cols = _item_matrix(keys, target, d.items)
+        if m is None:
+            continue
+        if columns is not None and cols[0] != columns[0]:
+            return None
+        columns = cols
+        mats.append(m)
+        comp.append(d.jobs.set_index(["sweep", "job_id"]).loc[keys, "flops_at"].to_numpy(float))
+    if len(mats) < 3 or columns is None:
+        return None
+    start = _start_matrix(keys, target, data.items_initial, columns)
+    if start is None:
+        return None
+    if reg_cols:
+        codes, uniq = pd.factorize(pd.MultiIndex.from_frame(jobs[reg_cols].astype(object)))
+        names = [label(dict(zip(reg_cols, u))) for u in uniq]
+    else:
+        codes, names = np.zeros(len(jobs), dtype=int), [label({})]
+    return (np.asarray(codes), names, np.stack(comp, axis=1), np.stack(mats, axis=1), start.mean(axis=0),
+            fracs)
+
+
+def predictions(data, cps, targets: list[str], by: list[str], at: float, relative: bool,
+                n_boot: int = CURVE_DRAWS, seed: int = 0, maximize: dict[str, bool] | None = None,
+                ) -> pd.DataFrame:
+    """Every condition's regimes predicted at budget `at` (FLOPs, or × the condition's budget when
+    relative): predict_at's columns plus condition, target, `warning` beyond MAX_EXTRAPOLATION."""
+    from race_cli.report.rank import condition_label, rankable, regime_columns
+
+    parts = []
+    for k, t in enumerate(targets):
+        jobs = data.jobs[rankable(data.jobs, t)]
+        reg_cols = regime_columns(jobs, data.knob_cols, by)
+        groups = jobs.groupby(by, dropna=False, sort=True) if by else [((), jobs)]
+        for i, (key, g) in enumerate(groups):
+            key = key if isinstance(key, tuple) else (key,)
+            cond = dict(zip(by, key))
+            inp = condition_inputs(g, data, cps, t, reg_cols)
+            if inp is None:
+                continue
+            codes, names, comp, scores, start, _ = inp
+            lo, hi = (0.0, 1.0) if np.nanmin(scores) >= 0 and np.nanmax(scores) <= 1 else (-np.inf, np.inf)
+            cc = fit_condition(codes, names, comp, scores, start, n_boot=n_boot, seed=seed + 100 * k + i, lo=lo, hi=hi)
+            x = at * float(cond.get("budget_flops", np.nan)) if relative else at
+            p = predict_at(cc, x, (maximize or {}).get(t, True))
+            p.insert(0, "condition", condition_label(cond | {"target": t}))
+            p.insert(1, "target", t)
+            far = p["extrapolation"] > MAX_EXTRAPOLATION
+            p["warning"] = np.where(far, [f"{e:.1f}x beyond the largest compute observed (the curves were "
+                                          f"measured to cover the truth up to {MAX_EXTRAPOLATION:g}x)"
+                                          for e in p["extrapolation"]], "")
+            parts.append(p)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+PRED_HEAD = ["rank", "regime", "predicted [95% CI]", "≈ best", "best share", "× observed", "A", "C_mid", "B"]
+
+
+def prediction_rows(g: pd.DataFrame) -> list[list[str]]:
+    return [[str(r.rank) + (" ★" if r.is_best else ""), r.regime, f"{r.predicted:.3f} [{r.pred_lo:.3f}, {r.pred_hi:.3f}]",
+             "yes" if r.tied_best else "no", f"{r.p_best:.2f}", f"{r.extrapolation:.2f}" + (" ⚠" if r.warning else ""),
+             f"{r.a:.3f}", f"{r.c_mid:.3g}", f"{r.b:.2f}"] for r in g.itertuples()]
+
+
+PRED_INTRO = ("Each regime's compute curve R(C) = R0 + (A − R0)/(1 + (C_mid/C)^B), fitted to its equal-FLOP "
+              "checkpoints (R0 the condition's start), predicts its score at the budget; intervals from "
+              "{n} refits on draws that resample items and add seed noise. ≈ best: the gap to the predicted "
+              "best is not distinguishable from zero (Bonferroni over pairs). × observed: the budget over the "
+              "largest compute measured; ⚠ beyond {k:g}x, where the intervals' measured coverage falls "
+              "(benchmarks/bench_curve.py).")
+
+
+def markdown_section(pred: pd.DataFrame, n_boot: int) -> list[str]:
+    from race_cli.report.render import md_table
+
+    out = [f"## Predicted at {pred['budget'].iloc[0]:.3g} FLOPs (compute curves)", "",
+           PRED_INTRO.format(n=n_boot, k=MAX_EXTRAPOLATION), ""]
+    for cond, g in pred.groupby("condition", sort=False):
+        out += [f"#### {cond}", "", md_table(PRED_HEAD, prediction_rows(g)), ""]
+        if g["warning"].astype(bool).any():
+            out += [f"*Extrapolation: {g['warning'][g['warning'].astype(bool)].iloc[0]}.*", ""]
+    return out
+
+
+def print_section(console, pred: pd.DataFrame, n_boot: int) -> None:
+    from rich.table import Table
+
+    console.rule(f"[bold]predicted at {pred['budget'].iloc[0]:.3g} FLOPs")
+    console.print(PRED_INTRO.format(n=n_boot, k=MAX_EXTRAPOLATION), highlight=False)
+    for cond, g in pred.groupby("condition", sort=False):
+        t = Table(title=f"{cond} at {g['budget'].iloc[0]:.3g} FLOPs", title_justify="left")
+        for h in PRED_HEAD:
+            t.add_column(h, justify="left" if h == "regime" else "right", overflow="fold")
+        for row in prediction_rows(g):
+            t.add_row(*row)
+        console.print(t)
+        if g["warning"].astype(bool).any():
+            console.print(f"[bold yellow]warning:[/] extrapolation "
+                          f"{g['warning'][g['warning'].astype(bool)].iloc[0]}", highlight=False)

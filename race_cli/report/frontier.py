@@ -171,21 +171,36 @@ def _fmt_flops(v: float) -> str:
 
 def winner_changes(fr: pd.DataFrame) -> list[str]:
     """Sentences for the budgets at which the best regime changes beyond noise (see the module
-    docstring); a change within noise is not stated."""
+    docstring); a change within noise is not stated.
+
+    Walking up the budgets, the standing winner W is the best at the budgets A since the last
+    stated change; at a later budget b with another best W_b, the change is stated when W is not
+    ≈ best at b and W_b was not ≈ best at some a in A (the latest such a is quoted); W_b then
+    stands. A change through budgets where the two tie is stated between budgets where each led
+    clearly, or not at all."""
     out = []
     for cond, g in fr.groupby("condition", sort=False):
-        fracs = sorted(g["fraction"].unique())
-        for a, b in zip(fracs, fracs[1:]):
-            ga, gb = g[g["fraction"] == a].set_index("regime"), g[g["fraction"] == b].set_index("regime")
-            wa, wb = ga.index[ga["is_best"].astype(bool)][0], gb.index[gb["is_best"].astype(bool)][0]
-            if wa == wb or wb not in ga.index or wa not in gb.index:
+        by_f = {f: gf.set_index("regime") for f, gf in g.groupby("fraction", sort=True)}
+        fracs = sorted(by_f)
+        win = {f: by_f[f].index[by_f[f]["is_best"].astype(bool)][0] for f in fracs}
+        standing, since = win[fracs[0]], [fracs[0]]
+        for b in fracs[1:]:
+            wb = win[b]
+            if wb == standing:
+                since.append(b)
                 continue
-            if not bool(ga.loc[wb, "tied_best"]) and not bool(gb.loc[wa, "tied_best"]):
-                ca = ga["budget_at"].iloc[0] if "budget_at" in ga else np.nan
-                cb = gb["budget_at"].iloc[0] if "budget_at" in gb else np.nan
-                out.append(f"{cond}: the best regime changes from {wa} (best at {a:g}·C = {_fmt_flops(ca)} FLOPs) "
-                           f"to {wb} (best at {b:g}·C = {_fmt_flops(cb)} FLOPs); each is distinguishably worse "
-                           f"than the best at the other budget (familywise 5%).")
+            if standing not in by_f[b].index or bool(by_f[b].loc[standing, "tied_best"]):
+                continue
+            clear = [a for a in since if wb in by_f[a].index and not bool(by_f[a].loc[wb, "tied_best"])]
+            if not clear:
+                continue
+            a = clear[-1]
+            ca = by_f[a]["budget_at"].iloc[0] if "budget_at" in by_f[a] else np.nan
+            cb = by_f[b]["budget_at"].iloc[0] if "budget_at" in by_f[b] else np.nan
+            out.append(f"{cond}: the best regime changes from {standing} (best at {a:g}·C = {_fmt_flops(ca)} "
+                       f"FLOPs) to {wb} (best at {b:g}·C = {_fmt_flops(cb)} FLOPs); each is distinguishably "
+                       f"worse than the best at the other budget (familywise 5%).")
+            standing, since = wb, [b]
     return out
 
 
