@@ -56,6 +56,9 @@ def plan(
                                           "micro_batch_size=auto picks the largest micro-batch that fits, and a job "
                                           "that cannot fit is refused (exit 2). Default: the detected GPU "
                                           "(nvidia-smi), else no limit."),
+    seed_sd: Optional[str] = typer.Option(None, "--seed-sd", help="Seed spread for the power table: a number "
+                                          "(0.02) or an earlier sweep whose report measured it (default 0.02, "
+                                          "the default grid's measured spread)."),
 ) -> None:
     """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split and peak memory.
 
@@ -71,12 +74,19 @@ def plan(
         if max_jobs < 1:
             raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
         device_bytes = parse_size(gpu_mem) if gpu_mem is not None else machine.gpu_total_bytes()
+        from race_cli.plan.power import seed_sd_from
+
+        sd = seed_sd_from(seed_sd)
         p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes)
         if out is not None:
             written = write_sweep(p, out)
     except RaceError as exc:
         _fail(exc)
     print_plan(p, fmt.value)
+    from race_cli.plan.power import plan_power, print_power
+    from race_cli.plan.walltime_eval import eval_share_line
+
+    print_power(plan_power(p.jobs, sd[0]), sd[1], eval_share_line(p.jobs))
     from race_cli.plan.build import SEED_WARNING, one_seed_regimes
 
     if (n_one := one_seed_regimes(p.jobs)):
