@@ -365,6 +365,14 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
                 f"validation of pilot {pilot} ({what}, "
                 f"seeds {seed_list[0]}..{seed_list[-1]})"}, axes=axes, jobs=flat)
 
+    # the compute curves' prediction at the validation budget, beside the endpoint ranking (report/predicted.py)
+    from race_cli.report.predicted import curve_predictions_for_validation
+
+    curves, why_not = curve_predictions_for_validation(pilot, target, budget, scale)
+    if why_not:
+        notes.append(why_not)
+    for entry in conditions:
+        entry["curve_prediction"] = curves.get(entry["condition"])
     by_regime = {(pk.condition, pk.regime): pk for pk in picks}
     for entry in conditions:
         for v in entry["validated"]:
