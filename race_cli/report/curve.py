@@ -212,6 +212,17 @@ def parse_at_budget(text: str) -> tuple[float, bool]:
     return v, rel
 
 
+def degenerate_warning(a: float, b: float, lo: float, hi: float) -> str:
+    """'' unless the fit ran into a bound (steepness B at 0.3 or 5, asymptote A at the score's limit):
+    then the checkpoints do not identify the curve and its prediction (and interval) mean nothing."""
+    at = [n for n, hit in (("B", b <= B_RANGE[0] + 1e-6 or b >= B_RANGE[1] - 1e-6),
+                            ("A", np.isfinite(lo) and a <= lo + 1e-6 or np.isfinite(hi) and a >= hi - 1e-6)) if hit]
+    if not at:
+        return ""
+    return (f"the fit ran into the bound of {' and '.join(at)}: the checkpoints do not identify this curve "
+            "(too few or too noisy points); do not use its prediction")
+
+
 def extrapolation_warning(factor: float, bent: bool) -> str:
     """'' when the prediction at `factor` x the observed compute is within what bench_curve.py measured
     to cover the truth in >= 90% of pilots; else why not."""
@@ -282,7 +293,8 @@ def predictions(data, cps, targets: list[str], by: list[str], at: float, relativ
             p = predict_at(cc, x, (maximize or {}).get(t, True))
             p.insert(0, "condition", condition_label(cond | {"target": t}))
             p.insert(1, "target", t)
-            p["warning"] = [extrapolation_warning(e, c_mid <= x / e) for e, c_mid in zip(p["extrapolation"], p["c_mid"])]
+            p["warning"] = [degenerate_warning(a, b, lo, hi) or extrapolation_warning(e, c_mid <= x / e)
+                            for e, c_mid, a, b in zip(p["extrapolation"], p["c_mid"], p["a"], p["b"])]
             parts.append(p)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
@@ -311,8 +323,8 @@ def markdown_section(pred: pd.DataFrame, n_boot: int) -> list[str]:
            PRED_INTRO.format(n=n_boot, k=MAX_EXTRAPOLATION), ""]
     for cond, g in pred.groupby("condition", sort=False):
         out += [f"#### {cond}", "", md_table(PRED_HEAD, prediction_rows(g)), ""]
-        if g["warning"].astype(bool).any():
-            out += [f"*Extrapolation: {g['warning'][g['warning'].astype(bool)].iloc[0]}.*", ""]
+        out += [f"- ⚠ {', '.join(gw['regime'])}: {w}." for w, gw in g[g["warning"].astype(bool)].groupby("warning")]
+        out += [""]
     return out
 
 
@@ -328,6 +340,5 @@ def print_section(console, pred: pd.DataFrame, n_boot: int) -> None:
         for row in prediction_rows(g):
             t.add_row(*row)
         console.print(t)
-        if g["warning"].astype(bool).any():
-            console.print(f"[bold yellow]warning:[/] extrapolation "
-                          f"{g['warning'][g['warning'].astype(bool)].iloc[0]}", highlight=False)
+        for w, gw in g[g["warning"].astype(bool)].groupby("warning"):
+            console.print(f"[bold yellow]warning[/] ({', '.join(gw['regime'])}): {w}", highlight=False)
