@@ -211,12 +211,14 @@ def stable_sentence(fr: pd.DataFrame, changes: list[str]) -> list[str]:
     for cond, g in fr.groupby("condition", sort=False):
         if cond in changed:
             continue
-        winners = list(dict.fromkeys(g.loc[g["is_best"].astype(bool), "regime"]))
-        if len(winners) == 1:
-            out.append(f"{cond}: {winners[0]} is the best regime at every checkpoint budget.")
+        best = g[g["is_best"].astype(bool)].sort_values("fraction")
+        seq = [r for i, r in enumerate(best["regime"]) if i == 0 or r != best["regime"].iloc[i - 1]]
+        if len(seq) == 1:
+            out.append(f"{cond}: {seq[0]} is the best regime at every checkpoint budget.")
         else:
-            out.append(f"{cond}: the point-best regime moves ({' → '.join(winners)}), but no change is beyond "
-                       "noise: at each step the new and the old best are ≈ best at one of the two budgets.")
+            path = " → ".join(f"{r} ({f:g}·C)" for r, f in zip(best["regime"], best["fraction"]))
+            out.append(f"{cond}: the point-best regime moves ({path}), but no change is beyond noise: each "
+                       "new best was ≈ best where the old one led, or the old one ≈ best where the new one leads.")
     return out
 
 
