@@ -63,6 +63,9 @@ def plan(
                                                     "plan each job's update on the share of rows its jobs really "
                                                     "updated on (per regime, else per reward type), where "
                                                     "grpo.expected_informative_share is null."),
+    seed_sd: Optional[str] = typer.Option(None, "--seed-sd", help="Seed spread for the power table: a number "
+                                          "(0.02) or an earlier sweep whose report measured it (default 0.02, "
+                                          "the default grid's measured spread)."),
 ) -> None:
     """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split, peak memory and wall time.
 
@@ -82,6 +85,9 @@ def plan(
 
         rates = sweep_rates(calibrate_from) if calibrate_from is not None else None
         informative = sweep_informative(informative_from) if informative_from is not None else None
+        from race_cli.plan.power import seed_sd_from
+
+        sd = seed_sd_from(seed_sd)
         p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes, rates=rates,
                        informative=informative)
         if out is not None:
@@ -89,6 +95,10 @@ def plan(
     except RaceError as exc:
         _fail(exc)
     print_plan(p, fmt.value)
+    from race_cli.plan.power import plan_power, print_power
+    from race_cli.plan.walltime_eval import eval_share_line
+
+    print_power(plan_power(p.jobs, sd[0]), sd[1], eval_share_line(p.jobs))
     from race_cli.plan.build import SEED_WARNING, one_seed_regimes
 
     if (n_one := one_seed_regimes(p.jobs)):
@@ -241,6 +251,9 @@ def report(
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the PNG plots."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the confidence intervals."),
     seed: int = typer.Option(0, help="Seed of the bootstrap."),
+    at_budget: Optional[str] = typer.Option(None, "--at-budget", help="Predict every regime's score and the "
+                                            "ranking at this budget from its compute curve: FLOPs (2.4e12) or a "
+                                            "multiple of each condition's budget (3x)."),
 ) -> None:
     """Rank the compute-allocation regimes of finished sweeps, with intervals, fits and plots.
 
@@ -249,7 +262,7 @@ def report(
     from race_cli.report.command import report as report_main
 
     raise typer.Exit(report_main(list(sweep_dirs), target=target, by=by or None, fmt=fmt.value, out=out,
-                                 plots=plots, bootstrap=bootstrap, seed=seed))
+                                 plots=plots, bootstrap=bootstrap, seed=seed, at_budget=at_budget))
 
 
 @app.command()

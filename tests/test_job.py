@@ -102,9 +102,12 @@ def test_job_writes_the_documented_files(model_dir, tmp_path):
     rows = read_jsonl(job / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
     assert rows[0] == {"iteration": 0, "flops/rollout": 0.0, "flops/update": 0.0, "flops/reward": 0.0,
-                       "flops/total": 0.0, "eval/arithmetic/accuracy": rows[0]["eval/arithmetic/accuracy"]}
-    assert set(rows[1]) == METRIC_KEYS and set(rows[2]) == METRIC_KEYS | {"eval/arithmetic/accuracy"}
-    assert set(rows[3]) == METRIC_KEYS | {"eval/arithmetic/accuracy"}  # the final evaluation
+                       "flops/total": 0.0, "budget/fraction": 0.0, "budget/eval_at": 0.0,
+                       "eval/arithmetic/accuracy": rows[0]["eval/arithmetic/accuracy"]}
+    evaluated = METRIC_KEYS | {"eval/arithmetic/accuracy", "budget/fraction"}
+    assert set(rows[1]) == METRIC_KEYS and set(rows[2]) == evaluated  # eval.every = 2
+    # the final evaluation; the iteration cap stopped the job far from its budget: no fraction 1
+    assert set(rows[3]) == evaluated
     assert rows[1]["train/kl"] is None  # beta = 0: no reference forward, nothing to report
     assert rows[1]["tokens/prompt"] > 0 and rows[1]["tokens/completion"] <= 2 * 4 * 3
     assert any(r["train/reward_std"] > 0 for r in rows[1:])  # the task gives this policy a signal
@@ -233,6 +236,50 @@ def test_stops_cleanly_before_the_iteration_that_would_overrun(model_dir, tmp_pa
     assert job.prompts_that_fit(job.iteration + 1) == 0
     act = read_json(tmp_path / "job" / "ledger.json")["actual"]
     assert act["iterations"] <= act["prompts"] <= 2 * act["iterations"]  # B = 2 prompts, or 1 in a smaller one
+
+
+def test_evaluates_at_the_first_iteration_boundary_at_or_past_each_budget_fraction(model_dir, tmp_path):
+    from race_cli.config.compose import compose
+    from race_cli.engine.job import Job
+
+    probe = Job(compose(overrides(model_dir)), tmp_path / "probe", [])
+    probe.setup()
+    budget = 10 * probe.worst_case(1)  # real iterations cost less than the worst case: 10 or more of them
+    ov = overrides(model_dir, **{"budget.flops": budget, "budget.max_iterations": 100, "eval.every": "null",
+                                 "eval.at": "[0,0.25,0.5,0.75,1]"})
+    job = Job(compose(ov), tmp_path / "job", ov, log=lambda m: None)
+    assert job.run() == 0
+    rows = read_jsonl(tmp_path / "job" / "metrics.jsonl")
+    summary = read_json(tmp_path / "job" / "summary.json")
+    assert summary["stop_reason"] == "budget" and len(rows) - 1 >= 10
+    spent = [r["flops/total"] for r in rows]  # cumulative, index = iteration
+    points = summary["eval_points"]
+    assert [p["at"] for p in points] == [[0.0], [0.25], [0.5], [0.75], [1.0]]
+    for p in points[1:-1]:  # the first boundary at or past f·C: this iteration reached it, the one before did not
+        f, i = p["at"][0], p["iteration"]
+        assert spent[i] >= f * budget > spent[i - 1]
+        assert p["flops"] == spent[i] and p["fraction"] == pytest.approx(spent[i] / budget)
+    assert points[-1]["iteration"] == len(rows) - 1  # the end: the budget was spent
+    # metrics.jsonl: an evaluation on exactly those lines, each with the fraction it stands for
+    assert [r["iteration"] for r in rows if "eval/arithmetic/accuracy" in r] == [p["iteration"] for p in points]
+    assert [r.get("budget/eval_at") for r in rows if "eval/arithmetic/accuracy" in r] == [0, 0.25, 0.5, 0.75, 1]
+    for p in points:
+        line = rows[p["iteration"]]
+        assert p["accuracy"]["arithmetic"] == line["eval/arithmetic/accuracy"]
+        assert sum(p["items"]["arithmetic"]["scores"]) / 8 == p["accuracy"]["arithmetic"]
+    assert summary["eval"] == points[-1]["accuracy"] and summary["eval_initial"] == points[0]["accuracy"]
+    assert read_json(tmp_path / "job" / "ledger.json")["eval"]["runs"] == 5
+
+
+def test_due_fractions_take_each_fraction_once_at_or_past_its_spend():
+    from race_cli.engine.job import due_fractions
+
+    at = [0, 0.125, 0.25, 0.5, 1]
+    assert due_fractions(at, set(), 0.1e12, 1e12) == []  # 0.1 < 0.125: nothing yet
+    assert due_fractions(at, set(), 0.125e12, 1e12) == [0.125]  # exactly at f·C counts ("at or past")
+    assert due_fractions(at, {0.125}, 0.3e12, 1e12) == [0.25]  # already covered fractions are not taken again
+    assert due_fractions(at, set(), 0.6e12, 1e12) == [0.125, 0.25, 0.5]  # one big iteration covers three
+    assert due_fractions(at, set(), 1e12, 1e12) == [0.125, 0.25, 0.5]  # 0 and 1 are the start and the end
 
 
 def test_budget_smaller_than_one_iteration_is_refused(model_dir, tmp_path):

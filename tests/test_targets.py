@@ -99,7 +99,7 @@ def test_unknown_target_and_bad_caps_are_refused_at_compose():
 def test_eval_and_logger_keys_are_typed_with_defaults():
     cfg = _cfg()
     assert OmegaConf.to_container(cfg.eval) == {
-        "every": 10, "greedy": True, "batch_size": 200, "targets": [], "samples": 1, "temperature": None,
+        "at": [0.0, 0.125, 0.25, 0.5, 0.75, 1.0], "every": None, "greedy": True, "batch_size": 200, "targets": [], "samples": 1, "temperature": None,
         "max_items": None, "max_items_by_target": {}, "max_new_tokens": None}
     assert cfg.logger == "none"
     for bad, key in (("eval.samples=0", "eval.samples"), ("logger=mlflow", "logger"),

@@ -179,9 +179,10 @@ def test_default_selection_is_the_pilot_best_plus_the_control(pilot):
                                                                          ("G=16 μ=1", "control")]
     assert {j.config["budget"]["flops"] for j in plan.jobs} == {3e12}
     assert {j.config["seed"] for j in plan.jobs} == {3}
-    # evaluation: the validated target only, at the pilot's fractions of the run (default every 10, budget x3)
+    # evaluation: the validated target only, at the pilot's budget fractions (eval.at; no eval.every)
     assert {tuple(j.config["eval"]["targets"]) for j in plan.jobs} == {("arithmetic",)}
-    assert {j.config["eval"]["every"] for j in plan.jobs} == {30}
+    assert {j.config["eval"]["every"] for j in plan.jobs} == {None}
+    assert {tuple(j.config["eval"]["at"]) for j in plan.jobs} == {(0.0, 0.125, 0.25, 0.5, 0.75, 1.0)}
 
 
 def test_validation_evaluates_the_validated_target_at_the_pilots_fractions_of_the_run():
@@ -192,8 +193,9 @@ def test_validation_evaluates_the_validated_target_at_the_pilots_fractions_of_th
     # the default grid at --scale 3: evaluations every 300 iterations instead of 100, one target
     assert validation_eval(pilot, "arithmetic-hard", 3.0) == ["lora.enabled=false", "model=tiny-s",
                                                                "eval.targets=[arithmetic-hard]", "eval.every=300"]
-    # no eval.every in the pilot's overrides: the schema default (10), scaled and rounded up
-    assert validation_eval(["model=tiny-s"], "gsm8k", 2.5)[-1] == "eval.every=25"
+    # no eval.every in the pilot's overrides: none in the validation (eval.at's fractions need no scaling)
+    assert validation_eval(["model=tiny-s", "eval.at=[0,0.5,1]"], "gsm8k", 2.5) == [
+        "model=tiny-s", "eval.at=[0,0.5,1]", "eval.targets=[gsm8k]"]
     assert validation_eval(["eval.every=7"], "gsm8k", 0.5)[-1] == "eval.every=4"
 
 

@@ -15,6 +15,9 @@ def test_eval_points_start_every_and_end():
     assert W.eval_points(947, 100) == 11  # 0, 100, ..., 900 (10), and the end at 947
     assert W.eval_points(200, 100) == 3  # 0, 100, 200: the end is an every-point
     assert W.eval_points(5, 100) == 2  # start and end
+    assert W.eval_points(947, None, [0, 0.25, 0.5, 0.75, 1]) == 5  # eval.at alone: its distinct fractions
+    assert W.eval_points(947, None, [0.5]) == 3  # the start and the end are always evaluated
+    assert W.eval_points(200, 100, [0.5]) == 4  # 0, 0.5·C, 1·C, and the every-point at 100 (counted apart)
 
 
 def test_job_seconds_adds_phases_eval_and_setup():

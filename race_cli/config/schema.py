@@ -135,7 +135,8 @@ class BudgetConf:
 
 @dataclass
 class EvalConf:
-    every: int = 10  # evaluate every K iterations (and at start and end); never charged to the budget
+    at: list[float] = field(default_factory=lambda: [0.0, 0.125, 0.25, 0.5, 0.75, 1.0])  # budget fractions: evaluate at the first iteration boundary at or past each (0 = start, 1 = end; both always run); never charged to the budget
+    every: Optional[int] = None  # also evaluate every K iterations; null = only at eval.at (the grids use eval.at)
     greedy: bool = True  # with samples = 1: greedy decoding; false = one sample at the eval temperature
     batch_size: int = 200  # prompts per generate call
     targets: list[str] = field(default_factory=list)  # arithmetic | arithmetic-hard | gsm8k | math500 | a jsonl label; [] = the task's own
@@ -293,7 +294,12 @@ def validate(cfg: Any) -> list[str]:
 
     problems.extend(target_problems(cfg))
     need("task.prompt_tokens", _get(cfg, "task.prompt_tokens") > 0, "a positive mean prompt length")
-    need("eval.every", _get(cfg, "eval.every") >= 1, "an integer >= 1")
+    every = _get(cfg, "eval.every")
+    need("eval.every", every is None or every >= 1, "an integer >= 1, or null (evaluate only at eval.at)")
+    at = _get(cfg, "eval.at")
+    need("eval.at", at is not None and all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f <= 1
+                                           for f in at),
+         "a list of budget fractions in [0, 1], e.g. [0, 0.25, 0.5, 0.75, 1]")
     need("checkpoint.every", _get(cfg, "checkpoint.every") >= 1, "an integer >= 1")
     for key, most in UPPER.items():
         value = _get(cfg, key)

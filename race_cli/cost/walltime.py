@@ -106,12 +106,15 @@ def gpu_rates(kind: GpuKind, *, weight_bytes: float, decode_steps: float, rollou
                                                     f"decode at {kind.bandwidth_share:.0%} of memory bandwidth")
 
 
-def eval_points(iterations: int, every: int) -> int:
-    """Evaluations a job of T iterations runs: at the start, every `every` iterations and at the end."""
-    if iterations <= 0:
-        return 1
+def eval_points(iterations: int, every: int | None = None, at: Sequence[float] = ()) -> int:
+    """Evaluations a job of T iterations runs: at the start and the end, at each distinct budget
+    fraction of eval.at, and every `every` iterations when eval.every is set (an every-point that
+    falls on a fraction is counted twice: an upper bound by at most a few points)."""
+    points = len({float(f) for f in at} | {0.0, 1.0})
+    if not every or iterations <= 0:
+        return points
     every = max(1, int(every))
-    return 1 + iterations // every + (0 if iterations % every == 0 else 1)
+    return points + iterations // every - (1 if iterations % every == 0 else 0)  # inside points; the end is counted
 
 
 @dataclass(frozen=True)
@@ -128,14 +131,15 @@ class JobTime:
         return sum(self.phases.values()) + self.eval + self.overhead
 
 
-def job_seconds(planned_flops: Mapping[str, float], rates: Rates, *, iterations: int, eval_every: int) -> JobTime:
+def job_seconds(planned_flops: Mapping[str, float], rates: Rates, *, iterations: int, eval_every: int | None = None,
+                eval_at: Sequence[float] = ()) -> JobTime:
     """Planned wall seconds of a job whose planned model FLOPs per phase are `planned_flops`."""
     phases = {}
     for p in PHASES:
         f = float(planned_flops.get(p) or 0.0)
         r = float(rates.flops_per_s.get(p) or 0.0)
         phases[p] = f / r if f > 0 and r > 0 else 0.0
-    return JobTime(phases, rates.eval_s * eval_points(iterations, eval_every), rates.overhead_s, rates.source)
+    return JobTime(phases, rates.eval_s * eval_points(iterations, eval_every, eval_at), rates.overhead_s, rates.source)
 
 
 def grid_seconds(job_totals: Sequence[float], slots: int) -> float:

@@ -9,10 +9,13 @@ shapes that ran. Before every iteration the job takes the most prompts (<= B) wh
 (their real lengths, max_new_tokens completions) fits what is left of budget.flops, so the
 last iterations may be smaller; it stops cleanly (stop_reason "budget") when not one prompt
 fits, or after budget.max_iterations ("iterations"). The planned ledger is race_cli.cost.budget's,
-the same as `race plan`'s. Held-out evaluation runs at the start, every eval.every iterations
-and at the end, on every target of eval.targets (race_cli/tasks/targets.py: each with its items,
-prompt convention and grader); it has its own ledger entry, per target, and is never charged to
-the budget.
+the same as `race plan`'s. Held-out evaluation runs at the budget fractions of eval.at: at the
+start, at the first iteration boundary at or past each fraction f (FLOPs spent >= f·C) and at the
+end, so every regime of a sweep is scored at the same spend (plus every eval.every iterations when
+that is set); it runs on every target of eval.targets (race_cli/tasks/targets.py: each with its
+items, prompt convention and grader), has its own ledger entry, per target, and is never charged
+to the budget. Each evaluation point (fractions covered, iteration, FLOPs spent, per-item scores)
+is kept in summary.json's `eval_points`.
 
 Files (docs/files.md): status.json, metrics.jsonl (one line per iteration, iteration 0 = the
 initial evaluation), ledger.json, summary.json, adapter/, checkpoint/ (see checkpoint.py); with
@@ -55,6 +58,24 @@ def _now() -> str:
     import datetime as dt
 
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def due_fractions(at: list[float], covered: set[float], spent: float, budget: float) -> list[float]:
+    """The fractions of eval.at (start and end excluded) that `spent` FLOPs have reached and no
+    evaluation has covered yet, smallest first: the evaluation after this iteration stands for them.
+
+    >>> due_fractions([0, 0.25, 0.5, 1], set(), 0.3e12, 1e12)
+    [0.25]
+    """
+    return sorted(f for f in set(float(x) for x in at) if 0 < f < 1 and f not in covered
+                  and spent >= f * budget * (1 - 1e-12))
+
+
+def eval_point(at: list[float], iteration: int, spent: float, budget: float, ev: dict) -> dict:
+    """One entry of summary.json's eval_points: the fractions it stands for, where it was taken, scores."""
+    return {"at": sorted(at), "iteration": iteration, "flops": float(spent),
+            "fraction": float(spent) / budget if budget else None,
+            "accuracy": dict(ev["accuracy"]), "items": ev["items"]}
 
 
 @contextmanager
@@ -379,7 +400,8 @@ class Job:
                 "seed": c.seed, "overrides": self.overrides,
                 "targets": [t.name for t in self.targets],
                 "eval": dict(final["accuracy"]), "eval_initial": dict(first["accuracy"]),
-                "eval_items": final["items"], "eval_items_initial": first["items"], "shares": led.shares(),
+                "eval_items": final["items"], "eval_items_initial": first["items"],
+                "eval_points": self.state.get("eval_points", []), "shares": led.shares(),
                 "informative_share": led.informative_share(),
                 "planned_shares": shares(self.planned["flops"]),
                 "flops": flops | {"total": sum(flops.values())}, "seconds": secs}
@@ -427,9 +449,10 @@ class Job:
         if self.metrics_path.exists():
             self.metrics_path.unlink()
         ev = self.evaluate()
-        self.state = {"eval_initial": ev, "eval_last": ev}
+        budget = float(self.cfg.budget.flops)
+        self.state = {"eval_initial": ev, "eval_last": ev, "eval_points": [eval_point([0.0], 0, 0.0, budget, ev)]}
         self.write_metrics({"iteration": 0, **{f"flops/{p}": 0.0 for p in PHASES}, "flops/total": 0.0,
-                            **self.eval_metrics(ev)})
+                            "budget/fraction": 0.0, "budget/eval_at": 0.0, **self.eval_metrics(ev)})
         self.log("initial eval: " + ", ".join(f"{t.name} {ev['accuracy'][t.name]:.3f} on {len(t.items)} items"
                                              for t in self.targets))
 
@@ -465,10 +488,19 @@ class Job:
             self.iteration = i
             prompts = self.prompts_that_fit(i + 1)
             last = prompts == 0
-            if i % c.eval.every == 0 or last:
+            points = self.state.setdefault("eval_points", [])
+            covered = {f for pt in points for f in pt["at"]}
+            due = due_fractions(list(c.eval.at), covered, self.spent(), budget)
+            if last and i < self.max_iterations:  # the budget is spent (not the iteration cap): fraction 1
+                due.append(1.0)
+            if due or last or (c.eval.every and i % c.eval.every == 0):
                 ev = self.evaluate()
                 self.state["eval_last"] = ev
+                points.append(eval_point(due, i, self.spent(), budget, ev))
                 line.update(self.eval_metrics(ev))
+                line["budget/fraction"] = self.spent() / budget
+                if due:
+                    line["budget/eval_at"] = max(due)
             self.write_metrics(line)
             checkpoint = i % c.checkpoint.every == 0 or last
             # atomic every iteration, durable (fsync) at checkpoints: a resume cuts metrics back to the

@@ -161,7 +161,8 @@ def choose_regimes(ranking: list[dict], rec: dict, top: int | None, tied: bool =
 
 def validation_eval(overrides: list[str], target: str, factor: float) -> list[str]:
     """The pilot job's overrides with evaluation narrowed to the validated target, at the same
-    fractions of the run: eval.every scaled by the budget factor (start and end always run)."""
+    fractions of the run: eval.at's budget fractions as they are, eval.every (when set) scaled by the
+    budget factor (start and end always run)."""
     from race_cli.config.schema import EvalConf
 
     every = EvalConf().every
@@ -172,7 +173,10 @@ def validation_eval(overrides: list[str], target: str, factor: float) -> list[st
             every = int(float(value)) if re.fullmatch(r"\s*\d+(\.\d*)?\s*", value) else every
         elif key not in ("eval.targets", "eval.max_items_by_target"):
             kept.append(o)
-    return kept + [f"eval.targets=[{target}]", f"eval.every={max(1, math.ceil(every * factor))}"]
+    out = kept + [f"eval.targets=[{target}]"]
+    if every is not None:  # eval.at (budget fractions, kept as given) needs no scaling
+        out.append(f"eval.every={max(1, math.ceil(every * factor))}")
+    return out
 
 
 def predicted_order(ranking: list[dict], jobs: list[dict], target: str) -> list[dict]:
@@ -361,6 +365,14 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
                 f"validation of pilot {pilot} ({what}, "
                 f"seeds {seed_list[0]}..{seed_list[-1]})"}, axes=axes, jobs=flat)
 
+    # the compute curves' prediction at the validation budget, beside the endpoint ranking (report/predicted.py)
+    from race_cli.report.predicted import curve_predictions_for_validation
+
+    curves, why_not = curve_predictions_for_validation(pilot, target, budget, scale)
+    if why_not:
+        notes.append(why_not)
+    for entry in conditions:
+        entry["curve_prediction"] = curves.get(entry["condition"])
     by_regime = {(pk.condition, pk.regime): pk for pk in picks}
     for entry in conditions:
         for v in entry["validated"]:

@@ -49,7 +49,8 @@ def plan_wall(jobs: Sequence, rates: dict | None = None) -> tuple[int, str]:
         else:
             r = walltime.cpu_rates(model)
         planned = {p: f.model for p, f in b.flops().items()}
-        job.wall = walltime.job_seconds(planned, r, iterations=b.iterations, eval_every=int(c["eval"]["every"]))
+        job.wall = walltime.job_seconds(planned, r, iterations=b.iterations, eval_every=c["eval"].get("every"),
+                                        eval_at=c["eval"].get("at") or ())
         job.gpus = 1 if gpu else 0
         sources.add(r.source)
     n_gpu = sum(on_gpu)

@@ -102,10 +102,12 @@ def _targets_to_rank(jobs, target: str | None, targets: list[str]) -> list[str]:
 
 def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | None = None,
                fmt: str = "table", out: Path | None = None, plots: bool = True,
-               bootstrap: int = 1000, seed: int = 0, console=None) -> dict:
+               bootstrap: int = 1000, seed: int = 0, console=None, at_budget: str | None = None) -> dict:
     """Do the report; raise RaceError on bad input (before anything is written).
 
     target: one evaluation target to rank, or None for every target the jobs recorded.
+    at_budget: predict every regime at this budget from its compute curve ('3e12' FLOPs or '3x' the
+    condition's budget; report/curve.py), written to predictions.csv and shown in a section.
     Returns {"out_dir", "files", "ranking", "recommendations", "fits", "jobs", "targets",
     "target_differences"}; `ranking` and `recommendations` carry a `target` column.
     """
@@ -118,6 +120,10 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
     sweep_dirs = [Path(d) for d in sweep_dirs]
     _validate_args(sweep_dirs, target, fmt, bootstrap)
+    if at_budget is not None:
+        from race_cli.report.curve import parse_at_budget
+
+        at = parse_at_budget(at_budget)
     data = read_sweeps(sweep_dirs)
     by = list(CONDITION_COLS) if not by else [c.strip() for b in by for c in b.split(",") if c.strip()]
     _check_by(data.jobs, by, data.knob_cols)
@@ -142,6 +148,19 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
     reg_cols = regime_columns(data.jobs[ranked], data.knob_cols, by)
     jobs = label_jobs(data.jobs, by, reg_cols)
     jobs["ranked"] = ranked
+    from race_cli.report import frontier as F
+
+    front = F.frontier_report(sweep_dirs, data, targets, by, bootstrap, seed, maximize)
+    pred = None
+    if at_budget is not None:
+        from race_cli.report import curve as CV
+
+        pred = CV.predictions(data, front["checkpoints"], targets, by, *at, seed=seed, maximize=maximize)
+        if not len(pred):
+            raise RaceError(f"--at-budget {at_budget}: no condition has per-item scores at three or more "
+                            "checkpoint budgets to fit a compute curve to.",
+                            "Expected jobs run with eval.at (e.g. [0, 0.25, 0.5, 0.75, 1]); rerun the pilot "
+                            "with it, or report without --at-budget.")
 
     # --- write (plots into a temp folder first, then moved in: nothing half-written)
     out_dir = Path(out) if out is not None else folder.report_dir(sweep_dirs[0])
@@ -155,19 +174,32 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
         tmp = Path(tempfile.mkdtemp(dir=out_dir, prefix=".plots."))
         try:
             figs = write_plots(tmp, jobs, ranking, rec, fits, data.curves, targets, reg_cols, by)
+            if len(front["table"]):
+                figs += F.write_plots(tmp, front["table"], front["best"])
             for f in figs:
                 os.replace(tmp / f, out_dir / f)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     from race_cli.report.plots import PLOT_NAMES  # module top imports no matplotlib
 
-    for stale in set(PLOT_NAMES) - set(figs):  # a figure from an earlier report would mislead
+    for stale in (set(PLOT_NAMES) | set(F.PLOTS)) - set(figs):  # a figure from an earlier report would mislead
         (out_dir / stale).unlink(missing_ok=True)
+    sections = F.markdown_section(front["best"], front["sentences"]) if len(front["best"]) else []
+    if pred is not None:
+        sections += CV.markdown_section(pred, CV.CURVE_DRAWS)
     md = render.markdown_summary(jobs, ranked, ranking, rec, moves, totals, targets, maximize,
-                                 bootstrap, figs, diffs)
-    doc = render.to_json(jobs, ranking, rec, fits, moves, totals, targets, diffs)
+                                 bootstrap, figs, diffs, sections)
+    doc = render.to_json(jobs, ranking, rec, fits, moves, totals, targets, diffs,
+                         extra={"budget_frontier": front["best"], "budget_frontier_notes": front["sentences"]}
+                         | ({"predictions": pred} if pred is not None else {}))
     texts = {"runs.csv": jobs.to_csv(index=False), "ranking.csv": ranking.to_csv(index=False),
              "recommendations.csv": rec.to_csv(index=False), "report.json": doc, "summary.md": md}
+    if len(front["table"]):
+        texts["frontier.csv"] = front["table"].to_csv(index=False)
+    else:  # one from an earlier report would mislead
+        (out_dir / "frontier.csv").unlink(missing_ok=True)
+    if pred is not None:
+        texts["predictions.csv"] = pred.to_csv(index=False)
     for name, text in texts.items():
         atomic_write_text(out_dir / name, text)
     files = list(texts) + figs
@@ -179,6 +211,10 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
             console = Console()
         render.print_report(console, jobs, ranked, ranking, rec, moves, totals, targets, maximize, diffs)
+        if len(front["best"]):
+            F.print_section(console, front["best"], front["sentences"])
+        if pred is not None:
+            CV.print_section(console, pred, CV.CURVE_DRAWS)
         console.print(f"Wrote {', '.join(files)} to {out_dir}")
     else:
         sys.stdout.write({"csv": texts["ranking.csv"], "json": doc, "markdown": md}[fmt])
@@ -189,16 +225,16 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
     validation = report_validation(sweep_dirs, data, out_dir, fmt, console, bootstrap, seed)
     files += validation["files"] if validation else []
-    return {"out_dir": out_dir, "files": files, "ranking": ranking, "recommendations": rec,
+    return {"out_dir": out_dir, "files": files, "ranking": ranking, "recommendations": rec, "frontier": front, "predictions": pred,
             "fits": fits, "jobs": jobs, "targets": targets, "target_differences": diffs, "validation": validation}
 
 
 def report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | None = None,
            fmt: str = "table", out: Path | None = None, plots: bool = True,
-           bootstrap: int = 1000, seed: int = 0) -> int:
+           bootstrap: int = 1000, seed: int = 0, at_budget: str | None = None) -> int:
     """Rank the allocation regimes of finished sweeps; return the exit code (0, or 2 on bad input)."""
     try:
-        run_report(sweep_dirs, target, by, fmt, out, plots, bootstrap, seed)
+        run_report(sweep_dirs, target, by, fmt, out, plots, bootstrap, seed, at_budget=at_budget)
     except RaceError as e:
         from rich.console import Console
 

@@ -224,7 +224,7 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
 def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.DataFrame,
                      rec: pd.DataFrame, moves: list[str], totals: dict, targets: list[str],
                      maximize: dict[str, bool], n_boot: int, plots: list[str],
-                     diffs: list[str] | None = None) -> str:
+                     diffs: list[str] | None = None, sections: list[str] | None = None) -> str:
     """summary.md: the compute reported as the paper asks, one section of rankings per target,
     fits, the frontier across targets, the caveat."""
     counts = state_counts(jobs)
@@ -277,6 +277,7 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
         out += ["## Conditional frontier", ""] + [f"- {m}" for m in moves] + [""]
     if diffs:
         out += ["Where the best regime differs between targets:", ""] + [f"- {d}" for d in diffs] + [""]
+    out += list(sections or [])  # more sections (the frontier across budgets: report/frontier.py)
     un = unranked(jobs, ranked_mask)
     if len(un):
         out += [f"## Jobs not ranked ({len(un)})", "",
@@ -292,7 +293,8 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
 
 
 def to_json(jobs: pd.DataFrame, ranking: pd.DataFrame, rec: pd.DataFrame, fits: dict,
-            moves: list[str], totals: dict, targets: list[str], diffs: list[str] | None = None) -> str:
+            moves: list[str], totals: dict, targets: list[str], diffs: list[str] | None = None,
+            extra: dict | None = None) -> str:
     """Everything in one JSON document (NaN becomes null). `target` is the ranked target when
     there is one, else null; `targets` lists them all."""
     recs = lambda df: json.loads(df.to_json(orient="records")) if len(df) else []
@@ -302,4 +304,5 @@ def to_json(jobs: pd.DataFrame, ranking: pd.DataFrame, rec: pd.DataFrame, fits: 
            "fits": {k: {kk: vv for kk, vv in vars(v).items() if kk not in ("curve_p", "curve_y")}
                     for k, v in fits.items()},
            "frontier": moves, "target_differences": list(diffs or [])}
+    doc.update({k: recs(v) if isinstance(v, pd.DataFrame) else v for k, v in (extra or {}).items()})
     return dumps(doc)

@@ -271,7 +271,7 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
     if not regs:
         row.update(verdict=PENDING, n_regimes=0)
         row["sentence"] = condition_sentence(row)
-        return row, table
+        return row, _with_predictions(table, cond, row)
 
     # --- the validation's own ranking of the regimes it ran (items paired, seed noise pooled)
     jobs = jobs[jobs["pilot_regime"].isin(regs)]
@@ -344,7 +344,17 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
     row["sentence"] = condition_sentence(row)
     table = table.merge(stats.rename(columns={c: f"val_{c}" for c in stats.columns if c != "regime"}),
                         on="regime", how="left")
-    return row, table
+    return row, _with_predictions(table, cond, row)
+
+
+def _with_predictions(table: pd.DataFrame, cond: dict, row: dict) -> pd.DataFrame:
+    """Both stored predictions (endpoint, compute curve) against the realised means (report/predicted.py)."""
+    from race_cli.report.predicted import add_predictions, predictor_summary
+
+    table = add_predictions(table, cond)
+    for name, s in predictor_summary(table).items():
+        row.update({f"{name}_mae": s["mae"], f"{name}_covered": s["covered"], f"{name}_n": s["n"]})
+    return table
 
 
 # --- the whole validation sweep (I/O at the edges) -------------------------------------------
@@ -448,6 +458,9 @@ def markdown(res: dict) -> str:
     for c in res["conditions"]:
         t = res["regimes"][res["regimes"]["condition"] == c["condition"]]
         out += [f"## {c['condition']}", "", md_table(VAL_HEAD, regime_rows(t)), "", c["sentence"], ""]
+        from race_cli.report.predicted import markdown_lines
+
+        out += markdown_lines(t)
     for sk in res.get("skipped") or []:
         out += [f"- skipped: {sk}"]
     out += ["## Summary", "", res["summary"], ""]
@@ -474,6 +487,9 @@ def print_validation(console, res: dict) -> None:
             t.add_row(*[r[i] for i in keep])
         console.print(t)
         console.print(c["sentence"], highlight=False)
+        from race_cli.report.predicted import print_lines
+
+        print_lines(console, res["regimes"][res["regimes"]["condition"] == c["condition"]])
     for sk in res.get("skipped") or []:
         console.print(f"skipped: {sk}", highlight=False)
     console.print(Panel(res["summary"], title="was the pilot's call confirmed?", border_style="yellow"))

@@ -1,0 +1,219 @@
+"""Power before spending: the smallest effects a grid can detect, per condition (pure, no torch).
+
+`race plan` prints, per condition (model, budget, reward, evaluation target), the smallest gain over
+the start and the smallest gap between two regimes that the report's own tests (race_cli/report/stats.py)
+detect with 80% power, from the grid's items n, samples per item k, seeds per regime s, regimes R and a
+seed spread σ_b (`--seed-sd`, or an earlier sweep's measured one):
+
+- per-item sampling variance σ_e² = 0.25 / k (a score near 0.5: the largest a Bernoulli has, so the
+  figures err towards larger detectable effects; greedy evaluation with k = 1 uses 0.25 for the
+  seed × item flips it has instead);
+- a regime's gain over the pooled start (J = R·s jobs score the start):
+  SE² = σ_e² (1/s + 1/J) / n + σ_b² / s, tested one-sided by Holm at familywise 2.5%: the first step
+  is level 0.025 / R;
+- a gap between two regimes (items paired): SE² = 2 σ_e² / (n s) + 2 σ_b² / s, tested by a
+  Bonferroni interval over the R(R−1)/2 pairs at familywise 5%;
+- detectable = δ · SE, where a noncentral t with noncentrality δ exceeds t_{1−level, df} with
+  probability 0.80 (scipy.stats.nct), with the Satterthwaite df the report's test will
+  have (stats.contrast_se: item part n − 1, seed mean square R(s − 1), residual R(s − 1)(n − 1));
+  capped at R(s − 1) (with Satterthwaite's own df the simulated detection was 74-78%, capped 85-87%);
+  with one seed there is no seed part and df = n − 1.
+
+tests/test_plan_power.py simulates pilots at exactly these effects through the report's ranking code
+and measures the detection rate (>= 80%).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+POWER = 0.80
+ALPHA = 0.05
+SEED_SD_DEFAULT = 0.02  # the default grid's measured seed spread: 0.016-0.026 (docs/embedded-study.md)
+ITEMS_OF = {"gsm8k": 1319, "math500": 500}  # standard sets; arithmetic targets use task.num_eval
+ARITHMETIC_DEFAULT_ITEMS = 200  # an arithmetic target of another task: conf/task/arithmetic.yaml's num_eval
+
+
+@dataclass
+class Power:
+    condition: str
+    target: str
+    items: int
+    samples: int
+    seeds: int
+    regimes: int
+    seed_sd: float
+    gain: float  # smallest gain over the start detected with 80% power
+    gap: float  # smallest gap between two regimes detected with 80% power
+    seed_df: float
+
+
+def _df(parts: list[tuple[float, float]]) -> float:
+    """Satterthwaite: (Σ v)² / Σ v²/df over variance parts (v, df)."""
+    tot = sum(v for v, _ in parts)
+    den = sum(v * v / d for v, d in parts if d > 0 and math.isfinite(d))
+    return tot * tot / den if den > 0 else math.inf
+
+
+def detectable(n: int, k: int, seeds: int, regimes: int, seed_sd: float, greedy: bool = False,
+               power: float = POWER, alpha: float = ALPHA) -> tuple[float, float, float]:
+    """(smallest detectable gain over the start, smallest detectable gap, pooled seed df); see the module
+    docstring. The degrees of freedom are the report's (stats.contrast_se): its seed mean square carries
+    the residual σ_e²/n too, so with two seeds the df stay near R(s − 1) whatever n is."""
+    from race_cli.report.stats import t_quantile
+
+    s2e = 0.25 / (1 if greedy else k)
+    jobs = regimes * seeds
+    df_seed = float(regimes * (seeds - 1))
+    df_resid = df_seed * (n - 1)
+
+    def se_df(a: float, weight: float) -> tuple[float, float]:
+        """a: the item part's expectation; weight: Σ c_r² / n_r of the contrast."""
+        if df_seed <= 0:
+            return math.sqrt(a), n - 1.0
+        b = weight * (seed_sd ** 2 + s2e / n)  # k·MS_seed/n
+        e = weight * s2e / n  # k·MS_resid/n
+        v = a - e + b
+        # Satterthwaite's df, but no more than the seed mean square's own: the report's crit uses the df
+        # *estimated* from the same few seeds, and with Satterthwaite's the detection fell to 74-78% (measured)
+        return math.sqrt(v), min(df_seed, v * v / (a * a / (n - 1) + b * b / df_seed + e * e / df_resid))
+
+    se_g, df_g = se_df(s2e * (1 / seeds + 1 / jobs) / n, 1 / seeds)
+    gain = _shift(t_quantile(1 - alpha / 2 / regimes, df_g), df_g, power) * se_g
+    se_p, df_p = se_df(2 * s2e / (seeds * n), 2 / seeds)
+    pairs = max(1, regimes * (regimes - 1) // 2)
+    gap = _shift(t_quantile(1 - alpha / (2 * pairs), df_p), df_p, power) * se_p
+    return gain, gap, df_seed
+
+
+def _shift(crit: float, df: float, power: float) -> float:
+    """The noncentrality δ at which a t statistic with df degrees of freedom exceeds `crit` with
+    probability `power` (scipy's noncentral t; with few df it is well above crit + t_power)."""
+    from scipy.optimize import brentq
+    from scipy.stats import nct
+
+    if not math.isfinite(df) or df > 1e6:
+        df = 1e6
+    return float(brentq(lambda d: nct.sf(crit, df, d) - power, 0.0, crit + 50.0))
+
+
+def planned_items(cfg: dict, target: str) -> int | None:
+    """Items a job will score on `target` (race_cli/tasks/targets.py; the caps of eval.max_items and
+    eval.max_items_by_target applied), or None when the plan cannot know (a jsonl file's size)."""
+    from race_cli.tasks.targets import task_target_name
+
+    ev, task = cfg.get("eval", {}), cfg.get("task", {})
+    if target == task_target_name(task) or (target == "arithmetic-hard" and task.get("name") == "arithmetic"):
+        n = task.get("num_eval") or ITEMS_OF.get(target)
+    elif target in ("arithmetic", "arithmetic-hard"):
+        n = ARITHMETIC_DEFAULT_ITEMS
+    else:
+        n = ITEMS_OF.get(target)
+    cap = (ev.get("max_items_by_target") or {}).get(target, ev.get("max_items"))
+    if cap is not None and n is not None:
+        n = min(int(cap), int(n))
+    return int(n) if n is not None else None
+
+
+def plan_power(jobs: Sequence[Any], seed_sd: float) -> list[Power]:
+    """Per condition and target of the planned jobs (PlannedJob: .config, .overrides)."""
+    from race_cli.cost.budget import reward_name
+    from race_cli.tasks.targets import target_names
+
+    groups: dict[tuple, dict[tuple, int]] = {}
+    first: dict[tuple, dict] = {}
+    for j in jobs:
+        c = j.config
+        cond = (c["model"]["name"], float(c["budget"]["flops"]), reward_name(c), c["task"]["name"])
+        regime = tuple(sorted(o for o in j.overrides if o.lstrip("+~").partition("=")[0] != "seed"))
+        groups.setdefault(cond, {})
+        groups[cond][regime] = groups[cond].get(regime, 0) + 1
+        first.setdefault(cond, c)
+    out = []
+    for cond, regs in groups.items():
+        c = first[cond]
+        ev = c.get("eval", {})
+        k = int(ev.get("samples", 1))
+        greedy = bool(ev.get("greedy", True)) and k == 1
+        seeds = min(regs.values())
+        for t in target_names(c):
+            n = planned_items(c, t)
+            if not n or n < 2:
+                continue
+            gain, gap, df = detectable(n, k, seeds, len(regs), seed_sd, greedy=greedy)
+            out.append(Power(f"{cond[0]} C={cond[1]:.3g} {cond[2]}", t, n, k, seeds, len(regs), seed_sd, gain,
+                             gap, df))
+    return out
+
+
+def seed_sd_from(arg: str | None) -> tuple[float, str]:
+    """--seed-sd: a number, or an earlier sweep whose report/ranking.csv has the measured seed spread
+    (the median over its conditions); None: the default grid's measured value. Returns (sd, where from)."""
+    from pathlib import Path
+
+    from race_cli.errors import RaceError
+
+    if arg is None:
+        return SEED_SD_DEFAULT, f"assumed {SEED_SD_DEFAULT} (the default grid's measured 0.016-0.026; --seed-sd to set it)"
+    try:
+        v = float(arg)
+    except ValueError:
+        v = None
+    if v is not None:
+        if not math.isfinite(v) or v < 0:
+            raise RaceError(f"--seed-sd {arg}: expected a spread >= 0 (e.g. 0.02) or an earlier sweep's folder.")
+        return v, "--seed-sd"
+    path = Path(arg) / "report" / "ranking.csv"
+    if not path.is_file():
+        raise RaceError(f"--seed-sd {arg}: neither a number nor a sweep with a report ({path} is missing).",
+                        "Give a spread such as 0.02, or run `race report` on that sweep first.")
+    import csv
+
+    with path.open(encoding="utf-8") as fh:
+        vals = []
+        for row in csv.DictReader(fh):
+            try:
+                x = float(row.get("seed_sd") or "nan")
+            except ValueError:
+                continue
+            if math.isfinite(x):
+                vals.append(x)
+    if not vals:
+        raise RaceError(f"--seed-sd {arg}: its report measured no seed spread (one seed per regime?).",
+                        "Give a spread such as 0.02 instead.")
+    vals.sort()
+    med = vals[len(vals) // 2] if len(vals) % 2 else 0.5 * (vals[len(vals) // 2 - 1] + vals[len(vals) // 2])
+    return med, f"measured in {arg} (median over its conditions)"
+
+
+def print_power(rows: list[Power], source: str, eval_share: str | None = None, file=None) -> None:
+    """The power table `race plan` prints under the jobs (and the evaluation's share of the time)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if not rows:
+        return
+    t = Table(title="Power before spending: the smallest effects detected with 80% power (the report's tests)",
+              title_justify="left",
+              caption=f"seed spread σ_b {rows[0].seed_sd:.3g}: {source}. gain: a regime's gain over the start "
+                      "(Holm, familywise 2.5% one-sided); gap: between two regimes (Bonferroni over pairs, "
+                      "familywise 5%). Per-item sampling variance taken at its largest (score 0.5): "
+                      "race_cli/plan/power.py.", caption_justify="left")
+    for h in ("condition", "target", "items × samples × seeds", "regimes", "smallest gain", "smallest gap"):
+        t.add_column(h, justify="left" if h in ("condition", "target") else "right")
+    seen = set()
+    for r in rows:
+        key = (r.items, r.samples, r.seeds, r.regimes, r.target)
+        t.add_row(r.condition, r.target, f"{r.items} × {r.samples} × {r.seeds}", str(r.regimes), f"{r.gain:.3f}",
+                  f"{r.gap:.3f}")
+        seen.add(key)
+    console = Console(file=file, width=160) if file is not None else Console(stderr=True, width=160)
+    console.print(t)
+    if any(r.seeds < 2 for r in rows):
+        console.print("note: one seed per regime: these figures (and the report's intervals) leave training "
+                      "noise out; a gap smaller than the seed spread can be called without being real.",
+                      highlight=False)
+    if eval_share:
+        console.print(eval_share, highlight=False)

@@ -1,0 +1,61 @@
+"""The evaluation's share of a plan's time (pure, no torch).
+
+Evaluation is never charged to the FLOP budget, but it costs wall time. `race plan` states its share
+from the wall-time model (plan/wall.py: seconds per evaluation point) when every job has one; else it
+bounds it from generation counts: per job,
+evaluation samples points × Σ_targets items × eval.samples completions (points = the distinct
+fractions of eval.at, or the eval.every evaluations of the planned T plus start and end), against
+the training rollouts' T·B·G completions. A completion costs about the same to sample in either
+phase (same policy, same sampler, similar lengths), and training also spends time on its updates,
+so eval / (eval + training completions) is an upper bound on the evaluation's share of the job's time.
+Measured on the default grid (docs/embedded-study.md): the bound is 2-5x the real share.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+
+def eval_points(cfg: dict, iterations: int) -> int:
+    """Evaluations of one job (cost/walltime.eval_points on its eval.at and eval.every)."""
+    from race_cli.cost.walltime import eval_points as points
+
+    ev = cfg.get("eval", {})
+    return points(iterations, ev.get("every"), ev.get("at") or ())
+
+
+def job_generations(job: Any) -> tuple[int, float]:
+    """(evaluation completions, training completions) of one planned job."""
+    from race_cli.plan.power import planned_items
+    from race_cli.tasks.targets import target_names
+
+    c = job.config
+    k = int(c.get("eval", {}).get("samples", 1))
+    items = sum(planned_items(c, t) or 0 for t in target_names(c))
+    pl = job.budget
+    prompts = (pl.iterations - (1 if pl.last_prompts else 0)) * c["grpo"]["prompts_per_iter"] + (pl.last_prompts or 0)
+    return eval_points(c, pl.iterations) * items * k, float(prompts * c["grpo"]["group_size"])
+
+
+def eval_share_line(jobs: Sequence[Any]) -> str | None:
+    """One sentence for `race plan`: evaluations per job and the evaluation's share (an upper bound)."""
+    rows = [(j, *job_generations(j)) for j in jobs if j.budget is not None]
+    if not rows:
+        return None
+    ev = sum(e for _, e, _ in rows)
+    tr = sum(t for _, _, t in rows)
+    points = sorted({eval_points(j.config, j.budget.iterations) for j, _, _ in rows})
+    per_job = [e / (e + t) for _, e, t in rows if e + t > 0]
+    pts = f"{points[0]}" if len(points) == 1 else f"{points[0]}-{points[-1]}"
+    walls = [j.wall for j, _, _ in rows if getattr(j, "wall", None) is not None]
+    if len(walls) == len(rows) and sum(w.total for w in walls) > 0:  # the wall-time model (plan/wall.py) priced it
+        share = sum(w.eval for w in walls) / sum(w.total for w in walls)
+        per = [w.eval / w.total for w in walls if w.total > 0]
+        return (f"evaluation: {pts} evaluations per job (eval.at), {ev:,.0f} completions in all: {share:.0%} of "
+                f"the planned wall time (per job {min(per):.0%}-{max(per):.0%}; the wall-time model's "
+                "seconds per evaluation point), never charged to the budget.")
+    return (f"evaluation: {pts} evaluations per job (eval.at), {ev:,.0f} completions in all against {tr:,.0f} "
+            f"training rollouts: at most {ev / (ev + tr):.0%} of the planned time (per job at most "
+            f"{min(per_job):.0%}-{max(per_job):.0%}); an upper bound from generation counts (training's updates "
+            "also take time), never charged to the budget.")

@@ -1,0 +1,342 @@
+"""The frontier across budgets from one pilot: rankings at every equal-FLOP checkpoint.
+
+Every job evaluates at the same fractions f of its budget C (eval.at; summary.json's
+`eval_points`: the first iteration boundary at or past f·C, with the FLOPs spent there and
+per-item scores). The learning rate is constant after warm-up, so a job's state after spending
+f·C stands in for a job whose whole budget was f·C: one pilot holds a ranking at every checkpoint
+budget. This module
+
+- reads the checkpoints (`read_checkpoints`, the only function here that opens files);
+- `sweep_at(data, cps, f)`: the sweep as if every job had ended at fraction f — the same
+  SweepData the ranking reads (eval/<target> and per-item scores of that checkpoint, the start
+  unchanged), so any ranking or comparison runs at a checkpoint budget unchanged (issue 28's
+  joint comparison calls this);
+- `frontier_table`: the ranking (race_cli/report/rank.py, stats.py: seed + item noise,
+  familywise ≈ best) at every checkpoint budget, one long table;
+- `best_per_budget`, `winner_changes`: the best regime per budget with its interval, and the
+  budgets at which the winner changes, stated only when the change is beyond noise: the new
+  winner was distinguishably worse than the best at the earlier budget, and the old winner is
+  distinguishably worse at the later one (both familywise ≈ best calls at 5%).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from race_cli import folder
+from race_cli.report.table import SweepData, _item_block
+
+
+@dataclass
+class Checkpoints:
+    """Per job, its evaluation points by budget fraction (0 = the start, 1 = the end)."""
+
+    points: dict[tuple[str, str], dict[float, dict]] = field(default_factory=dict)  # (sweep, job_id) -> f -> point
+
+    @property
+    def fractions(self) -> list[float]:
+        return sorted({f for p in self.points.values() for f in p})
+
+
+def _points_of(summary: dict) -> dict[float, dict]:
+    """summary.json's eval_points -> {fraction: {"flops", "iteration", "accuracy", "items"}}; the first
+    point that covers a fraction stands for it. Malformed entries raise ValueError/TypeError/KeyError."""
+    out: dict[float, dict] = {}
+    for pt in summary.get("eval_points") or []:
+        fr = [float(f) for f in pt["at"]]
+        if not fr:
+            continue  # an eval.every point: not a scheduled budget fraction
+        body = {"flops": float(pt["flops"]), "iteration": int(pt["iteration"]),
+                "accuracy": {str(t): float(v) for t, v in (pt.get("accuracy") or {}).items()},
+                "items": _item_block(pt.get("items"), "eval_points.items")}
+        for f in fr:
+            if not 0.0 <= f <= 1.0:
+                raise ValueError(f"eval_points.at {f} is not a budget fraction in [0, 1]")
+            out.setdefault(f, body)
+    return out
+
+
+def read_checkpoints(sweep_dirs: list[Path], jobs: pd.DataFrame) -> tuple[Checkpoints, list[str]]:
+    """The eval_points of every done, readable job; (checkpoints, one problem line per job whose
+    points could not be read — those jobs are left out of the frontier, not of the ranking)."""
+    by_name = {Path(d).resolve().name: Path(d) for d in sweep_dirs}
+    cps, problems = Checkpoints(), []
+    ok = jobs[(jobs["state"] == "done") & jobs["readable"].astype(bool)]
+    for sweep, job_id in zip(ok["sweep"], ok["job_id"]):
+        path = folder.summary_file(folder.jobs_dir(by_name[sweep]) / job_id)
+        try:
+            pts = _points_of(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError, KeyError,
+                AttributeError) as e:
+            problems.append(f"{sweep}/{job_id}: eval_points unreadable ({type(e).__name__}: {e})")
+            continue
+        if pts:
+            cps.points[(sweep, job_id)] = pts
+    return cps, problems
+
+
+# --- the sweep at one checkpoint ------------------------------------------------------------
+
+
+def sweep_at(data: SweepData, cps: Checkpoints, fraction: float) -> SweepData:
+    """The sweep as if every job had stopped at budget fraction `fraction`.
+
+    jobs: eval/<target> is the checkpoint's score (NaN where the job has no point there, so it is
+    not ranked at this budget), `flops_at` the FLOPs it had spent, `checkpoint_fraction` the
+    fraction; items: the checkpoint's per-item scores; items_initial unchanged (the start).
+    """
+    jobs = data.jobs.copy()
+    items: dict = {}
+    cols = {f"eval/{t}": np.full(len(jobs), np.nan) for t in data.targets}
+    spent = np.full(len(jobs), np.nan)
+    for row, (sweep, job_id) in enumerate(zip(jobs["sweep"], jobs["job_id"])):
+        pt = cps.points.get((sweep, job_id), {}).get(fraction)
+        if pt is None:
+            continue
+        spent[row] = pt["flops"]
+        for t, v in pt["accuracy"].items():
+            if f"eval/{t}" in cols:
+                cols[f"eval/{t}"][row] = v
+        for t, v in pt["items"].items():
+            items[(sweep, job_id, t)] = v
+    for c, v in cols.items():
+        jobs[c] = v
+    jobs["flops_at"] = spent
+    jobs["checkpoint_fraction"] = fraction
+    return replace(data, jobs=jobs, items=items)
+
+
+# --- rankings at every checkpoint budget ------------------------------------------------------
+
+KEEP = ["condition", "target", "job_condition", "regime", "mean", "ci_lo", "ci_hi", "tied_best", "is_best",
+        "rank", "gain", "gain_ci_lo", "gain_ci_hi", "beats_start", "p", "p_policy", "n_seeds", "n_items",
+        "seed_noise"]
+
+
+def frontier_table(data: SweepData, cps: Checkpoints, targets: list[str], by: list[str],
+                   n_boot: int = 1000, seed: int = 0, maximize: dict[str, bool] | None = None) -> pd.DataFrame:
+    """The ranking at every checkpoint budget f > 0: one row per (condition, fraction, regime) with
+    `fraction`, `budget_at` (f · the condition's budget C) and `flops_at` (mean FLOPs spent there)."""
+    from race_cli.report.rank import rank_all, rankable
+
+    parts = []
+    for i, f in enumerate(x for x in cps.fractions if x > 0):
+        d = sweep_at(data, cps, f)
+        for k, t in enumerate(targets):
+            if not rankable(d.jobs, t).any():
+                continue
+            r = rank_all(d, t, by, n_boot=n_boot, seed=seed + 1000 * (i + 1) + k,
+                         maximize=(maximize or {}).get(t, True))
+            if not len(r):
+                continue
+            spent = d.jobs[rankable(d.jobs, t)].groupby(by, dropna=False)["flops_at"].mean() if by else None
+            r = r[[c for c in KEEP + by if c in r]].copy()
+            r["fraction"] = f
+            if "budget_flops" in r:
+                r["budget_at"] = f * r["budget_flops"].astype(float)
+            if spent is not None:
+                key = pd.MultiIndex.from_frame(r[by].astype(object)) if len(by) > 1 else r[by[0]]
+                r["flops_at"] = spent.reindex(key).to_numpy(float)
+            parts.append(r)
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    return out.sort_values(["condition", "fraction", "rank", "regime"], kind="stable").reset_index(drop=True)
+
+
+def best_per_budget(fr: pd.DataFrame) -> pd.DataFrame:
+    """Per (condition, fraction): the best regime, its score and interval, its gain over the start
+    and whether it beats it, and the regimes ≈ best (indistinguishable from it, familywise 5%)."""
+    rows = []
+    for (cond, f), g in fr.groupby(["condition", "fraction"], sort=True):
+        b = g[g["is_best"].astype(bool)].iloc[0]
+        tied = [r for r, t, best in zip(g["regime"], g["tied_best"], g["is_best"]) if t and not best]
+        rows.append({"condition": cond, "target": b["target"], "fraction": f,
+                     "budget_at": b.get("budget_at", np.nan), "flops_at": b.get("flops_at", np.nan),
+                     "best_regime": b["regime"], "mean": b["mean"], "ci_lo": b["ci_lo"], "ci_hi": b["ci_hi"],
+                     "gain": b["gain"], "gain_ci_lo": b["gain_ci_lo"], "gain_ci_hi": b["gain_ci_hi"],
+                     "beats_start": bool(b["beats_start"]), "best_p": b.get("p", np.nan),
+                     "tied": ", ".join(tied), "n_regimes": len(g)})
+    return pd.DataFrame(rows)
+
+
+def _fmt_flops(v: float) -> str:
+    return f"{v:.3g}" if np.isfinite(v) else "–"
+
+
+def winner_changes(fr: pd.DataFrame) -> list[str]:
+    """Sentences for the budgets at which the best regime changes beyond noise (see the module
+    docstring); a change within noise is not stated.
+
+    Walking up the budgets, the standing winner W is the best at the budgets A since the last
+    stated change; at a later budget b with another best W_b, the change is stated when W is not
+    ≈ best at b and W_b was not ≈ best at some a in A (the latest such a is quoted); W_b then
+    stands. A change through budgets where the two tie is stated between budgets where each led
+    clearly, or not at all."""
+    out = []
+    for cond, g in fr.groupby("condition", sort=False):
+        by_f = {f: gf.set_index("regime") for f, gf in g.groupby("fraction", sort=True)}
+        fracs = sorted(by_f)
+        win = {f: by_f[f].index[by_f[f]["is_best"].astype(bool)][0] for f in fracs}
+        standing, since = win[fracs[0]], [fracs[0]]
+        for b in fracs[1:]:
+            wb = win[b]
+            if wb == standing:
+                since.append(b)
+                continue
+            if standing not in by_f[b].index or bool(by_f[b].loc[standing, "tied_best"]):
+                continue
+            clear = [a for a in since if wb in by_f[a].index and not bool(by_f[a].loc[wb, "tied_best"])]
+            if not clear:
+                continue
+            a = clear[-1]
+            ca = by_f[a]["budget_at"].iloc[0] if "budget_at" in by_f[a] else np.nan
+            cb = by_f[b]["budget_at"].iloc[0] if "budget_at" in by_f[b] else np.nan
+            out.append(f"{cond}: the best regime changes from {standing} (best at {a:g}·C = {_fmt_flops(ca)} "
+                       f"FLOPs) to {wb} (best at {b:g}·C = {_fmt_flops(cb)} FLOPs); each is distinguishably "
+                       f"worse than the best at the other budget (familywise 5%).")
+            standing, since = wb, [b]
+    return out
+
+
+def stable_sentence(fr: pd.DataFrame, changes: list[str]) -> list[str]:
+    """Per condition without a stated change: whether its point winner moved within noise or stayed."""
+    changed = {c.split(": the best regime changes")[0] for c in changes}
+    out = []
+    for cond, g in fr.groupby("condition", sort=False):
+        if cond in changed:
+            continue
+        best = g[g["is_best"].astype(bool)].sort_values("fraction")
+        seq = [r for i, r in enumerate(best["regime"]) if i == 0 or r != best["regime"].iloc[i - 1]]
+        if len(seq) == 1:
+            out.append(f"{cond}: {seq[0]} is the best regime at every checkpoint budget.")
+        else:
+            path = " → ".join(f"{r} ({f:g}·C)" for r, f in zip(best["regime"], best["fraction"]))
+            out.append(f"{cond}: the point-best regime moves ({path}), but no change is beyond noise: each "
+                       "new best was ≈ best where the old one led, or the old one ≈ best where the new one leads.")
+    return out
+
+
+# --- the report's section ----------------------------------------------------------------------
+
+PLOTS = ("frontier_budget.png", "isoflop.png")
+HEAD = ["budget", "fraction", "FLOPs spent", "best regime", "score [95% CI]", "gain [95% CI]", "> start",
+        "≈ best"]
+
+
+def _ci(v, lo, hi, signed: bool = False) -> str:
+    if not np.isfinite(v):
+        return "–"
+    f = (lambda x: f"{x:+.3f}") if signed else (lambda x: f"{x:.3f}")
+    return f"{f(v)} [{f(lo)}, {f(hi)}]" if np.isfinite(lo) else f(v)
+
+
+def best_rows(g: pd.DataFrame) -> list[list[str]]:
+    return [[_fmt_flops(r.budget_at), f"{r.fraction:g}", _fmt_flops(r.flops_at), r.best_regime,
+             _ci(r.mean, r.ci_lo, r.ci_hi), _ci(r.gain, r.gain_ci_lo, r.gain_ci_hi, True),
+             "yes" if r.beats_start else "no", r.tied or "–"] for r in g.itertuples()]
+
+
+INTRO = ("Every job was evaluated at the same fractions of its budget (eval.at: the first iteration at or "
+         "past f·C), so each checkpoint ranks the regimes at budget f·C — read as what a pilot of that budget "
+         "would have found, since the learning rate is constant after warm-up. Intervals and ≈ best as in the "
+         "rankings (seed + item noise, familywise 5%); a change of winner is stated only when each winner is "
+         "distinguishably worse than the best at the other budget.")
+
+
+def markdown_section(best: pd.DataFrame, sentences: list[str]) -> list[str]:
+    from race_cli.report.render import md_table
+
+    out = ["## Frontier across budgets", "", INTRO, ""]
+    for cond, g in best.groupby("condition", sort=False):
+        out += [f"#### {cond}", "", md_table(HEAD, best_rows(g)), ""]
+    out += [f"- {s}" for s in sentences] + [""]
+    return out
+
+
+def print_section(console, best: pd.DataFrame, sentences: list[str]) -> None:
+    from rich.table import Table
+
+    console.rule("[bold]frontier across budgets")
+    console.print(INTRO, highlight=False)
+    for cond, g in best.groupby("condition", sort=False):
+        t = Table(title=f"best regime per budget: {cond}", title_justify="left")
+        for h in HEAD:
+            t.add_column(h, justify="left" if h in ("best regime", "≈ best") else "right", overflow="fold")
+        for row in best_rows(g):
+            t.add_row(*row)
+        console.print(t)
+    for s in sentences:
+        console.print("• " + s, highlight=False)
+
+
+def write_plots(out_dir: Path, fr: pd.DataFrame, best: pd.DataFrame) -> list[str]:
+    """frontier_budget.png: per condition, every regime's score against the checkpoint budget with its
+    95% interval, the best per budget marked; isoflop.png: per condition, score against the update
+    fraction p, one curve per checkpoint budget (IsoFLOP-style). matplotlib imported here only."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from race_cli.report.plots import MAX_PANELS, _finish, _grid, _wrap
+
+    conds = list(dict.fromkeys(fr["condition"]))[:MAX_PANELS]
+    fig, axes = _grid(plt, len(conds))
+    for ax, cond in zip(axes, conds):
+        g = fr[fr["condition"] == cond]
+        for k, (reg, gr) in enumerate(g.groupby("regime", sort=False)):
+            gr = gr.sort_values("fraction")
+            x = gr["budget_at"].to_numpy(float) if "budget_at" in gr else gr["fraction"].to_numpy(float)
+            ax.plot(x, gr["mean"], marker="o", ms=3, label=reg, color=plt.get_cmap("tab10")(k % 10))
+            ax.fill_between(x, gr["ci_lo"].astype(float), gr["ci_hi"].astype(float), alpha=0.12,
+                            color=plt.get_cmap("tab10")(k % 10))
+        b = best[best["condition"] == cond]
+        ax.scatter(b["budget_at"], b["mean"], marker="*", s=90, color="black", zorder=5, label="best")
+        ax.set_xscale("log")
+        ax.set_xlabel("checkpoint budget (training FLOPs)")
+        ax.set_ylabel("score")
+        ax.set_title(_wrap(cond), fontsize=8)
+        ax.legend(fontsize=6)
+        ax.grid(alpha=0.3)
+    _finish(plt, fig, "Frontier across budgets: every regime at every checkpoint budget (95% intervals)",
+            out_dir / PLOTS[0])
+    written = [PLOTS[0]]
+    if "p" in fr and fr["p"].notna().any():
+        fig, axes = _grid(plt, len(conds))
+        for ax, cond in zip(axes, conds):
+            g = fr[fr["condition"] == cond]
+            fracs = sorted(g["fraction"].unique())
+            for k, f in enumerate(fracs):
+                gf = g[g["fraction"] == f].sort_values("p")
+                c = plt.get_cmap("viridis")(k / max(len(fracs) - 1, 1))
+                ax.errorbar(gf["p"], gf["mean"], yerr=[gf["mean"] - gf["ci_lo"], gf["ci_hi"] - gf["mean"]],
+                            marker="o", ms=3, capsize=2, color=c, label=f"{f:g}·C")
+            ax.set_xlabel("update fraction p")
+            ax.set_ylabel("score")
+            ax.set_title(_wrap(cond), fontsize=8)
+            ax.legend(fontsize=6, title="budget", title_fontsize=6)
+            ax.grid(alpha=0.3)
+        _finish(plt, fig, "IsoFLOP view: score against the allocation variable, one curve per budget",
+                out_dir / PLOTS[1])
+        written.append(PLOTS[1])
+    return written
+
+
+def frontier_report(sweep_dirs: list[Path], data: SweepData, targets: list[str], by: list[str],
+                    n_boot: int, seed: int, maximize: dict[str, bool]) -> dict:
+    """Everything the report shows of the frontier: {"table", "best", "sentences", "problems", "checkpoints"};
+    empty tables when no job recorded checkpoints (older sweeps)."""
+    cps, problems = read_checkpoints(sweep_dirs, data.jobs)
+    fr = frontier_table(data, cps, targets, by, n_boot=n_boot, seed=seed, maximize=maximize)
+    if not len(fr):
+        return {"table": fr, "best": pd.DataFrame(), "sentences": [], "problems": problems, "checkpoints": cps}
+    best = best_per_budget(fr)
+    changes = winner_changes(fr)
+    return {"table": fr, "best": best, "sentences": changes + stable_sentence(fr, changes), "problems": problems,
+            "checkpoints": cps}

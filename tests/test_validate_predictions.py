@@ -1,0 +1,89 @@
+"""Predictions that validation checks (race_cli/report/predicted.py): `race validate` stores the pilot's
+endpoint ranking and the compute curves' extrapolation; the validation report sets both against what
+the validation measured."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from io import StringIO
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from report_fixtures import DEFAULT_CONDITION, Regime, write_job
+from test_report_frontier import FRACS, write_sweep
+from race_cli.report.curve import sigmoid
+
+C = DEFAULT_CONDITION["budget_flops"]
+# EARLY has saturated by C; LATE is still rising (by the formula: 0.4485 and 0.475 at C, 0.4498 and 0.594 at 3·C)
+EARLY_T = {"r0": 0.3, "a": 0.45, "c_mid": 1e11, "b": 2.0}
+LATE_T = {"r0": 0.3, "a": 0.65, "c_mid": 1e12, "b": 1.5}
+EARLY, LATE = Regime(4, 1, 0.83), Regime(4, 4, 0.95)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(file=StringIO(), width=200)
+
+
+def test_by_hand_errors_and_coverage():
+    from race_cli.report.predicted import add_predictions, predictor_summary
+
+    table = pd.DataFrame({"regime": ["a", "b"], "pilot_mean": [0.50, 0.40], "pilot_ci_lo": [0.45, 0.35],
+                          "pilot_ci_hi": [0.55, 0.45], "val_mean": [0.52, 0.55]})
+    cond = {"curve_prediction": {"regimes": {"a": {"predicted": 0.53, "lo": 0.50, "hi": 0.56, "extrapolation": 3.0},
+                                             "b": {"predicted": 0.50, "lo": 0.46, "hi": 0.54, "extrapolation": 3.0}}}}
+    t = add_predictions(table, cond)
+    # endpoint errors 0.50 − 0.52 = −0.02 (covered), 0.40 − 0.55 = −0.15 (not); curve +0.01 (covered), −0.05 (not)
+    assert t["endpoint_error"].tolist() == pytest.approx([-0.02, -0.15])
+    assert t["curve_error"].tolist() == pytest.approx([0.01, -0.05])
+    assert t["endpoint_covered"].tolist() == [1.0, 0.0] and t["curve_covered"].tolist() == [1.0, 0.0]
+    s = predictor_summary(t)
+    assert s["endpoint"]["mae"] == pytest.approx(0.085) and s["curve"]["mae"] == pytest.approx(0.03)
+    assert s["endpoint"]["covered"] == 1 and s["curve"]["n"] == 2
+
+
+def test_validate_stores_both_predictions_and_the_report_compares_them(tmp_path):
+    from race_cli.plan.validate import validate_main
+    from race_cli.report import validation as V
+    from race_cli.report.command import run_report
+
+    curves = {EARLY: [float(sigmoid(f * C, **EARLY_T)) for f in FRACS],
+              LATE: [float(sigmoid(f * C, **LATE_T)) for f in FRACS]}
+    pilot = write_sweep(tmp_path / "pilot", curves, n=600)
+    run_report([pilot], plots=False, bootstrap=200, console=_console())
+    val = validate_main(pilot, scale=3, seeds=2, out=tmp_path / "val")
+    prov = json.loads((val / V.PROVENANCE).read_text())
+    cond = prov["conditions"][0]
+    cp = cond["curve_prediction"]
+    assert cp["budget"] == pytest.approx(3 * C) and set(cp["regimes"]) == {"μ=1", "μ=4"}
+    assert cp["regimes"]["μ=4"]["extrapolation"] == pytest.approx(3 / 1.01, rel=1e-6)  # checkpoints at 1.01·f·C
+    assert cp["regimes"]["μ=4"]["predicted"] > cp["regimes"]["μ=1"]["predicted"]  # still rising: ahead at 3·C
+
+    # stand in for `race run`: the validation jobs score the truth at 3·C
+    rng = np.random.default_rng(9)
+    truth = {"μ=1": float(sigmoid(3 * C, **EARLY_T)), "μ=4": float(sigmoid(3 * C, **LATE_T))}
+    d = rng.uniform(-0.2, 0.2, 600)
+    vcond = dict(cond["values"], budget_flops=cond["budget"])
+    for v in cond["validated"]:
+        reg = EARLY if v["regime"] == "μ=1" else LATE
+        for jid in v["job_ids"]:
+            s = rng.binomial(4, np.clip(truth[v["regime"]] + d + rng.normal(0, 0.01), 0, 1)) / 4
+            tmp = val / "tmp-jobs"
+            made = write_job(tmp, vcond, reg, 0, {"arithmetic": s}, rng, start={"arithmetic": np.full(600, 0.3)})
+            for f in (tmp / made).iterdir():
+                if f.name != ".hydra":
+                    shutil.move(str(f), val / "jobs" / jid / f.name)
+            shutil.rmtree(tmp)
+    res = run_report([val], plots=False, bootstrap=200, console=_console())["validation"]
+    row = res["conditions"][0]
+    # the endpoint misses the rising regime by about 0.594 − 0.475 = 0.12; the curve gets closer
+    assert row["endpoint_mae"] > 0.04 and row["curve_mae"] < row["endpoint_mae"]
+    regs = res["regimes"].set_index("regime")
+    assert regs.loc["μ=4", "endpoint_error"] == pytest.approx(0.475 - 0.594, abs=0.03)
+    md = (val / "report" / "validation.md").read_text()
+    assert "predicted better here" in md and "the compute curve predicted better" in md
