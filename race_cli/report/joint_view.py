@@ -1,0 +1,167 @@
+"""The joint comparison (report/joint.py) written out: terminal, summary.md, report.json, joint.png.
+
+Formats values computed in joint.py; computes nothing a test of joint.py would not see. matplotlib is
+imported inside `write_joint_plot` only.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from race_cli.report.rank import _fmt
+
+JOINT_PLOT = "joint.png"
+JOINT_CSV = "joint.csv"
+NARROW = 120  # as render.NARROW: an 80-column console (a pipe) gets the narrow table
+HEAD = ["rank", "regime", "final [95% CI]", "start", "gain [95% CI]", "> start", "≈ best", "best share",
+        "feedback", "iterations", "seeds"]
+NARROW_HEAD = ["rank", "regime", "final ± 95%", "gain ± 95%", "≈ best"]
+INTRO = ("Every job at one budget spent the same FLOPs, so all (model, reward, G, μ) of a budget and target are "
+         "ranked together here: intervals and ≈ best as in the rankings above, with the seed noise pooled over "
+         "every regime of the joint condition and items paired across models and rewards; start and gain are "
+         "over each regime's own model's starting policy. In the sentences, each side's best is picked from up "
+         "to k regimes, so their intervals are Bonferroni-widened over k, and a side is named ahead only when "
+         "its best beats every regime of the other side (familywise 5%; docs/report.md).")
+
+
+def _f(v, nd: int = 3) -> str:
+    return "–" if v is None or not np.isfinite(v) else f"{v:.{nd}f}"
+
+
+def _s(v) -> str:
+    return "–" if v is None or not np.isfinite(v) else f"{v:+.3f}"
+
+
+def _pm(v, lo, hi, signed=False) -> str:
+    f = _s if signed else _f
+    if not np.isfinite(v):
+        return "–"
+    return f(v) if not (np.isfinite(lo) and np.isfinite(hi)) else f"{f(v)} ± {(hi - lo) / 2:.3f}"
+
+
+def rows(g: pd.DataFrame, narrow: bool) -> list[list[str]]:
+    out = []
+    for _, r in g.iterrows():
+        name = r["regime"] + (" ★" if r["is_best"] else "")
+        tied = "yes" if r["tied_best"] else "no"
+        if narrow:
+            out.append([str(r["rank"]), name, _pm(r["mean"], r["ci_lo"], r["ci_hi"]),
+                        _pm(r["gain"], r["gain_ci_lo"], r["gain_ci_hi"], True), tied])
+            continue
+        beats = "–" if not np.isfinite(r["gain"]) else ("yes" if r["beats_start"] else "no")
+        gain = "–" if not np.isfinite(r["gain"]) else (
+            f"{_s(r['gain'])} [{_s(r['gain_ci_lo'])}, {_s(r['gain_ci_hi'])}]")
+        fb = "–" if not np.isfinite(r["share_feedback"]) else f"{100 * r['share_feedback']:.0f}%"
+        it = "–" if not np.isfinite(r["iterations"]) else f"{r['iterations']:.0f}"
+        out.append([str(r["rank"]), name, f"{_f(r['mean'])} [{_f(r['ci_lo'])}, {_f(r['ci_hi'])}]",
+                    _f(r["start"]), gain, beats, tied, _f(r["p_best"], 2), fb, it, str(r["n_seeds"])])
+    return out
+
+
+def _sentences_of(joint: dict, name: str) -> list[str]:
+    s = joint["sentences"]
+    return list(s.loc[s["joint"] == name, "text"]) if len(s) else []
+
+
+def _noise_line(g: pd.DataFrame) -> str:
+    line = f"Noise: {g['method'].iloc[0]}."
+    if not bool(g["seed_noise"].iloc[0]):
+        line += " One seed per regime: intervals cover evaluation noise only, not training (seed) noise."
+    return line
+
+
+def print_joint(console, joint: dict) -> None:
+    """The joint section in the terminal: per joint condition its ranking and sentences."""
+    from rich.table import Table
+
+    if not len(joint["ranking"]):
+        return
+    console.rule("[bold]joint comparison: every model, reward and split at the same budget")
+    console.print(INTRO, highlight=False)
+    narrow = console.width < NARROW
+    for name, g in joint["ranking"].groupby("joint", sort=False):
+        t = Table(title=f"{name}  ·  {_noise_line(g)}", title_justify="left")
+        for h in NARROW_HEAD if narrow else HEAD:
+            t.add_column(h, justify="left" if h == "regime" else "right", overflow="fold")
+        for row in rows(g, narrow):
+            t.add_row(*row)
+        console.print(t)
+        for s in _sentences_of(joint, name):
+            console.print("• " + s, highlight=False)
+    for a in joint["across"]:
+        console.print("• " + a["text"], highlight=False)
+    if narrow:
+        console.print(f"Narrow console: start, > start, best share, feedback share, iterations and seeds of the "
+                      f"joint ranking are in summary.md and {JOINT_CSV}.", highlight=False)
+
+
+def markdown(joint: dict) -> list[str]:
+    """summary.md lines of the joint section (none when there is nothing to compare across)."""
+    from race_cli.report.render import md_table
+
+    if not len(joint["ranking"]):
+        return []
+    out = ["## Joint comparison: every model, reward and split at the same budget", "", INTRO, ""]
+    for name, g in joint["ranking"].groupby("joint", sort=False):
+        out += [f"### {name}", "", _noise_line(g), "", md_table(HEAD, rows(g, narrow=False)), ""]
+        out += [f"- {s}" for s in _sentences_of(joint, name)] + [""]
+    if joint["across"]:
+        out += ["### Across budgets", ""] + [f"- {a['text']}" for a in joint["across"]] + [""]
+    out += [f"![{JOINT_PLOT}]({JOINT_PLOT})", ""] if joint.get("plotted") else []
+    return out
+
+
+def to_json(joint: dict) -> dict:
+    recs = lambda df: json.loads(df.to_json(orient="records")) if len(df) else []
+    return {"ranking": recs(joint["ranking"]), "sentences": recs(joint["sentences"]),
+            "across": json.loads(pd.DataFrame(joint["across"]).to_json(orient="records")) if joint["across"] else []}
+
+
+def write_joint_plot(out_dir, joint: dict) -> list[str]:
+    """joint.png: per target, the best regime of each (model, reward) — final score against the budget,
+    95% intervals shaded (bars at a single budget). Returns the file names written."""
+    rk = joint["ranking"]
+    if not len(rk):
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    targets = list(dict.fromkeys(rk["target"]))
+    fig, axes = plt.subplots(1, len(targets), figsize=(5.2 * len(targets), 4.0), squeeze=False)
+    for ax, target in zip(axes.flat, targets):
+        g = rk[rk["target"] == target]
+        lines = list(dict.fromkeys(zip(g["model"], g["reward"])))
+        budgets = sorted(g["budget"].unique())
+        for i, (m, r) in enumerate(lines):
+            sel = g[(g["model"] == m) & (g["reward"] == r)]
+            best = sel.loc[sel.groupby("budget")["mean"].idxmax()].sort_values("budget")
+            x = best["budget"].to_numpy(float)
+            color = plt.get_cmap("tab10")(i % 10)
+            ls = "-" if i % 2 == 0 else "--"
+            if len(budgets) > 1:
+                ax.plot(x, best["mean"], ls, marker="o", color=color, label=f"{m} · {r}")
+                ax.fill_between(x, best["ci_lo"], best["ci_hi"], color=color, alpha=0.15)
+            else:  # one budget: offset the bars so they do not overlap
+                xo = x * (1 + 0.04 * (i - (len(lines) - 1) / 2))
+                ax.errorbar(xo, best["mean"], yerr=[best["mean"] - best["ci_lo"], best["ci_hi"] - best["mean"]],
+                            fmt="o", color=color, capsize=4, label=f"{m} · {r}: {best['regime'].iloc[0].split(' · ')[-1]}")
+        ax.set_xscale("log")
+        ax.set_xlabel("training FLOPs per job (budget, model convention)")
+        ax.set_ylabel(f"eval {target}: best regime's final score (95% CI)")
+        ax.set_title(f"{target}: best regime per (model, reward)", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        if len(budgets) == 1:
+            ax.set_xticks(budgets, [_fmt(float(b)) for b in budgets])
+            ax.minorticks_off()
+    fig.suptitle("Joint comparison at equal FLOPs: model size and feedback", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(out_dir / JOINT_PLOT, dpi=120)
+    plt.close(fig)
+    joint["plotted"] = True
+    return [JOINT_PLOT]
