@@ -50,6 +50,7 @@ from race_cli.report.rank import _fmt, label
 ALPHA = 0.05
 AXES = ("model", "reward")  # the condition columns ranked across: what the within rankings hold fixed
 GROUP = ("budget", "task", "target")  # a joint condition
+NO_INTERVAL = "no interval (nothing to estimate the noise from: one value per regime, or identical ones), so no winner is named"
 
 
 # --- input: one row per (budget, target, job) -------------------------------------------------
@@ -164,6 +165,7 @@ def _versus(noise, a_idx: np.ndarray, b_idx: np.ndarray, sign: float, alpha: flo
         c[np.arange(len(others)), others] -= 1.0
         est = sign * (c @ point)
         se, df = S.contrast_se(noise, c)
+        se = np.where(se > 0, se, np.nan)  # a zero standard error (identical seeds, no items) is no evidence
         q = np.array([S.t_quantile(1 - alpha / (2 * k), d) if np.isfinite(s) and d > 0 else math.nan
                       for s, d in zip(se, df)])
         return est, est - q * se, q * se
@@ -174,6 +176,7 @@ def _versus(noise, a_idx: np.ndarray, b_idx: np.ndarray, sign: float, alpha: flo
 
     est, _, half = lower(a, np.array([b]))
     se, df = S.contrast_se(noise, np.eye(R)[[a]] - np.eye(R)[[b]])
+    se = np.where(se > 0, se, np.nan)
     diff = float(point[a] - point[b])
     winner = "a" if beats_all(a, b_idx) else "b" if beats_all(b, a_idx) else None
     return {"a": a, "b": b, "diff": diff, "lo": diff - float(half[0]), "hi": diff + float(half[0]),
@@ -276,6 +279,8 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
                 verdict = f"{who(big, 'larger')} is ahead at {_fmt(budget)} FLOPs"
             elif v["winner"] == "b":
                 verdict = f"{who(small, 'smaller')}, trained longer, is ahead at {_fmt(budget)} FLOPs"
+            elif not np.isfinite(v["lo"]):
+                verdict = NO_INTERVAL
             else:
                 verdict = f"within noise: neither size is ahead at {_fmt(budget)} FLOPs"
             q = "Bigger policy or smaller trained longer" if known else "Model size"
@@ -295,6 +300,8 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
                 verdict = f"{big} gains more from the budget"
             elif gv["winner"] == "b":
                 verdict = f"{small} gains more from the budget"
+            elif not np.isfinite(gv["lo"]):
+                verdict = NO_INTERVAL
             else:
                 verdict = "within noise: neither size gains more from the budget"
             text = (f"{q}, gains over their own starts (the same two regimes): {big} gains "
@@ -339,6 +346,8 @@ def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, alpha: float
                     verdict = f"{weak} is ahead: the budget buys more as policy compute than as {strong}'s feedback"
                 elif v["winner"] == "b":
                     verdict = f"{strong} is ahead: its stronger feedback is worth its share of the budget"
+                elif not np.isfinite(v["lo"]):
+                    verdict = NO_INTERVAL
                 else:
                     verdict = "within noise: neither reward system is ahead"
                 where = f"with {scope}" if scope != "across sizes" else "across sizes"
