@@ -461,7 +461,7 @@ def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, boo
     per comparison, `text` the sentence), "across": list of dicts (several budgets)}; empty when no
     joint condition has two models or two reward systems (nothing to compare across)."""
     sizes = sizes or {}
-    empty = {"ranking": pd.DataFrame(), "sentences": pd.DataFrame(), "across": []}
+    empty = {"ranking": pd.DataFrame(), "sentences": pd.DataFrame(), "across": [], "sizes": dict(sizes)}
     if not len(table):
         return empty
     knobs = [k for k in knobs if k in table and table[k].nunique(dropna=True) > 1]
@@ -487,4 +487,4 @@ def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, boo
     ranking = pd.concat(parts, ignore_index=True)
     sentences = pd.DataFrame(sents)
     return {"ranking": ranking, "sentences": sentences, "across": _across(ranking, sentences, sizes),
-            "method": dict(zip(ranking["joint"], ranking["method"]))}
+            "sizes": dict(sizes)}

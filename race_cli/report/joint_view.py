@@ -121,8 +121,10 @@ def to_json(joint: dict) -> dict:
 
 
 def write_joint_plot(out_dir, joint: dict) -> list[str]:
-    """joint.png: per target, the best regime of each (model, reward) — final score against the budget,
-    95% intervals shaded (bars at a single budget). Returns the file names written."""
+    """joint.png, per target: with several budgets, the best regime of each (model, reward) against the
+    budget, one line each, 95% intervals shaded; with one budget and known model sizes, the best regime
+    of each reward against the model size (linear parameters), one line per reward. Returns the file
+    names written."""
     rk = joint["ranking"]
     if not len(rk):
         return []
@@ -131,34 +133,43 @@ def write_joint_plot(out_dir, joint: dict) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    sizes = joint.get("sizes") or {}
     targets = list(dict.fromkeys(rk["target"]))
-    fig, axes = plt.subplots(1, len(targets), figsize=(5.2 * len(targets), 4.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(targets), figsize=(5.4 * len(targets), 4.2), squeeze=False)
     for ax, target in zip(axes.flat, targets):
         g = rk[rk["target"] == target]
-        lines = list(dict.fromkeys(zip(g["model"], g["reward"])))
-        budgets = sorted(g["budget"].unique())
-        for i, (m, r) in enumerate(lines):
-            sel = g[(g["model"] == m) & (g["reward"] == r)]
-            best = sel.loc[sel.groupby("budget")["mean"].idxmax()].sort_values("budget")
-            x = best["budget"].to_numpy(float)
+        by_size = g["budget"].nunique() == 1 and g["model"].nunique() > 1 and set(g["model"]) <= set(sizes)
+        lines = (list(dict.fromkeys(g["reward"])) if by_size else list(dict.fromkeys(zip(g["model"], g["reward"]))))
+        for i, key in enumerate(lines):
+            sel = g[g["reward"] == key] if by_size else g[(g["model"] == key[0]) & (g["reward"] == key[1])]
+            xcol = sel["model"].map(sizes).astype(float) if by_size else sel["budget"]
+            sel = sel.assign(x=xcol.to_numpy(float))
+            best = sel.loc[sel.groupby("x")["mean"].idxmax()].sort_values("x")
+            x = best["x"].to_numpy(float)
             color = plt.get_cmap("tab10")(i % 10)
-            ls = "-" if i % 2 == 0 else "--"
-            if len(budgets) > 1:
-                ax.plot(x, best["mean"], ls, marker="o", color=color, label=f"{m} · {r}")
-                ax.fill_between(x, best["ci_lo"], best["ci_hi"], color=color, alpha=0.15)
-            else:  # one budget: offset the bars so they do not overlap
-                xo = x * (1 + 0.04 * (i - (len(lines) - 1) / 2))
-                ax.errorbar(xo, best["mean"], yerr=[best["mean"] - best["ci_lo"], best["ci_hi"] - best["mean"]],
-                            fmt="o", color=color, capsize=4, label=f"{m} · {r}: {best['regime'].iloc[0].split(' · ')[-1]}")
+            name = str(key) if by_size else f"{key[0]} · {key[1]}"
+            ax.plot(x, best["mean"], "-" if i % 2 == 0 else "--", marker="o", color=color, label=name)
+            ax.fill_between(x, best["ci_lo"], best["ci_hi"], color=color, alpha=0.15)
+            if len(x) == 1:
+                ax.errorbar(x, best["mean"], yerr=[best["mean"] - best["ci_lo"], best["ci_hi"] - best["mean"]],
+                            color=color, capsize=4, ls="none")
+            for xi, yi, reg in zip(x, best["mean"], best["regime"]):  # which regime is the best there
+                ax.annotate(reg.split(" · ")[-1], (xi, yi), textcoords="offset points", xytext=(5, 4),
+                            fontsize=6, color=color)
         ax.set_xscale("log")
-        ax.set_xlabel("training FLOPs per job (budget, model convention)")
-        ax.set_ylabel(f"eval {target}: best regime's final score (95% CI)")
-        ax.set_title(f"{target}: best regime per (model, reward)", fontsize=9)
+        if by_size:
+            ms = sorted(set(g["model"]), key=lambda m: sizes[m])
+            ax.set_xticks([sizes[m] for m in ms], [f"{m}\n{sizes[m] / 1e3:.0f}k params" if sizes[m] < 1e6 else
+                                                   f"{m}\n{sizes[m] / 1e6:.0f}M params" for m in ms])
+            ax.set_xlabel(f"policy size (linear parameters) at {_fmt(float(g['budget'].iloc[0]))} FLOPs per job")
+            ax.set_title(f"{target}: best regime per reward, by model size", fontsize=9)
+        else:
+            ax.set_xlabel("training FLOPs per job (budget, model convention)")
+            ax.set_title(f"{target}: best regime per (model, reward), by budget", fontsize=9)
+        ax.minorticks_off()
+        ax.set_ylabel(f"final {target} score (95% CI)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-        if len(budgets) == 1:
-            ax.set_xticks(budgets, [_fmt(float(b)) for b in budgets])
-            ax.minorticks_off()
     fig.suptitle("Joint comparison at equal FLOPs: model size and feedback", fontsize=11)
     fig.tight_layout()
     fig.savefig(out_dir / JOINT_PLOT, dpi=120)
