@@ -6,7 +6,9 @@
 
 Every simulated joint condition is written as real job folders (tests/report_fixtures.py's writer,
 plus a .hydra/config.yaml naming each model's architecture, so the report knows which is larger) and
-read back by `race report`'s run_report; the harness only counts the sentences' verdicts.
+read back by the report's own code (read_sweeps, then the joint section's calls: joint_table,
+model_sizes, joint_compare; `--full-report` runs the whole run_report instead, within-condition rankings
+included, and gets the same sentences); the harness only counts the sentences' verdicts.
 
 One joint condition: two model sizes (tiny-s and tiny-m shapes) × rule and PRM reward × the default
 grid's three μ, every job scored on the same 200 items, k = 4 sampled completions each, correct with
@@ -47,7 +49,10 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from race_cli.report import joint as J  # noqa: E402
 from race_cli.report.command import run_report  # noqa: E402
+from race_cli.report.rank import rankable  # noqa: E402
+from race_cli.report.table import read_sweeps  # noqa: E402
 from report_fixtures import Regime, write_job  # noqa: E402
 
 GRID = [(1, 0.83), (2, 0.91), (4, 0.95)]  # (μ, p): the default grid's G=4 regimes
@@ -97,7 +102,8 @@ def write_condition(jobs: Path, c: int, kind: str, n_seeds: int, seed_sd: float,
     return task
 
 
-def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_boot: int) -> dict:
+def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_boot: int,
+                 full_report: bool = False) -> dict:
     from rich.console import Console
 
     rng = np.random.default_rng([seed, int(seed_sd * 1000), n_seeds])
@@ -108,8 +114,15 @@ def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_b
     for kind in ("null", "size", "skewed"):
         for c in range(n):
             kinds[write_condition(root / "jobs", c, kind, n_seeds, seed_sd, rng)] = kind
-    res = run_report([root], plots=False, bootstrap=n_boot, console=Console(file=io.StringIO(), width=200))
-    s = res["joint"]["sentences"]
+    if full_report:
+        res = run_report([root], plots=False, bootstrap=n_boot, console=Console(file=io.StringIO(), width=200))
+        joint = res["joint"]
+    else:  # the calls run_report makes for its joint section, without the within-condition rankings
+        data = read_sweeps([root])
+        ranked = {TARGET: rankable(data.jobs, TARGET)}
+        joint = J.joint_compare(J.joint_table(data, [TARGET], ranked), data.knob_cols, {TARGET: True},
+                                J.model_sizes([root], data.jobs), n_boot=n_boot, seed=seed)
+    s = joint["sentences"]
     s = s[s["question"] != "split"]
     count = {k: {"n": 0, "final": 0, "final_big": 0, "gain": 0, "feedback": 0, "any": 0} for k in
              ("null", "size", "skewed")}
@@ -172,13 +185,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bootstrap", type=int, default=200, help="draws per condition (best share only)")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--full-report", action="store_true",
+                    help="read each sweep with the whole run_report (within-condition rankings and fits too: "
+                         "the same joint section, ~3x slower)")
     a = ap.parse_args(argv)
     scen = [(float(s.split(",")[0]), int(s.split(",")[1])) for s in a.scenario] if a.scenario else SCENARIOS
     results = []
     with tempfile.TemporaryDirectory(prefix="race-joint-") as tmp:
         for sd, k in scen:
-            r = run_scenario(Path(tmp), a.conditions, sd, k, a.seed, a.bootstrap)
-            print(f"scenario seed sd {sd}, {k} seeds: {r['seconds']:.0f} s", file=sys.stderr, flush=True)
+            r = run_scenario(Path(tmp), a.conditions, sd, k, a.seed, a.bootstrap, a.full_report)
+            print(f"scenario seed sd {sd}, {k} seeds: {r['seconds']:.0f} s: {json.dumps(r)}", file=sys.stderr,
+                  flush=True)
             results.append(r)
     print_table(results)
     if a.json:
