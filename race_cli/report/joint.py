@@ -50,6 +50,7 @@ from race_cli.report.rank import _fmt, label
 ALPHA = 0.05
 AXES = ("model", "reward")  # the condition columns ranked across: what the within rankings hold fixed
 GROUP = ("budget", "task", "target")  # a joint condition
+MAX_MODELS, MAX_REWARDS = 12, 6  # beyond this a joint condition holds separate experiments, not one grid
 NO_INTERVAL = "no interval (nothing to estimate the noise from: one value per regime, or identical ones), so no winner is named"
 
 
@@ -461,15 +462,21 @@ def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, boo
     per comparison, `text` the sentence), "across": list of dicts (several budgets)}; empty when no
     joint condition has two models or two reward systems (nothing to compare across)."""
     sizes = sizes or {}
-    empty = {"ranking": pd.DataFrame(), "sentences": pd.DataFrame(), "across": [], "sizes": dict(sizes)}
+    empty = {"ranking": pd.DataFrame(), "sentences": pd.DataFrame(), "across": [], "sizes": dict(sizes),
+             "notes": []}
     if not len(table):
         return empty
     knobs = [k for k in knobs if k in table and table[k].nunique(dropna=True) > 1]
     rng = np.random.default_rng(seed)
-    parts, sents = [], []
+    parts, sents, notes = [], [], []
     table = table.assign(task=table["task"].astype(object).where(table["task"].notna(), None))
     for (budget, task, target), g in table.groupby(list(GROUP), sort=True, dropna=False):
         if g["model"].nunique() < 2 and g["reward"].nunique() < 2:
+            continue
+        if g["model"].nunique() > MAX_MODELS or g["reward"].nunique() > MAX_REWARDS:
+            notes.append(f"budget={_fmt(float(budget))} task={task} target={target}: {g['model'].nunique()} models "
+                         f"and {g['reward'].nunique()} reward systems — more than {MAX_MODELS} and {MAX_REWARDS}, so "
+                         "they are taken for separate experiments and not ranked jointly.")
             continue
         cols, ctx = _condition(g, knobs, maximize.get(target, True), n_boot, rng, alpha, level)
         name = f"budget={_fmt(float(budget))} task={task} target={target}"
@@ -483,8 +490,8 @@ def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, boo
         found += [split] if split else []
         sents += [head | s for s in found]
     if not parts:
-        return empty
+        return empty | {"notes": notes}
     ranking = pd.concat(parts, ignore_index=True)
     sentences = pd.DataFrame(sents)
     return {"ranking": ranking, "sentences": sentences, "across": _across(ranking, sentences, sizes),
-            "sizes": dict(sizes)}
+            "sizes": dict(sizes), "notes": notes}

@@ -77,6 +77,8 @@ def print_joint(console, joint: dict) -> None:
     """The joint section in the terminal: per joint condition its ranking and sentences."""
     from rich.table import Table
 
+    for n in joint.get("notes", []):
+        console.print("• " + n, highlight=False)
     if not len(joint["ranking"]):
         return
     console.rule("[bold]joint comparison: every model, reward and split at the same budget")
@@ -102,9 +104,10 @@ def markdown(joint: dict) -> list[str]:
     """summary.md lines of the joint section (none when there is nothing to compare across)."""
     from race_cli.report.render import md_table
 
+    notes = [f"- {n}" for n in joint.get("notes", [])] + ([""] if joint.get("notes") else [])
     if not len(joint["ranking"]):
-        return []
-    out = ["## Joint comparison: every model, reward and split at the same budget", "", INTRO, ""]
+        return (["## Joint comparison", ""] + notes) if notes else []
+    out = ["## Joint comparison: every model, reward and split at the same budget", "", INTRO, ""] + notes
     for name, g in joint["ranking"].groupby("joint", sort=False):
         out += [f"### {name}", "", _noise_line(g), "", md_table(HEAD, rows(g, narrow=False)), ""]
         out += [f"- {s}" for s in _sentences_of(joint, name)] + [""]
@@ -116,7 +119,7 @@ def markdown(joint: dict) -> list[str]:
 
 def to_json(joint: dict) -> dict:
     recs = lambda df: json.loads(df.to_json(orient="records")) if len(df) else []
-    return {"ranking": recs(joint["ranking"]), "sentences": recs(joint["sentences"]),
+    return {"ranking": recs(joint["ranking"]), "sentences": recs(joint["sentences"]), "notes": joint.get("notes", []),
             "across": json.loads(pd.DataFrame(joint["across"]).to_json(orient="records")) if joint["across"] else []}
 
 
