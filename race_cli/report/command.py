@@ -7,7 +7,9 @@ going: unfinished jobs are listed with their state. Every evaluation target the 
 gets its own section (a condition includes its target); --target ranks one. Each regime is
 shown with its gain over its starting policy (iteration 0), and a condition where no regime
 beats its start says so first. Writes under <first sweep>/report/
-(or --out): runs.csv, ranking.csv, recommendations.csv, report.json, summary.md and PNGs.
+(or --out): runs.csv, ranking.csv, recommendations.csv, joint.csv, report.json, summary.md and PNGs.
+The joint section (report/joint.py) ranks every (model, reward, G, μ) of a budget together and says
+in sentences whether a bigger policy or a smaller one trained longer, and which feedback, is ahead.
 Imports neither torch nor transformers; matplotlib only when plots are drawn.
 """
 
@@ -162,6 +164,12 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
                             "Expected jobs run with eval.at (e.g. [0, 0.25, 0.5, 0.75, 1]); rerun the pilot "
                             "with it, or report without --at-budget.")
 
+    from race_cli.report import joint as J
+    from race_cli.report import joint_view as JV
+
+    joint = J.joint_compare(J.joint_table(data, targets, ranked_by), data.knob_cols, maximize,
+                            J.model_sizes(sweep_dirs, data.jobs[ranked]), rec, n_boot=bootstrap, seed=seed)
+
     # --- write (plots into a temp folder first, then moved in: nothing half-written)
     out_dir = Path(out) if out is not None else folder.report_dir(sweep_dirs[0])
     if out is None:  # under the sweep: a report/ planted as a link must not send the files elsewhere
@@ -176,20 +184,21 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
             figs = write_plots(tmp, jobs, ranking, rec, fits, data.curves, targets, reg_cols, by)
             if len(front["table"]):
                 figs += F.write_plots(tmp, front["table"], front["best"])
+            figs += JV.write_joint_plot(tmp, joint)
             for f in figs:
                 os.replace(tmp / f, out_dir / f)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     from race_cli.report.plots import PLOT_NAMES  # module top imports no matplotlib
 
-    for stale in (set(PLOT_NAMES) | set(F.PLOTS)) - set(figs):  # a figure from an earlier report would mislead
+    for stale in (set(PLOT_NAMES) | set(F.PLOTS) | {JV.JOINT_PLOT}) - set(figs):  # a figure from an earlier report would mislead
         (out_dir / stale).unlink(missing_ok=True)
     sections = F.markdown_section(front["best"], front["sentences"]) if len(front["best"]) else []
     if pred is not None:
         sections += CV.markdown_section(pred, CV.CURVE_DRAWS)
     md = render.markdown_summary(jobs, ranked, ranking, rec, moves, totals, targets, maximize,
-                                 bootstrap, figs, diffs, sections)
-    doc = render.to_json(jobs, ranking, rec, fits, moves, totals, targets, diffs,
+                                 bootstrap, figs, diffs, sections, joint=JV.markdown(joint))
+    doc = render.to_json(jobs, ranking, rec, fits, moves, totals, targets, diffs, joint=JV.to_json(joint),
                          extra={"budget_frontier": front["best"], "budget_frontier_notes": front["sentences"]}
                          | ({"predictions": pred} if pred is not None else {}))
     texts = {"runs.csv": jobs.to_csv(index=False), "ranking.csv": ranking.to_csv(index=False),
@@ -200,6 +209,10 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
         (out_dir / "frontier.csv").unlink(missing_ok=True)
     if pred is not None:
         texts["predictions.csv"] = pred.to_csv(index=False)
+    if len(joint["ranking"]):
+        texts[JV.JOINT_CSV] = joint["ranking"].to_csv(index=False)
+    else:  # a joint table from an earlier report would mislead
+        (out_dir / JV.JOINT_CSV).unlink(missing_ok=True)
     for name, text in texts.items():
         atomic_write_text(out_dir / name, text)
     files = list(texts) + figs
@@ -210,7 +223,8 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
             from rich.console import Console
 
             console = Console()
-        render.print_report(console, jobs, ranked, ranking, rec, moves, totals, targets, maximize, diffs)
+        render.print_report(console, jobs, ranked, ranking, rec, moves, totals, targets, maximize, diffs,
+                            joint=lambda c: JV.print_joint(c, joint))
         if len(front["best"]):
             F.print_section(console, front["best"], front["sentences"])
         if pred is not None:
@@ -225,8 +239,9 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
     validation = report_validation(sweep_dirs, data, out_dir, fmt, console, bootstrap, seed)
     files += validation["files"] if validation else []
-    return {"out_dir": out_dir, "files": files, "ranking": ranking, "recommendations": rec, "frontier": front, "predictions": pred,
-            "fits": fits, "jobs": jobs, "targets": targets, "target_differences": diffs, "validation": validation}
+    return {"out_dir": out_dir, "files": files, "ranking": ranking, "recommendations": rec, "frontier": front,
+            "predictions": pred, "fits": fits, "joint": joint, "jobs": jobs, "targets": targets,
+            "target_differences": diffs, "validation": validation}
 
 
 def report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | None = None,

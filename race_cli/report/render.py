@@ -133,10 +133,10 @@ def _target_line(t: str, maximize: dict[str, bool], g: pd.DataFrame) -> str:
 
 def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.DataFrame,
                  rec: pd.DataFrame, moves: list[str], totals: dict, targets: list[str],
-                 maximize: dict[str, bool], diffs: list[str] | None = None) -> None:
+                 maximize: dict[str, bool], diffs: list[str] | None = None, joint=None) -> None:
     """Rich tables: job counts, unranked jobs, one section per target with its conditions'
-    rankings (each opened by the no-gain sentence when no regime beats its start), the
-    frontier, the caveat."""
+    rankings (each opened by the no-gain sentence when no regime beats its start), the joint
+    comparison (`joint(console)` prints it), the frontier, the caveat."""
     from rich.panel import Panel
     from rich.table import Table
 
@@ -174,6 +174,8 @@ def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: p
                 console.print(noise_note(g), highlight=False)
             if len(r):
                 console.print(recommendation_text(r.iloc[0]), highlight=False)
+    if joint is not None:
+        joint(console)
     if len(rec) > 1:
         t = Table(title="Conditional frontier: recommended split per condition", title_justify="left")
         head = ["condition", "best regime", "beats start", "policy split", "p", "p* [95% CI] (fit or fallback)",
@@ -224,7 +226,8 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
 def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.DataFrame,
                      rec: pd.DataFrame, moves: list[str], totals: dict, targets: list[str],
                      maximize: dict[str, bool], n_boot: int, plots: list[str],
-                     diffs: list[str] | None = None, sections: list[str] | None = None) -> str:
+                     diffs: list[str] | None = None, sections: list[str] | None = None,
+                     joint: list[str] | None = None) -> str:
     """summary.md: the compute reported as the paper asks, one section of rankings per target,
     fits, the frontier across targets, the caveat."""
     counts = state_counts(jobs)
@@ -273,6 +276,7 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
                 out += [f"*{noise_note(g)}*", ""]
             if len(r):
                 out += [recommendation_text(r.iloc[0]), ""]
+    out += joint or []  # the joint comparison's section (report/joint_view.py)
     if moves or diffs:
         out += ["## Conditional frontier", ""] + [f"- {m}" for m in moves] + [""]
     if diffs:
@@ -294,7 +298,7 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
 
 def to_json(jobs: pd.DataFrame, ranking: pd.DataFrame, rec: pd.DataFrame, fits: dict,
             moves: list[str], totals: dict, targets: list[str], diffs: list[str] | None = None,
-            extra: dict | None = None) -> str:
+            extra: dict | None = None, joint: dict | None = None) -> str:
     """Everything in one JSON document (NaN becomes null). `target` is the ranked target when
     there is one, else null; `targets` lists them all."""
     recs = lambda df: json.loads(df.to_json(orient="records")) if len(df) else []
@@ -303,6 +307,7 @@ def to_json(jobs: pd.DataFrame, ranking: pd.DataFrame, rec: pd.DataFrame, fits: 
            "ranking": recs(ranking), "recommendations": recs(rec),
            "fits": {k: {kk: vv for kk, vv in vars(v).items() if kk not in ("curve_p", "curve_y")}
                     for k, v in fits.items()},
-           "frontier": moves, "target_differences": list(diffs or [])}
+           "frontier": moves, "target_differences": list(diffs or []),
+           "joint": joint or {"ranking": [], "sentences": [], "across": []}}
     doc.update({k: recs(v) if isinstance(v, pd.DataFrame) else v for k, v in (extra or {}).items()})
     return dumps(doc)

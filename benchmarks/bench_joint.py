@@ -1,0 +1,207 @@
+"""Error rates of the joint comparison (race_cli/report/joint.py) on synthetic sweeps with a known truth.
+
+    python benchmarks/bench_joint.py                       # 300 conditions per kind and scenario
+    python benchmarks/bench_joint.py --conditions 100      # quicker, noisier
+    python benchmarks/bench_joint.py --scenario 0.03,2     # one scenario: seed sd, seeds per regime
+
+Every simulated joint condition is written as real job folders (tests/report_fixtures.py's writer,
+plus a .hydra/config.yaml naming each model's architecture, so the report knows which is larger) and
+read back by the report's own code (read_sweeps, then the joint section's calls: joint_table,
+model_sizes, joint_compare; `--full-report` runs the whole run_report instead, within-condition rankings
+included, and gets the same sentences); the harness only counts the sentences' verdicts.
+
+One joint condition: two model sizes (tiny-s and tiny-m shapes) × rule and PRM reward × the default
+grid's three μ, every job scored on the same 200 items, k = 4 sampled completions each, correct with
+probability
+
+    P = acc + d_i + d_i^model + e_s     d_i ~ U(-0.2, 0.2) item difficulty shared by every job,
+                                        d_i^model ~ U(-0.05, 0.05) the model's own item effect (items
+                                        pair across models, not perfectly), e_s ~ U(-h, h) the run's
+                                        luck, SD = seed sd
+
+The starting policy of each model is evaluated by every job on the same items (P = start + d_i + d_i^m).
+Kinds of truth, per scenario:
+
+- null: every regime of both sizes and both rewards at 0.45, both starts 0.40: no sentence may name a
+  winner (model size on final scores or on gains, feedback at either size or across sizes);
+- size: the larger policy's regimes all at 0.51 (+0.06), the smaller's at 0.45; starts 0.46 and 0.40,
+  so the gains are equal: the final-score sentence should name the larger policy (power), the gain
+  sentence and the feedback sentences nothing;
+- skewed: the selection worst case for best-against-best — the larger policy's six regimes all at
+  0.45, the smaller's best (rule μ=1) at 0.45 and its other five at 0.35: the bests are equal, and the
+  larger side's best is the maximum of six noisy equals (biased upward), the smaller's of one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from race_cli.report import joint as J  # noqa: E402
+from race_cli.report.command import run_report  # noqa: E402
+from race_cli.report.rank import rankable  # noqa: E402
+from race_cli.report.table import read_sweeps  # noqa: E402
+from report_fixtures import Regime, write_job  # noqa: E402
+
+GRID = [(1, 0.83), (2, 0.91), (4, 0.95)]  # (μ, p): the default grid's G=4 regimes
+ARCH = {"s": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 128, "vocab_size": 257},
+        "m": {"hidden_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 256, "vocab_size": 257}}
+REWARDS = {"rule": 0.0, "prm": 0.15}  # feedback share of the FLOPs
+N_ITEMS, SAMPLES, BUDGET, TARGET = 200, 4, 8e11, "arithmetic"
+SCENARIOS = [(0.02, 2), (0.03, 3), (0.01, 3), (0.01, 4)]  # the pilot measured a seed sd of 0.011–0.026
+
+
+def truth(kind: str, size: str, reward: str, mu: int) -> float:
+    if kind == "null":
+        return 0.45
+    if kind == "size":
+        return 0.51 if size == "m" else 0.45
+    if size == "m":  # skewed
+        return 0.45
+    return 0.45 if (reward, mu) == ("rule", 1) else 0.35
+
+
+def start_of(kind: str, size: str) -> float:
+    return 0.46 if (kind == "size" and size == "m") else 0.40
+
+
+def write_condition(jobs: Path, c: int, kind: str, n_seeds: int, seed_sd: float, rng) -> str:
+    """One joint condition (its own task name); returns the task."""
+    import yaml
+
+    task = f"{kind}{c:05d}"
+    d = rng.uniform(-0.2, 0.2, N_ITEMS)
+    h = seed_sd * math.sqrt(3.0)
+    for size in ("s", "m"):
+        dm = d + rng.uniform(-0.05, 0.05, N_ITEMS)
+        model = f"{task}-{size}"
+        for reward, fb in REWARDS.items():
+            cond = {"model": model, "budget_flops": BUDGET, "reward": reward, "task": task}
+            for mu, p in GRID:
+                for s in range(n_seeds):
+                    fin = rng.binomial(SAMPLES, truth(kind, size, reward, mu) + dm + rng.uniform(-h, h)) / SAMPLES
+                    ini = rng.binomial(SAMPLES, start_of(kind, size) + dm) / SAMPLES
+                    jid = write_job(jobs, cond, Regime(4, mu, p), s, {TARGET: fin}, rng, feedback=fb,
+                                    iterations=2, eval_every=2, start={TARGET: ini})
+                    (jobs / jid / ".hydra" / "config.yaml").write_text(
+                        yaml.safe_dump({"model": {"name": model, "arch": ARCH[size]}}))
+    return task
+
+
+def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_boot: int,
+                 full_report: bool = False) -> dict:
+    from rich.console import Console
+
+    rng = np.random.default_rng([seed, int(seed_sd * 1000), n_seeds])
+    root = tmp / f"joint-{seed_sd}-{n_seeds}"
+    (root / "jobs").mkdir(parents=True)
+    t0 = time.perf_counter()
+    kinds = {}
+    for kind in ("null", "size", "skewed"):
+        for c in range(n):
+            kinds[write_condition(root / "jobs", c, kind, n_seeds, seed_sd, rng)] = kind
+    if full_report:
+        res = run_report([root], plots=False, bootstrap=n_boot, console=Console(file=io.StringIO(), width=200))
+        joint = res["joint"]
+    else:  # the calls run_report makes for its joint section, without the within-condition rankings
+        data = read_sweeps([root])
+        ranked = {TARGET: rankable(data.jobs, TARGET)}
+        joint = J.joint_compare(J.joint_table(data, [TARGET], ranked), data.knob_cols, {TARGET: True},
+                                J.model_sizes([root], data.jobs), n_boot=n_boot, seed=seed)
+    s = joint["sentences"]
+    s = s[s["question"] != "split"]
+    count = {k: {"n": 0, "final": 0, "final_big": 0, "gain": 0, "feedback": 0, "any": 0} for k in
+             ("null", "size", "skewed")}
+    for task, g in s.groupby("task"):
+        kind = kinds[task]
+        c = count[kind]
+        c["n"] += 1
+        fin = g[g["question"] == "size_final"]["winner"].iloc[0]
+        gain = g[g["question"] == "size_gain"]["winner"].iloc[0]
+        fin, gain = (None if pd.isna(v) else v for v in (fin, gain))
+        fb = g[g["question"].isin(["feedback", "feedback_all"])]["winner"].notna().any()
+        c["final"] += int(fin is not None)
+        c["final_big"] += int(fin == f"{task}-m")
+        c["gain"] += int(gain is not None)
+        c["feedback"] += int(fb)
+        wrong_final = fin is not None and not (kind == "size" and fin == f"{task}-m")
+        c["any"] += int(wrong_final or gain is not None or fb)
+    rate = lambda k, f: count[k][f] / max(count[k]["n"], 1)
+    return {"seed_sd": seed_sd, "n_seeds": n_seeds, "conditions": n, "seconds": time.perf_counter() - t0,
+            "null_final": rate("null", "final"), "null_gain": rate("null", "gain"),
+            "null_feedback": rate("null", "feedback"), "null_any": rate("null", "any"),
+            "power_final": rate("size", "final_big"), "size_false_gain": rate("size", "gain"),
+            "size_false_feedback": rate("size", "feedback"), "size_false_any": rate("size", "any"),
+            "skewed_final": rate("skewed", "final"), "median_half_width": float(np.median(
+                (s.loc[s["question"] == "size_final", "ci_hi"] - s.loc[s["question"] == "size_final", "ci_lo"]) / 2)),
+            "detectable": detectable(s, kinds)}
+
+
+def detectable(s, kinds: dict) -> float:
+    """Smallest size gap (to 0.005) the final-score sentence would resolve 80% of the time: the size
+    conditions' lower interval ends shifted from the true +0.06 (the standard errors do not depend on
+    the gap; the winner rule's other contrasts are looser than this one when every regime shifts)."""
+    f = s[(s["question"] == "size_final") & s["task"].map(kinds).eq("size")]
+    lo = f["ci_lo"].to_numpy(float) - 0.06
+    for gap in np.arange(0.005, 0.5, 0.005):
+        if np.mean(lo + gap > 0) >= 0.8:
+            return round(float(gap), 3)
+    return math.nan
+
+
+def print_table(results: list[dict]) -> None:
+    n = results[0]["conditions"]
+    print(f"\nJoint comparison on synthetic sweeps with a known truth: {n} null, {n} size (+0.06) and {n} "
+          "skewed joint conditions per scenario (2 sizes × rule/PRM × 3 μ, 200 items × 4 samples)\n")
+    head = ["seed sd", "seeds", "null: size final", "null: size gain", "null: feedback", "null: any",
+            "size: power final", "size: false gain", "size: false feedback", "skewed: false final",
+            "half-width final", "gap found 80%"]
+    print(" | ".join(head))
+    print("|".join("---" for _ in head))
+    for r in results:
+        print(" | ".join([f"{r['seed_sd']:.2f}", str(r["n_seeds"])] + [f"{r[k]:.3f}" for k in (
+            "null_final", "null_gain", "null_feedback", "null_any", "power_final", "size_false_gain",
+            "size_false_feedback", "skewed_final", "median_half_width", "detectable")]))
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--conditions", type=int, default=300, help="joint conditions per kind and scenario")
+    ap.add_argument("--scenario", action="append", help="SEED_SD,SEEDS (repeatable); default four")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bootstrap", type=int, default=200, help="draws per condition (best share only)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--full-report", action="store_true",
+                    help="read each sweep with the whole run_report (within-condition rankings and fits too: "
+                         "the same joint section, ~3x slower)")
+    a = ap.parse_args(argv)
+    scen = [(float(s.split(",")[0]), int(s.split(",")[1])) for s in a.scenario] if a.scenario else SCENARIOS
+    results = []
+    with tempfile.TemporaryDirectory(prefix="race-joint-") as tmp:
+        for sd, k in scen:
+            r = run_scenario(Path(tmp), a.conditions, sd, k, a.seed, a.bootstrap, a.full_report)
+            print(f"scenario seed sd {sd}, {k} seeds: {r['seconds']:.0f} s: {json.dumps(r)}", file=sys.stderr,
+                  flush=True)
+            results.append(r)
+    print_table(results)
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

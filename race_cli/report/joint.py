@@ -1,0 +1,497 @@
+"""The joint, budget-matched comparison: every (model, reward, G, μ) at the same FLOPs (no I/O but
+`joint_table`'s reading of one .hydra/config.yaml per model).
+
+The within-condition rankings (rank.py) answer *search or learning* inside one (model, reward,
+budget, target). Every job of a grid at one budget spent the same FLOPs, so the paper's other two
+questions are answered by ranking all of them together, per (budget, task, target) — a *joint
+condition*:
+
+- **bigger policy or smaller trained longer**: the best regime of each model size against each
+  other, as the paired difference of their final scores and, separately, of their gains over
+  their own starting policies (the larger policy starts higher; each sentence says which one it is);
+- **stronger feedback or more policy compute**: the best regime of each reward system against
+  the best of each other, at every model size and across sizes (the rule reward spends ~0 FLOPs
+  on feedback, a reward model its share of the same budget);
+- **search or learning**: cited from the within-condition recommendations.
+
+Pairing. Every job of a joint condition is scored on the same evaluation items (the items come
+from the task's eval set, `task.eval_seed`, not from the model or the job's seed; the report
+checks that the item ids agree), so item noise is paired across models and rewards exactly as it
+is across regimes within a condition. When the jobs share no item ids the comparison falls back to
+job-level scores (seeds only, unpaired) and says so.
+
+Statistics: report/stats.py, nothing re-derived here. The joint regimes' noise is `noise_of` over
+all of them (seed noise pooled over every regime of the joint condition), the joint ranking is
+`rank_decisions` (≈ best: Bonferroni over every pair) and `gain_decisions` (> start: Holm), the
+best share comes from `draws_of`. A gain is over the regime's *own* model's start: the iteration-0
+evaluation, item by item, averaged over every job of that model in the joint condition (the reward
+does not change iteration 0). A best-versus-best sentence picks each side's best from up to k
+regimes, so its interval is a t interval at level 1 − α/k (Bonferroni over the regimes either best
+could have been), and one side is named ahead only when its best beats *every* regime of the other
+side at that level (an intersection–union test): under any truth in which the other side's best is
+at least as good, the chance of naming a winner is at most α = 5%. A difference within noise is
+reported as such, never as a winner. benchmarks/bench_joint.py measures both error rates.
+
+Across budgets (several `budget.flops` in one sweep, or per-checkpoint budgets: `joint_compare`
+takes a table of (budget, job, item scores), whatever their source), the best model size and
+feedback per budget, and the budget from which the larger policy is ahead of the smaller.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from race_cli.report.rank import _fmt, label
+
+ALPHA = 0.05
+AXES = ("model", "reward")  # the condition columns ranked across: what the within rankings hold fixed
+GROUP = ("budget", "task", "target")  # a joint condition
+MAX_MODELS, MAX_REWARDS = 12, 6  # beyond this a joint condition holds separate experiments, not one grid
+NO_INTERVAL = "no interval (nothing to estimate the noise from: one value per regime, or identical ones), so no winner is named"
+
+
+# --- input: one row per (budget, target, job) -------------------------------------------------
+
+
+def joint_table(data, targets: list[str], ranked: dict[str, pd.Series]) -> pd.DataFrame:
+    """The joint comparison's input from a read sweep: one row per (budget, target, ranked job).
+
+    Columns: budget, task, target, sweep, job_id, model, reward, the knobs, seed, value (the final
+    score), start_value, ids / scores (per-item final scores, or None), start_ids / start (the
+    iteration-0 per-item scores, or None), share_feedback, iterations. Another source (per-checkpoint
+    budgets) feeds `joint_compare` the same columns.
+    """
+    rows = []
+    knobs = list(data.knob_cols)
+    for t in targets:
+        jobs = data.jobs[ranked[t]]
+        for _, j in jobs.iterrows():
+            key = (j["sweep"], j["job_id"], t)
+            fin, ini = data.items.get(key), data.items_initial.get(key)
+            row = {"budget": float(j["budget_flops"]), "task": j.get("task"), "target": t,
+                   "sweep": j["sweep"], "job_id": j["job_id"], "model": j["model"], "reward": j["reward"],
+                   "seed": j.get("seed"), "value": float(j[f"eval/{t}"]),
+                   "start_value": float(pd.to_numeric(j.get(f"eval_initial/{t}", np.nan), errors="coerce")),
+                   "ids": list(fin[0]) if fin else None, "scores": np.asarray(fin[1], float) if fin else None,
+                   "start_ids": list(ini[0]) if ini else None,
+                   "start": np.asarray(ini[1], float) if ini else None,
+                   "share_feedback": float(pd.to_numeric(j.get("share_feedback", np.nan), errors="coerce")),
+                   "iterations": float(pd.to_numeric(j.get("iterations_actual", np.nan), errors="coerce"))}
+            row.update({k: j.get(k) for k in knobs})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def model_sizes(sweep_dirs: list[Path], jobs: pd.DataFrame) -> dict[str, int]:
+    """Linear parameters (N_body + N_head, race_cli/cost/flops.py) of each model, read from the
+    `model.arch` block of one job's .hydra/config.yaml; a model whose config cannot be read is left out
+    (its sentences then name it without calling it larger or smaller)."""
+    import yaml
+
+    from race_cli import folder
+    from race_cli.cost.flops import Arch
+    from race_cli.errors import RaceError
+
+    where = {Path(d).resolve().name: Path(d) for d in sweep_dirs}
+    out: dict[str, int] = {}
+    for model, g in jobs.groupby("model", sort=True):
+        for _, j in g.iterrows():
+            try:
+                cfg = yaml.safe_load(folder.job_config(folder.job_dir(where[j["sweep"]], j["job_id"]))
+                                     .read_text(encoding="utf-8"))
+                arch = Arch.from_config(cfg["model"]["arch"])
+                out[str(model)] = int(arch.n_body + arch.n_head)
+                break
+            except (OSError, KeyError, TypeError, ValueError, RaceError, yaml.YAMLError):
+                continue
+    return out
+
+
+# --- one joint condition ------------------------------------------------------------------------
+
+
+def _regime_label(model, reward, knobs: dict) -> str:
+    rest = label(knobs) if knobs else ""
+    return f"{model} · {reward}" + (f" · {rest}" if rest and rest != "(one regime)" else "")
+
+
+def _aligned(g: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray | None, str]:
+    """(final [J, n], start [J, n] or None, method) on the item ids every job shares, sorted;
+    (None, None, why) when the jobs cannot be paired item by item."""
+    if any(v is None for v in g["ids"]):
+        return None, None, "seeds only, unpaired (some jobs lack per-item scores)"
+    id_lists = list(g["ids"])
+    if any(len(set(i)) != len(i) for i in id_lists):
+        return None, None, "seeds only, unpaired (a job lists an item id twice)"
+    common = set(id_lists[0]).intersection(*map(set, id_lists[1:]))
+    if not common:
+        return None, None, ("seeds only, unpaired (the jobs share no item ids: different models or "
+                            "rewards were scored on different items, so items cannot be paired)")
+    cols = sorted(common)
+    pick = lambda ids, sc: pd.Series(sc, index=ids).loc[cols].to_numpy(float)
+    final = np.vstack([pick(i, s) for i, s in zip(id_lists, g["scores"])])
+    most = max(len(i) for i in id_lists)
+    method = (f"items (paired across models and rewards, n={len(cols)}) × seeds" if len(cols) == most else
+              f"items (paired, {len(cols)} common ids of {most}) × seeds")
+    start = None
+    if all(i is not None and len(set(i)) == len(i) and common <= set(i) for i in g["start_ids"]):
+        start = np.vstack([pick(i, s) for i, s in zip(g["start_ids"], g["start"])])
+    return final, start, method
+
+
+def _versus(noise, a_idx: np.ndarray, b_idx: np.ndarray, sign: float, alpha: float,
+            pick: tuple[int, int] | None = None) -> dict:
+    """Best of side A against best of side B: the difference A − B (raw units) with its interval at
+    level 1 − α/k (k: regimes on the larger side), and the winner by the intersection–union rule (a
+    side's best must beat every regime of the other side at that level).
+
+    pick: the two regimes, when another comparison chose them (the gains of the final's bests)."""
+    from race_cli.report import stats as S
+
+    R = len(noise.n_seeds)
+    point = noise.m.mean(axis=1)
+    if pick is None:
+        pick = (int(a_idx[np.argmax(sign * point[a_idx])]), int(b_idx[np.argmax(sign * point[b_idx])]))
+    a, b = pick
+    k = max(len(a_idx), len(b_idx))
+
+    def lower(win: int, others: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """est, lower bound and half-width of sign·(win − other) for each other regime."""
+        c = np.zeros((len(others), R))
+        c[:, win] += 1.0
+        c[np.arange(len(others)), others] -= 1.0
+        est = sign * (c @ point)
+        se, df = S.contrast_se(noise, c)
+        se = np.where(se > 0, se, np.nan)  # a zero standard error (identical seeds, no items) is no evidence
+        q = np.array([S.t_quantile(1 - alpha / (2 * k), d) if np.isfinite(s) and d > 0 else math.nan
+                      for s, d in zip(se, df)])
+        return est, est - q * se, q * se
+
+    def beats_all(win: int, others: np.ndarray) -> bool:
+        lo = lower(win, others)[1]
+        return bool(np.all(np.isfinite(lo)) and np.all(lo > 0))
+
+    est, _, half = lower(a, np.array([b]))
+    se, df = S.contrast_se(noise, np.eye(R)[[a]] - np.eye(R)[[b]])
+    se = np.where(se > 0, se, np.nan)
+    diff = float(point[a] - point[b])
+    winner = "a" if beats_all(a, b_idx) else "b" if beats_all(b, a_idx) else None
+    return {"a": a, "b": b, "diff": diff, "lo": diff - float(half[0]), "hi": diff + float(half[0]),
+            "se": float(se[0]), "df": float(df[0]), "k": k, "winner": winner}
+
+
+def _gain_noise(noise, start_rows: np.ndarray, sign: float):
+    """The noise of the gains: each regime's items minus its own model's pooled start, signed."""
+    from race_cli.report import stats as S
+
+    return S.Noise(m=sign * (noise.m - start_rows), n_seeds=noise.n_seeds, ms_seed=noise.ms_seed,
+                   df_seed=noise.df_seed, ms_resid=noise.ms_resid, df_resid=noise.df_resid)
+
+
+def _condition(g: pd.DataFrame, knobs: list[str], maximize: bool, n_boot: int, rng, alpha: float,
+               level: float) -> tuple[dict, dict]:
+    """One joint condition: (ranking columns, context for the sentences)."""
+    from race_cli.report import stats as S
+
+    sign = 1.0 if maximize else -1.0
+    reg_cols = ["model", "reward"] + knobs
+    codes, uniq = pd.factorize(pd.MultiIndex.from_frame(g[reg_cols].astype(object)))
+    regs = [dict(zip(reg_cols, u)) for u in uniq]
+    R = len(regs)
+    final, start, method = _aligned(g)
+    values = g["value"].to_numpy(float) if final is None else final.mean(axis=1)
+    noise = S.noise_of(codes, final if final is not None else values, R)
+    dec = S.rank_decisions(noise, maximize, level, alpha)
+    weights = S.item_weights(noise.n, n_boot, rng) if noise.n > 1 else None
+    draws = S.draws_of(noise, n_boot, rng, weights)
+    models = np.array([r["model"] for r in regs], dtype=object)
+    job_model = g["model"].to_numpy(object)
+    # --- gains over each regime's own model's start
+    gnoise, start_of = None, np.full(R, np.nan)
+    if start is not None:
+        rows = np.zeros((R, start.shape[1]))
+        for m in set(models):
+            pooled = start[job_model == m].mean(axis=0)  # one checkpoint per model: pool its jobs' evals
+            rows[models == m] = pooled
+            start_of[models == m] = pooled.mean()
+        gnoise = _gain_noise(noise, rows, sign)
+    elif np.isfinite(g["start_value"].to_numpy(float)).all():
+        sv = g["start_value"].to_numpy(float)
+        per_model = {m: sv[job_model == m].mean() for m in set(models)}
+        start_of = np.array([per_model[m] for m in models])
+        gnoise = S.noise_of(codes, sign * (values - np.array([per_model[m] for m in job_model])), R)
+    if gnoise is not None:
+        gd = S.gain_decisions(gnoise, level, alpha)
+    else:
+        nan = np.full(R, np.nan)
+        gd = {"gain": nan, "gain_ci_lo": nan, "gain_ci_hi": nan, "beats_start": np.zeros(R, bool)}
+    per_reg = lambda col: np.array([g.loc[codes == r, col].astype(float).mean() for r in range(R)])
+    point = dec["mean"]
+    ranks = 1 + (sign * point[None, :] > sign * point[:, None]).sum(axis=1)
+    cols = {"regime": np.array([_regime_label(r["model"], r["reward"], {k: r[k] for k in knobs}) for r in regs],
+                               dtype=object),
+            "model": models, "reward": np.array([r["reward"] for r in regs], dtype=object),
+            **{k: np.array([r[k] for r in regs], dtype=object) for k in knobs},
+            "rank": ranks, "is_best": np.arange(R) == dec["best"],
+            "mean": point, "ci_lo": dec["ci_lo"], "ci_hi": dec["ci_hi"], "tied_best": dec["tied_best"],
+            "p_best": S.p_best(draws, maximize), "start": start_of, "gain": gd["gain"],
+            "gain_ci_lo": gd["gain_ci_lo"], "gain_ci_hi": gd["gain_ci_hi"], "beats_start": gd["beats_start"],
+            "share_feedback": per_reg("share_feedback"), "iterations": per_reg("iterations"),
+            "n_seeds": noise.n_seeds, "n_items": np.full(R, noise.n), "method": np.full(R, method, dtype=object),
+            "seed_noise": np.full(R, noise.has_seed_noise)}
+    ctx = {"noise": noise, "gnoise": gnoise, "sign": sign, "cols": cols, "method": method}
+    return cols, ctx
+
+
+# --- sentences --------------------------------------------------------------------------------------
+
+
+def _ci(lo: float, hi: float) -> str:
+    return f"[{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "(no interval)"
+
+
+def _knob_part(cols: dict, i: int, knobs: list[str], drop: tuple[str, ...]) -> str:
+    parts = [str(cols[c][i]) for c in ("model", "reward") if c not in drop]
+    kn = label({k: cols[k][i] for k in knobs}) if knobs else ""
+    return " ".join(parts + ([kn] if kn and kn != "(one regime)" else []))
+
+
+def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: float, alpha: float) -> list[dict]:
+    cols, noise, gnoise, sign = ctx["cols"], ctx["noise"], ctx["gnoise"], ctx["sign"]
+    models = list(dict.fromkeys(cols["model"]))
+    known = all(m in sizes for m in models)
+    models.sort(key=lambda m: (sizes.get(m, 0), str(m)), reverse=True)  # largest first
+    out = []
+    for i, big in enumerate(models):
+        for small in models[i + 1:]:
+            A = np.flatnonzero(cols["model"] == big)
+            B = np.flatnonzero(cols["model"] == small)
+            v = _versus(noise, A, B, sign, alpha)
+            a, b = v["a"], v["b"]
+            it_a, it_b = cols["iterations"][a], cols["iterations"][b]
+            longer = (f", {it_b / it_a:.1f}× the iterations" if known and np.isfinite(it_a) and np.isfinite(it_b)
+                      and it_a > 0 else "")
+            who = (lambda m, w: f"the {w} policy {m}") if known else (lambda m, w: m)
+            if v["winner"] == "a":
+                verdict = f"{who(big, 'larger')} is ahead at {_fmt(budget)} FLOPs"
+            elif v["winner"] == "b":
+                verdict = f"{who(small, 'smaller')}, trained longer, is ahead at {_fmt(budget)} FLOPs"
+            elif not np.isfinite(v["lo"]):
+                verdict = NO_INTERVAL
+            else:
+                verdict = f"within noise: neither size is ahead at {_fmt(budget)} FLOPs"
+            q = "Bigger policy or smaller trained longer" if known else "Model size"
+            text = (f"{q}, final scores: {big}'s best ({_knob_part(cols, a, knobs, ('model',))}, "
+                    f"{cols['mean'][a]:.3f}) minus {small}'s best ({_knob_part(cols, b, knobs, ('model',))}, "
+                    f"{cols['mean'][b]:.3f}{longer}) = {v['diff']:+.3f} {_ci(v['lo'], v['hi'])}, items paired — "
+                    f"{verdict}.")
+            out.append({"question": "size_final", "a": big, "b": small, "a_regime": cols["regime"][a],
+                        "b_regime": cols["regime"][b], **_num(v), "winner": _win(v, big, small), "text": text})
+            if gnoise is None:
+                out.append({"question": "size_gain", "a": big, "b": small, "a_regime": cols["regime"][a],
+                            "b_regime": cols["regime"][b], "winner": None,
+                            "text": f"{q}, gains over their own starts: no starting evaluation was recorded."})
+                continue
+            gv = _versus(gnoise, A, B, 1.0, alpha, pick=(a, b))  # gains are signed already
+            if gv["winner"] == "a":
+                verdict = f"{big} gains more from the budget"
+            elif gv["winner"] == "b":
+                verdict = f"{small} gains more from the budget"
+            elif not np.isfinite(gv["lo"]):
+                verdict = NO_INTERVAL
+            else:
+                verdict = "within noise: neither size gains more from the budget"
+            text = (f"{q}, gains over their own starts (the same two regimes): {big} gains "
+                    f"{cols['gain'][a]:+.3f} from {cols['start'][a]:.3f}, {small} {cols['gain'][b]:+.3f} from "
+                    f"{cols['start'][b]:.3f}; difference {gv['diff']:+.3f} {_ci(gv['lo'], gv['hi'])}, items "
+                    f"paired — {verdict}.")
+            out.append({"question": "size_gain", "a": big, "b": small, "a_regime": cols["regime"][a],
+                        "b_regime": cols["regime"][b], **_num(gv), "winner": _win(gv, big, small), "text": text})
+    return out
+
+
+def _num(v: dict) -> dict:
+    return {"diff": v["diff"], "ci_lo": v["lo"], "ci_hi": v["hi"], "se": v["se"], "df": v["df"], "k": v["k"]}
+
+
+def _win(v: dict, a: str, b: str) -> str | None:
+    return a if v["winner"] == "a" else b if v["winner"] == "b" else None
+
+
+def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, alpha: float) -> list[dict]:
+    cols, noise, sign = ctx["cols"], ctx["noise"], ctx["sign"]
+    fb = {r: np.nanmean(cols["share_feedback"][cols["reward"] == r]) for r in dict.fromkeys(cols["reward"])}
+    rewards = sorted(fb, key=lambda r: (np.nan_to_num(fb[r], nan=1.0), str(r)))  # cheapest feedback first
+    models = list(dict.fromkeys(cols["model"]))
+    scopes = [(m, cols["model"] == m) for m in models] + ([("across sizes", np.ones(len(cols["model"]), bool))]
+                                                           if len(models) > 1 else [])
+    out = []
+    for i, weak in enumerate(rewards):
+        for strong in rewards[i + 1:]:
+            for scope, mask in scopes:
+                A = np.flatnonzero(mask & (cols["reward"] == weak))
+                B = np.flatnonzero(mask & (cols["reward"] == strong))
+                if not len(A) or not len(B):
+                    continue
+                v = _versus(noise, A, B, sign, alpha)
+                a, b = v["a"], v["b"]
+                drop = ("model", "reward") if scope != "across sizes" else ("reward",)
+                share = lambda j: (f", {100 * cols['share_feedback'][j]:.0f}% of its FLOPs on feedback"
+                                   if np.isfinite(cols["share_feedback"][j]) else "")
+                desc = lambda j: ", ".join(x for x in [_knob_part(cols, j, knobs, drop), f"{cols['mean'][j]:.3f}"] if x)
+                if v["winner"] == "a":
+                    verdict = f"{weak} is ahead: the budget buys more as policy compute than as {strong}'s feedback"
+                elif v["winner"] == "b":
+                    verdict = f"{strong} is ahead: its stronger feedback is worth its share of the budget"
+                elif not np.isfinite(v["lo"]):
+                    verdict = NO_INTERVAL
+                else:
+                    verdict = "within noise: neither reward system is ahead"
+                where = f"with {scope}" if scope != "across sizes" else "across sizes"
+                text = (f"Stronger feedback or more policy compute, {where} at {_fmt(budget)} FLOPs: the best "
+                        f"{weak} regime ({desc(a)}{share(a)}) minus the best {strong} regime ({desc(b)}{share(b)}) "
+                        f"= {v['diff']:+.3f} {_ci(v['lo'], v['hi'])}, items paired — {verdict}.")
+                out.append({"question": "feedback" if scope != "across sizes" else "feedback_all",
+                            "scope": scope, "a": weak, "b": strong, "a_regime": cols["regime"][a],
+                            "b_regime": cols["regime"][b], **_num(v), "winner": _win(v, weak, strong),
+                            "text": text})
+    return out
+
+
+def _split_sentence(rec: pd.DataFrame | None, budget: float, task, target: str) -> dict | None:
+    """Search or learning: the within-condition recommendations of this budget and target, cited."""
+    if rec is None or not len(rec) or "target" not in rec:
+        return None
+    r = rec[rec["target"] == target]
+    if "budget_flops" in r:
+        r = r[np.isclose(r["budget_flops"].astype(float), budget)]
+    if "task" in r and task is not None and not (isinstance(task, float) and math.isnan(task)):
+        r = r[r["task"] == task]
+    if not len(r):
+        return None
+    parts = []
+    for _, x in r.iterrows():
+        who = " ".join(str(x[c]) for c in ("model", "reward") if c in x)
+        if not x.get("learned", False):
+            parts.append(f"{who}: no regime beats its start")
+        else:
+            tied = int(x["n_tied"]) - 1
+            parts.append(f"{who}: {x['best_regime']} best" + (f" ({tied} of the other {int(x['n_regimes']) - 1} "
+                                                              f"≈ best)" if tied else " (the others distinguishably worse)"))
+    return {"question": "split", "text": "Search or learning (the within-condition rankings): " + "; ".join(parts) + "."}
+
+
+# --- across budgets ---------------------------------------------------------------------------------
+
+
+def _across(ranking: pd.DataFrame, sentences: pd.DataFrame, sizes: dict[str, int]) -> list[dict]:
+    """Per (task, target) with several budgets: the best size and feedback per budget, and the budget
+    from which the larger policy is ahead of the smaller at every larger budget."""
+    out = []
+    if not len(ranking):
+        return out
+    for (task, target), g in ranking.groupby(["task", "target"], sort=False, dropna=False):
+        budgets = sorted(g["budget"].unique())
+        if len(budgets) < 2:
+            continue
+        s = sentences[(sentences["target"] == target) & sentences["task"].eq(task).fillna(False)
+                      | ((sentences["target"] == target) & sentences["task"].isna() & pd.isna(task))]
+        best = []
+        for c in budgets:
+            gb = g[g["budget"] == c]
+            top = gb[gb["is_best"]].iloc[0]
+            tied = gb[gb["tied_best"]]
+            other_sizes = sorted(set(tied["model"]) - {top["model"]})
+            other_fb = sorted(set(tied["reward"]) - {top["reward"]})
+            best.append(f"{_fmt(c)}: {top['model']}" + (f" (≈ {', '.join(map(str, other_sizes))})" if other_sizes else "")
+                        + f" with {top['reward']}" + (f" (≈ {', '.join(map(str, other_fb))})" if other_fb else ""))
+        out.append({"task": task, "target": target, "question": "best_per_budget",
+                    "text": f"Across budgets ({target}), the best model size and feedback at each budget "
+                            f"(≈: within noise of the best, familywise 5%): " + "; ".join(best) + "."})
+        sf = s[s["question"] == "size_final"]
+        for (big, small), p in sf.groupby(["a", "b"], sort=False):
+            p = p.sort_values("budget")
+            cs = p["budget"].to_numpy(float)
+            ahead = (p["winner"] == big).to_numpy()
+            behind = (p["winner"] == small).to_numpy()
+            d = p["diff"].to_numpy(float)
+            cells = "; ".join(f"{_fmt(c)}: {x:+.3f} {_ci(lo, hi)}" for c, x, lo, hi in
+                              zip(cs, d, p["ci_lo"], p["ci_hi"]))
+            tail = np.flatnonzero(~np.logical_and.accumulate(ahead[::-1])[::-1])  # budgets not followed by ahead-only
+            first = 0 if not len(tail) else int(tail[-1]) + 1
+            larger = "the larger policy " + str(big) if big in sizes and small in sizes else str(big)
+            if first >= len(cs):
+                text = (f"{larger} is not seen to overtake {small} up to {_fmt(cs[-1])} FLOPs on {target} "
+                        f"(difference {big} − {small} per budget: {cells}).")
+                c_at = lo_c = hi_c = math.nan
+            else:
+                below = np.flatnonzero(behind[:first])
+                lo_c = cs[below[-1]] if len(below) else math.nan
+                hi_c = cs[first]
+                c_at = _crossing(cs, d, first)
+                rng_txt = (f"between {_fmt(lo_c)} and {_fmt(hi_c)} FLOPs" if np.isfinite(lo_c) else
+                           f"at or below {_fmt(hi_c)} FLOPs (it is never seen behind)")
+                est = f" (interpolated crossing {_fmt(c_at)})" if np.isfinite(c_at) else ""
+                text = (f"{larger} overtakes {small} on {target} {rng_txt}{est}, and stays ahead at every larger "
+                        f"budget (difference {big} − {small} per budget: {cells}).")
+            out.append({"task": task, "target": target, "question": "overtake", "a": big, "b": small,
+                        "overtake_flops": c_at, "overtake_lo": lo_c, "overtake_hi": hi_c, "text": text})
+    return out
+
+
+def _crossing(cs: np.ndarray, d: np.ndarray, first: int) -> float:
+    """Where the point difference crosses zero, linear in log budget, just below budget `first`."""
+    if first == 0 or d[first] <= 0 or d[first - 1] > 0:
+        return math.nan
+    x0, x1 = math.log(cs[first - 1]), math.log(cs[first])
+    return float(math.exp(x0 + (x1 - x0) * (-d[first - 1]) / (d[first] - d[first - 1])))
+
+
+# --- all joint conditions ---------------------------------------------------------------------------
+
+
+def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, bool],
+                  sizes: dict[str, int] | None = None, rec: pd.DataFrame | None = None,
+                  n_boot: int = 1000, seed: int = 0, alpha: float = ALPHA, level: float = 0.95) -> dict:
+    """The joint comparison of every joint condition (budget, task, target) of `table` (joint_table's
+    columns). Returns {"ranking": DataFrame (one row per joint regime), "sentences": DataFrame (one row
+    per comparison, `text` the sentence), "across": list of dicts (several budgets)}; empty when no
+    joint condition has two models or two reward systems (nothing to compare across)."""
+    sizes = sizes or {}
+    empty = {"ranking": pd.DataFrame(), "sentences": pd.DataFrame(), "across": [], "sizes": dict(sizes),
+             "notes": []}
+    if not len(table):
+        return empty
+    knobs = [k for k in knobs if k in table and table[k].nunique(dropna=True) > 1]
+    rng = np.random.default_rng(seed)
+    parts, sents, notes = [], [], []
+    table = table.assign(task=table["task"].astype(object).where(table["task"].notna(), None))
+    for (budget, task, target), g in table.groupby(list(GROUP), sort=True, dropna=False):
+        if g["model"].nunique() < 2 and g["reward"].nunique() < 2:
+            continue
+        if g["model"].nunique() > MAX_MODELS or g["reward"].nunique() > MAX_REWARDS:
+            notes.append(f"budget={_fmt(float(budget))} task={task} target={target}: {g['model'].nunique()} models "
+                         f"and {g['reward'].nunique()} reward systems — more than {MAX_MODELS} and {MAX_REWARDS}, so "
+                         "they are taken for separate experiments and not ranked jointly.")
+            continue
+        cols, ctx = _condition(g, knobs, maximize.get(target, True), n_boot, rng, alpha, level)
+        name = f"budget={_fmt(float(budget))} task={task} target={target}"
+        head = {"joint": name, "budget": float(budget), "task": task, "target": target}
+        order = np.lexsort((cols["regime"].astype(str), cols["rank"]))
+        parts.append(pd.DataFrame({**{k: [v] * len(order) for k, v in head.items()},
+                                   **{k: np.asarray(v)[order] for k, v in cols.items()}}))
+        found = _size_sentences(ctx, knobs, sizes, float(budget), alpha)
+        found += _feedback_sentences(ctx, knobs, float(budget), alpha)
+        split = _split_sentence(rec, float(budget), task, target)
+        found += [split] if split else []
+        sents += [head | s for s in found]
+    if not parts:
+        return empty | {"notes": notes}
+    ranking = pd.concat(parts, ignore_index=True)
+    sentences = pd.DataFrame(sents)
+    return {"ranking": ranking, "sentences": sentences, "across": _across(ranking, sentences, sizes),
+            "sizes": dict(sizes), "notes": notes}
