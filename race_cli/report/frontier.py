@@ -242,6 +242,23 @@ def best_rows(g: pd.DataFrame) -> list[list[str]]:
              "yes" if r.beats_start else "no", r.tied or "–"] for r in g.itertuples()]
 
 
+NARROW_HEAD = ["budget", "best regime", "score ± 95%", "gain ± 95%", "> start", "≈ best"]
+
+
+def _pm(v, lo, hi, signed: bool = False) -> str:
+    """v ± the interval's half-width (the narrow console's form; the files keep both ends)."""
+    if not np.isfinite(v):
+        return "–"
+    f = (lambda x: f"{x:+.3f}") if signed else (lambda x: f"{x:.3f}")
+    return f"{f(v)} ± {(hi - lo) / 2:.3f}" if np.isfinite(lo) and np.isfinite(hi) else f(v)
+
+
+def narrow_rows(g: pd.DataFrame) -> list[list[str]]:
+    return [[_fmt_flops(r.budget_at), r.best_regime, _pm(r.mean, r.ci_lo, r.ci_hi),
+             _pm(r.gain, r.gain_ci_lo, r.gain_ci_hi, True), "yes" if r.beats_start else "no", r.tied or "–"]
+            for r in g.itertuples()]
+
+
 INTRO = ("Every job was evaluated at the same fractions of its budget (eval.at: the first iteration at or "
          "past f·C), so each checkpoint ranks the regimes at budget f·C — read as what a pilot of that budget "
          "would have found, since the learning rate is constant after warm-up. Intervals and ≈ best as in the "
@@ -265,10 +282,13 @@ def print_section(console, best: pd.DataFrame, sentences: list[str]) -> None:
     console.rule("[bold]frontier across budgets")
     console.print(INTRO, highlight=False)
     for cond, g in best.groupby("condition", sort=False):
+        from race_cli.report.render import NARROW
+
         t = Table(title=f"best regime per budget: {cond}", title_justify="left")
-        for h in HEAD:
+        narrow = console.width < NARROW  # an 80-column terminal or a pipe: the columns that fit, none cut
+        for h in NARROW_HEAD if narrow else HEAD:
             t.add_column(h, justify="left" if h in ("best regime", "≈ best") else "right", overflow="fold")
-        for row in best_rows(g):
+        for row in narrow_rows(g) if narrow else best_rows(g):
             t.add_row(*row)
         console.print(t)
     for s in sentences:
