@@ -24,36 +24,12 @@ REWARDS = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0
 INFORMATIVE = [False] * 4 + [True] * 8
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    from race_cli.zoo import byte_tokenizer
-
-    torch.manual_seed(0)
-    cfg = Qwen2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      intermediate_size=64, vocab_size=257, eos_token_id=256, bos_token_id=256,
-                      tie_word_embeddings=False)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
-    byte_tokenizer().save_pretrained(path)
-    return path
+from test_update import make_job as _update_job, model_dir  # noqa: E402,F401 (the tiny random policy, as a fixture)
 
 
 def make_job(model_dir: Path, tmp: Path, **extra):
-    from race_cli.config.compose import compose
-    from race_cli.engine.job import Job
-
-    base = {"model.path": str(model_dir), "model.name": "tiny-rand", "grid": "none", "model.arch.hidden_size": 32,
-            "model.arch.intermediate_size": 64, "grpo.prompts_per_iter": 3, "grpo.group_size": 4,
-            "rollout.max_new_tokens": 6, "rollout.expected_completion_tokens": 6, "task.num_eval": 4,
-            "task.num_train": 16, "threads": 1, "task.min_ops": 1, "task.max_ops": 3, "task.max_operand": 999,
-            "budget.flops": 1e12, "lora.enabled": "false", "grpo.lr": 1e-3} | extra
-    ov = [f"{k}={v}" for k, v in base.items()]
-    job = Job(compose(ov), tmp, ov, log=lambda m: None)
-    job.setup()
-    job.iteration = 0
-    return job
+    """test_update's tiny job with B=3 prompts, full fine-tuning at lr 1e-3 (what these checks use)."""
+    return _update_job(model_dir, tmp, **{"grpo.prompts_per_iter": 3, "lora.enabled": "false", "grpo.lr": 1e-3} | extra)
 
 
 COMPLETION_LENS = [6, 3, 5, 2, 6, 4, 1, 5, 3, 6, 2, 4]  # EOS included; varied, so token aggregation's loss
