@@ -216,6 +216,8 @@ def run_shape(name: str, args, tmp: Path, check: Checks) -> None:
           f"grpo.prompts_per_iter={args.prompts}", f"grpo.group_size={args.group_size}",
           f"rollout.max_new_tokens={args.max_new_tokens}", f"lora.r={args.lora_r}", f"lora.alpha={2 * args.lora_r}",
           "grpo.lr=1e-5", "grpo.micro_batch_size=auto", "rollout.backend=lean", "budget.flops=1e20",
+          # a random policy earns equal (zero) rule rewards, so every row would be skipped: time the full update
+          "grpo.skip_zero_advantage=false",
           "budget.max_iterations=1", f"task.num_eval={args.num_eval}", f"eval.batch_size={args.num_eval}",
           "eval.every=1000", "checkpoint.every=1000", "task.prompt_tokens=64", "rollout.expected_completion_tokens=null",
           *args.overrides]
