@@ -101,16 +101,25 @@ def visible_gpus() -> list[str]:
     return []
 
 
-def gpu_total_bytes() -> int | None:
-    """Total memory of the first visible NVIDIA GPU via nvidia-smi (no torch import); None without one."""
+def _smi_first(field: str, *extra: str) -> str | None:
+    """`nvidia-smi --query-gpu=<field>` for the first visible GPU (no torch import); None without one."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     try:
-        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
-                             text=True, timeout=10, check=True).stdout
-        return int(float(out.strip().splitlines()[0])) * 2**20  # MiB
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        out = subprocess.run([exe, f"--query-gpu={field}", "--format=csv,noheader" + "".join(extra)],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+        return out.strip().splitlines()[0].strip() or None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def gpu_total_bytes() -> int | None:
+    """Total memory of the first visible NVIDIA GPU via nvidia-smi (no torch import); None without one."""
+    mib = _smi_first("memory.total", ",nounits")
+    try:
+        return int(float(mib)) * 2**20 if mib is not None else None
+    except ValueError:
         return None
 
 
@@ -131,12 +140,4 @@ def cpu_cores() -> int:
 
 def gpu_name() -> str | None:
     """Name of the first visible NVIDIA GPU via nvidia-smi (e.g. 'NVIDIA H100 80GB HBM3'); None without one."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10, check=True).stdout
-        return out.strip().splitlines()[0].strip() or None
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return None
+    return _smi_first("name")

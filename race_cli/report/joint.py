@@ -276,14 +276,9 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
             longer = (f", {it_b / it_a:.1f}× the iterations" if known and np.isfinite(it_a) and np.isfinite(it_b)
                       and it_a > 0 else "")
             who = (lambda m, w: f"the {w} policy {m}") if known else (lambda m, w: m)
-            if v["winner"] == "a":
-                verdict = f"{who(big, 'larger')} is ahead at {_fmt(budget)} FLOPs"
-            elif v["winner"] == "b":
-                verdict = f"{who(small, 'smaller')}, trained longer, is ahead at {_fmt(budget)} FLOPs"
-            elif not np.isfinite(v["lo"]):
-                verdict = NO_INTERVAL
-            else:
-                verdict = f"within noise: neither size is ahead at {_fmt(budget)} FLOPs"
+            verdict = _verdict(v, f"{who(big, 'larger')} is ahead at {_fmt(budget)} FLOPs",
+                               f"{who(small, 'smaller')}, trained longer, is ahead at {_fmt(budget)} FLOPs",
+                               f"within noise: neither size is ahead at {_fmt(budget)} FLOPs")
             q = "Bigger policy or smaller trained longer" if known else "Model size"
             text = (f"{q}, final scores: {big}'s best ({_knob_part(cols, a, knobs, ('model',))}, "
                     f"{cols['mean'][a]:.3f}) minus {small}'s best ({_knob_part(cols, b, knobs, ('model',))}, "
@@ -297,14 +292,9 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
                             "text": f"{q}, gains over their own starts: no starting evaluation was recorded."})
                 continue
             gv = _versus(gnoise, A, B, 1.0, alpha, pick=(a, b))  # gains are signed already
-            if gv["winner"] == "a":
-                verdict = f"{big} gains more from the budget"
-            elif gv["winner"] == "b":
-                verdict = f"{small} gains more from the budget"
-            elif not np.isfinite(gv["lo"]):
-                verdict = NO_INTERVAL
-            else:
-                verdict = "within noise: neither size gains more from the budget"
+            verdict = _verdict(gv, f"{big} gains more from the budget",
+                               f"{small} gains more from the budget",
+                               "within noise: neither size gains more from the budget")
             text = (f"{q}, gains over their own starts (the same two regimes): {big} gains "
                     f"{cols['gain'][a]:+.3f} from {cols['start'][a]:.3f}, {small} {cols['gain'][b]:+.3f} from "
                     f"{cols['start'][b]:.3f}; difference {gv['diff']:+.3f} {_ci(gv['lo'], gv['hi'])}, items "
@@ -312,6 +302,15 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
             out.append({"question": "size_gain", "a": big, "b": small, "a_regime": cols["regime"][a],
                         "b_regime": cols["regime"][b], **_num(gv), "winner": _win(gv, big, small), "text": text})
     return out
+
+
+def _verdict(v: dict, a_ahead: str, b_ahead: str, tie: str) -> str:
+    """The sentence's verdict: a side named only when the interval excludes zero, else noise or no interval."""
+    if v["winner"] == "a":
+        return a_ahead
+    if v["winner"] == "b":
+        return b_ahead
+    return NO_INTERVAL if not np.isfinite(v["lo"]) else tie
 
 
 def _num(v: dict) -> dict:
@@ -343,14 +342,10 @@ def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, alpha: float
                 share = lambda j: (f", {100 * cols['share_feedback'][j]:.0f}% of its FLOPs on feedback"
                                    if np.isfinite(cols["share_feedback"][j]) else "")
                 desc = lambda j: ", ".join(x for x in [_knob_part(cols, j, knobs, drop), f"{cols['mean'][j]:.3f}"] if x)
-                if v["winner"] == "a":
-                    verdict = f"{weak} is ahead: the budget buys more as policy compute than as {strong}'s feedback"
-                elif v["winner"] == "b":
-                    verdict = f"{strong} is ahead: its stronger feedback is worth its share of the budget"
-                elif not np.isfinite(v["lo"]):
-                    verdict = NO_INTERVAL
-                else:
-                    verdict = "within noise: neither reward system is ahead"
+                verdict = _verdict(v, f"{weak} is ahead: the budget buys more as policy compute than as "
+                                      f"{strong}'s feedback",
+                                   f"{strong} is ahead: its stronger feedback is worth its share of the budget",
+                                   "within noise: neither reward system is ahead")
                 where = f"with {scope}" if scope != "across sizes" else "across sizes"
                 text = (f"Stronger feedback or more policy compute, {where} at {_fmt(budget)} FLOPs: the best "
                         f"{weak} regime ({desc(a)}{share(a)}) minus the best {strong} regime ({desc(b)}{share(b)}) "
