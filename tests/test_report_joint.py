@@ -226,4 +226,5 @@ def test_models_scored_on_different_items_are_compared_unpaired(tmp_path):
     s = sentence(res, "size_final")
     assert s["diff"] == pytest.approx(0.3)
     assert "(no interval)" in s["text"] and "no winner is named" in s["text"]
+    assert "items paired" not in s["text"] and "seeds only, unpaired" in s["text"]  # the label says how it was formed
     assert s["winner"] is None or (isinstance(s["winner"], float) and math.isnan(s["winner"]))

@@ -262,6 +262,7 @@ def _knob_part(cols: dict, i: int, knobs: list[str], drop: tuple[str, ...]) -> s
 
 def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: float, alpha: float) -> list[dict]:
     cols, noise, gnoise, sign = ctx["cols"], ctx["noise"], ctx["gnoise"], ctx["sign"]
+    paired = _pairing(ctx)
     models = list(dict.fromkeys(cols["model"]))
     known = all(m in sizes for m in models)
     models.sort(key=lambda m: (sizes.get(m, 0), str(m)), reverse=True)  # largest first
@@ -282,7 +283,7 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
             q = "Bigger policy or smaller trained longer" if known else "Model size"
             text = (f"{q}, final scores: {big}'s best ({_knob_part(cols, a, knobs, ('model',))}, "
                     f"{cols['mean'][a]:.3f}) minus {small}'s best ({_knob_part(cols, b, knobs, ('model',))}, "
-                    f"{cols['mean'][b]:.3f}{longer}) = {v['diff']:+.3f} {_ci(v['lo'], v['hi'])}, items paired — "
+                    f"{cols['mean'][b]:.3f}{longer}) = {v['diff']:+.3f} {_ci(v['lo'], v['hi'])}, {paired} — "
                     f"{verdict}.")
             out.append({"question": "size_final", "a": big, "b": small, "a_regime": cols["regime"][a],
                         "b_regime": cols["regime"][b], **_num(v), "winner": _win(v, big, small), "text": text})
@@ -297,11 +298,16 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
                                "within noise: neither size gains more from the budget")
             text = (f"{q}, gains over their own starts (the same two regimes): {big} gains "
                     f"{cols['gain'][a]:+.3f} from {cols['start'][a]:.3f}, {small} {cols['gain'][b]:+.3f} from "
-                    f"{cols['start'][b]:.3f}; difference {gv['diff']:+.3f} {_ci(gv['lo'], gv['hi'])}, items "
-                    f"paired — {verdict}.")
+                    f"{cols['start'][b]:.3f}; difference {gv['diff']:+.3f} {_ci(gv['lo'], gv['hi'])}, "
+                    f"{paired} — {verdict}.")
             out.append({"question": "size_gain", "a": big, "b": small, "a_regime": cols["regime"][a],
                         "b_regime": cols["regime"][b], **_num(gv), "winner": _win(gv, big, small), "text": text})
     return out
+
+
+def _pairing(ctx: dict) -> str:
+    """How a sentence's difference was formed: "items paired", or the unpaired fallback's own words."""
+    return "items paired" if str(ctx["method"]).startswith("items") else "seeds only, unpaired"
 
 
 def _verdict(v: dict, a_ahead: str, b_ahead: str, tie: str) -> str:
@@ -323,6 +329,7 @@ def _win(v: dict, a: str, b: str) -> str | None:
 
 def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, alpha: float) -> list[dict]:
     cols, noise, sign = ctx["cols"], ctx["noise"], ctx["sign"]
+    paired = _pairing(ctx)
     fb = {r: np.nanmean(cols["share_feedback"][cols["reward"] == r]) for r in dict.fromkeys(cols["reward"])}
     rewards = sorted(fb, key=lambda r: (np.nan_to_num(fb[r], nan=1.0), str(r)))  # cheapest feedback first
     models = list(dict.fromkeys(cols["model"]))
@@ -349,7 +356,7 @@ def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, alpha: float
                 where = f"with {scope}" if scope != "across sizes" else "across sizes"
                 text = (f"Stronger feedback or more policy compute, {where} at {_fmt(budget)} FLOPs: the best "
                         f"{weak} regime ({desc(a)}{share(a)}) minus the best {strong} regime ({desc(b)}{share(b)}) "
-                        f"= {v['diff']:+.3f} {_ci(v['lo'], v['hi'])}, items paired — {verdict}.")
+                        f"= {v['diff']:+.3f} {_ci(v['lo'], v['hi'])}, {paired} — {verdict}.")
                 out.append({"question": "feedback" if scope != "across sizes" else "feedback_all",
                             "scope": scope, "a": weak, "b": strong, "a_regime": cols["regime"][a],
                             "b_regime": cols["regime"][b], **_num(v), "winner": _win(v, weak, strong),
