@@ -364,6 +364,9 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
     plan = Plan(typed=list(typed or []), grid={"name": "validate", "description":
                 f"validation of pilot {pilot} ({what}, "
                 f"seeds {seed_list[0]}..{seed_list[-1]})"}, axes=axes, jobs=flat)
+    from race_cli.plan.wall import plan_wall
+
+    plan.slots, plan.wall_source = plan_wall(flat)  # the slots and rates race run would use for the whole sweep
 
     # the compute curves' prediction at the validation budget, beside the endpoint ranking (report/predicted.py)
     from race_cli.report.predicted import curve_predictions_for_validation
