@@ -25,11 +25,18 @@ Kinds of truth, per scenario:
 - null: every regime of both sizes and both rewards at 0.45, both starts 0.40: no sentence may name a
   winner (model size on final scores or on gains, feedback at either size or across sizes);
 - size: the larger policy's regimes all at 0.51 (+0.06), the smaller's at 0.45; starts 0.46 and 0.40,
-  so the gains are equal: the final-score sentence should name the larger policy (power), the gain
-  sentence and the feedback sentences nothing;
+  so the gains are equal: the final-score sentences (best against best, and allocation by allocation)
+  should name the larger policy (power), the gain sentences and the feedback sentences nothing;
 - skewed: the selection worst case for best-against-best — the larger policy's six regimes all at
   0.45, the smaller's best (rule μ=1) at 0.45 and its other five at 0.35: the bests are equal, and the
-  larger side's best is the maximum of six noisy equals (biased upward), the smaller's of one.
+  larger side's best is the maximum of six noisy equals (biased upward), the smaller's of one. Best
+  against best must name nothing; allocation by allocation the larger policy truly is ahead on average
+  (+0.083), so that sentence may name it (and its rate is printed).
+
+"any false" counts a joint condition in which some sentence names a side that is not truly ahead by that
+sentence's own comparison (true_difference: best against best, the picked regimes' gains, or the mean over
+matched allocations): the familywise error the report controls (Bonferroni over the condition's claims,
+report/joint.py).
 """
 
 from __future__ import annotations
@@ -95,10 +102,12 @@ def write_condition(jobs: Path, c: int, kind: str, n_seeds: int, seed_sd: float,
                 for s in range(n_seeds):
                     fin = rng.binomial(SAMPLES, truth(kind, size, reward, mu) + dm + rng.uniform(-h, h)) / SAMPLES
                     ini = rng.binomial(SAMPLES, start_of(kind, size) + dm) / SAMPLES
-                    jid = write_job(jobs, cond, Regime(4, mu, p), s, {TARGET: fin}, rng, feedback=fb,
+                    jid = write_job(jobs, cond, Regime(4, mu, p * (1 - fb)), s, {TARGET: fin}, rng, feedback=fb,
                                     iterations=2, eval_every=2, start={TARGET: ini})
+                    # the model's shapes (its size), and what tells one run from another (the report refuses
+                    # two folders with the same config and seed as a counterfeit second seed)
                     (jobs / jid / ".hydra" / "config.yaml").write_text(
-                        yaml.safe_dump({"model": {"name": model, "arch": ARCH[size]}}))
+                        yaml.safe_dump({"model": {"name": model, "arch": ARCH[size]}, "seed": s, "run": jid}))
     return task
 
 
@@ -124,38 +133,76 @@ def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_b
                                 J.model_sizes([root], data.jobs), n_boot=n_boot, seed=seed)
     s = joint["sentences"]
     s = s[s["question"] != "split"]
-    count = {k: {"n": 0, "final": 0, "final_big": 0, "gain": 0, "feedback": 0, "any": 0} for k in
-             ("null", "size", "skewed")}
+    count = {k: {"n": 0, "final": 0, "final_big": 0, "matched": 0, "matched_big": 0, "gain": 0, "feedback": 0,
+                 "any": 0} for k in ("null", "size", "skewed")}
+    one = lambda g, q: (lambda v: None if pd.isna(v) else v)(g[g["question"] == q]["winner"].iloc[0])
     for task, g in s.groupby("task"):
         kind = kinds[task]
         c = count[kind]
         c["n"] += 1
-        fin = g[g["question"] == "size_final"]["winner"].iloc[0]
-        gain = g[g["question"] == "size_gain"]["winner"].iloc[0]
-        fin, gain = (None if pd.isna(v) else v for v in (fin, gain))
-        fb = g[g["question"].isin(["feedback", "feedback_all"])]["winner"].notna().any()
+        fin, matched = one(g, "size_final"), one(g, "size_matched")
+        big = f"{task}-m"
         c["final"] += int(fin is not None)
-        c["final_big"] += int(fin == f"{task}-m")
-        c["gain"] += int(gain is not None)
-        c["feedback"] += int(fb)
-        wrong_final = fin is not None and not (kind == "size" and fin == f"{task}-m")
-        c["any"] += int(wrong_final or gain is not None or fb)
+        c["final_big"] += int(fin == big)
+        c["matched"] += int(matched is not None)
+        c["matched_big"] += int(matched == big)
+        c["gain"] += int(g[g["question"].isin(["size_gain", "size_gain_matched"])]["winner"].notna().any())
+        c["feedback"] += int(g[g["question"].str.startswith("feedback")]["winner"].notna().any())
+        c["any"] += int(any(false_winner(kind, task, row) for _, row in g.iterrows()))
     rate = lambda k, f: count[k][f] / max(count[k]["n"], 1)
+    half = lambda q: float(np.median((s.loc[s["question"] == q, "ci_hi"] - s.loc[s["question"] == q, "ci_lo"]) / 2))
     return {"seed_sd": seed_sd, "n_seeds": n_seeds, "conditions": n, "seconds": time.perf_counter() - t0,
-            "null_final": rate("null", "final"), "null_gain": rate("null", "gain"),
-            "null_feedback": rate("null", "feedback"), "null_any": rate("null", "any"),
-            "power_final": rate("size", "final_big"), "size_false_gain": rate("size", "gain"),
-            "size_false_feedback": rate("size", "feedback"), "size_false_any": rate("size", "any"),
-            "skewed_final": rate("skewed", "final"), "median_half_width": float(np.median(
-                (s.loc[s["question"] == "size_final", "ci_hi"] - s.loc[s["question"] == "size_final", "ci_lo"]) / 2)),
-            "detectable": detectable(s, kinds)}
+            "null_final": rate("null", "final"), "null_matched": rate("null", "matched"),
+            "null_gain": rate("null", "gain"), "null_feedback": rate("null", "feedback"),
+            "null_any": rate("null", "any"),
+            "power_final": rate("size", "final_big"), "power_matched": rate("size", "matched_big"),
+            "size_false_gain": rate("size", "gain"), "size_false_feedback": rate("size", "feedback"),
+            "size_false_any": rate("size", "any"), "skewed_final": rate("skewed", "final"),
+            "skewed_matched_big": rate("skewed", "matched_big"), "skewed_false_any": rate("skewed", "any"),
+            "median_half_width": half("size_final"), "median_half_width_matched": half("size_matched"),
+            "detectable": detectable(s, kinds, "size_final"),
+            "detectable_matched": detectable(s, kinds, "size_matched")}
 
 
-def detectable(s, kinds: dict) -> float:
-    """Smallest size gap (to 0.005) the final-score sentence would resolve 80% of the time: the size
+def true_difference(kind: str, task: str, row) -> float:
+    """The truth of one sentence's difference a − b, from the scenario's truth (the sentence's own
+    comparison: best against best, the two picked regimes' gains, or the mean over matched allocations)."""
+    size = lambda model: str(model).rsplit("-", 1)[-1]
+    t = lambda sz, rw, mu: truth(kind, sz, rw, mu)
+    mus = [mu for mu, _ in GRID]
+    q, a, b = row["question"], row["a"], row["b"]
+    if q in ("size_final", "size_matched", "size_gain_matched"):
+        va = [t(size(a), r, mu) for r in REWARDS for mu in mus]
+        vb = [t(size(b), r, mu) for r in REWARDS for mu in mus]
+        if q == "size_final":
+            return max(va) - max(vb)
+        d = float(np.mean(np.subtract(va, vb)))
+        return d if q == "size_matched" else d - (start_of(kind, size(a)) - start_of(kind, size(b)))
+    if q == "size_gain":  # the two regimes the final-score sentence picked: "<task>-m · rule · μ=1"
+        parse = lambda lab: (size(lab.split(" · ")[0]), lab.split(" · ")[1], int(lab.split("μ=")[1]))
+        (sa, ra, ma), (sb, rb, mb) = parse(row["a_regime"]), parse(row["b_regime"])
+        return (t(sa, ra, ma) - start_of(kind, sa)) - (t(sb, rb, mb) - start_of(kind, sb))
+    sizes = ["s", "m"] if row["scope"] == "across sizes" else [size(row["scope"])]
+    va = [t(sz, a, mu) for sz in sizes for mu in mus]
+    vb = [t(sz, b, mu) for sz in sizes for mu in mus]
+    return max(va) - max(vb) if q in ("feedback", "feedback_all") else float(np.mean(np.subtract(va, vb)))
+
+
+def false_winner(kind: str, task: str, row) -> bool:
+    """A sentence names a side that is not truly ahead (a true difference of zero, or of the other sign)."""
+    w = row["winner"]
+    if w is None or (isinstance(w, float) and math.isnan(w)):
+        return False
+    d = true_difference(kind, task, row)
+    return d <= 1e-12 if w == row["a"] else d >= -1e-12
+
+
+def detectable(s, kinds: dict, question: str) -> float:
+    """Smallest size gap (to 0.005) a size sentence would resolve 80% of the time: the size
     conditions' lower interval ends shifted from the true +0.06 (the standard errors do not depend on
-    the gap; the winner rule's other contrasts are looser than this one when every regime shifts)."""
-    f = s[(s["question"] == "size_final") & s["task"].map(kinds).eq("size")]
+    the gap; the best-against-best rule's other contrasts are looser than this one when every regime
+    shifts)."""
+    f = s[(s["question"] == question) & s["task"].map(kinds).eq("size")]
     lo = f["ci_lo"].to_numpy(float) - 0.06
     for gap in np.arange(0.005, 0.5, 0.005):
         if np.mean(lo + gap > 0) >= 0.8:
@@ -167,15 +214,18 @@ def print_table(results: list[dict]) -> None:
     n = results[0]["conditions"]
     print(f"\nJoint comparison on synthetic sweeps with a known truth: {n} null, {n} size (+0.06) and {n} "
           "skewed joint conditions per scenario (2 sizes × rule/PRM × 3 μ, 200 items × 4 samples)\n")
-    head = ["seed sd", "seeds", "null: size final", "null: size gain", "null: feedback", "null: any",
-            "size: power final", "size: false gain", "size: false feedback", "skewed: false final",
-            "half-width final", "gap found 80%"]
+    cols = {"null: best vs best": "null_final", "null: matched": "null_matched", "null: gains": "null_gain",
+            "null: feedback": "null_feedback", "null: any": "null_any", "size: power best vs best": "power_final",
+            "size: power matched": "power_matched", "size: any false": "size_false_any",
+            "skewed: best vs best named": "skewed_final", "skewed: matched names larger": "skewed_matched_big",
+            "skewed: any false": "skewed_false_any", "half-width best vs best": "median_half_width",
+            "half-width matched": "median_half_width_matched", "gap found 80% (bvb)": "detectable",
+            "gap found 80% (matched)": "detectable_matched"}
+    head = ["seed sd", "seeds", *cols]
     print(" | ".join(head))
     print("|".join("---" for _ in head))
     for r in results:
-        print(" | ".join([f"{r['seed_sd']:.2f}", str(r["n_seeds"])] + [f"{r[k]:.3f}" for k in (
-            "null_final", "null_gain", "null_feedback", "null_any", "power_final", "size_false_gain",
-            "size_false_feedback", "skewed_final", "median_half_width", "detectable")]))
+        print(" | ".join([f"{r['seed_sd']:.2f}", str(r["n_seeds"])] + [f"{r[k]:.3f}" for k in cols.values()]))
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -11,8 +11,13 @@ items, so the seed mean square is 0 and every interval is the item part alone: a
       prm  μ=1 c=35  0.875                prm  μ=1 c=24  0.600  best
       prm  μ=2 c=28  0.700                prm  μ=2 c=20  0.500
 
-t quantiles (scipy.stats.t.ppf, df 39): 1 − 0.05/8 → 2.618864 (k = 4 regimes per size), 1 − 0.05/4 →
-2.331264 (k = 2 per (size, reward)), 1 − 0.05/56 → 3.353410 (≈ best: Bonferroni over 28 pairs).
+The joint condition makes 10 claims that could name a winner (model size: best against best and
+allocation by allocation, each on final scores and on gains; feedback: both kinds at tiny-m, at tiny-s and
+across sizes), so each claim's two-sided level is 1 − 0.05/10 (Bonferroni: any false winner at most 5%),
+and a best-against-best interval is further widened over the k regimes its side's best was picked from.
+t quantiles (scipy.stats.t.ppf, df 39): 1 − 0.05/(2·10·4) (k = 4 regimes per size), 1 − 0.05/(2·10·2)
+(k = 2 per (size, reward)), 1 − 0.05/(2·10) (allocation by allocation), 1 − 0.05/56 → 3.353410 (≈ best:
+Bonferroni over 28 pairs, the ranking's own family).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from scipy.stats import t as t_dist
 
 from race_cli.report.command import run_report
 from report_fixtures import Regime, write_job
@@ -36,18 +42,22 @@ N = 40
 ARCH = {"tiny-s": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                    "intermediate_size": 128, "vocab_size": 257},
         "tiny-m": {"hidden_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
-                   "intermediate_size": 256, "vocab_size": 257}}
+                   "intermediate_size": 256, "vocab_size": 257},
+        "tiny-x": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "intermediate_size": 64, "vocab_size": 257}}  # only the three-size test uses it
 GRID = {("tiny-m", "rule", 1): 36, ("tiny-m", "rule", 2): 30, ("tiny-m", "prm", 1): 35, ("tiny-m", "prm", 2): 28,
         ("tiny-s", "rule", 1): 12, ("tiny-s", "rule", 2): 8, ("tiny-s", "prm", 1): 24, ("tiny-s", "prm", 2): 20}
 START = {"tiny-m": 24, "tiny-s": 0}
-Q_SIZE, Q_FB, Q_PAIRS = 2.618863731860828, 2.3312642646588233, 3.353409611022939
+N_CLAIMS = 10
+Q_SIZE, Q_FB, Q_MATCHED = (float(t_dist.ppf(1 - 0.05 / (2 * N_CLAIMS * k), N - 1)) for k in (4, 2, 1))
+Q_PAIRS = 3.353409611022939
 
 
 def first(c: int, n: int = N) -> np.ndarray:
     return (np.arange(n) < c).astype(float)
 
 
-def write_grid(root: Path, grid: dict, start: dict, budget: float = 8e11, ids_of=None) -> Path:
+def write_grid(root: Path, grid: dict, start: dict, budget: float = 8e11, ids_of=None, half=None) -> Path:
     jobs = root / "jobs"
     jobs.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -62,6 +72,17 @@ def write_grid(root: Path, grid: dict, start: dict, budget: float = 8e11, ids_of
             # (the report refuses two folders holding the same config and seed as a counterfeit second seed)
             cfg_path.write_text(yaml.safe_dump({"model": {"name": model, "arch": ARCH[model]}, "seed": s,
                                                 "run": jid}))
+            if half is not None:  # an equal-FLOP checkpoint at C/2 (eval.at): the start, C/2 and the end
+                p = jobs / jid / "summary.json"
+                doc = json.loads(p.read_text())
+                ids = [f"arithmetic-eval-{i}" for i in range(N)]
+                point = lambda at, it, sc: {"at": [at], "iteration": it, "flops": at * budget * 1.01,
+                                            "accuracy": {"arithmetic": float(sc.mean())},
+                                            "items": {"arithmetic": {"ids": ids, "scores": sc.tolist()}}}
+                doc["eval_points"] = [point(0.0, 0, first(start[model])),
+                                      point(0.5, 5 * {"tiny-m": 1, "tiny-s": 4}[model], first(half[(model, reward, mu)])),
+                                      point(1.0, 10 * {"tiny-m": 1, "tiny-s": 4}[model], first(c))]
+                p.write_text(json.dumps(doc))
             if ids_of is not None:  # rewrite the item ids (different items per model)
                 p = jobs / jid / "summary.json"
                 doc = json.loads(p.read_text())
@@ -117,15 +138,15 @@ def test_joint_ranking_orders_every_regime_at_the_budget(joint):
     assert tied == {"tiny-m · rule · μ=1", "tiny-m · prm · μ=1", "tiny-m · rule · μ=2", "tiny-m · prm · μ=2"}
 
 
-# Intervals agree with the hand t intervals to 1e-5 (they matched to 1e-9 before stats.py combined
-# each variance part at its own t quantile; the residue, ~3e-7, was not traced: see the closing note).
+# Intervals agree with the hand t intervals to 1e-9: with the seeds agreeing, stats.contrast_se gives the
+# item part's own n − 1 degrees of freedom (it once interpolated them, a ~3e-7 residue).
 def test_bigger_policy_is_ahead_on_final_scores(joint):
     res = joint[0]
     s = sentence(res, "size_final")
     m, lo, hi = hand_interval(first(36) - first(24), Q_SIZE)  # tiny-m rule μ=1 − tiny-s prm μ=1
     assert (s["a"], s["b"], s["winner"]) == ("tiny-m", "tiny-s", "tiny-m")
-    assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
-    assert (m, lo, hi) == pytest.approx((0.3, 0.10783, 0.49217), abs=2e-5)
+    assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
+    assert (m, lo, hi) == pytest.approx((0.3, 0.04464, 0.55536), abs=2e-5)
     assert f"= +0.300 [{lo:+.3f}, {hi:+.3f}]" in s["text"]
     assert "the larger policy tiny-m is ahead at 8e+11 FLOPs" in s["text"]
 
@@ -135,8 +156,8 @@ def test_equal_gains_over_own_starts_are_a_tie(joint):
     s = sentence(joint[0], "size_gain")
     d = (first(36) - first(24)) - (first(24) - first(0))  # per item: −1 on 0..23, +1 on 24..35
     m, lo, hi = hand_interval(d, Q_SIZE)
-    assert (m, lo, hi) == pytest.approx((-0.3, -0.67742, 0.07742), abs=2e-5)
-    assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
+    assert (m, lo, hi) == pytest.approx((-0.3, -0.80151, 0.20151), abs=2e-5)
+    assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
     assert s["winner"] is None or (isinstance(s["winner"], float) and math.isnan(s["winner"]))
     assert "tiny-m gains +0.300 from 0.600, tiny-s +0.600 from 0.000" in s["text"]
     assert "within noise: neither size gains more" in s["text"]
@@ -146,16 +167,16 @@ def test_feedback_tie_at_one_size_and_a_winner_at_the_other(joint):
     res = joint[0]
     m_tie = sentence(res, "feedback", "tiny-m")
     m, lo, hi = hand_interval(first(36) - first(35), Q_FB)  # rule μ=1 − prm μ=1: one item apart
-    assert (m_tie["diff"], m_tie["ci_lo"], m_tie["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
+    assert (m_tie["diff"], m_tie["ci_lo"], m_tie["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
     assert lo < 0 < hi and "within noise: neither reward system is ahead" in m_tie["text"]
     s_win = sentence(res, "feedback", "tiny-s")
     m, lo, hi = hand_interval(first(12) - first(24), Q_FB)
-    assert (s_win["diff"], s_win["ci_lo"], s_win["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
+    assert (s_win["diff"], s_win["ci_lo"], s_win["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
     assert hi < 0 and s_win["winner"] == "prm"
     assert "prm is ahead: its stronger feedback is worth its share of the budget" in s_win["text"]
     across = sentence(res, "feedback_all")
     m, lo, hi = hand_interval(first(36) - first(35), Q_SIZE)  # bests picked from 4 regimes each
-    assert (across["diff"], across["ci_lo"], across["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
+    assert (across["diff"], across["ci_lo"], across["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
     assert "within noise" in across["text"]
     split = sentence(res, "split")
     assert split["text"].startswith("Search or learning (the within-condition rankings): ")
@@ -228,3 +249,112 @@ def test_models_scored_on_different_items_are_compared_unpaired(tmp_path):
     assert "(no interval)" in s["text"] and "no winner is named" in s["text"]
     assert "items paired" not in s["text"] and "seeds only, unpaired" in s["text"]  # the label says how it was formed
     assert s["winner"] is None or (isinstance(s["winner"], float) and math.isnan(s["winner"]))
+
+
+def matched_items(pairs, shift: np.ndarray | None = None) -> np.ndarray:
+    """Per item: the mean over matched allocations of first(c_a) − first(c_b) (minus `shift`)."""
+    d = np.mean([first(a) - first(b) for a, b in pairs], axis=0)
+    return d if shift is None else d - shift
+
+
+def test_allocation_by_allocation_size_comparison(joint):
+    """tiny-m minus tiny-s at the same reward and μ: (36−12, 30−8, 35−24, 28−20)/40 averaged = 0.40625,
+    the item-level t interval of the per-item average at 1 − 0.05/10; every allocation favours tiny-m."""
+    res = joint[0]
+    s = sentence(res, "size_matched")
+    pairs = [(GRID[("tiny-m", r, mu)], GRID[("tiny-s", r, mu)]) for r in ("prm", "rule") for mu in (1, 2)]
+    m, lo, hi = hand_interval(matched_items(pairs), Q_MATCHED)
+    assert m == pytest.approx(65 / 160)
+    assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
+    assert lo > 0 and s["winner"] == "tiny-m" and s["n_pairs"] == 4 and s["n_claims"] == N_CLAIMS
+    assert s["level"] == pytest.approx(1 - 0.05 / N_CLAIMS)
+    assert "tiny-m minus tiny-s at the same reward, μ (4 allocations" in s["text"]
+    assert f"averages +0.406 [{lo:+.3f}, {hi:+.3f}], items paired, tiny-m ahead in 4 of 4" in s["text"]
+    assert "the larger policy tiny-m is ahead at 8e+11 FLOPs, averaged over these allocations" in s["text"]
+    # gains: each side minus its own start (0.6 and 0), per item
+    g = sentence(res, "size_gain_matched")
+    m, lo, hi = hand_interval(matched_items(pairs, first(START["tiny-m"]) - first(START["tiny-s"])), Q_MATCHED)
+    assert m == pytest.approx(65 / 160 - 0.6)
+    assert (g["diff"], g["ci_lo"], g["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
+    assert lo < 0 < hi and "within noise: neither size gains more on average" in g["text"]  # a tie
+    assert g["winner"] is None or (isinstance(g["winner"], float) and math.isnan(g["winner"]))
+
+
+def test_allocation_by_allocation_feedback_comparison(joint):
+    res = joint[0]
+    for scope, models, verdict in (("tiny-s", ["tiny-s"], "prm is ahead on average"),
+                                   ("tiny-m", ["tiny-m"], "within noise"),
+                                   ("across sizes", ["tiny-m", "tiny-s"], "prm is ahead on average")):
+        q = "feedback_matched" if scope != "across sizes" else "feedback_all_matched"
+        s = sentence(res, q, scope)
+        pairs = [(GRID[(m_, "rule", mu)], GRID[(m_, "prm", mu)]) for m_ in models for mu in (1, 2)]
+        m, lo, hi = hand_interval(matched_items(pairs), Q_MATCHED)
+        assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9), scope
+        assert verdict in s["text"], s["text"]
+        assert (s["winner"] == "prm") == verdict.startswith("prm"), scope
+
+
+def test_more_claims_mean_wider_intervals(tmp_path):
+    """A third, smaller size adds two size pairs (four claims each) and one feedback scope (two): 20
+    claims, so every interval is at 1 − 0.05/20 — the family grows with the comparisons made."""
+    grid = GRID | {("tiny-x", r, mu): c - 4 for (m_, r, mu), c in GRID.items() if m_ == "tiny-s"}
+    root = write_grid(tmp_path / "sweep", grid, START | {"tiny-x": 0})
+    res = run_report([root], console=quiet(), plots=False, bootstrap=200)
+    s = res["joint"]["sentences"]
+    sm = s[s["question"] == "size_matched"]
+    assert set(zip(sm["a"], sm["b"])) == {("tiny-m", "tiny-s"), ("tiny-m", "tiny-x"), ("tiny-s", "tiny-x")}
+    assert set(s["n_claims"].dropna()) == {20}
+    one = sm[(sm["a"] == "tiny-m") & (sm["b"] == "tiny-s")].iloc[0]
+    pairs = [(GRID[("tiny-m", r, mu)], GRID[("tiny-s", r, mu)]) for r in ("prm", "rule") for mu in (1, 2)]
+    q20 = float(t_dist.ppf(1 - 0.05 / (2 * 20), N - 1))
+    m, lo, hi = hand_interval(matched_items(pairs), q20)
+    assert (one["diff"], one["ci_lo"], one["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
+    # tiny-s − tiny-x: four items apart in every allocation, the same items (c−4 .. c−1) for each
+    sx = sm[(sm["a"] == "tiny-s") & (sm["b"] == "tiny-x")].iloc[0]
+    assert sx["diff"] == pytest.approx(0.1) and "tiny-s ahead in 4 of 4" in sx["text"]
+
+
+# At C/2 the smaller policy leads at every allocation by 10 items of 40; at C the grid above.
+HALF = {(model, r, mu): GRID[("tiny-m", r, mu)] - 20 + (10 if model == "tiny-s" else 0) for (model, r, mu) in GRID}
+
+
+def test_checkpoint_budgets_are_compared_jointly_and_the_crossing_is_found(tmp_path):
+    """Jobs evaluated at C/2 and C: the joint comparison runs at 4e11 on the checkpoints (the checkpoint's
+    items and iterations) and at 8e11 on the finals; allocation by allocation tiny-s leads at 4e11
+    (−10 items of 40 everywhere: −0.25) and tiny-m at 8e11 (+0.406), so the larger policy overtakes
+    between the two budgets; race run's end summary prints the final budget's answers."""
+    root = write_grid(tmp_path / "sweep", GRID, START, half=HALF)
+    res = run_report([root], console=quiet(), plots=False, bootstrap=200)
+    s = res["joint"]["sentences"]
+    sm = s[s["question"] == "size_matched"].sort_values("budget")
+    assert list(sm["budget"]) == [4e11, 8e11] and list(sm["checkpoint"]) == [0.5, 1.0]
+    assert list(sm["diff"]) == pytest.approx([-0.25, 65 / 160])
+    assert list(sm["winner"]) == ["tiny-s", "tiny-m"]
+    pairs = [(HALF[("tiny-m", r, mu)], HALF[("tiny-s", r, mu)]) for r in ("prm", "rule") for mu in (1, 2)]
+    m, lo, hi = hand_interval(matched_items(pairs), Q_MATCHED)
+    row = sm.iloc[0]
+    assert (row["ci_lo"], row["ci_hi"]) == pytest.approx((lo, hi), abs=1e-9)
+    assert "budget=4e+11 (jobs at 0.5 of 8e+11)" in row["joint"]
+    assert "tiny-s runs 4.0× the iterations" in row["text"]  # the checkpoint's iterations (20 vs 5)
+    over = [a for a in res["joint"]["across"] if a["question"] == "overtake_matched"]
+    assert len(over) == 1 and (over[0]["overtake_lo"], over[0]["overtake_hi"]) == (4e11, 8e11)
+    lines = [p["text"] for p in res["joint"]["per_budget"]]
+    assert len(lines) == 2 and "tiny-s ahead" in lines[0] and "tiny-m ahead" in lines[1]
+
+    from race_cli.report.command import print_report_top
+
+    said: list[str] = []
+    print_report_top(root, said.append)
+    joint_lines = [x for x in said if x.startswith("joint comparison, ")]
+    assert len(joint_lines) == 1 and "budget=8e+11" in joint_lines[0]
+    assert "size, allocation by allocation tiny-m − tiny-s +0.406" in joint_lines[0]
+
+
+def test_a_budget_run_in_full_is_not_mixed_with_checkpoints_at_it(tmp_path):
+    """Jobs at 8e11 with a C/2 checkpoint and jobs whose whole budget is 4e11: at 4e11 only the latter."""
+    root = write_grid(tmp_path / "sweep", GRID, START, half=HALF)
+    write_grid(root, HALF, START, budget=4e11)
+    res = run_report([root], console=quiet(), plots=False, bootstrap=200)
+    rk = res["joint"]["ranking"]
+    at4 = rk[rk["budget"] == 4e11]
+    assert len(at4) == 8 and set(at4["checkpoint"]) == {1.0} and set(at4["n_seeds"]) == {2}

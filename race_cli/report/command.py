@@ -167,7 +167,8 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
     from race_cli.report import joint as J
     from race_cli.report import joint_view as JV
 
-    joint = J.joint_compare(J.joint_table(data, targets, ranked_by), data.knob_cols, maximize,
+    table = J.with_checkpoints(J.joint_table(data, targets, ranked_by), data, front["checkpoints"], targets)
+    joint = J.joint_compare(table, data.knob_cols, maximize,
                             J.model_sizes(sweep_dirs, data.jobs[ranked]), rec, n_boot=bootstrap, seed=seed)
 
     # --- write (plots into a temp folder first, then moved in: nothing half-written)
@@ -301,6 +302,9 @@ def print_report_top(sweep: Path, say) -> None:
                 for row in ranking_rows(g.head(TOP_SHOWN)):
                     t.add_row(*[row[i] for i in keep])
                 console.print(t)
+        for line in res["joint"].get("per_budget", []):  # the paper's question at the sweep's own budgets
+            if line["checkpoint"] >= 1.0:
+                say("joint comparison, " + line["text"])
         say(f"full report: {res['out_dir'] / 'summary.md'} (and {', '.join(f for f in res['files'] if f != 'summary.md')})")
     except RaceError as exc:
         say("report not written: " + " ".join(exc.problems) + f" (race report {sweep} to retry)")

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from race_cli.report.rank import _fmt, label
+from race_cli.report.rank import SHORT, _fmt, label
 
 ALPHA = 0.05
 AXES = ("model", "reward")  # the condition columns ranked across: what the within rankings hold fixed
@@ -84,6 +84,32 @@ def joint_table(data, targets: list[str], ranked: dict[str, pd.Series]) -> pd.Da
             row.update({k: j.get(k) for k in knobs})
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def with_checkpoints(table: pd.DataFrame, data, cps, targets: list[str]) -> pd.DataFrame:
+    """`table` (the jobs' final scores, `checkpoint` 1) plus, for every budget fraction 0 < f < 1 the jobs
+    were evaluated at (eval.at), the same jobs at that checkpoint: budget f·C, the checkpoint's per-item
+    scores and iteration, `checkpoint` f. The learning rate is constant after warm-up, so a job at f·C
+    stands for a job with budget f·C (the anytime check in docs/embedded-study.md). A checkpoint budget
+    that some jobs of the sweep ran as their whole budget is left to those jobs (they are not mixed)."""
+    from race_cli.report.frontier import sweep_at
+    from race_cli.report.rank import rankable
+
+    table = table.assign(checkpoint=1.0)
+    finals = {(round(float(b), 6), str(k), str(t)) for b, k, t in zip(table["budget"], table["task"], table["target"])}
+    parts = [table]
+    for f in (x for x in cps.fractions if 0.0 < x < 1.0):
+        d = sweep_at(data, cps, f)
+        part = joint_table(d, targets, {t: rankable(d.jobs, t) for t in targets})
+        if not len(part):
+            continue
+        part["budget"] = f * part["budget"]
+        part["iterations"] = [float(cps.points[(sw, j)][f]["iteration"]) for sw, j in zip(part["sweep"], part["job_id"])]
+        part["checkpoint"] = f
+        keep = [(round(float(b), 6), str(k), str(t)) not in finals
+                for b, k, t in zip(part["budget"], part["task"], part["target"])]
+        parts.append(part[keep])
+    return pd.concat(parts, ignore_index=True)
 
 
 def model_sizes(sweep_dirs: list[Path], jobs: pd.DataFrame) -> dict[str, int]:
@@ -167,8 +193,7 @@ def _versus(noise, a_idx: np.ndarray, b_idx: np.ndarray, sign: float, alpha: flo
         est = sign * (c @ point)
         se, df = S.contrast_se(noise, c)
         se = np.where(se > 0, se, np.nan)  # a zero standard error (identical seeds, no items) is no evidence
-        q = np.array([S.t_quantile(1 - alpha / (2 * k), d) if np.isfinite(s) and d > 0 else math.nan
-                      for s, d in zip(se, df)])
+        q = np.where(np.isfinite(se) & (df > 0), S.mls_quantile(noise, c, 1 - alpha / (2 * k)), np.nan)
         return est, est - q * se, q * se
 
     def beats_all(win: int, others: np.ndarray) -> bool:
@@ -181,7 +206,39 @@ def _versus(noise, a_idx: np.ndarray, b_idx: np.ndarray, sign: float, alpha: flo
     diff = float(point[a] - point[b])
     winner = "a" if beats_all(a, b_idx) else "b" if beats_all(b, a_idx) else None
     return {"a": a, "b": b, "diff": diff, "lo": diff - float(half[0]), "hi": diff + float(half[0]),
-            "se": float(se[0]), "df": float(df[0]), "k": k, "winner": winner}
+            "se": float(se[0]), "df": float(df[0]), "k": k, "level": 1 - alpha / k, "winner": winner}
+
+
+def _matched(noise, cols: dict, side: str, a_val, b_val, match: list[str], mask: np.ndarray, sign: float,
+             alpha: float) -> dict | None:
+    """Side A against side B allocation by allocation: the mean over matched pairs (a regime of A and
+    the regime of B equal to it on every `match` column) of A − B, with its interval at level 1 − α
+    (one contrast of regime means: no selection, so no widening beyond the claims' Bonferroni α).
+    None when no regime of A has a match on side B."""
+    from race_cli.report import stats as S
+
+    R = len(noise.n_seeds)
+    point = noise.m.mean(axis=1)
+    A = np.flatnonzero(mask & (cols[side] == a_val))
+    B = np.flatnonzero(mask & (cols[side] == b_val))
+    key = lambda r: tuple(str(cols[c][r]) for c in match)
+    of_b = {key(r): r for r in B}
+    pairs = [(a, of_b[key(a)]) for a in A if key(a) in of_b]
+    if not pairs:
+        return None
+    c = np.zeros((1, R))
+    for a, b in pairs:
+        c[0, a] += 1.0 / len(pairs)
+        c[0, b] -= 1.0 / len(pairs)
+    diff = float(sign * (c @ point)[0])
+    se, df = S.contrast_se(noise, c)
+    ok = np.isfinite(se[0]) and se[0] > 0 and df[0] > 0
+    half = float(S.mls_quantile(noise, c, 1 - alpha / 2)[0] * se[0]) if ok else math.nan
+    lo, hi = diff - half, diff + half
+    winner = ("a" if lo > 0 else "b" if hi < 0 else None) if ok else None
+    ahead = int(sum(sign * (point[a] - point[b]) > 0 for a, b in pairs))
+    return {"pairs": pairs, "diff": diff, "lo": lo, "hi": hi, "se": float(se[0]), "df": float(df[0]), "k": 1,
+            "level": 1 - alpha, "winner": winner, "a_ahead": ahead}
 
 
 def _gain_noise(noise, start_rows: np.ndarray, sign: float):
@@ -288,10 +345,12 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
             out.append({"question": "size_final", "a": big, "b": small, "a_regime": cols["regime"][a],
                         "b_regime": cols["regime"][b], **_num(v), "winner": _win(v, big, small), "text": text})
             if gnoise is None:
+                out += _size_matched(ctx, knobs, big, small, known, budget, alpha)
                 out.append({"question": "size_gain", "a": big, "b": small, "a_regime": cols["regime"][a],
                             "b_regime": cols["regime"][b], "winner": None,
                             "text": f"{q}, gains over their own starts: no starting evaluation was recorded."})
                 continue
+            out += _size_matched(ctx, knobs, big, small, known, budget, alpha)
             gv = _versus(gnoise, A, B, 1.0, alpha, pick=(a, b))  # gains are signed already
             verdict = _verdict(gv, f"{big} gains more from the budget",
                                f"{small} gains more from the budget",
@@ -302,6 +361,47 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
                     f"{paired} — {verdict}.")
             out.append({"question": "size_gain", "a": big, "b": small, "a_regime": cols["regime"][a],
                         "b_regime": cols["regime"][b], **_num(gv), "winner": _win(gv, big, small), "text": text})
+    return out
+
+
+def _size_matched(ctx: dict, knobs: list[str], big, small, known: bool, budget: float, alpha: float) -> list[dict]:
+    """Bigger policy or smaller trained longer at the same allocation: the larger minus the smaller at
+    the same reward, G and μ, averaged over every allocation both ran (final scores; gains when the
+    starts were recorded). The question a fixed split asks: at this split, which size does the budget
+    buy better — not which size wins at its own best split (the best-against-best sentence)."""
+    cols, sign = ctx["cols"], ctx["sign"]
+    match = ["reward"] + knobs
+    everywhere = np.ones(len(cols["model"]), bool)
+    out = []
+    q = "Bigger policy or smaller trained longer" if known else "Model size"
+    what = "the same " + ", ".join(["reward"] + [SHORT.get(k, k) for k in knobs])
+    for question, noise, sgn in (("size_matched", ctx["noise"], sign), ("size_gain_matched", ctx["gnoise"], 1.0)):
+        if noise is None:
+            continue
+        v = _matched(noise, cols, "model", big, small, match, everywhere, sgn, alpha)
+        if v is None:
+            continue
+        ratio = np.array([cols["iterations"][b] / cols["iterations"][a] for a, b in v["pairs"]])
+        longer = (f"; {small} runs {np.nanmean(ratio):.1f}× the iterations" if known and np.isfinite(ratio).any()
+                  else "")
+        if question == "size_matched":
+            verdict = _verdict(v, f"the larger policy {big} is ahead at {_fmt(budget)} FLOPs, averaged over "
+                                  "these allocations" if known else f"{big} is ahead, averaged over these allocations",
+                               f"the smaller policy {small}, trained longer, is ahead at {_fmt(budget)} FLOPs, "
+                               "averaged over these allocations" if known else
+                               f"{small} is ahead, averaged over these allocations",
+                               f"within noise: neither size is ahead on average at {_fmt(budget)} FLOPs")
+            head = f"{q}, allocation by allocation (final scores)"
+        else:
+            verdict = _verdict(v, f"{big} gains more from the budget, averaged over these allocations",
+                               f"{small} gains more from the budget, averaged over these allocations",
+                               "within noise: neither size gains more on average")
+            head = f"{q}, allocation by allocation (gains over their own starts)"
+        text = (f"{head}: {big} minus {small} at {what} ({len(v['pairs'])} allocations{longer}) averages "
+                f"{v['diff']:+.3f} {_ci(v['lo'], v['hi'])}, {_pairing(ctx)}, {_ahead_count(v, big, small)} — "
+                f"{verdict}.")
+        out.append({"question": question, "a": big, "b": small, "n_pairs": len(v["pairs"]), **_num(v),
+                    "winner": _win(v, big, small), "text": text})
     return out
 
 
@@ -320,7 +420,14 @@ def _verdict(v: dict, a_ahead: str, b_ahead: str, tie: str) -> str:
 
 
 def _num(v: dict) -> dict:
-    return {"diff": v["diff"], "ci_lo": v["lo"], "ci_hi": v["hi"], "se": v["se"], "df": v["df"], "k": v["k"]}
+    return {"diff": v["diff"], "ci_lo": v["lo"], "ci_hi": v["hi"], "se": v["se"], "df": v["df"], "k": v["k"],
+            "level": v["level"]}
+
+
+def _ahead_count(v: dict, a, b) -> str:
+    """'a ahead in 5 of 6': the matched pairs' point differences, a reader's check on the average."""
+    n = len(v["pairs"])
+    return f"{a} ahead in {v['a_ahead']} of {n}" if v["a_ahead"] * 2 >= n else f"{b} ahead in {n - v['a_ahead']} of {n}"
 
 
 def _win(v: dict, a: str, b: str) -> str | None:
@@ -361,7 +468,29 @@ def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, alpha: float
                             "scope": scope, "a": weak, "b": strong, "a_regime": cols["regime"][a],
                             "b_regime": cols["regime"][b], **_num(v), "winner": _win(v, weak, strong),
                             "text": text})
+                match = (["model"] if scope == "across sizes" else []) + knobs
+                mv = _matched(noise, cols, "reward", weak, strong, match, mask, sign, alpha)
+                if mv is None:
+                    continue
+                what = "the same " + ", ".join((["model"] if scope == "across sizes" else [])
+                                               + [SHORT.get(k, k) for k in knobs]) if match else "one allocation"
+                verdict = _verdict(mv, f"{weak} is ahead on average: at these allocations the budget buys more as "
+                                       f"policy compute than as {strong}'s feedback",
+                                   f"{strong} is ahead on average: its feedback is worth its share of the budget "
+                                   "at these allocations",
+                                   "within noise: neither reward system is ahead on average")
+                text = (f"Stronger feedback or more policy compute, allocation by allocation {where}: {weak} minus "
+                        f"{strong} at {what} ({len(mv['pairs'])} allocations) averages {mv['diff']:+.3f} "
+                        f"{_ci(mv['lo'], mv['hi'])}, {paired}, {_ahead_count(mv, weak, strong)} — {verdict}.")
+                out.append({"question": "feedback_matched" if scope != "across sizes" else "feedback_all_matched",
+                            "scope": scope, "a": weak, "b": strong, "n_pairs": len(mv["pairs"]), **_num(mv),
+                            "winner": _win(mv, weak, strong), "text": text})
     return out
+
+
+def _claims(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: float, alpha: float) -> list[dict]:
+    """Every comparison of one joint condition, each interval at familywise share `alpha`."""
+    return _size_sentences(ctx, knobs, sizes, budget, alpha) + _feedback_sentences(ctx, knobs, budget, alpha)
 
 
 def _split_sentence(rec: pd.DataFrame | None, budget: float, task, target: str) -> dict | None:
@@ -414,35 +543,71 @@ def _across(ranking: pd.DataFrame, sentences: pd.DataFrame, sizes: dict[str, int
         out.append({"task": task, "target": target, "question": "best_per_budget",
                     "text": f"Across budgets ({target}), the best model size and feedback at each budget "
                             f"(≈: within noise of the best, familywise 5%): " + "; ".join(best) + "."})
-        sf = s[s["question"] == "size_final"]
-        for (big, small), p in sf.groupby(["a", "b"], sort=False):
-            p = p.sort_values("budget")
-            cs = p["budget"].to_numpy(float)
-            ahead = (p["winner"] == big).to_numpy()
-            behind = (p["winner"] == small).to_numpy()
-            d = p["diff"].to_numpy(float)
-            cells = "; ".join(f"{_fmt(c)}: {x:+.3f} {_ci(lo, hi)}" for c, x, lo, hi in
-                              zip(cs, d, p["ci_lo"], p["ci_hi"]))
-            tail = np.flatnonzero(~np.logical_and.accumulate(ahead[::-1])[::-1])  # budgets not followed by ahead-only
-            first = 0 if not len(tail) else int(tail[-1]) + 1
-            larger = "the larger policy " + str(big) if big in sizes and small in sizes else str(big)
-            if first >= len(cs):
-                text = (f"{larger} is not seen to overtake {small} up to {_fmt(cs[-1])} FLOPs on {target} "
-                        f"(difference {big} − {small} per budget: {cells}).")
-                c_at = lo_c = hi_c = math.nan
-            else:
-                below = np.flatnonzero(behind[:first])
-                lo_c = cs[below[-1]] if len(below) else math.nan
-                hi_c = cs[first]
-                c_at = _crossing(cs, d, first)
-                rng_txt = (f"between {_fmt(lo_c)} and {_fmt(hi_c)} FLOPs" if np.isfinite(lo_c) else
-                           f"at or below {_fmt(hi_c)} FLOPs (it is never seen behind)")
-                est = f" (interpolated crossing {_fmt(c_at)})" if np.isfinite(c_at) else ""
-                text = (f"{larger} overtakes {small} on {target} {rng_txt}{est}, and stays ahead at every larger "
-                        f"budget (difference {big} − {small} per budget: {cells}).")
-            out.append({"task": task, "target": target, "question": "overtake", "a": big, "b": small,
-                        "overtake_flops": c_at, "overtake_lo": lo_c, "overtake_hi": hi_c, "text": text})
+        for question, how in (("size_matched", "allocation by allocation"), ("size_final", "best against best")):
+            out += _overtake(s[s["question"] == question], how, task, target, sizes)
     return out
+
+
+def _overtake(sf: pd.DataFrame, how: str, task, target: str, sizes: dict[str, int]) -> list[dict]:
+    """For each size pair, the budget from which the larger is ahead at every larger budget (by one
+    kind of size comparison, `how`), with the bracketing budgets and an interpolated crossing."""
+    out = []
+    for (big, small), p in sf.groupby(["a", "b"], sort=False):
+        p = p.sort_values("budget")
+        cs = p["budget"].to_numpy(float)
+        ahead = (p["winner"] == big).to_numpy()
+        behind = (p["winner"] == small).to_numpy()
+        d = p["diff"].to_numpy(float)
+        cells = "; ".join(f"{_fmt(c)}: {x:+.3f} {_ci(lo, hi)}" for c, x, lo, hi in
+                          zip(cs, d, p["ci_lo"], p["ci_hi"]))
+        tail = np.flatnonzero(~np.logical_and.accumulate(ahead[::-1])[::-1])  # budgets not followed by ahead-only
+        first = 0 if not len(tail) else int(tail[-1]) + 1
+        larger = "the larger policy " + str(big) if big in sizes and small in sizes else str(big)
+        if first >= len(cs):
+            seen = ", ".join(_fmt(c) for c in cs[ahead])
+            text = (f"{how.capitalize()}, {larger} is not seen to overtake {small} up to {_fmt(cs[-1])} FLOPs on {target}"
+                    + (f": it is ahead at {seen} but not at every larger budget" if ahead.any() else "")
+                    + f" (difference {big} − {small} per budget: {cells}).")
+            c_at = lo_c = hi_c = math.nan
+        else:
+            below = np.flatnonzero(behind[:first])
+            lo_c = cs[below[-1]] if len(below) else math.nan
+            hi_c = cs[first]
+            c_at = _crossing(cs, d, first)
+            rng_txt = (f"between {_fmt(lo_c)} and {_fmt(hi_c)} FLOPs" if np.isfinite(lo_c) else
+                       f"at or below {_fmt(hi_c)} FLOPs (it is never seen behind)")
+            est = f" (interpolated crossing {_fmt(c_at)})" if np.isfinite(c_at) else ""
+            text = (f"{how.capitalize()}, {larger} overtakes {small} on {target} {rng_txt}{est}, and stays ahead at every larger "
+                    f"budget (difference {big} − {small} per budget: {cells}).")
+        q = "overtake" if how == "best against best" else "overtake_matched"
+        out.append({"task": task, "target": target, "question": q, "how": how, "a": big, "b": small,
+                    "overtake_flops": c_at, "overtake_lo": lo_c, "overtake_hi": hi_c, "text": text})
+    return out
+
+
+def per_budget(sentences: pd.DataFrame) -> list[dict]:
+    """One line per joint condition: its size and feedback answers with their intervals — what the
+    terminal shows of a checkpoint budget, whose tables and sentences are in summary.md."""
+    out = []
+    if not len(sentences):
+        return out
+    parts = [("size_matched", "size, allocation by allocation"), ("size_final", "size, best against best"),
+             ("feedback_all_matched", "feedback across sizes, allocation by allocation"),
+             ("feedback_matched", "feedback, allocation by allocation")]
+    for name, g in sentences.groupby("joint", sort=False):
+        cells = []
+        for q, what in parts:
+            for _, r in g[g["question"] == q].iterrows():
+                win = r["winner"] if isinstance(r["winner"], str) else None
+                scope = f" with {r['scope']}" if q == "feedback_matched" else ""
+                verdict = f"{win} ahead" if win else ("within noise" if np.isfinite(r["ci_lo"]) else "no interval")
+                cells.append(f"{what}{scope} {r['a']} − {r['b']} {r['diff']:+.3f} {_ci(r['ci_lo'], r['ci_hi'])} "
+                             f"{verdict}")
+        if cells:
+            r0 = g.iloc[0]
+            out.append({"joint": name, "budget": float(r0["budget"]), "task": r0["task"], "target": r0["target"],
+                        "checkpoint": float(r0.get("checkpoint", 1.0)), "text": f"{name}: " + "; ".join(cells) + "."})
+    return sorted(out, key=lambda r: (str(r["target"]), r["budget"]))
 
 
 def _crossing(cs: np.ndarray, d: np.ndarray, first: int) -> float:
@@ -464,8 +629,8 @@ def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, boo
     per comparison, `text` the sentence), "across": list of dicts (several budgets)}; empty when no
     joint condition has two models or two reward systems (nothing to compare across)."""
     sizes = sizes or {}
-    empty = {"ranking": pd.DataFrame(), "sentences": pd.DataFrame(), "across": [], "sizes": dict(sizes),
-             "notes": []}
+    empty = {"ranking": pd.DataFrame(), "sentences": pd.DataFrame(), "across": [], "per_budget": [],
+             "sizes": dict(sizes), "notes": []}
     if not len(table):
         return empty
     knobs = [k for k in knobs if k in table and table[k].nunique(dropna=True) > 1]
@@ -481,13 +646,18 @@ def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, boo
                          "they are taken for separate experiments and not ranked jointly.")
             continue
         cols, ctx = _condition(g, knobs, maximize.get(target, True), n_boot, rng, alpha, level)
-        name = f"budget={_fmt(float(budget))} task={task} target={target}"
-        head = {"joint": name, "budget": float(budget), "task": task, "target": target}
+        cp = float(g["checkpoint"].iloc[0]) if "checkpoint" in g else 1.0
+        of = f" (jobs at {cp:g} of {_fmt(float(budget) / cp)})" if cp < 1.0 else ""
+        name = f"budget={_fmt(float(budget))}{of} task={task} target={target}"
+        head = {"joint": name, "budget": float(budget), "task": task, "target": target, "checkpoint": cp}
         order = np.lexsort((cols["regime"].astype(str), cols["rank"]))
         parts.append(pd.DataFrame({**{k: [v] * len(order) for k, v in head.items()},
                                    **{k: np.asarray(v)[order] for k, v in cols.items()}}))
-        found = _size_sentences(ctx, knobs, sizes, float(budget), alpha)
-        found += _feedback_sentences(ctx, knobs, float(budget), alpha)
+        found = _claims(ctx, knobs, sizes, float(budget), alpha)
+        n_claims = sum(1 for f in found if "diff" in f)  # the sentences that could name a winner
+        if n_claims > 1:  # Bonferroni over them: any false winner in this joint condition at most α
+            found = _claims(ctx, knobs, sizes, float(budget), alpha / n_claims)
+        found = [f | {"n_claims": n_claims} for f in found]
         split = _split_sentence(rec, float(budget), task, target)
         found += [split] if split else []
         sents += [head | s for s in found]
@@ -496,4 +666,5 @@ def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, boo
     ranking = pd.concat(parts, ignore_index=True)
     sentences = pd.DataFrame(sents)
     return {"ranking": ranking, "sentences": sentences, "across": _across(ranking, sentences, sizes),
+            "per_budget": per_budget(sentences),
             "sizes": dict(sizes), "notes": notes}

@@ -22,9 +22,22 @@ NARROW_HEAD = ["rank", "regime", "final ± 95%", "gain ± 95%", "≈ best"]
 INTRO = ("Every job at one budget spent the same FLOPs, so all (model, reward, G, μ) of a budget and target are "
          "ranked together here: intervals and ≈ best as in the rankings above, with the seed noise pooled over "
          "every regime of the joint condition and items paired across models and rewards; start and gain are "
-         "over each regime's own model's starting policy. In the sentences, each side's best is picked from up "
-         "to k regimes, so their intervals are Bonferroni-widened over k, and a side is named ahead only when "
-         "its best beats every regime of the other side (familywise 5%; docs/report.md).")
+         "over each regime's own model's starting policy. The sentences of one joint condition share a "
+         "familywise 5%: with N claims each interval is at 1 − 5%/N (Bonferroni). Allocation by allocation "
+         "compares two sizes (or reward systems) at the same remaining knobs, averaged over the allocations both "
+         "ran; best against best picks each side's best from up to k regimes, so its interval is further "
+         "widened over k, and a side is named ahead only when its best beats every regime of the other side "
+         "(docs/report.md).")
+
+
+ACROSS_INTRO = ("Across budgets: at each budget (a sweep's own, or its jobs' equal-FLOP checkpoints: eval.at) the "
+                "size and feedback answers, each interval at its joint condition's Bonferroni level; the rankings "
+                "and every sentence of the checkpoint budgets are in summary.md.")
+
+
+def _final(rk: pd.DataFrame) -> pd.Series:
+    """The joint conditions at a sweep's own budgets (not a checkpoint of longer jobs)."""
+    return rk["checkpoint"].astype(float) >= 1.0 if "checkpoint" in rk else pd.Series(True, index=rk.index)
 
 
 def _f(v, nd: int = 3) -> str:
@@ -84,7 +97,8 @@ def print_joint(console, joint: dict) -> None:
     console.rule("[bold]joint comparison: every model, reward and split at the same budget")
     console.print(INTRO, highlight=False)
     narrow = console.width < NARROW
-    for name, g in joint["ranking"].groupby("joint", sort=False):
+    finals = joint["ranking"][_final(joint["ranking"])]
+    for name, g in finals.groupby("joint", sort=False):
         t = Table(title=f"{name}  ·  {_noise_line(g)}", title_justify="left")
         for h in NARROW_HEAD if narrow else HEAD:
             t.add_column(h, justify="left" if h == "regime" else "right", overflow="fold")
@@ -93,6 +107,10 @@ def print_joint(console, joint: dict) -> None:
         console.print(t)
         for s in _sentences_of(joint, name):
             console.print("• " + s, highlight=False)
+    if joint.get("across") or len(finals) < len(joint["ranking"]):
+        console.print(ACROSS_INTRO, highlight=False)
+        for a in joint.get("per_budget", []):
+            console.print("• " + a["text"], highlight=False)
     for a in joint["across"]:
         console.print("• " + a["text"], highlight=False)
     if narrow:
@@ -111,8 +129,10 @@ def markdown(joint: dict) -> list[str]:
     for name, g in joint["ranking"].groupby("joint", sort=False):
         out += [f"### {name}", "", _noise_line(g), "", md_table(HEAD, rows(g, narrow=False)), ""]
         out += [f"- {s}" for s in _sentences_of(joint, name)] + [""]
-    if joint["across"]:
-        out += ["### Across budgets", ""] + [f"- {a['text']}" for a in joint["across"]] + [""]
+    if joint["across"] or joint.get("per_budget"):
+        out += ["### Across budgets", "", ACROSS_INTRO.replace(" in summary.md", " above"), ""]
+        out += [f"- {a['text']}" for a in joint.get("per_budget", [])] + [""]
+        out += [f"- {a['text']}" for a in joint["across"]] + [""]
     out += [f"![{JOINT_PLOT}]({JOINT_PLOT})", ""] if joint.get("plotted") else []
     return out
 
@@ -120,7 +140,8 @@ def markdown(joint: dict) -> list[str]:
 def to_json(joint: dict) -> dict:
     recs = lambda df: json.loads(df.to_json(orient="records")) if len(df) else []
     return {"ranking": recs(joint["ranking"]), "sentences": recs(joint["sentences"]), "notes": joint.get("notes", []),
-            "across": json.loads(pd.DataFrame(joint["across"]).to_json(orient="records")) if joint["across"] else []}
+            "across": json.loads(pd.DataFrame(joint["across"]).to_json(orient="records")) if joint["across"] else [],
+            "per_budget": joint.get("per_budget", [])}
 
 
 def write_joint_plot(out_dir, joint: dict) -> list[str]:

@@ -206,6 +206,7 @@ def contrast_se(noise: Noise, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             q = np.sqrt((ta ** 2 * item + ts ** 2 * b) / np.where(v > 0, v, 1.0))
         df = np.where(v > 0, _df_for_t975(q), math.inf)
         df = np.where((item == 0) & (b > 0), noise.df_seed, df)  # the seed part alone: exactly its df
+        df = np.where((b == 0) & (item > 0), df_a, df)  # the item part alone (seeds agree): exactly its df
     else:
         v, df = a, np.full(len(c), df_a)
         if n == 1:
