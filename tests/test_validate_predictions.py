@@ -87,3 +87,27 @@ def test_validate_stores_both_predictions_and_the_report_compares_them(tmp_path)
     assert regs.loc["μ=4", "endpoint_error"] == pytest.approx(0.475 - 0.594, abs=0.03)
     md = (val / "report" / "validation.md").read_text()
     assert "predicted better here" in md and "the compute curve predicted better" in md
+
+
+def test_curve_predictions_the_report_warned_against_are_counted_apart():
+    """A stored prediction whose fit hit a bound (B at 5, A at 0: the tiny-m PRM μ=4 shape of the default
+    pilot, a 'collapse' to 0.08) is flagged ⚠ and summarised apart; one stored before warnings were kept
+    is flagged from its parameters the same way."""
+    from race_cli.report.predicted import add_predictions, predictor_sentence, predictor_summary, prediction_rows
+
+    table = pd.DataFrame({"regime": ["a", "b", "c"], "pilot_mean": [0.50, 0.40, 0.39], "pilot_ci_lo": [0.45, 0.35, 0.34],
+                          "pilot_ci_hi": [0.55, 0.45, 0.44], "val_mean": [0.52, 0.41, 0.40]})
+    ok = {"predicted": 0.53, "lo": 0.50, "hi": 0.56, "extrapolation": 2.0,
+          "params": {"r0": 0.45, "a": 0.6, "c_mid": 1e11, "b": 1.2}}
+    bad = {"predicted": 0.08, "lo": 0.07, "hi": 0.09, "extrapolation": 2.0,
+           "params": {"r0": 0.45, "a": 0.0, "c_mid": 1.2e12, "b": 5.0}}
+    stored = dict(bad, warning="the fit ran into the bound of B and A: ...")
+    cond = {"curve_prediction": {"budget": 1.6e12, "regimes": {"a": ok, "b": bad, "c": stored}}}
+    t = add_predictions(table, cond)
+    assert [bool(w) for w in t["curve_warning"]] == [False, True, True]
+    assert "ran into the bound of B and A" in t["curve_warning"][1]  # recomputed from the parameters
+    s = predictor_summary(t)
+    assert s["curve"]["n"] == 3 and s["curve_trusted"] == {"mae": pytest.approx(0.01), "covered": 1, "n": 1, "warned": 2}
+    assert "warned against 2 of the 3 curve predictions" in predictor_sentence(t)
+    assert "the other 1 were off by 0.010 and covered 1" in predictor_sentence(t)
+    assert [r[5].endswith("⚠") for r in prediction_rows(t)] == [False, True, True]

@@ -44,6 +44,7 @@ def curve_predictions_for_validation(pilot: Path, target: str, budget: float | N
                      "method": f"compute curve (report/curve.py), {CURVE_DRAWS} refits",
                      "regimes": {r.regime: {"predicted": float(r.predicted), "lo": float(r.pred_lo),
                                             "hi": float(r.pred_hi), "extrapolation": float(r.extrapolation),
+                                            "warning": str(r.warning),
                                             "params": {"r0": float(r.r0), "a": float(r.a), "c_mid": float(r.c_mid),
                                                        "b": float(r.b)}}
                                  for r in g.itertuples()}}
@@ -64,7 +65,26 @@ def add_predictions(table: pd.DataFrame, cond: dict) -> pd.DataFrame:
     t["curve_extrapolation"] = get("extrapolation")
     t["curve_error"] = t["curve_pred"].to_numpy(float) - real
     t["curve_covered"] = _covers(t["curve_lo"], t["curve_hi"], real)
+    t["curve_warning"] = [_warning(cp.get(r), cond.get("curve_prediction") or {}) for r in t["regime"]]
     return t
+
+
+def _warning(reg: dict | None, pred: dict) -> str:
+    """The report's warning on a stored curve prediction (not identified, or extrapolated beyond what
+    was measured to cover); recomputed from its parameters for a provenance.json written before the
+    warning was stored (accuracy-like scores in [0, 1], as curve.predictions bounds them)."""
+    from race_cli.report.curve import degenerate_warning, extrapolation_warning
+
+    if not reg:
+        return ""
+    if "warning" in reg:
+        return str(reg["warning"])
+    prm, e, x = reg.get("params") or {}, float(reg.get("extrapolation", np.nan)), float(pred.get("budget", np.nan))
+    try:
+        a, b, c_mid = float(prm["a"]), float(prm["b"]), float(prm["c_mid"])
+    except (KeyError, TypeError, ValueError):
+        return ""
+    return degenerate_warning(a, b, 0.0, 1.0) or extrapolation_warning(e, c_mid <= x / e)
 
 
 def _covers(lo, hi, real: np.ndarray) -> np.ndarray:
@@ -84,6 +104,12 @@ def predictor_summary(t: pd.DataFrame) -> dict:
         ok = np.isfinite(err)
         out[name] = {"mae": float(np.abs(err[ok]).mean()) if ok.any() else np.nan,
                      "covered": int(np.nansum(cov[ok])), "n": int(ok.sum())}
+    warned = t["curve_warning"].astype(str).str.len().gt(0).to_numpy() if "curve_warning" in t else np.zeros(len(t), bool)
+    err, cov = t["curve_error"].to_numpy(float), t["curve_covered"].to_numpy(float)
+    ok = np.isfinite(err) & ~warned  # the predictions the report did not warn against
+    out["curve_trusted"] = {"mae": float(np.abs(err[ok]).mean()) if ok.any() else np.nan,
+                            "covered": int(np.nansum(cov[ok])), "n": int(ok.sum()),
+                            "warned": int((np.isfinite(err) & warned).sum())}
     return out
 
 
@@ -98,6 +124,11 @@ def predictor_sentence(t: pd.DataFrame) -> str | None:
         better = "the compute curve" if c["mae"] < e["mae"] else "the endpoint"
         text += (f"; the compute curve by {c['mae']:.3f} (covered {c['covered']} of {c['n']}): {better} "
                  "predicted better here")
+        w = s["curve_trusted"]
+        if w["warned"]:
+            text += (f". The report warned against {w['warned']} of the {c['n']} curve predictions (⚠: not identified "
+                     "or extrapolated beyond its measured coverage)" + (
+                         f"; the other {w['n']} were off by {w['mae']:.3f} and covered {w['covered']}" if w["n"] else ""))
     else:
         text += "; no compute-curve prediction was stored (the pilot had no equal-FLOP checkpoints)"
     return text + "."
@@ -113,7 +144,8 @@ def prediction_rows(t: pd.DataFrame) -> list[list[str]]:
     y = lambda v: "–" if not np.isfinite(v) else ("yes" if v else "no")
     return [[r.regime, f(r.val_mean) if hasattr(r, "val_mean") else "–",
              f"{f(r.endpoint_pred)} [{f(float(r.pilot_ci_lo))}, {f(float(r.pilot_ci_hi))}]", s(r.endpoint_error),
-             y(r.endpoint_covered), f"{f(r.curve_pred)} [{f(r.curve_lo)}, {f(r.curve_hi)}]", s(r.curve_error),
+             y(r.endpoint_covered), f"{f(r.curve_pred)} [{f(r.curve_lo)}, {f(r.curve_hi)}]"
+             + (" ⚠" if getattr(r, "curve_warning", "") else ""), s(r.curve_error),
              y(r.curve_covered), "–" if not np.isfinite(r.curve_extrapolation) else f"{r.curve_extrapolation:.2f}"]
             for r in t.itertuples()]
 
