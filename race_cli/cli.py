@@ -280,7 +280,7 @@ def validate(
     unlearned: bool = typer.Option(False, "--unlearned", help="Also validate conditions where no regime beat its "
                                    "start in the pilot (skipped by default: their ranking is not a finding)."),
     seeds: int = typer.Option(3, "--seeds", help="Seeds per validated regime (fresh ones: after the pilot's largest)."),
-    top: Optional[int] = typer.Option(None, "--top", help="Validate the K regimes with the highest P(best) per "
+    top: Optional[int] = typer.Option(None, "--top", help="Validate the K regimes with the highest best share per "
                                       "condition instead of the pilot's best alone."),
     tied: bool = typer.Option(False, "--tied", help="Also validate every regime the pilot could not tell from its "
                               "best (the report's 'validate' list); costs one regime's jobs each."),
@@ -293,7 +293,7 @@ def validate(
     """Turn a pilot's recommendation into a validation sweep: the pilot's best, a control, more seeds.
 
     Per condition: the pilot's best regime (with --tied also those it could not tell from it, or
-    --top K by P(best)) and its lowest-ranked one as a control, re-planned at the validation
+    --top K by best share) and its lowest-ranked one as a control, re-planned at the validation
     budget and evaluated on the validated target; the prediction goes in provenance.json.
 
     Then [bold]race run --sweep-dir DIR[/] and [bold]race report DIR[/]: per condition, best − control as a

@@ -7,7 +7,7 @@
 
 Reads the pilot's report (`<pilot>/report/report.json`, written by `race report`) and, per
 condition, takes the regime it recommends (the pilot's best; with --tied also every regime
-the report could not tell from it, with --top K the K regimes with the highest P(best)) plus
+the report could not tell from it, with --top K the K regimes with the highest best share) plus
 the pilot's lowest-ranked regime as a control. Evaluation is narrowed to the validated
 target, at the pilot's fractions of the run (eval.every times the budget factor). Each becomes N jobs with fresh
 seeds at the validation budget (--budget X, or --scale K times the pilot's), composed from
@@ -135,7 +135,7 @@ def choose_target(doc: dict, recs: list[dict], target: str | None, pilot: Path) 
 
 
 def choose_regimes(ranking: list[dict], rec: dict, top: int | None, tied: bool = False) -> list[tuple[str, str]]:
-    """[(regime, role)] of one condition: the pilot's best (or the top K by P(best), or with `tied`
+    """[(regime, role)] of one condition: the pilot's best (or the top K by best share, or with `tied`
     every regime the report could not tell from the best), then the control.
 
     ranking: the pilot ranking rows of this condition; rec: its recommendation row.
@@ -390,7 +390,7 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
             "skipped": skipped,
             "settings": {"budget": budget, "scale": scale, "replicate": replicate, "margin": margin,
                          "seeds": seed_list, "top": top, "tied": tied,
-                         "selection": (f"top {top} by P(best)" if top is not None
+                         "selection": (f"top {top} by best share" if top is not None
                                        else "pilot best and its ≈ best" if tied else "pilot best")},
             "conditions": conditions,
             "jobs": {jid: {"condition": pk.condition, "regime": pk.regime, "role": pk.role}
@@ -412,7 +412,7 @@ def _check_args(budget: float | None, scale: float | None, seeds: int, top: int 
         problems.append(f"--margin {margin}: expected an improvement >= 0 in the target's units, e.g. --margin 0.02.")
     if top is not None and tied:
         problems.append("--top and --tied both given: choose one (--top K takes the K regimes with the highest "
-                        "P(best); --tied every regime the pilot could not tell from its best).")
+                        "best share; --tied every regime the pilot could not tell from its best).")
     if budget is not None and scale is not None:
         problems.append("--budget and --scale both given: choose one (--budget X sets every validation job's "
                         "budget; --scale K multiplies each pilot budget).")

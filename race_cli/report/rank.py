@@ -148,7 +148,7 @@ def _draw_stats(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
 
 def summarize_draws(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
                     maximize: bool = True) -> pd.DataFrame:
-    """Per regime: interval, P(best), rank and whether it is indistinguishable from the best.
+    """Per regime: interval, best share, rank and whether it is indistinguishable from the best.
 
     point [R] point estimates; draws [B, R] bootstrap draws (higher is better unless
     maximize=False).

@@ -6,7 +6,7 @@
 
 `race validate` stores its provenance in `<validation sweep>/provenance.json` (PROVENANCE):
 the pilot sweep, the target, and per pilot condition the recommendation with its interval,
-the pilot's whole predicted order (rank, mean, interval, P(best), gain over the start per
+the pilot's whole predicted order (rank, mean, interval, best share, gain over the start per
 FLOP) and which validation jobs run which pilot regime, in which role (recommended, top-K,
 control). `race report` recognises a validation sweep by that file and, per condition:
 
