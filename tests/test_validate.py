@@ -422,3 +422,17 @@ def test_cli_refuses_with_exit_2_and_validates_without_torch(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "dry run: nothing written" in r.stderr
     assert not any(p.name.startswith("pilot-validate") for p in tmp_path.iterdir())
+
+
+def test_top_k_that_includes_the_lowest_ranked_regime_keeps_it_as_the_control():
+    """--top 3 of 3 regimes validates all three; the lowest-ranked is still the control (the earlier
+    code called it 'top K', so the validation had no control and every verdict stayed pending)."""
+    from race_cli.plan.validate import choose_regimes
+
+    ranking = [{"regime": "μ=1", "rank": 1, "mean": 0.52, "p_best": 0.8},
+               {"regime": "μ=2", "rank": 2, "mean": 0.48, "p_best": 0.2},
+               {"regime": "μ=4", "rank": 3, "mean": 0.39, "p_best": 0.0}]
+    rec = {"best_regime": "μ=1"}
+    assert choose_regimes(ranking, rec, top=3) == [("μ=1", "pilot best"), ("μ=2", "top K"), ("μ=4", "control")]
+    assert choose_regimes(ranking, rec, top=2) == [("μ=1", "pilot best"), ("μ=2", "top K"), ("μ=4", "control")]
+    assert choose_regimes(ranking, rec, top=None) == [("μ=1", "pilot best"), ("μ=4", "control")]

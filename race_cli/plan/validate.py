@@ -152,8 +152,11 @@ def choose_regimes(ranking: list[dict], rec: dict, top: int | None, tied: bool =
     else:
         chosen = []
     chosen = [best] + [c for c in chosen if c != best]
-    out = [(c, "pilot best" if c == best else ("top K" if top is not None else "≈ best")) for c in chosen]
     worst = names[-1]
+    # the lowest-ranked regime is the control even when --top K or --tied chose it as well (else a
+    # validation of every regime would have no control, and no test)
+    out = [(c, "pilot best" if c == best else "control" if c == worst else ("top K" if top is not None else "≈ best"))
+           for c in chosen]
     if worst not in chosen:
         out.append((worst, "control"))
     return out
