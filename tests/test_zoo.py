@@ -191,6 +191,40 @@ def test_a_shipped_entry_is_copied_into_the_cache_not_trained(tmp_path, monkeypa
         assert all((folder / f.name).read_bytes() == f.read_bytes() for f in shipped.iterdir())
 
 
+def test_an_older_shipment_in_the_cache_is_replaced_by_the_shipped_copy(tmp_path, monkeypatch):
+    """The cache folder is named by the recipe hash, not by the weights: a model reshipped under the same
+    recipe (built on another machine) must still replace the copy a cache took from the earlier release
+    (this happened: a cache from before the tiny-prm reship kept the old weights); a build made on this
+    stack (`race zoo --build --force`, this machine's fingerprint in its recipe.json) is kept."""
+    import importlib
+    import json
+
+    from race_cli import zoo
+
+    build_mod = importlib.import_module("race_cli.zoo.build")
+    monkeypatch.setenv("RACE_CACHE", str(tmp_path))
+    monkeypatch.setattr(build_mod, "_build_into", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no training")))
+    folder = zoo.build("tiny-s")
+    shipped = build_mod.shipped_dir("tiny-s")
+    weights = next(f.name for f in shipped.iterdir() if f.suffix == ".safetensors")
+    # an older shipment: other weights, a recipe.json without the fingerprint the current one records
+    (folder / weights).write_bytes(b"old weights")
+    old = json.loads((folder / "recipe.json").read_text())
+    old.pop("fingerprint", None)
+    (folder / "recipe.json").write_text(json.dumps(old))
+    assert build_mod.stale_copy("tiny-s", folder)
+    again = zoo.build("tiny-s")
+    assert again == folder and (folder / weights).read_bytes() == (shipped / weights).read_bytes()
+    assert not build_mod.stale_copy("tiny-s", folder)
+    # a build made here on purpose: this stack's fingerprint, other figures — kept as it is
+    mine = json.loads((folder / "recipe.json").read_text()) | {"fingerprint": build_mod.build_fingerprint(),
+                                                               "first_losses": [1.0] * 10}
+    (folder / "recipe.json").write_text(json.dumps(mine))
+    (folder / weights).write_bytes(b"my own build")
+    assert not build_mod.stale_copy("tiny-s", folder)
+    assert zoo.build("tiny-s") == folder and (folder / weights).read_bytes() == b"my own build"
+
+
 def test_model_shapes_live_in_conf_and_the_recipes_read_them():
     import yaml
 

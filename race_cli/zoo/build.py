@@ -100,8 +100,18 @@ def build(name: str, force: bool = False) -> Path:
     import fcntl
 
     final = entry_dir(name)
-    if is_built(final) and not force:
+    stale = not force and is_built(final) and stale_copy(name, final)
+    if is_built(final) and not force and not stale:
         return final
+    if stale:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[yellow]zoo:{name} at {final} is an older shipment of the same recipe "
+                                   "(its files differ from the ones this release ships): replacing it with "
+                                   "the shipped copy.[/]", highlight=False)
+        force_copy = True
+    else:
+        force_copy = False
     why = damage(final) if final.exists() else None
     if why:
         from rich.console import Console
@@ -113,7 +123,7 @@ def build(name: str, force: bool = False) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     with open(final.parent / f".{final.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same entry: wait for it
-        if is_built(final) and not force:
+        if is_built(final) and not force and not (force_copy and stale_copy(name, final)):
             return final
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
         try:
@@ -138,6 +148,28 @@ def build(name: str, force: bool = False) -> Path:
             raise
     BUILDS["count"] += 1
     return final
+
+
+def stale_copy(name: str, cached: Path) -> bool:
+    """True when the cached entry is a copy of an earlier shipment of the same recipe: a prebuilt copy
+    ships, its files differ from the cached ones, and the cached one was not built on this
+    stack (a `race zoo --build --force` here records this stack's fingerprint, and is kept). The
+    folder name holds the recipe's hash, not the weights', so a reshipped model (built on another
+    machine, other rounding) would otherwise never reach a cache that already had the old one."""
+    import filecmp
+
+    shipped = shipped_dir(name)
+    if not is_built(shipped):
+        return False
+    try:
+        here = read_json(cached / "recipe.json")
+        same = all((cached / f.name).is_file() and filecmp.cmp(f, cached / f.name, shallow=False)
+                   for f in shipped.iterdir() if f.is_file())
+    except (OSError, ValueError):
+        return False
+    if same:
+        return False
+    return here.get("fingerprint") != build_fingerprint()
 
 
 def _build_fresh(name: str, recipe: dict[str, Any], base: Path | None, out: Path) -> None:
