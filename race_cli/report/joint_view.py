@@ -188,10 +188,12 @@ def write_joint_plot(out_dir, joint: dict) -> list[str]:
             ax.set_xlabel(f"policy size (linear parameters) at {_fmt(float(g['budget'].iloc[0]))} FLOPs per job")
             ax.set_title(f"{target}: best regime per reward, by model size", fontsize=9)
         else:
-            ax.set_xlabel("training FLOPs per job (budget, model convention)")
+            budgets = sorted(set(g["budget"].astype(float)))
+            ax.set_xticks(budgets, [_fmt(b) for b in budgets])  # one decade or less: log ticks would be empty
+            ax.set_xlabel("FLOPs per job (budgets and equal-FLOP checkpoints)")
             ax.set_title(f"{target}: best regime per (model, reward), by budget", fontsize=9)
         ax.minorticks_off()
-        ax.set_ylabel(f"final {target} score (95% CI)")
+        ax.set_ylabel(f"{target} score at that budget (95% CI)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle("Joint comparison at equal FLOPs: model size and feedback", fontsize=11)
