@@ -28,6 +28,20 @@ def test_job_seconds_adds_phases_eval_and_setup():
     assert t.eval == 6.0 and t.total == 24.0
 
 
+def test_an_unmeasured_models_evaluation_is_priced_at_its_rollouts_seconds_per_completion():
+    """Rates assumed for a model nobody measured: 1e12 rollout FLOPs at 1e10 FLOP/s = 100 s for 1,000
+    training completions, so a point of 200 evaluation completions takes 20 s, and eval.at [0, 0.5, 1]
+    is 3 points: 60 s (a fixed seconds-per-point figure from a tiny model would have said 3 x 2.06 s).
+    Measured rates keep their own seconds per point."""
+    assumed = W.Rates({"rollout": 1e10, "update": 1e10, "reward": 1e10}, eval_s=2.06, overhead_s=0.0,
+                      source="assumed: big-model not measured, tiny-m's rates")
+    t = W.job_seconds({"rollout": 1e12}, assumed, iterations=10, eval_at=[0, 0.5, 1], generations=(200, 1000))
+    assert t.phases["rollout"] == pytest.approx(100.0) and t.eval == pytest.approx(60.0)
+    measured = W.Rates(assumed.flops_per_s, eval_s=2.06, overhead_s=0.0, source="measured defaults (idle 2 cores)")
+    t = W.job_seconds({"rollout": 1e12}, measured, iterations=10, eval_at=[0, 0.5, 1], generations=(200, 1000))
+    assert t.eval == pytest.approx(3 * 2.06)
+
+
 def test_grid_seconds_is_the_pools_longest_first_schedule():
     # 5 -> A (5), 4 -> B (4), 3 -> B (7), 3 -> A (8), 3 -> B (10): the grid ends at 10
     assert W.grid_seconds([3, 5, 3, 4, 3], slots=2) == 10

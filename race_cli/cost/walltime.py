@@ -132,14 +132,22 @@ class JobTime:
 
 
 def job_seconds(planned_flops: Mapping[str, float], rates: Rates, *, iterations: int, eval_every: int | None = None,
-                eval_at: Sequence[float] = ()) -> JobTime:
-    """Planned wall seconds of a job whose planned model FLOPs per phase are `planned_flops`."""
+                eval_at: Sequence[float] = (), generations: tuple[float, float] | None = None) -> JobTime:
+    """Planned wall seconds of a job whose planned model FLOPs per phase are `planned_flops`.
+
+    generations: (completions per evaluation point, training rollout completions). With rates that were
+    not measured for this model (source "assumed: ..."), an evaluation point is priced as that many
+    completions at the rollout's own seconds per completion — a fixed seconds-per-point figure
+    measured on a tiny model says nothing about 1,319 GSM8K items on a 7B policy."""
     phases = {}
     for p in PHASES:
         f = float(planned_flops.get(p) or 0.0)
         r = float(rates.flops_per_s.get(p) or 0.0)
         phases[p] = f / r if f > 0 and r > 0 else 0.0
-    return JobTime(phases, rates.eval_s * eval_points(iterations, eval_every, eval_at), rates.overhead_s, rates.source)
+    per_point = rates.eval_s
+    if generations is not None and rates.source.startswith("assumed") and generations[1] > 0:
+        per_point = phases["rollout"] * generations[0] / generations[1]
+    return JobTime(phases, per_point * eval_points(iterations, eval_every, eval_at), rates.overhead_s, rates.source)
 
 
 def grid_seconds(job_totals: Sequence[float], slots: int) -> float:

@@ -16,6 +16,7 @@ from typing import Sequence
 from race_cli import machine
 from race_cli.cost import walltime
 from race_cli.cost.flops import Arch
+from race_cli.plan.walltime_eval import job_generations
 
 
 def cpu_workers(cores: int, n_jobs: int) -> int:
@@ -49,8 +50,10 @@ def plan_wall(jobs: Sequence, rates: dict | None = None) -> tuple[int, str]:
         else:
             r = walltime.cpu_rates(model)
         planned = {p: f.model for p, f in b.flops().items()}
+        ev, train = job_generations(job)
+        points = walltime.eval_points(b.iterations, c["eval"].get("every"), c["eval"].get("at") or ())
         job.wall = walltime.job_seconds(planned, r, iterations=b.iterations, eval_every=c["eval"].get("every"),
-                                        eval_at=c["eval"].get("at") or ())
+                                        eval_at=c["eval"].get("at") or (), generations=(ev / max(points, 1), train))
         job.gpus = 1 if gpu else 0
         sources.add(r.source)
     n_gpu = sum(on_gpu)
