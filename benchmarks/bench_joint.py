@@ -72,18 +72,21 @@ N_ITEMS, SAMPLES, BUDGET, TARGET = 200, 4, 8e11, "arithmetic"
 SCENARIOS = [(0.02, 2), (0.03, 3), (0.01, 3), (0.01, 4)]  # the pilot measured a seed sd of 0.011–0.026
 
 
+SIZE_GAP = 0.06  # the "size" truth's difference (--size-gap: e.g. the gap `race plan` calls detectable)
+
+
 def truth(kind: str, size: str, reward: str, mu: int) -> float:
     if kind == "null":
         return 0.45
     if kind == "size":
-        return 0.51 if size == "m" else 0.45
+        return 0.45 + SIZE_GAP if size == "m" else 0.45
     if size == "m":  # skewed
         return 0.45
     return 0.45 if (reward, mu) == ("rule", 1) else 0.35
 
 
 def start_of(kind: str, size: str) -> float:
-    return 0.46 if (kind == "size" and size == "m") else 0.40
+    return 0.40 + SIZE_GAP if (kind == "size" and size == "m") else 0.40
 
 
 def write_condition(jobs: Path, c: int, kind: str, n_seeds: int, seed_sd: float, rng) -> str:
@@ -199,11 +202,11 @@ def false_winner(kind: str, task: str, row) -> bool:
 
 def detectable(s, kinds: dict, question: str) -> float:
     """Smallest size gap (to 0.005) a size sentence would resolve 80% of the time: the size
-    conditions' lower interval ends shifted from the true +0.06 (the standard errors do not depend on
+    conditions' lower interval ends shifted from the true gap (SIZE_GAP) (the standard errors do not depend on
     the gap; the best-against-best rule's other contrasts are looser than this one when every regime
     shifts)."""
     f = s[(s["question"] == question) & s["task"].map(kinds).eq("size")]
-    lo = f["ci_lo"].to_numpy(float) - 0.06
+    lo = f["ci_lo"].to_numpy(float) - SIZE_GAP
     for gap in np.arange(0.005, 0.5, 0.005):
         if np.mean(lo + gap > 0) >= 0.8:
             return round(float(gap), 3)
@@ -212,7 +215,7 @@ def detectable(s, kinds: dict, question: str) -> float:
 
 def print_table(results: list[dict]) -> None:
     n = results[0]["conditions"]
-    print(f"\nJoint comparison on synthetic sweeps with a known truth: {n} null, {n} size (+0.06) and {n} "
+    print(f"\nJoint comparison on synthetic sweeps with a known truth: {n} null, {n} size (+{SIZE_GAP:g}) and {n} "
           "skewed joint conditions per scenario (2 sizes × rule/PRM × 3 μ, 200 items × 4 samples)\n")
     cols = {"null: best vs best": "null_final", "null: matched": "null_matched", "null: gains": "null_gain",
             "null: feedback": "null_feedback", "null: any": "null_any", "size: power best vs best": "power_final",
@@ -238,7 +241,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--full-report", action="store_true",
                     help="read each sweep with the whole run_report (within-condition rankings and fits too: "
                          "the same joint section, ~3x slower)")
+    ap.add_argument("--size-gap", type=float, default=SIZE_GAP,
+                    help="the size truth's difference (default 0.06; e.g. race plan's detectable figure)")
     a = ap.parse_args(argv)
+    globals()["SIZE_GAP"] = a.size_gap
     scen = [(float(s.split(",")[0]), int(s.split(",")[1])) for s in a.scenario] if a.scenario else SCENARIOS
     results = []
     with tempfile.TemporaryDirectory(prefix="race-joint-") as tmp:

@@ -95,10 +95,11 @@ def plan(
     except RaceError as exc:
         _fail(exc)
     print_plan(p, fmt.value)
-    from race_cli.plan.power import plan_power, print_power
+    from race_cli.plan.power import joint_power_lines, plan_joint_power, plan_power, print_power
     from race_cli.plan.walltime_eval import eval_share_line
 
-    print_power(plan_power(p.jobs, sd[0]), sd[1], eval_share_line(p.jobs))
+    print_power(plan_power(p.jobs, sd[0]), sd[1], eval_share_line(p.jobs),
+                joint_lines=joint_power_lines(plan_joint_power(p.jobs, sd[0])))
     from race_cli.plan.build import SEED_WARNING, one_seed_regimes
 
     if (n_one := one_seed_regimes(p.jobs)):

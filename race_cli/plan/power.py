@@ -88,6 +88,116 @@ def detectable(n: int, k: int, seeds: int, regimes: int, seed_sd: float, greedy:
     return gain, gap, df_seed
 
 
+def joint_claims(sizes: int, rewards: int) -> int:
+    """Claims of one joint condition that could name a winner (report/joint.py): per size pair four (best
+    against best and allocation by allocation, each on final scores and gains), per reward pair two per
+    scope (each size, and across sizes when there are several)."""
+    scopes = sizes + (1 if sizes > 1 else 0)
+    return 4 * (sizes * (sizes - 1) // 2) + 2 * (rewards * (rewards - 1) // 2) * scopes
+
+
+ITEM_MODEL_SD = 0.03  # an assumption: how much a model's per-item accuracy departs from another's beyond the
+# shared item difficulty (items pair across models only in part); bench_joint.py simulates U(-0.05, 0.05), SD 0.029
+
+
+def joint_detectable(n: int, k: int, seeds: int, sizes: int, rewards: int, allocations: int, seed_sd: float,
+                     greedy: bool = False, power: float = POWER, alpha: float = ALPHA,
+                     item_model_sd: float = ITEM_MODEL_SD) -> dict[str, float]:
+    """The smallest differences the joint comparison's allocation-by-allocation claims detect with 80%
+    power: `size` (larger − smaller at the same reward, G, μ: rewards × allocations pairs) and `feedback`
+    (rule − reward model across sizes at the same model, G, μ: sizes × allocations pairs), each tested at
+    the joint condition's Bonferroni share α/N, with seed noise pooled over all its regimes. The
+    contrast averages P paired differences: Σ c²/n_r = 2/(P s), item part 2 σ_e²/(P s n), plus, for a
+    size contrast, the two models' own item effects, which every allocation shares: 2 σ_im²/n."""
+    from race_cli.report.stats import t_quantile
+
+    s2e = 0.25 / (1 if greedy else k)
+    regimes = sizes * rewards * allocations
+    df_seed = float(regimes * (seeds - 1))
+    df_resid = df_seed * (n - 1)
+    claims = max(1, joint_claims(sizes, rewards))
+    out: dict[str, float] = {"claims": float(claims), "seed_df": df_seed}
+    for name, pairs, present in (("size", rewards * allocations, sizes > 1),
+                                 ("feedback", sizes * allocations, rewards > 1)):
+        if not present:
+            out[name] = math.nan
+            continue
+        weight = 2.0 / (pairs * seeds)
+        a = 2 * s2e / (pairs * seeds * n) + (2 * item_model_sd ** 2 / n if name == "size" else 0.0)
+        if df_seed <= 0:
+            se, df = math.sqrt(a), n - 1.0
+        else:
+            b = weight * (seed_sd ** 2 + s2e / n)
+            e = weight * s2e / n
+            v = a - e + b
+            se = math.sqrt(v)
+            df = min(df_seed, v * v / (a * a / (n - 1) + b * b / df_seed + e * e / df_resid))
+        out[name] = _shift(t_quantile(1 - alpha / (2 * claims), df), df, power) * se
+    return out
+
+
+@dataclass
+class JointPower:
+    budget: float
+    target: str
+    items: int
+    samples: int
+    seeds: int
+    sizes: int
+    rewards: int
+    allocations: int
+    claims: int
+    size: float  # smallest size difference detected allocation by allocation (nan: one size)
+    feedback: float  # smallest rule − reward-model difference across sizes (nan: one reward system)
+
+
+def plan_joint_power(jobs: Sequence[Any], seed_sd: float) -> list[JointPower]:
+    """Per (budget, task, target) of the planned jobs with two model sizes or two reward systems."""
+    from race_cli.cost.budget import reward_name
+    from race_cli.tasks.targets import target_names
+
+    groups: dict[tuple, dict[tuple, dict[tuple, int]]] = {}
+    first: dict[tuple, dict] = {}
+    for j in jobs:
+        c = j.config
+        key = (float(c["budget"]["flops"]), c["task"]["name"])
+        cond = (c["model"]["name"], reward_name(c))
+        regime = tuple(sorted(o for o in j.overrides if o.lstrip("+~").partition("=")[0]
+                              not in ("seed", "model", "reward")))
+        regs = groups.setdefault(key, {}).setdefault(cond, {})
+        regs[regime] = regs.get(regime, 0) + 1
+        first.setdefault(key, c)
+    out = []
+    for key, conds in groups.items():
+        sizes = len({m for m, _ in conds})
+        rewards = len({r for _, r in conds})
+        if sizes < 2 and rewards < 2:
+            continue
+        c = first[key]
+        ev = c.get("eval", {})
+        k = int(ev.get("samples", 1))
+        greedy = bool(ev.get("greedy", True)) and k == 1
+        seeds = min(n for regs in conds.values() for n in regs.values())
+        alloc = min(len(regs) for regs in conds.values())
+        for t in target_names(c):
+            n = planned_items(c, t)
+            if not n or n < 2:
+                continue
+            d = joint_detectable(n, k, seeds, sizes, rewards, alloc, seed_sd, greedy=greedy)
+            out.append(JointPower(key[0], t, n, k, seeds, sizes, rewards, alloc, int(d["claims"]), d["size"],
+                                  d["feedback"]))
+    return out
+
+
+def joint_power_lines(rows: list[JointPower]) -> list[str]:
+    """One line per joint condition for `race plan`."""
+    fmt = lambda v: "–" if not math.isfinite(v) else f"{v:.3f}"
+    return [f"joint comparison at {r.budget:.3g} FLOPs on {r.target} ({r.sizes} sizes × {r.rewards} reward systems "
+            f"× {r.allocations} allocations, {r.items} × {r.samples} × {r.seeds}; {r.claims} claims, Bonferroni): "
+            f"smallest model-size difference detected with 80% power allocation by allocation {fmt(r.size)}, "
+            f"smallest rule − reward-model difference across sizes {fmt(r.feedback)}." for r in rows]
+
+
 def _shift(crit: float, df: float, power: float) -> float:
     """The noncentrality δ at which a t statistic with df degrees of freedom exceeds `crit` with
     probability `power` (scipy's noncentral t; with few df it is well above crit + t_power)."""
@@ -188,7 +298,8 @@ def seed_sd_from(arg: str | None) -> tuple[float, str]:
     return med, f"measured in {arg} (median over its conditions)"
 
 
-def print_power(rows: list[Power], source: str, eval_share: str | None = None, file=None) -> None:
+def print_power(rows: list[Power], source: str, eval_share: str | None = None, file=None,
+                joint_lines: list[str] | None = None) -> None:
     """The power table `race plan` prints under the jobs (and the evaluation's share of the time)."""
     from rich.console import Console
     from rich.table import Table
@@ -215,5 +326,7 @@ def print_power(rows: list[Power], source: str, eval_share: str | None = None, f
         console.print("note: one seed per regime: these figures (and the report's intervals) leave training "
                       "noise out; a gap smaller than the seed spread can be called without being real.",
                       highlight=False)
+    for line in joint_lines or []:
+        console.print(line, highlight=False)
     if eval_share:
         console.print(eval_share, highlight=False)
