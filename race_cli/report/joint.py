@@ -96,7 +96,8 @@ def with_checkpoints(table: pd.DataFrame, data, cps, targets: list[str]) -> pd.D
     from race_cli.report.rank import rankable
 
     table = table.assign(checkpoint=1.0)
-    finals = {(round(float(b), 6), str(k), str(t)) for b, k, t in zip(table["budget"], table["task"], table["target"])}
+    key = lambda b, k, t: (f"{float(b):.6g}", str(k), str(t))  # f·C may differ from a written budget by an ulp
+    finals = {key(*r) for r in zip(table["budget"], table["task"], table["target"])}
     parts = [table]
     for f in (x for x in cps.fractions if 0.0 < x < 1.0):
         d = sweep_at(data, cps, f)
@@ -106,8 +107,7 @@ def with_checkpoints(table: pd.DataFrame, data, cps, targets: list[str]) -> pd.D
         part["budget"] = f * part["budget"]
         part["iterations"] = [float(cps.points[(sw, j)][f]["iteration"]) for sw, j in zip(part["sweep"], part["job_id"])]
         part["checkpoint"] = f
-        keep = [(round(float(b), 6), str(k), str(t)) not in finals
-                for b, k, t in zip(part["budget"], part["task"], part["target"])]
+        keep = [key(*r) not in finals for r in zip(part["budget"], part["task"], part["target"])]
         parts.append(part[keep])
     return pd.concat(parts, ignore_index=True)
 
@@ -342,15 +342,13 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
                     f"{cols['mean'][a]:.3f}) minus {small}'s best ({_knob_part(cols, b, knobs, ('model',))}, "
                     f"{cols['mean'][b]:.3f}{longer}) = {v['diff']:+.3f} {_ci(v['lo'], v['hi'])}, {paired} — "
                     f"{verdict}.")
-            out.append({"question": "size_final", "a": big, "b": small, "a_regime": cols["regime"][a],
-                        "b_regime": cols["regime"][b], **_num(v), "winner": _win(v, big, small), "text": text})
+            pair = {"a": big, "b": small, "a_regime": cols["regime"][a], "b_regime": cols["regime"][b]}
+            out.append({"question": "size_final", **pair, **_num(v), "winner": _win(v, big, small), "text": text})
+            out += _size_matched(ctx, knobs, big, small, known, budget, alpha)
             if gnoise is None:
-                out += _size_matched(ctx, knobs, big, small, known, budget, alpha)
-                out.append({"question": "size_gain", "a": big, "b": small, "a_regime": cols["regime"][a],
-                            "b_regime": cols["regime"][b], "winner": None,
+                out.append({"question": "size_gain", **pair, "winner": None,
                             "text": f"{q}, gains over their own starts: no starting evaluation was recorded."})
                 continue
-            out += _size_matched(ctx, knobs, big, small, known, budget, alpha)
             gv = _versus(gnoise, A, B, 1.0, alpha, pick=(a, b))  # gains are signed already
             verdict = _verdict(gv, f"{big} gains more from the budget",
                                f"{small} gains more from the budget",
@@ -359,8 +357,7 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
                     f"{cols['gain'][a]:+.3f} from {cols['start'][a]:.3f}, {small} {cols['gain'][b]:+.3f} from "
                     f"{cols['start'][b]:.3f}; difference {gv['diff']:+.3f} {_ci(gv['lo'], gv['hi'])}, "
                     f"{paired} — {verdict}.")
-            out.append({"question": "size_gain", "a": big, "b": small, "a_regime": cols["regime"][a],
-                        "b_regime": cols["regime"][b], **_num(gv), "winner": _win(gv, big, small), "text": text})
+            out.append({"question": "size_gain", **pair, **_num(gv), "winner": _win(gv, big, small), "text": text})
     return out
 
 
