@@ -109,9 +109,6 @@ def build(name: str, force: bool = False) -> Path:
         Console(stderr=True).print(f"[yellow]zoo:{name} at {final} is an older shipment of the same recipe "
                                    "(its files differ from the ones this release ships): replacing it with "
                                    "the shipped copy.[/]", highlight=False)
-        force_copy = True
-    else:
-        force_copy = False
     why = damage(final) if final.exists() else None
     if why:
         from rich.console import Console
@@ -123,7 +120,7 @@ def build(name: str, force: bool = False) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     with open(final.parent / f".{final.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same entry: wait for it
-        if is_built(final) and not force and not (force_copy and stale_copy(name, final)):
+        if is_built(final) and not force and not (stale and stale_copy(name, final)):  # another process refreshed it
             return final
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
         try:
