@@ -34,7 +34,7 @@ def test_an_unmeasured_models_evaluation_is_priced_at_its_rollouts_seconds_per_c
     is 3 points: 60 s (a fixed seconds-per-point figure from a tiny model would have said 3 x 2.06 s).
     Measured rates keep their own seconds per point."""
     assumed = W.Rates({"rollout": 1e10, "update": 1e10, "reward": 1e10}, eval_s=2.06, overhead_s=0.0,
-                      source="assumed: big-model not measured, tiny-m's rates")
+                      source="assumed: big-model not measured, tiny-m's rates", eval_assumed=True)
     t = W.job_seconds({"rollout": 1e12}, assumed, iterations=10, eval_at=[0, 0.5, 1], generations=(200, 1000))
     assert t.phases["rollout"] == pytest.approx(100.0) and t.eval == pytest.approx(60.0)
     measured = W.Rates(assumed.flops_per_s, eval_s=2.06, overhead_s=0.0, source="measured defaults (idle 2 cores)")

@@ -36,6 +36,8 @@ class Rates:
     eval_s: float  # seconds per evaluation point (every target)
     overhead_s: float  # per job: start, imports, model load, checkpoints and files (wall - phases - eval)
     source: str  # where the figures come from (shown with the estimate)
+    eval_assumed: bool = False  # eval_s was not measured for this model (job_seconds then prices evaluation
+    # by its completions at the rollout's seconds per completion)
 
 
 # Measured on the default grid (see the module docstring): model-convention FLOP/s per phase, seconds per
@@ -90,7 +92,8 @@ def cpu_rates(model: str) -> Rates:
     if model in CPU_RATES:
         return CPU_RATES[model]
     base = CPU_RATES["tiny-m"]
-    return Rates(base.flops_per_s, base.eval_s, base.overhead_s, source=f"assumed: {model} not measured, tiny-m's rates")
+    return Rates(base.flops_per_s, base.eval_s, base.overhead_s, source=f"assumed: {model} not measured, tiny-m's rates",
+                 eval_assumed=True)
 
 
 def gpu_rates(kind: GpuKind, *, weight_bytes: float, decode_steps: float, rollout_flops: float) -> Rates:
@@ -103,7 +106,8 @@ def gpu_rates(kind: GpuKind, *, weight_bytes: float, decode_steps: float, rollou
     rollout = rollout_flops / rollout_s if rollout_s > 0 else matmul
     return Rates({"rollout": rollout, "update": matmul, "reward": matmul}, eval_s=kind.eval_s,
                  overhead_s=kind.overhead_s, source=f"assumed: {kind.name}, {kind.matmul_share:.0%} of matmul peak, "
-                                                    f"decode at {kind.bandwidth_share:.0%} of memory bandwidth")
+                                                    f"decode at {kind.bandwidth_share:.0%} of memory bandwidth",
+                 eval_assumed=True)
 
 
 def eval_points(iterations: int, every: int | None = None, at: Sequence[float] = ()) -> int:
@@ -136,7 +140,7 @@ def job_seconds(planned_flops: Mapping[str, float], rates: Rates, *, iterations:
     """Planned wall seconds of a job whose planned model FLOPs per phase are `planned_flops`.
 
     generations: (completions per evaluation point, training rollout completions). With rates that were
-    not measured for this model (source "assumed: ..."), an evaluation point is priced as that many
+    not measured for this model (`rates.eval_assumed`), an evaluation point is priced as that many
     completions at the rollout's own seconds per completion — a fixed seconds-per-point figure
     measured on a tiny model says nothing about 1,319 GSM8K items on a 7B policy."""
     phases = {}
@@ -145,7 +149,7 @@ def job_seconds(planned_flops: Mapping[str, float], rates: Rates, *, iterations:
         r = float(rates.flops_per_s.get(p) or 0.0)
         phases[p] = f / r if f > 0 and r > 0 else 0.0
     per_point = rates.eval_s
-    if generations is not None and rates.source.startswith("assumed") and generations[1] > 0:
+    if generations is not None and rates.eval_assumed and generations[1] > 0:
         per_point = phases["rollout"] * generations[0] / generations[1]
     return JobTime(phases, per_point * eval_points(iterations, eval_every, eval_at), rates.overhead_s, rates.source)
 
@@ -200,7 +204,8 @@ class Measured:
                    else fallback.flops_per_s[p]) for p in PHASES}
         eval_s = self.eval_seconds / self.eval_runs if self.eval_runs else fallback.eval_s
         overhead = self.overhead_seconds / self.jobs if self.jobs else fallback.overhead_s
-        return Rates(fps, eval_s=eval_s, overhead_s=overhead, source=source)
+        return Rates(fps, eval_s=eval_s, overhead_s=overhead, source=source,
+                     eval_assumed=fallback.eval_assumed and not self.eval_runs)
 
 
 def calibrate(measured: Mapping[str, Measured], fallback, source: str) -> dict[str, Rates]:
