@@ -436,3 +436,21 @@ def test_top_k_that_includes_the_lowest_ranked_regime_keeps_it_as_the_control():
     assert choose_regimes(ranking, rec, top=3) == [("μ=1", "pilot best"), ("μ=2", "top K"), ("μ=4", "control")]
     assert choose_regimes(ranking, rec, top=2) == [("μ=1", "pilot best"), ("μ=2", "top K"), ("μ=4", "control")]
     assert choose_regimes(ranking, rec, top=None) == [("μ=1", "pilot best"), ("μ=4", "control")]
+
+
+def test_a_fresh_eval_seed_draws_other_items_under_other_ids():
+    """A validation evaluates on fresh items (another task.eval_seed): none of its questions is one of the
+    pilot's, and its ids differ, so a report over both sweeps cannot pair item i of one set with item i of
+    the other (ids are positions in the set). The default eval seed keeps the ids earlier sweeps wrote."""
+    from race_cli.tasks.arithmetic import DEFAULT_EVAL_SEED, ArithmeticTask
+
+    pilot, fresh = ArithmeticTask(), ArithmeticTask(eval_seed=DEFAULT_EVAL_SEED + 1)
+    assert pilot.eval_items()[0].id == "arith-eval-0" and fresh.eval_items()[0].id == "arith-eval-e1235-0"
+    assert not {i.question for i in pilot.eval_items()} & {i.question for i in fresh.eval_items()}
+    assert not {i.id for i in pilot.eval_items()} & {i.id for i in fresh.eval_items()}
+    hard, fresh_hard = pilot.harder().eval_items(), fresh.harder().eval_items()
+    assert hard[0].id == "arith-hard-0" and fresh_hard[0].id == "arith-hard-e1235-0"
+    assert not {i.question for i in hard} & {i.question for i in fresh_hard}
+    # the training stream of a job never holds one of its own evaluation questions, fresh or not
+    assert not {i.question for i in ArithmeticTask(eval_seed=1235, num_train=2000).train_items()} & \
+        {i.question for i in fresh.eval_items()}

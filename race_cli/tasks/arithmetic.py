@@ -82,6 +82,16 @@ def random_question(rng: random.Random, min_ops: int, max_ops: int, max_operand:
     return "".join(parts)
 
 
+DEFAULT_EVAL_SEED = 1234  # conf/task/arithmetic.yaml's and the schema's task.eval_seed
+
+
+def eval_id_prefix(prefix: str, eval_seed: int) -> str:
+    """The id prefix of an evaluation set: `prefix` for the default eval_seed (the ids every earlier sweep
+    wrote), `prefix-e<eval_seed>` for another. Ids are positions in the set, so two sets drawn from different
+    eval seeds (a validation's fresh items, `race validate`) must not share them: the report pairs items by id."""
+    return prefix if eval_seed == DEFAULT_EVAL_SEED else f"{prefix}-e{eval_seed}"
+
+
 @dataclass
 class ArithmeticTask:
     """Chains of + and - on small integers, in GSM8K's `#### N` answer form.
@@ -95,7 +105,7 @@ class ArithmeticTask:
     train_stream: names the training stream, `<train_stream>-<seed>`: jobs draw their RL prompts from
         "arith-rl" streams, the zoo's warm start from "arith-train" streams, so RL never trains on a
         problem the policy memorised during its warm start.
-    eval_prefix: evaluation item ids are `<eval_prefix>-<i>`.
+    eval_prefix: evaluation item ids are `<eval_prefix>-<i>` (`<eval_prefix>-e<eval_seed>-<i>` off the default eval_seed).
     """
 
     seed: int = 0
@@ -104,7 +114,7 @@ class ArithmeticTask:
     min_ops: int = 2
     max_ops: int = 3
     max_operand: int = 99
-    eval_seed: int = 1234
+    eval_seed: int = DEFAULT_EVAL_SEED
     name: str = "arithmetic"
     train_stream: str = "arith-rl"
     eval_prefix: str = "arith-eval"
@@ -133,13 +143,15 @@ class ArithmeticTask:
         self._train: list[Item] | None = None
 
     def eval_items(self) -> list[Item]:
-        """`num_eval` distinct problems drawn from eval_seed alone; ids `<eval_prefix>-<i>` (`arith-eval-<i>`)."""
+        """`num_eval` distinct problems drawn from eval_seed alone; ids `<eval_prefix>-<i>` (`arith-eval-<i>`)
+        for the default eval_seed, `<eval_prefix>-e<eval_seed>-<i>` for any other (see eval_id_prefix)."""
         if self._eval is None:
             rng = random.Random(f"{self.eval_prefix}-{self.eval_seed}")
             seen: dict[str, None] = {}
             while len(seen) < self.num_eval:
                 seen.setdefault(random_question(rng, self.min_ops, self.max_ops, self.max_operand))
-            self._eval = [make_item(f"{self.eval_prefix}-{i}", q) for i, q in enumerate(seen)]
+            self._eval = [make_item(f"{eval_id_prefix(self.eval_prefix, self.eval_seed)}-{i}", q)
+                          for i, q in enumerate(seen)]
         return self._eval
 
     def train_items(self) -> list[Item]:
