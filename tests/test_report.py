@@ -362,3 +362,56 @@ def test_sweeps_from_before_targets_read_as_a_target_named_accuracy(tmp_path):
     r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
     assert (r["target"] == "accuracy").all()
     assert (r["gain_method"] == "seeds only (no per-item start scores)").all() and r["gain"].notna().all()
+
+
+# --- notes under their own condition -----------------------------------------------------
+
+
+def _two_verdicts(root: Path) -> Path:
+    """tiny-m: start 0.30, the peak regime gains +0.30 (no note); tiny-s, printed second: every
+    regime at or below its start of 0.65 (the no-gain note). Same truth acc(p) for both."""
+    conds = [dict(DEFAULT_CONDITION, model="tiny-m"), dict(DEFAULT_CONDITION, model="tiny-s")]
+    start = {"tiny-m": 0.30, "tiny-s": 0.65}
+    return build_sweep(root, acc=peaked(0.25, top=0.6), conditions=conds, seeds=(0, 1), n_items=120,
+                       initial=lambda cond, t: start[cond["model"]])
+
+
+NOTE = "No regime beats its starting policy"
+
+
+def _note_owner(lines: list[str], heads: dict[str, str]) -> list[str]:
+    """The condition each note line sits under: the last condition heading above it."""
+    owners, current = [], None
+    for line in lines:
+        for model, head in heads.items():
+            if head in line:
+                current = model
+        if NOTE in line:
+            owners.append(current)
+    return owners
+
+
+def test_each_note_sits_under_its_own_condition(tmp_path, capsys):
+    from rich.console import Console
+
+    from race_cli.report.command import print_report_top
+
+    root = _two_verdicts(tmp_path / "s")  # a note printed above its table's title reads as tiny-m's
+    for width in (80,):  # the narrow table here; race run's end below draws the wide one
+        buf = StringIO()
+        res = run_report([root], console=Console(file=buf, width=width), plots=False, bootstrap=300,
+                         out=tmp_path / f"r{width}")
+        rec = res["recommendations"].set_index("condition")
+        noted = {c.split()[0] for c, v in rec["no_gain"].items() if v}
+        assert noted == {"model=tiny-s"}  # the sweep's truth: only tiny-s's start is out of reach
+        heads = {m: f"model={m} budget_flops=" for m in ("tiny-m", "tiny-s")}
+        text = buf.getvalue().split("joint comparison")[0]  # the rankings' part
+        assert _note_owner(text.splitlines(), heads) == ["tiny-s"], text
+        md = (tmp_path / f"r{width}" / "summary.md").read_text().split("## Joint")[0]
+        md_heads = {m: f"#### model={m} " for m in heads}
+        assert _note_owner(md.splitlines(), md_heads) == ["tiny-s"]
+
+    capsys.readouterr()
+    print_report_top(root, print)  # race run's end: the note comes through `say`, the tables through rich
+    out = capsys.readouterr().out
+    assert _note_owner(out.splitlines(), {m: f"top of the ranking: model={m} " for m in heads}) == ["tiny-s"], out

@@ -263,32 +263,43 @@ def report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | No
 # --- the top of the ranking, what `race run` prints at its end ----------------------------------------
 
 TOP_SHOWN = 3  # regimes per condition printed at the end (the report has them all)
-TOP_LEFT_OUT = ("search / learning / feedback", "budget spent", "policy split")  # only in the full report
+TOP_LEFT_OUT = ("search / learning / feedback", "budget spent", "policy split", "best share")  # only in the files
+
+
+def _top_console():
+    """The console `race run` ends on: a terminal's own width; a pipe or a log 140 columns (room for the
+    table's columns) unless COLUMNS says how wide it is."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        console = Console(width=max(console.width, 140))
+    return console
 
 
 def print_report_top(sweep: Path, say) -> None:
     """The top of each condition's ranking and where the full report is; a report problem never
-    hides the run's own result (it is printed as a warning)."""
+    hides the run's own result (it is printed as a warning). Each condition: its heading, its note
+    (no regime beats its start) and its table, in that order."""
     import io
 
     try:
         from rich.console import Console
         from rich.table import Table
 
-        from race_cli.report.render import NARROW, NARROW_HEAD, RANK_HEAD, narrow_rows, ranking_rows
+        from race_cli.report.render import NARROW, NARROW_HEAD, RANK_HEAD, condition_heading, narrow_rows, ranking_rows
 
         quiet = Console(file=io.StringIO(), width=160)
         res = run_report([sweep], console=quiet)
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=max(console.width, 140))  # logs: room for the table's 10 columns
+        console = _top_console()
         ranking, rec = res["ranking"], res["recommendations"]
         no_gain = dict(zip(rec["condition"], rec["no_gain"])) if "no_gain" in rec else {}
         if len(ranking):
             for cond, g in ranking.groupby("condition", sort=False):
+                console.print(f"[bold]top of the ranking: {condition_heading(cond, g)}[/]", highlight=False)
                 if no_gain.get(cond):  # a ranking that is not a finding must not read like one
                     say(no_gain[cond])
-                t = Table(title=f"top of the ranking: {cond}", title_justify="left")
+                t = Table()
                 if console.width < NARROW:  # an 80-column terminal: the columns that fit, none cut
                     for h in NARROW_HEAD:
                         t.add_column(h, justify="left" if h == "regime" else "right", overflow="fold")

@@ -80,10 +80,25 @@ def ranking_rows(g: pd.DataFrame) -> list[list[str]]:
 
 RANK_HEAD = ["rank", "regime", "final [95% CI]", "start", "gain [95% CI]", "> start", "best share",
              "≈ best", "p", "policy split", "search / learning / feedback", "informative", "budget spent", "seeds"]
+# The console leaves out the best share: beside "≈ best" a share of 1.00 for one regime and 0.00 for a regime
+# that is also "≈ best" reads as certainty it is not (summary.md and ranking.csv keep it, with its caveat).
+CONSOLE_LEFT_OUT = ("best share",)
 NARROW = 120  # a console narrower than this (a pipe is 80) gets NARROW_HEAD; the files have all
 NARROW_HEAD = ["rank", "regime", "final ± 95%", "gain ± 95%", "> start", "≈ best"]
-NARROW_NOTE = ("Narrow console: start, best share, p, policy split, shares, informative share, budget spent "
-               "and seeds are in summary.md and ranking.csv.")
+NARROW_NOTE = ("Narrow console: start, p, policy split, shares, informative share, budget spent, seeds and "
+               "the best share are in summary.md and ranking.csv.")
+
+
+def console_columns(head: list[str], left_out: tuple[str, ...] = CONSOLE_LEFT_OUT) -> list[int]:
+    """Indices of `head` the console shows (the rest stay in the files)."""
+    return [i for i, h in enumerate(head) if h not in left_out]
+
+
+def condition_heading(cond: str, g: pd.DataFrame) -> str:
+    """'tiny-m rule … · method; noise': the line that opens a condition, before its note and its table."""
+    noise = g["noise"].iloc[0] if "noise" in g else ""
+    method = g["method"].iloc[0] if "method" in g else ""
+    return cond + (f"  ·  {method}" if method else "") + (f"; {noise}" if noise else "")
 
 
 def _pm(v: Any, lo: Any, hi: Any, signed: bool = False) -> str:
@@ -159,16 +174,19 @@ def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: p
         console.print(_target_line(target, maximize, gt), highlight=False)
         for cond, g in gt.groupby("condition", sort=False):
             r = rec[rec["condition"] == cond]
+            # heading, then this condition's note, then its table: a note printed above a table's own
+            # title reads as the foot of the table before it
+            console.print(f"[bold]{condition_heading(cond, g)}[/]", highlight=False)
             if len(r) and r.iloc[0]["no_gain"]:
                 console.print(f"[bold yellow]{r.iloc[0]['no_gain']}[/]", highlight=False)
-            noise = g["noise"].iloc[0] if "noise" in g else ""
-            t = Table(title=f"{cond}  ·  {g['method'].iloc[0]}" + (f"; {noise}" if noise else ""),
-                      title_justify="left")
+            t = Table()
             narrow = console.width < NARROW
-            for h in NARROW_HEAD if narrow else RANK_HEAD:
-                t.add_column(h, justify="left" if h == "regime" else "right", overflow="fold")
+            keep = list(range(len(NARROW_HEAD))) if narrow else console_columns(RANK_HEAD)
+            head = NARROW_HEAD if narrow else RANK_HEAD
+            for i in keep:
+                t.add_column(head[i], justify="left" if head[i] == "regime" else "right", overflow="fold")
             for row in narrow_rows(g) if narrow else ranking_rows(g):
-                t.add_row(*row)
+                t.add_row(*[row[i] for i in keep])
             console.print(t)
             if noise_note(g):
                 console.print(noise_note(g), highlight=False)
@@ -180,7 +198,7 @@ def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: p
         t = Table(title="Conditional frontier: recommended split per condition", title_justify="left")
         head = ["condition", "best regime", "beats start", "policy split", "p", "p* [95% CI] (fit or fallback)",
                 "fit", "final", "best share"]
-        keep = [0, 1, 3, 5, 7] if console.width < NARROW else list(range(len(head)))
+        keep = [0, 1, 3, 5, 7] if console.width < NARROW else console_columns(head)
         for i in keep:
             t.add_column(head[i], overflow="fold")
         for _, r in rec.iterrows():
