@@ -415,3 +415,47 @@ def test_each_note_sits_under_its_own_condition(tmp_path, capsys):
     print_report_top(root, print)  # race run's end: the note comes through `say`, the tables through rich
     out = capsys.readouterr().out
     assert _note_owner(out.splitlines(), {m: f"top of the ranking: model={m} " for m in heads}) == ["tiny-s"], out
+
+
+# --- one colour and marker per regime ----------------------------------------------------
+
+
+def test_a_regime_keeps_its_colour_and_marker_in_every_panel_and_figure(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    from report_fixtures import rising
+
+    # the two conditions rank the regimes in opposite orders (tiny-s peaks at p = 0.08, tiny-m rises
+    # with p): a colour taken from the rank would swap between the panels
+    low, up = peaked(0.08, top=0.62, width=0.04), rising(0.35, 0.5)
+    acc = lambda p, cond: low(p, cond) if cond["model"] == "tiny-s" else up(p, cond)  # noqa: E731
+    root = build_sweep(tmp_path / "s", acc=acc, seeds=(0, 1), n_items=80,
+                       conditions=[DEFAULT_CONDITION, dict(DEFAULT_CONDITION, model="tiny-m")])
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda *a, **k: None)  # keep the figures to look at them
+    try:
+        res = _quiet(sweep_dirs=[root], bootstrap=200, out=tmp_path / "r")
+        ranking = res["ranking"]
+        orders = [list(g["regime"]) for _, g in ranking.groupby("condition", sort=False)]
+        assert orders[0] != orders[1]  # the premise: ranks differ between the panels
+        regimes = set(ranking["regime"])
+        seen: dict[str, set] = {r: set() for r in regimes}
+        legends = []
+        for num in plt.get_fignums():
+            for ax in plt.figure(num).axes:
+                handles, labels = ax.get_legend_handles_labels()
+                named = [(h, lab) for h, lab in zip(handles, labels) if lab in regimes]
+                legends.append([lab for _, lab in named])
+                for h, lab in named:
+                    seen[lab].add((to_rgba(h.get_color()), h.get_marker()))
+        assert sum(map(len, legends)) >= 2 * len(regimes)  # two panels of response.png, two of curves.png
+        assert all(len(s) == 1 for s in seen.values()), seen  # one style per regime everywhere
+        assert len({next(iter(s)) for s in seen.values()}) == len(regimes)  # and distinct regimes differ
+        by_name = ["G=4 μ=2", "G=4 μ=4", "G=8 μ=1", "G=8 μ=2", "G=16 μ=1"]  # numbers as numbers
+        assert all(leg == [r for r in by_name if r in leg] for leg in legends if leg)  # not by rank
+    finally:
+        close("all")

@@ -182,9 +182,13 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
         tmp = Path(tempfile.mkdtemp(dir=out_dir, prefix=".plots."))
         try:
-            figs = write_plots(tmp, jobs, ranking, rec, fits, data.curves, targets, reg_cols, by)
+            from race_cli.report.plots import regime_styles
+
+            # one colour and marker per regime in every figure, built once
+            styles = regime_styles(list(ranking["regime"]) + list(front["table"].get("regime", [])))
+            figs = write_plots(tmp, jobs, ranking, rec, fits, data.curves, targets, reg_cols, by, styles=styles)
             if len(front["table"]):
-                figs += F.write_plots(tmp, front["table"], front["best"])
+                figs += F.write_plots(tmp, front["table"], front["best"], styles)
             figs += JV.write_joint_plot(tmp, joint)
             for f in figs:
                 os.replace(tmp / f, out_dir / f)

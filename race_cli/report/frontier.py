@@ -295,7 +295,7 @@ def print_section(console, best: pd.DataFrame, sentences: list[str]) -> None:
         console.print("• " + s, highlight=False)
 
 
-def write_plots(out_dir: Path, fr: pd.DataFrame, best: pd.DataFrame) -> list[str]:
+def write_plots(out_dir: Path, fr: pd.DataFrame, best: pd.DataFrame, styles: dict | None = None) -> list[str]:
     """frontier_budget.png: per condition, every regime's score against the checkpoint budget with its
     95% interval, the best per budget marked; isoflop.png: per condition, score against the update
     fraction p, one curve per checkpoint budget (IsoFLOP-style). matplotlib imported here only."""
@@ -304,18 +304,19 @@ def write_plots(out_dir: Path, fr: pd.DataFrame, best: pd.DataFrame) -> list[str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from race_cli.report.plots import MAX_PANELS, _finish, _grid, _wrap
+    from race_cli.report.plots import MAX_PANELS, _finish, _grid, _wrap, regime_styles
 
+    styles = styles or regime_styles(fr["regime"])  # the report's map: a regime's colour in every figure
     conds = list(dict.fromkeys(fr["condition"]))[:MAX_PANELS]
     fig, axes = _grid(plt, len(conds))
     for ax, cond in zip(axes, conds):
         g = fr[fr["condition"] == cond]
-        for k, (reg, gr) in enumerate(g.groupby("regime", sort=False)):
-            gr = gr.sort_values("fraction")
+        for reg in [r for r in styles if r in set(g["regime"])]:  # legend in the regimes' order
+            gr = g[g["regime"] == reg].sort_values("fraction")
             x = gr["budget_at"].to_numpy(float) if "budget_at" in gr else gr["fraction"].to_numpy(float)
-            ax.plot(x, gr["mean"], marker="o", ms=3, label=reg, color=plt.get_cmap("tab10")(k % 10))
-            ax.fill_between(x, gr["ci_lo"].astype(float), gr["ci_hi"].astype(float), alpha=0.12,
-                            color=plt.get_cmap("tab10")(k % 10))
+            color, marker = styles[reg]
+            ax.plot(x, gr["mean"], marker=marker, ms=3, label=reg, color=color)
+            ax.fill_between(x, gr["ci_lo"].astype(float), gr["ci_hi"].astype(float), alpha=0.12, color=color)
         b = best[best["condition"] == cond]
         ax.scatter(b["budget_at"], b["mean"], marker="*", s=90, color="black", zorder=5, label="best")
         ax.set_xscale("log")

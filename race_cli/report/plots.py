@@ -8,6 +8,9 @@
 - curves.png    eval/<target>/accuracy against training FLOPs spent, one colour per regime,
                 with the starting policy's level (iteration 0) as a dashed line;
 - frontier.png  the recommended p of every condition (only when there are several).
+
+Every figure of a report draws a regime in one colour and marker (`regime_styles`, built once from
+the regimes' names, also passed to the frontier figure), and legends list regimes in that order.
 """
 
 from __future__ import annotations
@@ -23,21 +26,40 @@ MAX_JOB_BARS = 60  # above this, shares are drawn per regime
 
 
 MAX_LEGEND = 10  # up to this many regimes, the legend names them all; beyond, only the best 3
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # 7 markers x 10 colours: 70 distinct styles
 
 
 def _named(n: int) -> int:
     return n if n <= MAX_LEGEND else 3
 
 
-def _colors(plt, n: int) -> list:
-    """Distinct colours for up to 10 regimes in ranking order; a dark-to-light ramp beyond."""
-    if n <= 10:
-        return [plt.get_cmap("tab10")(i) for i in range(n)]
-    return [plt.get_cmap("viridis")(i / max(n - 1, 1)) for i in range(n)]
+def _natural(text: str) -> tuple:
+    """'G=16 μ=1' after 'G=8 μ=2': numbers inside a regime's name compare as numbers."""
+    import re
+
+    return tuple((0, float(t), "") if re.fullmatch(r"\d+(\.\d+)?", t) else (1, 0.0, t)
+                 for t in re.split(r"(\d+(?:\.\d+)?)", str(text)) if t)
+
+
+def regime_styles(regimes) -> dict[str, tuple]:
+    """One (colour, marker) per regime name, built once per report and used by every panel and figure:
+    a regime keeps its colour wherever it appears. The order (and the legends') is the regimes' own,
+    numbers compared as numbers (G=4 before G=8 before G=16), never a condition's ranking."""
+    from matplotlib import colormaps
+
+    tab = colormaps["tab10"]
+    names = sorted(dict.fromkeys(str(r) for r in regimes), key=_natural)
+    return {r: (tab(i % 10), MARKERS[i % len(MARKERS)]) for i, r in enumerate(names)}
+
+
+def _legend_order(regimes, styles: dict, keep: int) -> list[str]:
+    """The `keep` regimes to name (the first `keep` of the ranking: the best), listed in the style map's order."""
+    chosen = set(list(regimes)[:keep])
+    return [r for r in styles if r in chosen]
 
 
 def _more(n: int) -> str | None:
-    return f"best {_named(n)} of {n} regimes (dark = better)" if n > MAX_LEGEND else None
+    return f"best {_named(n)} of {n} regimes named" if n > MAX_LEGEND else None
 
 
 def _wrap(title: str, width: int = 60) -> str:
@@ -108,7 +130,7 @@ def _start_level(g: pd.DataFrame) -> float:
     return float(np.nanmean(v)) if np.isfinite(v).any() else np.nan
 
 
-def _response(plt, jobs, ranking, fits, path: Path) -> None:
+def _response(plt, jobs, ranking, fits, styles: dict, path: Path) -> None:
     conds = list(dict.fromkeys(ranking["condition"]))[:MAX_PANELS]
     fig, axes = _grid(plt, len(conds))
     for ax, cond in zip(axes, conds):
@@ -118,11 +140,12 @@ def _response(plt, jobs, ranking, fits, path: Path) -> None:
         if np.isfinite(start):
             ax.axhline(start, color="0.4", ls=":", lw=1.2, label=f"start (iteration 0): {start:.3f}")
         logx = g["p"].min() > 0 and g["p"].max() / g["p"].min() > 4
-        cols = _colors(plt, len(g))
+        cols = [styles[r][0] for r in g["regime"]]
         ax.vlines(g["p"], g["ci_lo"], g["ci_hi"], colors=cols, lw=1.5)  # 95% intervals
-        ax.scatter(g["p"], g["mean"], c=cols, s=30, zorder=3)
-        for col, reg in list(zip(cols, g["regime"]))[:_named(len(g))]:  # legend proxies, best first
-            ax.plot([], [], "o", color=col, label=reg)
+        for reg, p, m in zip(g["regime"], g["p"], g["mean"]):
+            ax.scatter([p], [m], color=styles[reg][0], marker=styles[reg][1], s=30, zorder=3)
+        for reg in _legend_order(g["regime"], styles, _named(len(g))):  # legend proxies, in regime order
+            ax.plot([], [], ls="none", marker=styles[reg][1], color=styles[reg][0], label=reg)
         fit = fits.get(cond)
         lo, hi = float(np.nanmin(g["ci_lo"])), float(np.nanmax(g["ci_hi"]))
         if np.isfinite(start):
@@ -159,7 +182,7 @@ def _response(plt, jobs, ranking, fits, path: Path) -> None:
     _finish(plt, fig, "Final score against the update fraction p, per condition and target", path)
 
 
-def _curves(plt, jobs, ranking, curves, reg_cols, path: Path) -> None:
+def _curves(plt, jobs, ranking, curves, reg_cols, styles: dict, path: Path) -> None:
     conds = list(dict.fromkeys(ranking["condition"]))[:MAX_PANELS]
     meta = jobs.loc[jobs["ranked"], ["sweep", "job_id", "condition", "regime"]].rename(
         columns={"condition": "job_condition"})
@@ -172,7 +195,7 @@ def _curves(plt, jobs, ranking, curves, reg_cols, path: Path) -> None:
         target = g["target"].iloc[0]
         jc = g["job_condition"].iloc[0] if "job_condition" in g else cond
         regimes = list(g["regime"])
-        cols = dict(zip(regimes, _colors(plt, len(regimes))))
+        cols = {r: styles[r][0] for r in regimes}
         cc = c[(c["job_condition"] == jc) & (c["target"] == target)].sort_values(
             ["sweep", "job_id", "flops_total"])
         start = _start_level(g)
@@ -185,9 +208,10 @@ def _curves(plt, jobs, ranking, curves, reg_cols, path: Path) -> None:
             if lines:
                 ax.add_collection(LineCollection(lines, colors=[cols.get(reg, "0.5")], lw=1, alpha=0.8))
                 pts = np.vstack(lines)
-                ax.scatter(pts[:, 0], pts[:, 1], s=6, color=cols.get(reg, "0.5"))
-        for reg in regimes[:_named(len(regimes))]:  # legend in ranking order, best first
-            ax.plot([], [], color=cols[reg], label=reg)
+                ax.scatter(pts[:, 0], pts[:, 1], s=8, color=cols.get(reg, "0.5"),
+                           marker=styles[reg][1] if reg in styles else "o")
+        for reg in _legend_order(regimes, styles, _named(len(regimes))):  # legend in regime order
+            ax.plot([], [], color=cols[reg], marker=styles[reg][1], ms=4, label=reg)
         ax.autoscale_view()
         ax.set_xlabel("training FLOPs spent (model convention)")
         ax.set_ylabel(f"eval {target}")
@@ -235,8 +259,9 @@ def _frontier(plt, rec: pd.DataFrame, by: list[str], path: Path) -> None:
 
 def write_plots(out_dir: Path, jobs: pd.DataFrame, ranking: pd.DataFrame, rec: pd.DataFrame,
                 fits: dict, curves: pd.DataFrame, targets: list[str] | str, reg_cols: list[str],
-                by: list[str]) -> list[str]:
-    """Draw every figure into out_dir; return the file names written.
+                by: list[str], styles: dict | None = None) -> list[str]:
+    """Draw every figure into out_dir; return the file names written. `styles`: the report's
+    regime -> (colour, marker) map (regime_styles; built from the ranking when not given).
 
     `jobs` must carry `condition` and `regime` columns for ranked jobs (command.py adds them).
     """
@@ -246,14 +271,15 @@ def write_plots(out_dir: Path, jobs: pd.DataFrame, ranking: pd.DataFrame, rec: p
     import matplotlib.pyplot as plt
 
     targets = [targets] if isinstance(targets, str) else list(targets)
+    styles = styles or (regime_styles(ranking["regime"]) if "regime" in ranking else {})
     written = []
     _shares(plt, jobs, ranking, out_dir / "shares.png")
     written.append("shares.png")
     if len(ranking) and "p" in ranking:
-        _response(plt, jobs, ranking, fits, out_dir / "response.png")
+        _response(plt, jobs, ranking, fits, styles, out_dir / "response.png")
         written.append("response.png")
     if len(curves) and curves["target"].isin(targets).any():
-        _curves(plt, jobs, ranking, curves, reg_cols, out_dir / "curves.png")
+        _curves(plt, jobs, ranking, curves, reg_cols, styles, out_dir / "curves.png")
         written.append("curves.png")
     if len(rec) > 1:
         _frontier(plt, rec, by + (["target"] if "target" in rec else []), out_dir / "frontier.png")
