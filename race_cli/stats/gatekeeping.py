@@ -192,3 +192,114 @@ def dunnett_quantile(level: float, lam: np.ndarray, df: float) -> float:
     if fhi >= 0:
         return hi
     return float(brentq(f, lo, hi, xtol=1e-6))
+
+
+def many_to_one_quantile(level: float, k: int, lam: float, df) -> np.ndarray | float:
+    """`dunnett_quantile` for k arms with one common λ (elementwise over an array of df), cached: λ rounded
+    down to 0.02 and df down to 3 significant digits, both conservative (a smaller correlation, fewer df)."""
+    lam_r = math.floor(max(0.0, float(lam)) / 0.02) * 0.02
+    one = lambda d: _m2o(round(float(level), 12), int(k), round(lam_r, 2), _down(float(d)))
+    if np.ndim(df) == 0:
+        return one(df)
+    d = np.asarray(df, float)
+    uniq, inv = np.unique(d, return_inverse=True)
+    return np.array([one(u) for u in uniq])[inv].reshape(d.shape)
+
+
+def _down(df: float) -> float:
+    if not math.isfinite(df) or df > 1e5:
+        return math.inf
+    if df <= 0:
+        return df
+    e = math.floor(math.log10(df)) - 2
+    return math.floor(df / 10 ** e) * 10 ** e
+
+
+@lru_cache(maxsize=8192)
+def _m2o(level: float, k: int, lam: float, df: float) -> float:
+    if not df > 0:
+        return math.nan
+    return dunnett_quantile(level, np.full(k, lam), df)
+
+
+# --- the joint comparison's design --------------------------------------------------------------------
+#
+# A claim is keyed (question, a, b, scope). Size claims of one pair (a larger, b smaller):
+#   size_matched ─½→ size_final ─1→ size_gain
+#                └½→ size_gain_matched ─1→ size_gain
+# feedback claims of one reward pair: feedback_all_matched (across sizes) ─½→ feedback_matched per size
+# (split equally) ─1→ feedback per size; ─½→ feedback_all. The allocation-by-allocation claim opens each
+# pair's gate at the pair's whole weight; a pair's last claims pass their weight on to every other pair's
+# entry (or, without another pair, back into their own pair's open branch). Size and feedback share α
+# equally, each family equally over its pairs.
+
+SIZE_NEXT = {"size_matched": {"size_final": 0.5, "size_gain_matched": 0.5}, "size_final": {"size_gain": 1.0},
+             "size_gain_matched": {"size_gain": 1.0}, "size_gain": {}}
+SIZE_ENTRY = ("size_matched", "size_final", "size_gain_matched", "size_gain")  # first present opens the pair
+
+
+def joint_design(claims: list[tuple]) -> Graph:
+    """The gatekept graph of one joint condition's claims [(question, a, b, scope)], nodes in the same
+    order (named 'question|a|b|scope'); a claim absent from the list passes its edges on to its successors."""
+    name = lambda c: "|".join(str(x) for x in c)
+    have = {name(c) for c in claims}
+    pairs: dict[tuple, list[tuple]] = {}
+    for c in claims:
+        pairs.setdefault(("size" if c[0].startswith("size") else "feedback", c[1], c[2]), []).append(c)
+    fams = list(dict.fromkeys(k[0] for k in pairs))
+    entries: dict[str, float] = {}
+    edges: dict[str, dict[str, float]] = {}
+    opens: dict[tuple, list[str]] = {}
+
+    def present(succ: dict[str, float]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for s, w in succ.items():
+            for s2, w2 in ({s: 1.0} if s in have else present(_next_of(s))).items():
+                out[s2] = out.get(s2, 0.0) + w * w2
+        return out
+
+    for key, cs in pairs.items():
+        fam, a, b = key
+        share = 1.0 / len(fams) / sum(1 for k in pairs if k[0] == fam)
+        if fam == "size":
+            first = next(q for q in SIZE_ENTRY if name((q, a, b, None)) in have)
+            start = {name((first, a, b, None)): 1.0}
+            for c in cs:
+                edges[name(c)] = present({name((q, a, b, None)): w for q, w in SIZE_NEXT[c[0]].items()})
+        else:
+            per = [name(c) for c in cs if c[0] == "feedback_matched"]
+            across, best_all = (name((q, a, b, "across sizes")) for q in ("feedback_all_matched", "feedback_all"))
+            if across in have:
+                start = {across: 1.0}
+                nxt = {n_: 0.5 / len(per) for n_ in per} | {best_all: 0.5}
+                edges[across] = {k: v for k, v in nxt.items() if k in have}
+            else:
+                start = {n_: 1.0 / len(per) for n_ in per} if per else {name(c): 1.0 / len(cs) for c in cs}
+            for c in cs:
+                if c[0] == "feedback_matched":
+                    edges[name(c)] = present({name(("feedback", a, b, c[3])): 1.0})
+        opens[key] = list(start)
+        for n_, w in start.items():
+            entries[n_] = entries.get(n_, 0.0) + share * w
+    # a pair's last claims: on to every other pair's entry, else back into the pair's other branches
+    for key, cs in pairs.items():
+        others = [e for k, st in opens.items() if k != key for e in st]
+        for c in cs:
+            n_ = name(c)
+            if edges.get(n_):
+                continue
+            back = others or [name(o) for o in cs if name(o) != n_ and name(o) not in opens[key]]
+            edges[n_] = {o: 1.0 / len(back) for o in back}
+    g = gatekeeping_graph(entries, edges)
+    idx = [g.names.index(name(c)) for c in claims]
+    return Graph(tuple(name(c) for c in claims), g.weights[idx], g.transitions[np.ix_(idx, idx)])
+
+
+def _next_of(node: str) -> dict[str, float]:
+    """An absent node's designed successors (by name), for `joint_design`."""
+    q, a, b, scope = node.split("|")
+    if q in SIZE_NEXT:
+        return {f"{s}|{a}|{b}|None": w for s, w in SIZE_NEXT[q].items()}
+    if q == "feedback_matched":
+        return {f"feedback|{a}|{b}|{scope}": 1.0}
+    return {}

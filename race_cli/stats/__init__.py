@@ -1,0 +1,13 @@
+"""The inference model, pure (numpy/scipy; no pandas in its interfaces, no I/O): what plan/ and report/
+both compute their statistics with, as cost/ is for FLOPs.
+
+    quantiles.py   t, studentized range, Dunnett quantiles; the per-part half-width (Banerjee)
+    variance.py    per-item paired variance parts; seed variance pooled over the sweep, moderated (limma)
+    decisions.py   intervals, ≈ best (REGWQ), > start (Holm on bounds), winners' intervals and curse
+    draws.py       resampled regime means (best share, the response fit's p*)
+    power.py       the smallest effects a design separates with 80% power, by the decisions above
+
+Results are small named records (Interval: estimate, low, high, df, method; Parts; SeedPrior) or
+arrays. race report's ranking, joint comparison, frontier and validation, and race plan's power, call
+these functions; benchmarks/bench_calibration.py measures them on synthetic sweeps with known truth.
+"""

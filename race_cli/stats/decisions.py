@@ -1,0 +1,213 @@
+"""Intervals and familywise decisions on one condition's regimes (numpy/scipy, no I/O).
+
+Every bound scales each variance part (stats/variance.py: item, residual, seed) by the quantile of the
+procedure's distribution at that part's own degrees of freedom (stats/quantiles.half_width).
+
+- `intervals`: est ± half-width at a two-sided level, per contrast (Interval records);
+- `worse_than_best` ("≈ best" is its negation): all pairwise gaps by the Ryan–Einot–Gabriel–Welsch
+  step-down on the studentized range (REGWQ): the set of p adjacent regimes (in the order of their
+  means) is called unequal when its range exceeds q(p, df)/√2 · se at level α_p = 1 − (1 − α)^(p/R)
+  (α for p ≥ R − 1) and every set containing it was; a regime is worse than the best when the set
+  spanning the two was. Strong familywise control at α over all pairs (the best is picked from the same
+  data); at R = 3 the second step tests at full α. Batched over a leading axis (race plan simulates
+  pilots through it);
+- `holm_above`: Holm's step-down on one-sided bounds (estimate − half-width at 1 − α/m, m = hypotheses
+  left) for "> margin", so each step uses the critical value of its own level;
+- `simultaneous`: Bonferroni intervals over the R regimes: the selected best's interval holds whichever
+  regime the data pick (the winner's interval used wherever the best's value is reported);
+- `winners_curse`: the best estimate's expected excess over its truth, from the same variance parts
+  (normal-normal empirical Bayes: between-regime variance τ² from the spread of the means net of their
+  noise; excess = v/(v + τ²) · (m_best − m̄));
+- `rank_decisions` / `gain_decisions`: one condition's table of the above.
+
+With no seed variance (one seed per regime and nothing assumed) the intervals cover evaluation noise
+only and no decision is made (`testable` False): the caller says "not testable with one seed".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from race_cli.stats.quantiles import df_for_t975, half_width, range_quantile, t_quantile
+from race_cli.stats.variance import Noise, Parts, contrast_parts
+
+ALPHA = 0.05
+
+
+@dataclass
+class Interval:
+    """Estimates with their bounds: arrays [K] (or floats), the effective df, and how they were made."""
+
+    estimate: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    df: np.ndarray
+    method: str
+
+
+def _half(parts: Parts, q) -> np.ndarray:
+    """Half-widths with the quantile function q(df) applied to each part at its own df."""
+    return half_width(parts.item, parts.resid, parts.seed, q(parts.df_item), q(parts.df_resid), q(parts.df_seed))
+
+
+def intervals(est: np.ndarray, parts: Parts, level: float = 0.95, method: str = "t, parts at own df") -> Interval:
+    """Two-sided `level` intervals of contrasts with parts `parts` (nan where nothing is estimable)."""
+    tq = lambda df: t_quantile(0.5 + level / 2, df)
+    h = _half(parts, tq)
+    se = parts.se
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df = np.where(se > 0, df_for_t975(h / np.where(se > 0, se, 1.0)), math.inf) if level == 0.95 else \
+            np.full(len(se), np.nan)
+    h = np.where(se > 0, h, np.where(np.isfinite(se), 0.0, np.nan))
+    return Interval(est, est - h, est + h, df, method)
+
+
+# --- ≈ best: REGWQ over all pairs ----------------------------------------------------------------
+
+
+def _level(p: int, R: int, alpha: float) -> float:
+    return alpha if p >= R - 1 else 1 - (1 - alpha) ** (p / R)
+
+
+def worse_than_best(point: np.ndarray, item: np.ndarray, resid: np.ndarray, seed: np.ndarray,
+                    df_item: float, df_resid: float, df_seed: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
+    """Which regimes are shown worse than the best (higher is better), familywise alpha over all pairs.
+
+    point [..., R]; item/resid/seed/df_seed [..., R, R]: the parts of gap i − j for every pair (symmetric);
+    df_item, df_resid scalars. Returns [..., R] bool (the best itself is never worse).
+    """
+    point = np.asarray(point, float)
+    R = point.shape[-1]
+    out = np.zeros(point.shape, dtype=bool)
+    if R < 2:
+        return out
+    order = np.argsort(-point, axis=-1, kind="stable")  # positions: 0 = best
+    take = lambda a, i, j: np.take_along_axis(np.take_along_axis(a, i[..., None, None], -2)[..., 0, :],
+                                              j[..., None], -1)[..., 0]
+    rejected: dict[tuple[int, int], np.ndarray] = {}
+    for p in range(R, 1, -1):
+        lev = 1 - _level(p, R, alpha)
+        q = lambda df, lev=lev, p=p: range_quantile(lev, p, df) / math.sqrt(2.0)
+        qi, qe = q(df_item), q(df_resid)
+        for a in range(R - p + 1):
+            b = a + p - 1
+            i, j = order[..., a], order[..., b]
+            gap = np.take_along_axis(point, i[..., None], -1)[..., 0] - np.take_along_axis(point, j[..., None], -1)[..., 0]
+            h = half_width(take(item, i, j), take(resid, i, j), take(seed, i, j), qi, qe, q(take(df_seed, i, j)))
+            rej = gap > h
+            if a > 0:
+                rej = rej & rejected[(a - 1, b)]
+            if b < R - 1:
+                rej = rej & rejected[(a, b + 1)]
+            rejected[(a, b)] = rej
+    for b in range(1, R):  # the best (position 0) against position b
+        np.put_along_axis(out, order[..., b:b + 1], rejected[(0, b)][..., None], -1)
+    return out
+
+
+def pair_parts(noise: Noise) -> tuple[np.ndarray, Parts]:
+    """Every gap i − j as a contrast: (c [R·R, R], its parts), row i·R + j."""
+    R = len(noise.n_seeds)
+    c = (np.eye(R)[:, None, :] - np.eye(R)[None, :, :]).reshape(R * R, R)
+    return c, contrast_parts(noise, c)
+
+
+# --- > margin: Holm on bounds --------------------------------------------------------------------
+
+
+def holm_above(est: np.ndarray, parts: Parts, alpha: float, margin: float = 0.0) -> np.ndarray:
+    """Holm's step-down for H0: value <= margin, one-sided familywise alpha: at each step, with m
+    hypotheses left, those whose bound est − half-width(1 − α/m) exceeds the margin are rejected.
+    est [..., K]; parts of the K contrasts (item/resid/seed arrays broadcast against est)."""
+    est = np.asarray(est, float)
+    K = est.shape[-1]
+    out = np.zeros(est.shape, dtype=bool)
+    left = np.ones(est.shape, dtype=bool)
+    for _ in range(K):
+        m = left.sum(axis=-1, keepdims=True)
+        new = np.zeros(est.shape, dtype=bool)
+        for mm in np.unique(m[m > 0]):
+            h = _half(parts, lambda df, mm=mm: t_quantile(1 - alpha / mm, df))
+            hit = (m == mm) & left & (est - h > margin)
+            new |= hit
+        if not new.any():
+            break
+        out |= new
+        left &= ~new
+    return out
+
+
+# --- winners --------------------------------------------------------------------------------------
+
+
+def simultaneous(est: np.ndarray, parts: Parts, level: float = 0.95) -> Interval:
+    """Bonferroni intervals over the K contrasts (two-sided, familywise 1 − level): any one the data
+    select, the best regime included, is covered with probability >= level."""
+    K = len(np.atleast_1d(est))
+    h = _half(parts, lambda df: t_quantile(1 - (1 - level) / (2 * K), df))
+    return Interval(est, est - h, est + h, np.full(K, np.nan), f"simultaneous over {K} regimes (Bonferroni)")
+
+
+def winners_curse(point: np.ndarray, dev_var: np.ndarray, maximize: bool = True) -> float:
+    """Expected excess of the best estimate over its truth (>= 0, in the better direction).
+
+    point [R] regime means; dev_var [R] the variance of each m_r − m̄ (contrast parts). τ² = the
+    between-regime variance of the truths, max(0, (Σ(m − m̄)² − Σ dev_var)/(R − 1)); the best's
+    posterior mean shrinks it towards m̄ by v/(v + τ²)."""
+    R = len(point)
+    if R < 2 or not np.all(np.isfinite(dev_var)):
+        return 0.0
+    sign = 1.0 if maximize else -1.0
+    d = sign * (point - point.mean())
+    tau2 = max(0.0, float((d ** 2).sum() - dev_var.sum()) / (R - 1))
+    b = int(np.argmax(d))
+    v = float(dev_var[b])
+    return max(0.0, v / (v + tau2) * float(d[b])) if v + tau2 > 0 else 0.0
+
+
+# --- one condition --------------------------------------------------------------------------------
+
+
+def rank_decisions(noise: Noise, maximize: bool = True, level: float = 0.95, alpha: float = ALPHA) -> dict:
+    """Per regime: mean and interval, the selection-adjusted (simultaneous) interval, the gap to the best
+    with its familywise lower bound, `worse` (REGWQ), the winner's curse; `testable` False without seed
+    variance (then nothing is called worse)."""
+    R = len(noise.n_seeds)
+    sign = 1.0 if maximize else -1.0
+    point = noise.point
+    p1 = contrast_parts(noise, np.eye(R))
+    iv = intervals(point, p1, level)
+    sim = simultaneous(point, p1, level)
+    best = int(np.argmax(sign * point))
+    testable = noise.has_seed_noise and R >= 1
+    c, pp = pair_parts(noise)
+    sq = lambda a: np.asarray(a).reshape(R, R) if np.ndim(a) else np.full((R, R), a)
+    if testable and R >= 2:
+        worse = worse_than_best(sign * point, sq(pp.item), sq(pp.resid), sq(pp.seed), pp.df_item, pp.df_resid,
+                                sq(pp.df_seed), alpha)
+    else:
+        worse = np.zeros(R, dtype=bool)
+    gap = sign * (point[best] - point)  # >= 0: how much worse than the best
+    gp = Parts(sq(pp.item)[best], sq(pp.resid)[best], sq(pp.seed)[best], pp.df_item, pp.df_resid, sq(pp.df_seed)[best])
+    first = lambda df: range_quantile(1 - alpha, R, df) / math.sqrt(2.0)  # the range's first-step bound
+    gap_lo = np.where(np.arange(R) == best, 0.0, gap - _half(gp, first)) if R >= 2 else np.zeros(R)
+    dev = contrast_parts(noise, np.eye(R) - 1.0 / R).var
+    return {"mean": point, "se": p1.se, "df": iv.df, "ci_lo": iv.low, "ci_hi": iv.high,
+            "sel_lo": sim.low, "sel_hi": sim.high, "best": best, "gap_to_best": gap,
+            "gap_ci_lo": gap_lo, "tied_best": ~worse, "testable": testable,
+            "expected_drop": winners_curse(point, dev, maximize), "parts": p1}
+
+
+def gain_decisions(noise: Noise, level: float = 0.95, alpha: float = ALPHA) -> dict:
+    """Per regime: the gain (an improvement, already signed), its interval, and `beats_start` by Holm
+    over the regimes at one-sided familywise alpha/2 (not tested without seed variance)."""
+    R = len(noise.n_seeds)
+    g = noise.point
+    p1 = contrast_parts(noise, np.eye(R))
+    iv = intervals(g, p1, level)
+    beats = holm_above(g, p1, alpha / 2) if noise.has_seed_noise else np.zeros(R, dtype=bool)
+    return {"gain": g, "gain_se": p1.se, "gain_ci_lo": iv.low, "gain_ci_hi": iv.high, "beats_start": beats,
+            "parts": p1}

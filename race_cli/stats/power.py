@@ -1,0 +1,167 @@
+"""Power of a design, by the report's own decisions (numpy/scipy, no I/O).
+
+A design: R regimes × s seeds, n items × k samples, a seed spread σ_b, the seed pool's degrees of
+freedom (the report pools seed variance over every regime of a reward system on a target), an
+item × regime interaction σ_g (regimes learning different items) and, for gains, the per-item spread of
+the gain σ_gain. From these come the expected variance parts of a gap and of a gain exactly as
+stats/variance.contrast_parts defines them; pilots are then simulated at the level of the statistics the
+decisions read (means normal around their truths, the seed part scaled by χ²_df/df) and passed through
+the same functions the report calls (decisions.worse_than_best, decisions.holm_above). So the plan's
+power is the report's test by construction; benchmarks/bench_calibration.py checks it against pilots
+simulated item by item and read by the report.
+
+- `separation_power(design, delta)`: the share of pilots in which a regime truly better than every other
+  by delta is the only "≈ best" regime;
+- `gain_power(design, delta)`: the share in which one regime gaining delta (the others none) "beats its
+  start";
+- `smallest_separated` / `smallest_gain`: the smallest delta reaching `power` (0.80), to 0.001.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from race_cli.stats.decisions import ALPHA, holm_above, worse_than_best
+from race_cli.stats.variance import Parts
+
+POWER = 0.80
+N_SIM = 4000  # simulated pilots per effect size (binomial sd of a power near 0.8: 0.006)
+ITEM_REGIME_SD = 0.05  # assumed sd of an item's score change between two regimes beyond their mean gap
+GAIN_ITEM_SD = 0.18  # per-item spread of the gain over the start (measured on the default grid's pilot)
+
+
+@dataclass(frozen=True)
+class Design:
+    """What the power depends on (probabilities on the 0-1 score scale)."""
+
+    n: int  # items
+    k: int  # samples per item (k = 1 greedy: its flips across seeds count as 0.25 too)
+    seeds: int
+    regimes: int
+    seed_sd: float
+    pool_df: float | None = None  # the seed pool's total df; None: this condition alone, R·(s − 1)
+    item_regime_sd: float = ITEM_REGIME_SD
+    gain_item_sd: float = GAIN_ITEM_SD
+    crn: bool = False  # evaluation with common random numbers: paired differences lose most sampling noise
+    assumed_seed_sd: float | None = None  # one seed: the report's --assume-seed-sd
+
+    @property
+    def df_seed(self) -> float:
+        if self.seeds < 2:
+            return math.inf if self.assumed_seed_sd is not None else 0.0
+        return float(self.pool_df) if self.pool_df is not None else float(self.regimes * (self.seeds - 1))
+
+    def resid(self) -> float:
+        """Per-item, per-job evaluation residual variance that does not cancel between two jobs."""
+        s2 = 0.25 / self.k  # a score near 0.5: the largest a Bernoulli has
+        if not self.crn:
+            return s2
+        # common random numbers: two jobs' samples of an item differ only where their probabilities do:
+        # var(1[U<P1] − 1[U<P2]) ≈ E|P1 − P2|, P1 − P2 ~ N(0, 2σ_g² + 2σ_b²); half of it per job
+        spread = math.sqrt(2 * (self.item_regime_sd ** 2 + self.seed_sd ** 2))
+        return min(s2, 0.5 * spread * math.sqrt(2 / math.pi) / self.k)
+
+
+def gap_parts(d: Design) -> Parts:
+    """Expected parts of the gap between two regimes (items paired)."""
+    s, n, e = d.seeds, d.n, d.resid()
+    sd = d.assumed_seed_sd if d.seeds < 2 and d.assumed_seed_sd is not None else d.seed_sd
+    item = (2 * d.item_regime_sd ** 2 + 2 * e / s) / n
+    if d.seeds < 2:
+        return Parts(np.array([item]), np.zeros(1), np.array([2 * sd ** 2 if d.df_seed else 0.0]), n - 1.0,
+                     math.inf, np.array([d.df_seed]))
+    resid = 2 / s * e / n
+    seed = 2 / s * (sd ** 2 + e / n)
+    return Parts(np.array([item]), np.array([resid]), np.array([seed]), n - 1.0, d.df_seed * (n - 1),
+                 np.array([d.df_seed]))
+
+
+def gain_parts(d: Design) -> Parts:
+    """Expected parts of one regime's gain over the start (the start pooled over the condition's jobs)."""
+    s, n, e = d.seeds, d.n, 0.25 / d.k  # the start is scored by other jobs: no pairing of its samples
+    jobs = d.regimes * s
+    sd = d.assumed_seed_sd if d.seeds < 2 and d.assumed_seed_sd is not None else d.seed_sd
+    item = (d.gain_item_sd ** 2 + e / s + e / jobs) / n
+    if d.seeds < 2:
+        return Parts(np.array([item]), np.zeros(1), np.array([sd ** 2 if d.df_seed else 0.0]), n - 1.0,
+                     math.inf, np.array([d.df_seed]))
+    return Parts(np.array([item]), np.array([e / (s * n)]), np.array([(sd ** 2 + e / n) / s]), n - 1.0,
+                 d.df_seed * (n - 1), np.array([d.df_seed]))
+
+
+def _seed_scale(d: Design, rng: np.random.Generator, size: int) -> np.ndarray:
+    df = d.df_seed
+    if not math.isfinite(df) or df > 1e6:
+        return np.ones(size)
+    return rng.chisquare(df, size) / df
+
+
+def separation_power(d: Design, delta: float, n_sim: int = N_SIM, seed: int = 0, alpha: float = ALPHA) -> float:
+    """Share of simulated pilots in which regime 0, better than every other by delta, is the only ≈ best."""
+    R = d.regimes
+    if R < 2 or d.df_seed <= 0:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    p = gap_parts(d)
+    v = float(p.var[0])
+    z = rng.standard_normal((n_sim, R))
+    scale = _seed_scale(d, rng, n_sim)
+    point = np.zeros((n_sim, R))
+    point[:, 0] = delta
+    point += math.sqrt(v / 2) * z  # gaps have variance v
+    off = 1.0 - np.eye(R)
+    item = np.broadcast_to(p.item[0] * off, (n_sim, R, R))
+    resid = np.broadcast_to(p.resid[0] * off, (n_sim, R, R))
+    seed = p.seed[0] * scale[:, None, None] * off
+    df_seed = np.broadcast_to(p.df_seed[0] * off + (1 - off), (n_sim, R, R))
+    worse = worse_than_best(point, item, resid, seed, p.df_item, p.df_resid, df_seed, alpha)
+    return float(worse[:, 1:].all(axis=1).mean())
+
+
+def gain_power(d: Design, delta: float, n_sim: int = N_SIM, seed: int = 0, alpha: float = ALPHA) -> float:
+    """Share of simulated pilots in which regime 0, gaining delta while the others gain nothing, beats its
+    start (Holm over the R regimes at one-sided familywise alpha/2, as the report tests it)."""
+    R = d.regimes
+    if d.df_seed <= 0:
+        return 0.0
+    rng = np.random.default_rng(seed + 1)
+    p = gain_parts(d)
+    est = np.zeros((n_sim, R))
+    est[:, 0] = delta
+    est += float(p.se[0]) * rng.standard_normal((n_sim, R))
+    scale = _seed_scale(d, rng, n_sim)
+    parts = Parts(np.full((n_sim, R), p.item[0]), np.full((n_sim, R), p.resid[0]),
+                  p.seed[0] * np.broadcast_to(scale[:, None], (n_sim, R)), p.df_item, p.df_resid,
+                  np.full((n_sim, R), p.df_seed[0]))
+    return float(holm_above(est, parts, alpha / 2)[:, 0].mean())
+
+
+def _smallest(f, power: float, hi: float = 1.0) -> float:
+    """The smallest delta in (0, hi] with f(delta) >= power, to 0.001 (f rises with delta: common draws)."""
+    if f(hi) < power:
+        return math.nan
+    lo = 0.0
+    while hi - lo > 0.001:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) < power else (lo, mid)
+    return round(hi, 3)
+
+
+def smallest_separated(d: Design, power: float = POWER, alpha: float = ALPHA) -> float:
+    """The smallest gap at which the better regime is the only ≈ best with probability `power` (nan: none
+    up to 1, or nothing testable)."""
+    return _smallest(lambda x: separation_power(d, x, alpha=alpha), power)
+
+
+def smallest_gain(d: Design, power: float = POWER, alpha: float = ALPHA) -> float:
+    """The smallest gain over the start found ("beats its start") with probability `power`."""
+    return _smallest(lambda x: gain_power(d, x, alpha=alpha), power)
+
+
+def with_seeds(d: Design, seeds: int) -> Design:
+    """The same design with another seed count (the pool's df scaled with it)."""
+    pool = None if d.pool_df is None else d.pool_df / max(d.seeds - 1, 1) * (seeds - 1)
+    return replace(d, seeds=seeds, pool_df=pool)

@@ -1,0 +1,150 @@
+"""Quantiles of the reference distributions the decisions use (scipy, cached; no I/O).
+
+- `t_quantile(level, df)` / `t_sf(x, df)`: Student's t (scipy.special.stdtrit / stdtr; df = inf is
+  the normal);
+- `range_quantile(level, k, df)`: the studentized range of k means, exact at k = 2 through t
+  (q = √2·t at (1 + level)/2), by a tabulated quadrature otherwise (scipy.stats.studentized_range's
+  formula, the same values to 1e-5, ~1000× faster), cached;
+- `dunnett_quantile(level, k, rho, df, two_sided)`: the many-to-one (Dunnett) quantile of k
+  equicorrelated t statistics (scipy.stats.multivariate_t / multivariate_normal), cached;
+- `half_width(parts, q)`: the interval half-width with each variance part scaled by the quantile at its
+  own degrees of freedom (Banerjee 1961, "modified large-sample"): sqrt(q(df_item)²·item −
+  q(df_resid)²·resid + q(df_seed)²·seed), the item-minus-residual bracket floored at zero.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+from scipy import special
+
+
+
+def t_quantile(level, df):
+    """The `level` quantile of Student's t with df degrees of freedom (arrays broadcast; inf: normal)."""
+    df = np.asarray(df, float)
+    out = special.stdtrit(np.where(np.isfinite(df), df, 1e300), level)
+    return float(out) if out.ndim == 0 else out
+
+
+def t_sf(x, df):
+    """P(T > x) for Student's t with df degrees of freedom (arrays broadcast; inf: normal)."""
+    df = np.asarray(df, float)
+    out = special.stdtr(np.where(np.isfinite(df), df, 1e300), -np.asarray(x, float))
+    return float(out) if out.ndim == 0 else out
+
+
+def _sig(df: float) -> float:
+    """df rounded to 3 significant digits (the cache key; quantiles move < 1e-3 within it)."""
+    if not math.isfinite(df):
+        return math.inf
+    return float(f"{df:.3g}")
+
+
+# The studentized range by quadrature (scipy.stats.studentized_range gives the same values to 1e-5,
+# tests/test_stats.py, but takes 0.05-2 s a call at finite df; the report needs hundreds):
+# P(W <= q) = ∫ f_s(u) G_k(q·u) du, G_k(w) = k ∫ φ(z) [Φ(z) − Φ(z − w)]^(k−1) dz, s = sqrt(χ²_df/df)
+# (Lund & Lund 1983, the formula scipy integrates). G_k is tabulated once per k on a grid of w.
+_Z = np.linspace(-8.5, 8.5, 341)
+_PHI_Z = np.exp(-_Z ** 2 / 2) / math.sqrt(2 * math.pi)
+_CDF_Z = special.ndtr(_Z)
+_W = np.concatenate([np.linspace(0, 12, 1201), np.geomspace(12.01, 4000, 300)])
+_V = np.linspace(math.log(1e-3), math.log(12), 1500)  # log s
+_U = np.exp(_V)
+
+
+@lru_cache(maxsize=64)
+def _g(k: int) -> np.ndarray:
+    inner = np.clip(_CDF_Z[None, :] - special.ndtr(_Z[None, :] - _W[:, None]), 0, 1) ** (k - 1)
+    return np.minimum(k * np.trapezoid(_PHI_Z[None, :] * inner, _Z, axis=1), 1.0)
+
+
+@lru_cache(maxsize=512)
+def _s_weights(df: float) -> np.ndarray:
+    logf = ((df / 2) * math.log(df) - special.gammaln(df / 2) - (df / 2 - 1) * math.log(2) + (df - 1) * _V
+            - df * _U ** 2 / 2)
+    return np.exp(logf + _V)  # f_s(u) du = f_s(u)·u d(log u)
+
+
+def range_cdf(q: float, k: int, df: float) -> float:
+    """P(studentized range of k means <= q) with df degrees of freedom (df = inf: known variance)."""
+    if not math.isfinite(df) or df > 1e5:
+        return float(np.interp(q, _W, _g(k)))
+    return float(np.trapezoid(_s_weights(df) * np.interp(q * _U, _W, _g(k), right=1.0), _V))
+
+
+@lru_cache(maxsize=4096)
+def _range_q(level: float, k: int, df: float) -> float:
+    if k == 2:
+        return math.sqrt(2.0) * t_quantile(0.5 + level / 2, df)
+    lo, hi = 1e-3, 3999.0  # bisection in log q (range_cdf rises in q): 1e-9 relative after 50 steps
+    for _ in range(50):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if range_cdf(mid, k, df) < level else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def range_quantile(level: float, k: int, df) -> np.ndarray | float:
+    """The `level` quantile of the studentized range of k means with df degrees of freedom
+    (elementwise over an array of df; k = 1 has no range: 0)."""
+    if k < 2:
+        return 0.0 if np.ndim(df) == 0 else np.zeros(np.shape(df))
+    if np.ndim(df) == 0:
+        return _range_q(round(float(level), 12), int(k), _sig(float(df)))
+    d = np.asarray(df, float)
+    uniq, inv = np.unique(d, return_inverse=True)
+    vals = np.array([_range_q(round(float(level), 12), int(k), _sig(float(u))) for u in uniq])
+    return vals[inv].reshape(d.shape)
+
+
+@lru_cache(maxsize=1024)
+def _dunnett_q(level: float, k: int, rho: float, df: float, two_sided: bool) -> float:
+    from scipy.optimize import brentq
+    from scipy.stats import multivariate_normal, multivariate_t
+
+    if k == 1:
+        return t_quantile(0.5 + level / 2 if two_sided else level, df)
+    cov = np.full((k, k), rho) + (1 - rho) * np.eye(k)
+    dist = (multivariate_normal(mean=np.zeros(k), cov=cov) if not math.isfinite(df)
+            else multivariate_t(loc=np.zeros(k), shape=cov, df=df))
+    rng = np.random.default_rng(0)  # scipy's quasi-Monte Carlo integration: a fixed seed for a fixed answer
+
+    def cover(x: float) -> float:
+        lower = -np.full(k, x) if two_sided else np.full(k, -np.inf)
+        try:
+            return float(dist.cdf(np.full(k, x), lower_limit=lower, random_state=rng)) - level
+        except TypeError:  # scipy without lower_limit for the t: one-sided, or the normal's symmetric box
+            return float(dist.cdf(np.full(k, x))) - level
+    lo = t_quantile(0.5 + level / 2 if two_sided else level, df)
+    hi = t_quantile(1 - (1 - level) / (2 * k if two_sided else k), df) + 1e-6  # Bonferroni bounds it
+    if cover(lo) >= 0:
+        return lo
+    return float(brentq(cover, lo, hi, xtol=1e-4))
+
+
+def dunnett_quantile(level: float, k: int, rho: float = 0.5, df: float = math.inf,
+                     two_sided: bool = False) -> float:
+    """Dunnett's critical value: P(max_j T_j <= q) = level (|T_j| when two_sided) for k t statistics
+    with common correlation rho (0.5 for equal arms against one control) and df degrees of freedom."""
+    return _dunnett_q(round(float(level), 12), int(k), round(float(rho), 3), _sig(float(df)), bool(two_sided))
+
+
+def half_width(item, resid, seed, q_item, q_resid, q_seed):
+    """sqrt(max(q_item²·item − q_resid²·resid, 0) + q_seed²·seed), elementwise (see the module docstring)."""
+    term = lambda q, v: np.where(np.asarray(v) > 0, np.asarray(q) ** 2 * v, 0.0)  # an empty part: no df needed
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(np.maximum(term(q_item, item) - term(q_resid, resid), 0.0) + term(q_seed, seed))
+
+
+_T975_DF = np.geomspace(0.5, 1e5, 600)
+_T975 = special.stdtrit(_T975_DF, 0.975)
+
+
+def df_for_t975(q) -> np.ndarray:
+    """The degrees of freedom whose 97.5% t quantile is q (interpolated in log df; inf at the normal's):
+    how a combined half-width is summarised as one 'df' for display."""
+    q = np.asarray(q, float)
+    df = np.exp(np.interp(-q, -_T975, np.log(_T975_DF)))
+    return np.where(q <= _T975[-1], math.inf, df)

@@ -1,0 +1,281 @@
+"""Variance components of a sweep: per-item paired scores, seed variance pooled across the sweep
+with empirical-Bayes moderation (numpy/scipy, no I/O).
+
+One condition's jobs form a table: regime r has n_r seeds, each scored on the same n items (paired
+across regimes). Score of seed s of regime r on item i:
+
+    y[r, s, i] = mu_r + a_i + g_ri + b_rs + e_rsi
+
+(item effect a, item × regime interaction g, seed effect b with a regime-specific variance σ_b,r², and
+evaluation residual e, which may be correlated across jobs when evaluation uses common random
+numbers). A contrast θ = Σ c_r mu_r is estimated by Σ c_r m_r (m_r the regime's mean over its seeds
+and items); its variance has three parts, each estimated with its own degrees of freedom:
+
+- item   A = var_i(Σ c_r m_ri) / n                 n − 1 df: items, interaction and residual
+- resid  E = Σ c_r²/n_r · MS_resid / n             (n − 1)·Σ(n_r − 1) df: the seed × item residual
+- seed   S = Σ c_r²/n_r · s̃_r²                     d̃_r df: the variance of one job's mean score
+
+so that Var(θ̂) = (A − E) + S: the item part net of the residual it shares with the job means, plus
+the job-mean (seed) part. s_r², the variance of regime r's job means (n_r − 1 df), is moderated as
+limma moderates few-replicate variances (Smyth 2004): a scaled-F prior (s0², d0) is fitted to every
+regime of a *pool* (the caller's key: one reward system on one target by default), and
+
+    s̃_r² = (d0·s0² + d_r·s_r²) / (d0 + d_r),   d̃_r = min(d0 + d_r, Σ_pool d_r)
+
+(d0 = ∞ when the pool's spreads agree with one common variance: then every regime uses the pooled
+variance with the pool's total df; finite d0 keeps per-regime variances where the data show
+heterogeneity). A regime whose spread is improbably large under the prior (F test, Bonferroni over
+the pool at 5%) is flagged as an outlier. A pool without any two-seed regime has no seed variance:
+its intervals cover evaluation noise only, unless a seed sd is assumed (`assume_seed_sd`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from scipy import special
+
+OUTLIER_ALPHA = 0.05  # familywise over a pool's regimes
+
+
+# --- the prior: limma's fitFDist without covariates --------------------------------------------
+
+
+def _trigamma_inverse(x: float) -> float:
+    """y with trigamma(y) = x (Newton's iteration of limma's trigammaInverse)."""
+    if x > 1e7:
+        return 1.0 / math.sqrt(x)
+    if x < 1e-6:
+        return 1.0 / x
+    y = 0.5 + 1.0 / x
+    for _ in range(50):
+        tri = float(special.polygamma(1, y))
+        dif = tri * (1 - tri / x) / float(special.polygamma(2, y))
+        y += dif
+        if -dif / y < 1e-8:
+            break
+    return y
+
+
+@dataclass(frozen=True)
+class SeedPrior:
+    """The fitted prior of one pool: s0² (a job mean's variance), d0 (its prior df), the pool's
+    total df Σ d_r and regime count; `assumed` when the variance was supplied, not measured."""
+
+    key: str
+    s0_sq: float
+    d0: float
+    df_total: float
+    n_regimes: int
+    assumed: bool = False
+
+    @property
+    def measured(self) -> bool:
+        return self.df_total > 0 or self.assumed
+
+
+def fit_prior(s_sq: np.ndarray, d: np.ndarray, key: str = "") -> SeedPrior:
+    """Fit (s0², d0) to sample variances s_sq [G] with d [G] degrees of freedom (d = 0 entries are
+    ignored). limma's moment estimator on log s²; d0 = inf when the spreads are no more variable
+    than one common variance makes them (then s0² is the pooled Σ d s² / Σ d)."""
+    s_sq, d = np.asarray(s_sq, float), np.asarray(d, float)
+    ok = (d > 0) & np.isfinite(s_sq)
+    s_sq, d = s_sq[ok], d[ok]
+    tot = float(d.sum())
+    if tot == 0:
+        return SeedPrior(key, math.nan, 0.0, 0.0, 0)
+    pooled = float((d * s_sq).sum() / tot)
+    if len(s_sq) < 3 or pooled <= 0:
+        return SeedPrior(key, pooled, math.inf, tot, len(s_sq))
+    floor = 1e-6 * pooled  # a zero spread would be log(0): held at a millionth of the pool's
+    z = np.log(np.maximum(s_sq, floor))
+    e = z - special.digamma(d / 2) + np.log(d / 2)
+    emean = float(e.mean())
+    evar = float(((e - emean) ** 2).sum() / (len(e) - 1) - special.polygamma(1, d / 2).mean())
+    if evar <= 0:
+        return SeedPrior(key, pooled, math.inf, tot, len(s_sq))
+    d0 = 2 * _trigamma_inverse(evar)
+    s0 = math.exp(emean + float(special.digamma(d0 / 2)) - math.log(d0 / 2))
+    return SeedPrior(key, s0, d0, tot, len(s_sq))
+
+
+def moderate(s_sq: np.ndarray, d: np.ndarray, prior: SeedPrior) -> tuple[np.ndarray, np.ndarray]:
+    """Moderated variances and their df: (d0 s0² + d s²)/(d0 + d), min(d0 + d, Σ d) (d = 0: the prior)."""
+    s_sq, d = np.asarray(s_sq, float), np.asarray(d, float)
+    s = np.where(d > 0, s_sq, 0.0)
+    if prior.assumed:
+        return np.full(len(d), prior.s0_sq), np.full(len(d), math.inf)
+    if not math.isfinite(prior.d0):
+        return np.full(len(d), prior.s0_sq), np.full(len(d), prior.df_total)
+    v = (prior.d0 * prior.s0_sq + d * s) / (prior.d0 + d)
+    return v, np.minimum(prior.d0 + d, prior.df_total)
+
+
+def outliers(s_sq: np.ndarray, d: np.ndarray, prior: SeedPrior, alpha: float = OUTLIER_ALPHA) -> np.ndarray:
+    """Regimes whose spread is too large for the prior: F = s²/s0² against F(d, d0 or Σ d), Bonferroni
+    over the pool's regimes. [G] bool (False where d = 0 or the prior is assumed)."""
+    from scipy.stats import f as f_dist
+
+    s_sq, d = np.asarray(s_sq, float), np.asarray(d, float)
+    if prior.assumed or not prior.df_total or not prior.s0_sq > 0:
+        return np.zeros(len(d), dtype=bool)
+    d2 = prior.d0 if math.isfinite(prior.d0) else prior.df_total
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = f_dist.sf(s_sq / prior.s0_sq, np.maximum(d, 1), d2)
+    return (d > 0) & (p < alpha / max(prior.n_regimes, 1))
+
+
+# --- one condition ------------------------------------------------------------------------------
+
+
+@dataclass
+class Noise:
+    """One condition's noise. Before `pooled` it holds only the condition's own spreads."""
+
+    m: np.ndarray  # [R, n] seed-averaged per-item scores (n = 1 without per-item scores)
+    n_seeds: np.ndarray  # [R]
+    job_var: np.ndarray  # [R] s_r²: variance of the regime's job means (nan below two seeds)
+    job_df: np.ndarray  # [R] n_r − 1
+    ms_resid: float  # pooled seed × item residual mean square (0 without items or seeds)
+    df_resid: float
+    seed_var: np.ndarray = field(default=None)  # [R] moderated s̃_r² (0 where no seed variance)
+    seed_df: np.ndarray = field(default=None)  # [R] its df (0: none)
+    outlier: np.ndarray = field(default=None)  # [R] spread flagged against the pool's prior
+    prior: SeedPrior | None = None
+
+    def __post_init__(self):
+        R = len(self.n_seeds)
+        if self.seed_var is None:  # the condition pooled on its own, until a sweep pool replaces it
+            p = fit_prior(self.job_var, self.job_df)
+            self.prior = p if p.df_total else None
+            sv, sd = moderate(self.job_var, self.job_df, p) if p.df_total else (np.zeros(R), np.zeros(R))
+            self.seed_var, self.seed_df = sv, sd
+            self.outlier = np.zeros(R, dtype=bool)
+
+    @property
+    def n(self) -> int:
+        return self.m.shape[1]
+
+    @property
+    def has_seed_noise(self) -> bool:
+        return bool(np.all(self.seed_df > 0))
+
+    @property
+    def point(self) -> np.ndarray:
+        return self.m.mean(axis=1)
+
+    @property
+    def pure_seed_var(self) -> np.ndarray:
+        """σ_b,r²: the moderated job-mean variance net of its residual part (>= 0). [R]"""
+        return np.maximum(self.seed_var - (self.ms_resid / self.n if self.n > 1 else 0.0), 0.0)
+
+    def pooled(self, prior: SeedPrior) -> "Noise":
+        """This condition with its seed variances moderated by a sweep pool's prior."""
+        if prior is None or not prior.measured:
+            R = len(self.n_seeds)
+            return replace(self, seed_var=np.zeros(R), seed_df=np.zeros(R), outlier=np.zeros(R, dtype=bool),
+                           prior=prior)
+        sv, sd = moderate(self.job_var, self.job_df, prior)
+        if prior.assumed and self.n > 1 and self.df_resid:
+            sv = sv + self.ms_resid / self.n  # a job mean's variance: the assumed seed part plus its residual
+        return replace(self, seed_var=sv, seed_df=sd, outlier=outliers(self.job_var, self.job_df, prior),
+                       prior=prior)
+
+
+def noise_of(codes: np.ndarray, table: np.ndarray, n_reg: int | None = None) -> Noise:
+    """Variance components of one condition.
+
+    codes [J] regime index of each job (0..R−1); table [J, n] per-item scores of every job on the same
+    items in the same order, or [J] job-level values (then n = 1). The seed variances are the
+    condition's own until `Noise.pooled` applies a sweep pool's prior.
+    """
+    codes = np.asarray(codes)
+    table = np.asarray(table, float)
+    if table.ndim == 1:
+        table = table[:, None]
+    n_reg = int(codes.max()) + 1 if n_reg is None else n_reg
+    n = table.shape[1]
+    n_seeds = np.bincount(codes, minlength=n_reg)
+    m = np.zeros((n_reg, n))
+    np.add.at(m, codes, table)
+    m /= np.maximum(n_seeds, 1)[:, None]
+    job = table.mean(axis=1)  # [J]
+    job_var = np.full(n_reg, np.nan)
+    ss_res, df_s = 0.0, 0
+    for r in np.flatnonzero(n_seeds >= 2):
+        y, jm = table[codes == r], job[codes == r]  # [n_r, n], [n_r]
+        job_var[r] = float(jm.var(ddof=1))
+        if n > 1:
+            ss_res += float(((y - jm[:, None] - m[r][None, :] + jm.mean()) ** 2).sum())
+        df_s += len(y) - 1
+    df_e = df_s * (n - 1)
+    return Noise(m=m, n_seeds=n_seeds, job_var=job_var, job_df=np.maximum(n_seeds - 1, 0).astype(float),
+                 ms_resid=ss_res / df_e if df_e else 0.0, df_resid=float(df_e))
+
+
+def assumed_prior(seed_sd: float, key: str = "assumed") -> SeedPrior:
+    """A pool whose job-mean variance is supplied (`race report --assume-seed-sd`): s0² = sd², df = inf.
+    With one seed per regime the per-item table already carries the evaluation residual, so sd² is the
+    training-run part alone."""
+    return SeedPrior(key, float(seed_sd) ** 2, math.inf, math.inf, 0, assumed=True)
+
+
+# --- a sweep's pools --------------------------------------------------------------------------
+
+
+def fit_pools(noises: list[Noise], keys: list[str]) -> dict[str, SeedPrior]:
+    """One prior per pool key over every regime of the conditions carrying that key."""
+    out = {}
+    for k in dict.fromkeys(keys):
+        s = np.concatenate([n.job_var for n, kk in zip(noises, keys) if kk == k])
+        d = np.concatenate([n.job_df for n, kk in zip(noises, keys) if kk == k])
+        out[k] = fit_prior(s, d, key=k)
+    return out
+
+
+# --- a contrast's parts -------------------------------------------------------------------------
+
+
+@dataclass
+class Parts:
+    """The variance parts of contrasts [K] (see the module docstring) and their df."""
+
+    item: np.ndarray
+    resid: np.ndarray
+    seed: np.ndarray
+    df_item: float
+    df_resid: float
+    df_seed: np.ndarray
+
+    @property
+    def var(self) -> np.ndarray:
+        return np.maximum(self.item - self.resid, 0.0) + self.seed
+
+    @property
+    def se(self) -> np.ndarray:
+        return np.sqrt(self.var)
+
+
+def contrast_parts(noise: Noise, c: np.ndarray) -> Parts:
+    """Parts of the contrasts c [K, R] (a row e_r is regime r's mean; e_a − e_b a paired gap)."""
+    c = np.atleast_2d(np.asarray(c, float))
+    n = noise.n
+    w = c ** 2 / np.maximum(noise.n_seeds, 1)  # [K, R] c_r² / n_r
+    if n > 1:
+        item = (c @ noise.m).var(axis=1, ddof=1) / n
+        df_item = n - 1.0
+    else:
+        item, df_item = np.zeros(len(c)), math.inf
+    resid = w.sum(axis=1) * noise.ms_resid / n if (n > 1 and noise.df_resid) else np.zeros(len(c))
+    seed_r = w * noise.seed_var  # [K, R]
+    seed = seed_r.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        den = np.where(noise.seed_df > 0, seed_r ** 2 / np.where(noise.seed_df > 0, noise.seed_df, 1), 0.0).sum(axis=1)
+        df_seed = np.where(den > 0, seed ** 2 / np.where(den > 0, den, 1), np.where(seed > 0, np.inf, 0.0))
+    # regimes moderated by one prior share its estimate: never more df than the most of any one of them
+    top = np.where(seed_r > 0, noise.seed_df[None, :], 0.0).max(axis=1)
+    df_seed = np.minimum(df_seed, np.where(seed > 0, top, df_seed))
+    return Parts(item=item, resid=resid, seed=seed, df_item=df_item,
+                 df_resid=noise.df_resid if noise.df_resid else math.inf, df_seed=df_seed)

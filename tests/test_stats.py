@@ -1,0 +1,136 @@
+"""race_cli/stats/: quantiles against scipy, the moderated seed variance, and the decisions' error rates on
+simulated statistics with known truth (seconds, seeded)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import studentized_range
+
+from race_cli.stats import decisions as D
+from race_cli.stats import quantiles as Q
+from race_cli.stats import variance as V
+from race_cli.stats.power import Design, separation_power
+
+
+@pytest.mark.parametrize("k,df", [(3, 3), (3, 6), (6, 10), (12, 3), (3, 199), (3, math.inf)])
+def test_range_quantile_matches_scipy(k, df):
+    assert Q.range_quantile(0.95, k, df) == pytest.approx(studentized_range.ppf(0.95, k, df), rel=2e-5)
+
+
+def test_range_of_two_is_t():
+    # |Z1 − Z2|/s = √2 |T|: q(0.95; 2, 5) = √2 · t_{0.975, 5} = √2 · 2.5706
+    assert Q.range_quantile(0.95, 2, 5) == pytest.approx(math.sqrt(2) * 2.570582, rel=1e-6)
+
+
+def test_dunnett_one_sided_matches_simulation():
+    rng = np.random.default_rng(1)
+    z = rng.standard_normal((200_000, 3))
+    s = np.sqrt(rng.chisquare(10, 200_000) / 10)
+    t = ((z[:, 1:] - z[:, [0]]) / math.sqrt(2) / s[:, None]).max(axis=1)
+    assert Q.dunnett_quantile(0.95, 2, 0.5, 10) == pytest.approx(np.quantile(t, 0.95), abs=0.02)
+    assert Q.dunnett_quantile(0.95, 2, 0.5, math.inf) == pytest.approx(1.916, abs=0.005)  # Dunnett's table
+
+
+def test_t_functions_are_scipy():
+    assert Q.t_quantile(0.975, 3) == pytest.approx(3.182446, rel=1e-6)
+    assert Q.t_sf(1.959964, math.inf) == pytest.approx(0.025, abs=1e-6)
+
+
+def test_prior_of_equal_variances_is_the_pool():
+    # 40 regimes of 2 seeds with one common variance 4: the spreads look like χ²_1 draws, d0 = inf (or
+    # large) and s0² close to the pooled 4
+    rng = np.random.default_rng(0)
+    s2 = 4.0 * rng.chisquare(1, 40)
+    p = V.fit_prior(s2, np.ones(40))
+    assert p.df_total == 40
+    assert p.d0 > 10 and p.s0_sq == pytest.approx(4.0, rel=0.45)
+    v, df = V.moderate(s2, np.ones(40), p)
+    assert np.all(df <= 40)
+
+
+def test_prior_sees_heterogeneity_and_flags_an_outlier():
+    rng = np.random.default_rng(2)
+    true = np.exp(rng.normal(0, 1.0, 60))  # variances spread over e^±2: the prior's d0 is small
+    d = np.full(60, 3.0)
+    s2 = true * rng.chisquare(3, 60) / 3
+    p = V.fit_prior(s2, d)
+    assert 1.0 < p.d0 < 20
+    v, df = V.moderate(s2, d, p)
+    # shrunk between each regime's own spread and the prior
+    assert np.all((v - s2) * (p.s0_sq - s2) >= -1e-12)
+    s2[0] = 1e4
+    assert V.outliers(s2, d, V.fit_prior(s2, d))[0]
+
+
+def _pairs(R, v, df_seed, n_sim, share_seed=0.6):
+    off = 1 - np.eye(R)
+    item = np.broadcast_to((1 - share_seed) * v * off, (n_sim, R, R))
+    seed = np.broadcast_to(share_seed * v * off, (n_sim, R, R))
+    return item, np.zeros((n_sim, R, R)), seed, np.full((n_sim, R, R), df_seed)
+
+
+@pytest.mark.parametrize("R,df", [(3, 6), (6, 12)])
+def test_regwq_familywise_error_under_all_equal(R, df):
+    # all regimes equal; the seed part (60%) estimated with df degrees of freedom; item part exact.
+    rng = np.random.default_rng(R)
+    n = 20_000
+    v = 1.0
+    scale = rng.chisquare(df, n) / df
+    point = math.sqrt(v / 2) * (math.sqrt(0.4) * rng.standard_normal((n, R)) + 0)  # item part of the means
+    point = math.sqrt(v / 2) * rng.standard_normal((n, R))
+    item, resid, seed, dfs = _pairs(R, v, df, n)
+    seed = seed * scale[:, None, None]
+    worse = D.worse_than_best(point, item, resid, seed, math.inf, math.inf, dfs)
+    rate = worse.any(axis=1).mean()
+    assert 0.02 < rate <= 0.055  # nominal 0.05 (the per-part bound is a little conservative)
+
+
+def test_holm_by_hand():
+    # three gains with se 1 (item part only, df inf): one-sided familywise 2.5%: 1 − 0.025/3 → z 2.394,
+    # then 1 − 0.025/2 → 2.241, then 1.960
+    p = V.Parts(np.ones(3), np.zeros(3), np.zeros(3), math.inf, math.inf, np.zeros(3))
+    assert D.holm_above(np.array([2.5, 2.3, 2.0]), p, 0.025).tolist() == [True, True, True]
+    assert D.holm_above(np.array([2.5, 2.2, 2.0]), p, 0.025).tolist() == [True, False, False]
+    assert D.holm_above(np.array([2.3, 2.2, 2.0]), p, 0.025).tolist() == [False, False, False]
+
+
+def test_per_part_half_width():
+    # item part 1 at df inf (z 1.96), seed part 1 at df 3 (t 3.182): sqrt(1.96² + 3.182²) = 3.737
+    p = V.Parts(np.ones(1), np.zeros(1), np.ones(1), math.inf, math.inf, np.array([3.0]))
+    iv = D.intervals(np.zeros(1), p)
+    assert iv.high[0] == pytest.approx(math.sqrt(1.959964 ** 2 + 3.182446 ** 2), rel=1e-5)
+
+
+def test_noise_of_pools_a_condition_and_moderates_by_a_sweep_prior():
+    # two regimes × two seeds, two items: job means 0.5, 0.7 | 0.2, 0.2 → spreads 0.02, 0
+    codes = np.array([0, 0, 1, 1])
+    table = np.array([[0.4, 0.6], [0.6, 0.8], [0.2, 0.2], [0.1, 0.3]])
+    nz = V.noise_of(codes, table)
+    assert nz.job_var.tolist() == pytest.approx([0.02, 0.0])
+    prior = V.SeedPrior("x", 0.01, math.inf, 10.0, 10)
+    pooled = nz.pooled(prior)
+    assert pooled.seed_var.tolist() == [0.01, 0.01] and pooled.seed_df.tolist() == [10, 10]
+    p = V.contrast_parts(pooled, np.array([[1.0, -1.0]]))
+    # seed part Σ c²/n_r s̃² = (1/2 + 1/2)·0.01; item part var_i of (0.5−0.15, 0.7−0.25) / 2
+    assert p.seed[0] == pytest.approx(0.01)
+    assert p.item[0] == pytest.approx(np.var([0.35, 0.45], ddof=1) / 2)
+    assert p.df_seed[0] == 10
+
+
+def test_winners_curse_under_a_tie_and_far_apart():
+    dev = np.full(3, 0.01)
+    # far apart: τ² large, almost no shrinkage
+    assert D.winners_curse(np.array([1.0, 0.0, -1.0]), dev) < 0.02
+    # within noise: shrunk to the mean, the whole excess m_best − m̄ is the curse
+    assert D.winners_curse(np.array([0.05, 0.0, -0.05]), dev) == pytest.approx(0.05)
+
+
+def test_separation_power_rises_with_the_gap_and_pool():
+    d = Design(200, 4, 2, 3, 0.02, pool_df=6)
+    assert separation_power(d, 0.03, n_sim=2000) < 0.2 < separation_power(d, 0.12, n_sim=2000)
+    assert separation_power(d, 0.08, n_sim=2000) < separation_power(Design(200, 4, 2, 3, 0.02, pool_df=60), 0.08,
+                                                                    n_sim=2000)
+    assert separation_power(Design(200, 4, 1, 3, 0.02), 0.5) == 0.0  # one seed: nothing testable
