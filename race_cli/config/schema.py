@@ -1,183 +1,201 @@
-"""The configuration schema: typed dataclasses registered with Hydra's ConfigStore.
+"""The configuration schema: typed dataclasses registered with Hydra's ConfigStore, each field with its domain.
 
 `conf/config.yaml` lists `schema` first in its defaults, so every composed job config is
-checked against these types: `grpo.group_size=abc` fails with a type error, unknown keys
-fail, and `validate()` adds the range checks types cannot express (`group_size >= 2`).
-Field comments are the documentation of each key (their units and typical values).
+checked against these types: `grpo.group_size=abc` fails with a type error and unknown keys
+fail. Each field is declared `name: type = d(default, DOMAIN)`: DOMAIN (race_cli/config/domains.py)
+says which values the key may hold (bounds, choices, null allowed, lengths). `validate()` checks
+every field against its domain, then the rules that relate two keys (CROSS_FIELD_RULES, listed
+at the end of this file), and returns every problem at once; `race plan` and `race train` call
+it before anything is printed or written. Field comments are the documentation of each key
+(their units and typical values).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from race_cli.config.domains import (INT_LIMIT, PATH_MAX, AnyPlain, Bool, Choice, Int, ListOf, MapOf, Real, Section,
+                                     Text, d, field_problems)
+
+SEED_MAX = 2**32 - 1  # numpy's np.random.seed takes 0 .. 2**32 - 1
+NAME = Text(1, 100)  # short names that end up in job ids, reports and file names
+PATH = Text(1, PATH_MAX)  # a file, folder, hub id or zoo:<name>: longer cannot be opened
+OPT_PATH = Text(1, PATH_MAX, null=True)
+REVISION = Text(1, 200, null=True)  # a hub branch, tag or commit sha
+TOKENS = 1_048_576  # the longest sequence any setting may ask for (an H200 holds ~1e6-token batches)
+ITEMS = 10_000_000  # the most items any evaluation or task split may hold
 
 
 @dataclass
 class ArchConf:
     """Architecture numbers the FLOP ledger needs (names as in transformers' Qwen2Config)."""
 
-    hidden_size: int = 64  # d
-    num_hidden_layers: int = 2  # L
-    num_attention_heads: int = 4  # h
-    num_key_value_heads: int = 2  # h_kv (grouped-query attention)
-    intermediate_size: int = 128  # f, MLP width
-    vocab_size: int = 257  # V
-    head_dim: Optional[int] = None  # d_h; None means hidden_size / num_attention_heads
-    tie_word_embeddings: bool = False  # one V x d matrix for the embedding and the head (memory ledger only)
+    hidden_size: int = d(64, Int(1, 65536))  # d
+    num_hidden_layers: int = d(2, Int(1, 1024))  # L
+    num_attention_heads: int = d(4, Int(1, 4096))  # h
+    num_key_value_heads: int = d(2, Int(1, 4096))  # h_kv (grouped-query attention)
+    intermediate_size: int = d(128, Int(1, 1_048_576))  # f, MLP width
+    vocab_size: int = d(257, Int(1, 16_777_216))  # V
+    head_dim: Optional[int] = d(None, Int(1, 4096, null=True))  # d_h; None means hidden_size / num_attention_heads
+    tie_word_embeddings: bool = d(False, Bool())  # one V x d matrix for the embedding and the head (memory ledger only)
 
 
 @dataclass
 class ModelConf:
-    name: str = "tiny-s"  # short name used in job ids and reports
-    path: str = "zoo:tiny-s"  # HF id, local folder, or zoo:<name> (built offline on first use)
-    arch: ArchConf = field(default_factory=ArchConf)
-    dtype: str = "auto"  # auto = bf16 on GPU, fp32 on CPU; or float32 / bfloat16 / float16
-    revision: Optional[str] = None  # hub commit to load (pin it for hub ids); ignored for local folders
-    trust_remote_code: bool = False  # runs code from the model repository: only with a revision pinned
+    name: str = d("tiny-s", NAME)  # short name used in job ids and reports
+    path: str = d("zoo:tiny-s", PATH)  # HF id, local folder, or zoo:<name> (built offline on first use)
+    arch: ArchConf = d(factory=ArchConf, domain=Section())
+    dtype: str = d("auto", Choice("auto", "float32", "bfloat16", "float16"))  # auto = bf16 on GPU, fp32 on CPU
+    revision: Optional[str] = d(None, REVISION)  # hub commit to load (pin it for hub ids); ignored for local folders
+    trust_remote_code: bool = d(False, Bool())  # runs code from the model repository: only with a revision pinned
 
 
 @dataclass
 class LoraConf:
-    enabled: bool = True  # False = full fine-tuning
-    r: int = 16  # adapter rank
-    alpha: int = 32  # scaling alpha / r
-    dropout: float = 0.0
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )
+    enabled: bool = d(True, Bool())  # False = full fine-tuning
+    r: int = d(16, Int(1, 65536))  # adapter rank
+    alpha: int = d(32, Int(1, 1_048_576))  # scaling alpha / r
+    dropout: float = d(0.0, Real(0.0, 1.0, hi_open=True))  # dropout on the adapter input; 1 would drop everything
+    target_modules: list[str] = d(
+        factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        domain=ListOf(Text(1, 200), min_len=1, max_len=256))
 
 
 @dataclass
 class GrpoConf:
-    prompts_per_iter: int = 8  # B, prompts sampled per iteration
-    group_size: int = 8  # G, completions per prompt (search)
-    updates_per_batch: int = 1  # mu, gradient passes per rollout batch (learning)
-    lr: float = 1e-3  # LoRA lr; ~10x a full fine-tuning lr
-    weight_decay: float = 0.0
-    warmup_iters: int = 0  # linear lr warm-up, in iterations
-    clip_eps: float = 0.2  # PPO/GRPO ratio clip epsilon
-    beta: float = 0.0  # KL penalty to the reference (base model, adapter disabled); 0 = no reference forward
-    scale_rewards: bool = True  # divide advantages by the group's std (False = Dr. GRPO)
-    loss_agg: str = "token"  # token = mean over all completion tokens; sequence = mean per sequence, then over sequences
-    skip_zero_advantage: bool = True  # beta = 0 only: rows of advantage exactly 0 run no update pass (same loss and gradient); with beta > 0 every row stays (its KL has a gradient)
-    expected_informative_share: Optional[float] = None  # planning: share of rows the update runs on; None = the measured default of the reward type (cost/budget.py INFORMATIVE_SHARE)
-    max_grad_norm: float = 1.0  # gradient clipping; 0 = off
-    grad_checkpointing: bool = False  # recompute activations in backward (executed FLOPs +1 forward)
-    micro_batch_size: Any = 0  # sequences per forward/backward; 0 = the whole batch; auto = the largest that fits the device (memory ledger)
+    prompts_per_iter: int = d(8, Int(1, 65536))  # B, prompts sampled per iteration
+    group_size: int = d(8, Int(2, 4096))  # G, completions per prompt (search); >= 2: GRPO normalises within a group
+    updates_per_batch: int = d(1, Int(1, 1024))  # mu, gradient passes per rollout batch (learning)
+    lr: float = d(1e-3, Real(0.0, 1.0, lo_open=True))  # LoRA lr; ~10x a full fine-tuning lr
+    weight_decay: float = d(0.0, Real(0.0, 1.0))  # AdamW decoupled weight decay
+    warmup_iters: int = d(0, Int(0, 100_000_000))  # linear lr warm-up, in iterations
+    clip_eps: float = d(0.2, Real(0.0, 1.0, lo_open=True, hi_open=True))  # PPO/GRPO ratio clip epsilon
+    beta: float = d(0.0, Real(0.0, 100.0))  # KL penalty to the reference (base model, adapter disabled); 0 = no reference forward
+    scale_rewards: bool = d(True, Bool())  # divide advantages by the group's std (False = Dr. GRPO)
+    loss_agg: str = d("token", Choice("token", "sequence"))  # token = mean over all completion tokens; sequence = mean per sequence, then over sequences
+    skip_zero_advantage: bool = d(True, Bool())  # beta = 0 only: rows of advantage exactly 0 run no update pass (same loss and gradient); with beta > 0 every row stays (its KL has a gradient)
+    expected_informative_share: Optional[float] = d(None, Real(0.0, 1.0, lo_open=True, null=True))  # planning: share of rows the update runs on; None = the measured default of the reward type (cost/budget.py INFORMATIVE_SHARE)
+    max_grad_norm: float = d(1.0, Real(0.0, 1e6))  # gradient clipping; 0 = off
+    update_group_size: Optional[int] = d(None, Int(2, 4096, null=True))  # m <= G completions per prompt the update keeps (rollout down-sampling); None = G
+    downsample: str = d("max_variance", Choice("max_variance", "random"))  # which m of the G: max_variance (PODS, arXiv 2504.13818) | random
+    grad_checkpointing: bool = d(False, Bool())  # recompute activations in backward (executed FLOPs +1 forward)
+    micro_batch_size: Any = d(0, Int(0, 1_048_576, special=("auto",)))  # sequences per forward/backward; 0 = the whole batch; auto = the largest that fits the device (memory ledger)
 
 
 @dataclass
 class RolloutConf:
-    backend: str = "auto"  # auto | lean | hf | vllm (auto: vllm when installed and on GPU, else lean)
-    max_new_tokens: int = 48  # completion cap, tokens
-    temperature: float = 1.0
-    top_p: float = 1.0
-    expected_completion_tokens: Optional[float] = 33.0  # planning estimate of the mean completion (tiny-s: 33.2); None = max_new_tokens
-    gpu_memory_utilization: Optional[float] = None  # vLLM only: GPU fraction for its weights + KV cache; None = sized from the plan (rollout_vllm.memory_fraction)
-    max_model_len: Optional[int] = None  # vLLM only: longest prompt+completion, tokens; None = the task's longest prompt + max_new_tokens
+    backend: str = d("auto", Choice("auto", "lean", "hf", "vllm"))  # auto | lean | hf | vllm (auto: vllm when installed and on GPU, else lean)
+    max_new_tokens: int = d(48, Int(1, TOKENS))  # completion cap, tokens
+    temperature: float = d(1.0, Real(0.0, 100.0, lo_open=True))  # sampling temperature (0 would be greedy: not a GRPO rollout)
+    top_p: float = d(1.0, Real(0.0, 1.0, lo_open=True))  # nucleus sampling mass
+    expected_completion_tokens: Optional[float] = d(33.0, Real(0.0, TOKENS, lo_open=True, null=True))  # planning estimate of the mean completion (tiny-s: 33.2); None = max_new_tokens
+    gpu_memory_utilization: Optional[float] = d(None, Real(0.0, 1.0, lo_open=True, hi_open=True, null=True))  # vLLM only: GPU fraction for its weights + KV cache; None = sized from the plan (rollout_vllm.memory_fraction)
+    max_model_len: Optional[int] = d(None, Int(2, 16 * TOKENS, null=True))  # vLLM only: longest prompt+completion, tokens; None = the task's longest prompt + max_new_tokens
 
 
 @dataclass
 class RewardModelConf:
-    name: str = "tiny-prm"
-    path: str = "zoo:tiny-prm"  # HF id, local folder, or zoo:<name>
-    arch: ArchConf = field(default_factory=ArchConf)
-    format: str = "classifier"  # classifier (Qwen2.5-Math-PRM) | token (Math-Shepherd) | logprob (calibrated LM log-probs)
-    num_labels: int = 2  # classifier head outputs
-    template: str = "{question}\n{completion}"  # the text the PRM reads
-    step_tag: Optional[str] = None  # appended after each step and read there (e.g. <extra_0>); None = read at the separator
-    step_joiner: Optional[str] = None  # joins tagged steps; None = the separator (or nothing if the tag ends with it)
-    good_token: str = "+"  # token format: p(good) / (p(good) + p(bad)) at the tag
-    bad_token: str = "-"
-    revision: Optional[str] = None  # hub commit to load (pin it for hub ids); ignored for local folders
-    trust_remote_code: bool = False  # never needed for Qwen2.5-Math-PRM (its head is built here); only with a revision
+    name: str = d("tiny-prm", NAME)
+    path: str = d("zoo:tiny-prm", PATH)  # HF id, local folder, or zoo:<name>
+    arch: ArchConf = d(factory=ArchConf, domain=Section())
+    format: str = d("classifier", Choice("classifier", "token", "logprob"))  # classifier (Qwen2.5-Math-PRM) | token (Math-Shepherd) | logprob (calibrated LM log-probs)
+    num_labels: int = d(2, Int(1, 64))  # classifier head outputs (2: softmax p(label 1); 1: sigmoid)
+    template: str = d("{question}\n{completion}", Text(1, 65536))  # the text the PRM reads
+    step_tag: Optional[str] = d(None, Text(1, 100, null=True))  # appended after each step and read there (e.g. <extra_0>); None = read at the separator
+    step_joiner: Optional[str] = d(None, Text(0, 100, null=True))  # joins tagged steps; None = the separator (or nothing if the tag ends with it)
+    good_token: str = d("+", Text(1, 100))  # token format: p(good) / (p(good) + p(bad)) at the tag
+    bad_token: str = d("-", Text(1, 100))
+    revision: Optional[str] = d(None, REVISION)  # hub commit to load (pin it for hub ids); ignored for local folders
+    trust_remote_code: bool = d(False, Bool())  # never needed for Qwen2.5-Math-PRM (its head is built here); only with a revision
 
 
 @dataclass
 class RewardConf:
-    type: str = "rule"  # rule (answer check, ~0 FLOPs) | prm (process reward model)
-    model: Optional[RewardModelConf] = None  # the reward model, for type=prm
-    aggregate: str = "min"  # prm: per-step scores -> reward: min | prod | last | mean
-    outcome_weight: float = 0.0  # prm: weight of the rule-based outcome reward mixed in
-    step_separator: str = "\n"
-    batch_size: int = 64  # prm scoring batch
-    use_math_verify: bool = False  # rule: use math-verify when installed (MATH-style answers)
+    type: str = d("rule", Choice("rule", "prm"))  # rule (answer check, ~0 FLOPs) | prm (process reward model)
+    model: Optional[RewardModelConf] = d(None, Section(null=True))  # the reward model, for type=prm
+    aggregate: str = d("min", Choice("min", "prod", "last", "mean"))  # prm: per-step scores -> reward: min | prod | last | mean
+    outcome_weight: float = d(0.0, Real(0.0, 1.0))  # prm: weight of the rule-based outcome reward mixed in
+    step_separator: str = d("\n", Text(1, 100))
+    batch_size: int = d(64, Int(1, 65536))  # prm scoring batch
+    use_math_verify: bool = d(False, Bool())  # rule: use math-verify when installed (MATH-style answers)
 
 
 @dataclass
 class TaskConf:
-    name: str = "arithmetic"  # the training task: arithmetic | gsm8k | jsonl (race_cli/tasks/targets.py)
-    path: Optional[str] = None  # gsm8k: folder/JSONL (None = the packaged copy, hub = openai/gsm8k); jsonl: file or hf:<id>
-    num_eval: Optional[int] = 200  # held-out items of the task's own target; None = the whole split
-    num_train: Optional[int] = None  # None = all (gsm8k, jsonl) / an unbounded stream (arithmetic)
-    prompt_tokens: float = 40.0  # planning estimate of the mean prompt length, tokens
-    min_ops: int = 2  # arithmetic: operations per problem
-    max_ops: int = 3
-    max_operand: int = 99
-    eval_seed: int = 1234  # the held-out set depends only on this: same items in every job
+    name: str = d("arithmetic", Choice("arithmetic", "gsm8k", "jsonl"))  # the training task (race_cli/tasks/targets.py)
+    path: Optional[str] = d(None, OPT_PATH)  # gsm8k: folder/JSONL (None = the packaged copy, hub = openai/gsm8k); jsonl: file or hf:<id>
+    num_eval: Optional[int] = d(200, Int(1, ITEMS, null=True))  # held-out items of the task's own target; None = the whole split
+    num_train: Optional[int] = d(None, Int(1, INT_LIMIT, null=True))  # None = all (gsm8k, jsonl) / an unbounded stream (arithmetic)
+    prompt_tokens: float = d(40.0, Real(0.0, TOKENS, lo_open=True))  # planning estimate of the mean prompt length, tokens
+    min_ops: int = d(2, Int(1, 64))  # arithmetic: operations per problem
+    max_ops: int = d(3, Int(1, 64))
+    max_operand: int = d(99, Int(1, 1_000_000_000))
+    eval_seed: int = d(1234, Int(0, SEED_MAX))  # the held-out set depends only on this: same items in every job
     # jsonl only (race_cli/tasks/jsonl.py):
-    eval_path: Optional[str] = None  # held-out rows from this file (or hf:<id>); None = hold out num_eval rows of path
-    question_field: str = "question"  # the row field holding the question
-    answer_field: str = "answer"  # the row field holding the gold answer
-    answer_format: str = "raw"  # raw (the field is the answer) | hashes ('... #### 42') | boxed (last \boxed{})
-    grader: str = "number"  # number ('#### N' prompts) | math | math-verify | math-normalizer (\boxed{} prompts)
-    label: Optional[str] = None  # target name in eval/<label>/accuracy; None = the file's stem
-    split_train: str = "train"  # hf: split names
-    split_eval: str = "test"
+    eval_path: Optional[str] = d(None, OPT_PATH)  # held-out rows from this file (or hf:<id>); None = hold out num_eval rows of path
+    question_field: str = d("question", Text(1, 200))  # the row field holding the question
+    answer_field: str = d("answer", Text(1, 200))  # the row field holding the gold answer
+    answer_format: str = d("raw", Choice("raw", "hashes", "boxed"))  # raw (the field is the answer) | hashes ('... #### 42') | boxed (last \boxed{})
+    grader: str = d("number", Choice("number", "math", "math-verify", "math-normalizer"))  # number ('#### N' prompts) | math | math-verify | math-normalizer (\boxed{} prompts)
+    label: Optional[str] = d(None, Text(1, 100, null=True))  # target name in eval/<label>/accuracy; None = the file's stem
+    split_train: str = d("train", Text(1, 200))  # hf: split names
+    split_eval: str = d("test", Text(1, 200))
 
 
 @dataclass
 class BudgetConf:
-    flops: float = 3.0e11  # C, total training FLOPs per job (model convention)
-    free_knob: str = "iterations"  # the knob the solver sets to spend C
-    max_iterations: int = 100000  # cap on T, in the plan and the job: stop after this many (stop reason "iterations")
+    flops: float = d(3.0e11, Real(0.0, 1e30, lo_open=True))  # C, total training FLOPs per job (model convention)
+    free_knob: str = d("iterations", Choice("iterations"))  # the knob the solver sets to spend C
+    max_iterations: int = d(100000, Int(1, 100_000_000))  # cap on T, in the plan and the job: stop after this many (stop reason "iterations")
 
 
 @dataclass
 class EvalConf:
-    at: list[float] = field(default_factory=lambda: [0.0, 0.125, 0.25, 0.5, 0.75, 1.0])  # budget fractions: evaluate at the first iteration boundary at or past each (0 = start, 1 = end; both always run); never charged to the budget
-    every: Optional[int] = None  # also evaluate every K iterations; null = only at eval.at (the grids use eval.at)
-    greedy: bool = True  # with samples = 1: greedy decoding; false = one sample at the eval temperature
-    batch_size: int = 200  # prompts per generate call
-    targets: list[str] = field(default_factory=list)  # arithmetic | arithmetic-hard | gsm8k | math500 | a jsonl label; [] = the task's own
-    samples: int = 1  # k completions per item; k > 1 samples at the eval temperature, item score = fraction correct
-    temperature: Optional[float] = None  # sampling temperature at evaluation; None = rollout.temperature
-    max_items: Optional[int] = None  # first N items of every target (a subset for small runs); None = all
-    max_items_by_target: dict[str, int] = field(default_factory=dict)  # per-target N overriding max_items, e.g. {math500: 50}
-    max_new_tokens: Optional[int] = None  # completion cap at evaluation; None = rollout.max_new_tokens, raised to what a target needs
+    at: list[float] = d(factory=lambda: [0.0, 0.125, 0.25, 0.5, 0.75, 1.0], domain=ListOf(Real(0.0, 1.0), max_len=1000))  # budget fractions: evaluate at the first iteration boundary at or past each (0 = start, 1 = end; both always run); never charged to the budget
+    every: Optional[int] = d(None, Int(1, 100_000_000, null=True))  # also evaluate every K iterations; null = only at eval.at (the grids use eval.at)
+    greedy: bool = d(True, Bool())  # with samples = 1: greedy decoding; false = one sample at the eval temperature
+    batch_size: int = d(200, Int(1, 65536))  # prompts per generate call
+    targets: list[str] = d(factory=list, domain=ListOf(Text(1, 100), max_len=64))  # arithmetic | arithmetic-hard | gsm8k | math500 | a jsonl label; [] = the task's own
+    samples: int = d(1, Int(1, 1024))  # k completions per item; k > 1 samples at the eval temperature, item score = fraction correct
+    temperature: Optional[float] = d(None, Real(0.0, 100.0, lo_open=True, null=True))  # sampling temperature at evaluation; None = rollout.temperature
+    max_items: Optional[int] = d(None, Int(1, ITEMS, null=True))  # first N items of every target (a subset for small runs); None = all
+    max_items_by_target: dict[str, int] = d(factory=dict, domain=MapOf(Int(1, ITEMS), max_len=64))  # per-target N overriding max_items, e.g. {math500: 50}
+    max_new_tokens: Optional[int] = d(None, Int(1, TOKENS, null=True))  # completion cap at evaluation; None = rollout.max_new_tokens, raised to what a target needs
+    sample_seed: int = d(0, Int(0, INT_LIMIT))  # evaluation sampling stream: item i's k-th sample draws from (sample_seed, target, item id, k), never the training stream
 
 
 @dataclass
 class CheckpointConf:
-    every: int = 10  # checkpoint every K iterations and at the end
+    every: int = d(10, Int(1, 100_000_000))  # checkpoint every K iterations and at the end
 
 
 @dataclass
 class GridConf:
     """A named pilot grid: sweep axes (Hydra sweep strings) and overrides applied to every job."""
 
-    name: str = "none"
-    description: str = ""
-    axes: dict[str, str] = field(default_factory=dict)  # e.g. {"grpo.group_size": "4,8"}
-    fixed: dict[str, Any] = field(default_factory=dict)  # e.g. {"budget.flops": 2e12}
+    name: str = d("none", NAME)
+    description: str = d("", Text(0, 10_000))
+    axes: dict[str, str] = d(factory=dict, domain=MapOf(Text(1, 100_000)))  # e.g. {"grpo.group_size": "4,8"}
+    fixed: dict[str, Any] = d(factory=dict, domain=MapOf(AnyPlain()))  # e.g. {"budget.flops": 2e12}
 
 
 @dataclass
 class RaceConfig:
-    model: ModelConf = field(default_factory=ModelConf)
-    lora: LoraConf = field(default_factory=LoraConf)
-    grpo: GrpoConf = field(default_factory=GrpoConf)
-    rollout: RolloutConf = field(default_factory=RolloutConf)
-    reward: RewardConf = field(default_factory=RewardConf)
-    task: TaskConf = field(default_factory=TaskConf)
-    budget: BudgetConf = field(default_factory=BudgetConf)
-    eval: EvalConf = field(default_factory=EvalConf)
-    checkpoint: CheckpointConf = field(default_factory=CheckpointConf)
-    grid: GridConf = field(default_factory=GridConf)
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    logger: str = "none"  # none | tensorboard | wandb (offline): metrics.jsonl is always written and is the source of truth
-    threads: int = 0  # torch CPU threads; 0 = leave torch's default
+    model: ModelConf = d(factory=ModelConf, domain=Section())
+    lora: LoraConf = d(factory=LoraConf, domain=Section())
+    grpo: GrpoConf = d(factory=GrpoConf, domain=Section())
+    rollout: RolloutConf = d(factory=RolloutConf, domain=Section())
+    reward: RewardConf = d(factory=RewardConf, domain=Section())
+    task: TaskConf = d(factory=TaskConf, domain=Section())
+    budget: BudgetConf = d(factory=BudgetConf, domain=Section())
+    eval: EvalConf = d(factory=EvalConf, domain=Section())
+    checkpoint: CheckpointConf = d(factory=CheckpointConf, domain=Section())
+    grid: GridConf = d(factory=GridConf, domain=Section())
+    seed: int = d(0, Int(0, SEED_MAX))  # training seed (torch, numpy, the prompt stream); numpy takes 0 .. 2**32 - 1
+    device: str = d("auto", Text(1, 20, pattern=r"auto|cpu|cuda(:[0-9]{1,3})?", what="auto, cpu, cuda or cuda:N"))
+    logger: str = d("none", Choice("none", "tensorboard", "wandb"))  # none | tensorboard | wandb (offline): metrics.jsonl is always written and is the source of truth
+    threads: int = d(0, Int(0, 4096))  # torch CPU threads; 0 = leave torch's default (race run divides the cores)
 
 
 # LoRA ranks vLLM accepts as max_lora_rank (vllm/config: LoRAConfig's possible_max_ranks, the same
@@ -198,22 +216,6 @@ def register_schema() -> None:
     _registered = True
 
 
-# --- range checks the type system cannot express -------------------------------------------------
-
-CHOICES = {
-    "rollout.backend": ("auto", "lean", "hf", "vllm"),
-    "reward.type": ("rule", "prm"),
-    "reward.aggregate": ("min", "prod", "last", "mean"),
-    "grpo.loss_agg": ("token", "sequence"),
-    "task.name": ("arithmetic", "gsm8k", "jsonl"),
-    "task.answer_format": ("raw", "hashes", "boxed"),
-    "task.grader": ("number", "math", "math-verify", "math-normalizer"),
-    "logger": ("none", "tensorboard", "wandb"),
-    "budget.free_knob": ("iterations",),
-    "model.dtype": ("auto", "float32", "bfloat16", "float16"),
-}
-
-
 def _get(cfg: Any, dotted: str) -> Any:
     node = cfg
     for part in dotted.split("."):
@@ -223,120 +225,68 @@ def _get(cfg: Any, dotted: str) -> Any:
     return node
 
 
-INT_LIMIT = 2**31 - 1  # no integer setting is meaningful beyond this; larger ones are typos
-UPPER = {  # sizes beyond these are typos that would only exhaust memory (an H200 holds ~1e6-token batches)
-    "grpo.group_size": 4096, "grpo.prompts_per_iter": 65536, "grpo.updates_per_batch": 1024,
-    "rollout.max_new_tokens": 1_048_576, "lora.r": 65536, "task.num_eval": 10_000_000,
-}
-
-
-def _number_problems(node: Any, prefix: str = "") -> list[str]:
-    """Non-finite floats and integers beyond INT_LIMIT anywhere in the config (inf, nan, 1e400, 10**30)."""
-    import math
-
-    out = []
-    try:
-        items = list(node.items()) if hasattr(node, "items") else []
-    except Exception:  # noqa: BLE001 - an unresolvable node is reported by the schema merge
-        return out
-    for k, v in items:
-        key = f"{prefix}{k}"
-        if isinstance(v, bool):
-            continue
-        if isinstance(v, float) and not math.isfinite(v):
-            out.append(f"{key}={v!r} is not a finite number: expected e.g. {key}=1e12.")
-        elif isinstance(v, int) and abs(v) > INT_LIMIT:
-            out.append(f"{key}={v} is too large: expected an integer of at most {INT_LIMIT}.")
-        elif hasattr(v, "items"):
-            out.extend(_number_problems(v, key + "."))
-    return out
-
-
 def validate(cfg: Any) -> list[str]:
-    """Every range problem of one composed config, as messages (empty list = valid)."""
-    problems: list[str] = _number_problems(cfg)
-    if problems:  # the range checks below would compare infinities and overflow
+    """Every problem of one composed config, as messages (empty list = valid): first each field
+    against its domain; when every field is in its domain, the cross-field rules."""
+    problems = field_problems(cfg)
+    if problems:  # the rules below compare values and would trip over a wrong type
         return problems
+    for rule in CROSS_FIELD_RULES:
+        problems.extend(rule(cfg))
+    return problems
 
-    def need(key: str, ok: bool, expected: str) -> None:
-        if not ok:
-            problems.append(f"{key}={_get(cfg, key)!r} is out of range: expected {expected}.")
 
-    need("grpo.group_size", _get(cfg, "grpo.group_size") >= 2, "an integer >= 2 (GRPO normalises within a group)")
-    need("grpo.prompts_per_iter", _get(cfg, "grpo.prompts_per_iter") >= 1, "an integer >= 1")
-    need("grpo.updates_per_batch", _get(cfg, "grpo.updates_per_batch") >= 1, "an integer >= 1")
-    need("grpo.lr", _get(cfg, "grpo.lr") > 0, "a positive learning rate such as 1e-3")
-    need("grpo.clip_eps", 0 < _get(cfg, "grpo.clip_eps") < 1, "a value in (0, 1), typically 0.2")
-    need("grpo.beta", _get(cfg, "grpo.beta") >= 0, "a KL coefficient >= 0")
-    eis = _get(cfg, "grpo.expected_informative_share")
-    need("grpo.expected_informative_share", eis is None or 0 < eis <= 1,
-         "null (the measured default) or a share in (0, 1], e.g. 0.5 for rule rewards at G=4")
-    mbs = _get(cfg, "grpo.micro_batch_size")
-    need("grpo.micro_batch_size", mbs == "auto" or (isinstance(mbs, int) and not isinstance(mbs, bool) and mbs >= 0),
-         "auto (the largest that fits the device), 0 (whole batch) or a positive size")
-    need("rollout.max_new_tokens", _get(cfg, "rollout.max_new_tokens") >= 1, "at least 1 completion token")
-    need("rollout.temperature", _get(cfg, "rollout.temperature") > 0, "a sampling temperature > 0")
-    need("rollout.top_p", 0 < _get(cfg, "rollout.top_p") <= 1, "a value in (0, 1]")
-    ect = _get(cfg, "rollout.expected_completion_tokens")
-    if ect is not None:
-        need("rollout.expected_completion_tokens", 0 < ect <= _get(cfg, "rollout.max_new_tokens"),
-             "a mean completion length in (0, rollout.max_new_tokens]")
-    need("budget.flops", _get(cfg, "budget.flops") > 0, "a positive FLOP budget such as 1e12")
-    need("lora.r", _get(cfg, "lora.r") >= 1, "a LoRA rank >= 1")
-    num_eval = _get(cfg, "task.num_eval")
-    need("task.num_eval", num_eval is None or num_eval >= 1, "at least one held-out item, or null for the whole split")
-    need("eval.samples", _get(cfg, "eval.samples") >= 1, "at least 1 completion per item")
-    temp = _get(cfg, "eval.temperature")
-    need("eval.temperature", temp is None or temp > 0, "a sampling temperature > 0, or null for rollout.temperature")
-    cap = _get(cfg, "eval.max_new_tokens")
-    need("eval.max_new_tokens", cap is None or cap >= 1, "at least 1 completion token, or null")
+# --- rules that relate two keys (a domain cannot say them) -------------------------------------
+# Each rule takes a config whose every field is in its domain and returns messages. The list
+# CROSS_FIELD_RULES below is the one place they are named; add a rule there, not elsewhere.
+
+def completion_estimate_rule(cfg: Any) -> list[str]:
+    """rollout.expected_completion_tokens <= rollout.max_new_tokens (a mean cannot pass the cap)."""
+    ect, cap = _get(cfg, "rollout.expected_completion_tokens"), _get(cfg, "rollout.max_new_tokens")
+    if ect is not None and ect > cap:
+        return [f"rollout.expected_completion_tokens={ect!r} is out of range: expected a mean completion length in "
+                f"(0, rollout.max_new_tokens={cap}]."]
+    return []
+
+
+def model_len_rule(cfg: Any) -> list[str]:
+    """rollout.max_model_len > rollout.max_new_tokens (it holds the prompt and the completion)."""
+    mml, cap = _get(cfg, "rollout.max_model_len"), _get(cfg, "rollout.max_new_tokens")
+    if mml is not None and mml <= cap:
+        return [f"rollout.max_model_len={mml!r} is out of range: expected more tokens than rollout.max_new_tokens="
+                f"{cap} (it holds the prompt and the completion), or null."]
+    return []
+
+
+def update_group_rule(cfg: Any) -> list[str]:
+    """grpo.update_group_size (m) <= grpo.group_size (G): the update keeps m of the G completions."""
+    m, g = _get(cfg, "grpo.update_group_size"), _get(cfg, "grpo.group_size")
+    if m is not None and m > g:
+        return [f"grpo.update_group_size={m!r} is out of range: expected null (= grpo.group_size) or an integer in "
+                f"[2, grpo.group_size={g}]: the completions per prompt the update keeps."]
+    return []
+
+
+def arithmetic_ops_rule(cfg: Any) -> list[str]:
+    """task.min_ops <= task.max_ops."""
+    lo, hi = _get(cfg, "task.min_ops"), _get(cfg, "task.max_ops")
+    if lo > hi:
+        return [f"task.min_ops={lo} is more than task.max_ops={hi}: expected min_ops <= max_ops."]
+    return []
+
+
+def prm_model_rule(cfg: Any) -> list[str]:
+    """reward.type=prm needs a reward.model section."""
+    if _get(cfg, "reward.type") == "prm" and _get(cfg, "reward.model") is None:
+        return ["reward.type=prm needs reward.model (its path and architecture): use reward=prm."]
+    return []
+
+
+def targets_rule(cfg: Any) -> list[str]:
+    """eval.targets and eval.max_items_by_target name known targets (the task's own is one of them)."""
     from race_cli.tasks.targets import target_problems
 
-    problems.extend(target_problems(cfg))
-    need("task.prompt_tokens", _get(cfg, "task.prompt_tokens") > 0, "a positive mean prompt length")
-    every = _get(cfg, "eval.every")
-    need("eval.every", every is None or every >= 1, "an integer >= 1, or null (evaluate only at eval.at)")
-    at = _get(cfg, "eval.at")
-    need("eval.at", at is not None and all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f <= 1
-                                           for f in at),
-         "a list of budget fractions in [0, 1], e.g. [0, 0.25, 0.5, 0.75, 1]")
-    need("checkpoint.every", _get(cfg, "checkpoint.every") >= 1, "an integer >= 1")
-    for key, most in UPPER.items():
-        value = _get(cfg, key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):  # None / auto: checked elsewhere
-            need(key, value <= most, f"at most {most}")
-    for key, options in CHOICES.items():
-        value = _get(cfg, key)
-        if value not in options:
-            problems.append(f"{key}={value!r} is not one of {', '.join(options)}.")
-    fmt = _get(cfg, "reward.model.format") if _get(cfg, "reward.model") is not None else None
-    if fmt is not None and fmt not in ("classifier", "token", "logprob"):
-        problems.append(f"reward.model.format={fmt!r} is not one of classifier, token, logprob.")
-    if _get(cfg, "reward.type") == "prm" and _get(cfg, "reward.model") is None:
-        problems.append("reward.type=prm needs reward.model (its path and architecture): use reward=prm.")
-    gmu = _get(cfg, "rollout.gpu_memory_utilization")
-    if gmu is not None:
-        need("rollout.gpu_memory_utilization", 0 < gmu < 1, "a fraction in (0, 1) of the GPU memory for vLLM, "
-             "such as 0.4, or null to size it from the plan")
-    mml = _get(cfg, "rollout.max_model_len")
-    if mml is not None:
-        need("rollout.max_model_len", mml > _get(cfg, "rollout.max_new_tokens"),
-             "more tokens than rollout.max_new_tokens (it holds the prompt and the completion), or null")
-    problems += vllm_problems(cfg) + remote_code_problems(cfg)
-    for key in ("model.arch", "reward.model.arch"):
-        try:
-            arch = _get(cfg, key)
-        except (AttributeError, KeyError, TypeError):
-            continue
-        if arch is None:
-            continue
-        h, kv = _get(arch, "num_attention_heads"), _get(arch, "num_key_value_heads")
-        d = _get(arch, "hidden_size")
-        if kv < 1 or h < 1 or h % kv:
-            problems.append(f"{key}: num_attention_heads={h} must be a multiple of num_key_value_heads={kv}.")
-        elif _get(arch, "head_dim") is None and d % h:
-            problems.append(f"{key}: hidden_size={d} is not divisible by num_attention_heads={h}; set head_dim.")
-    return problems
+    return target_problems(cfg)
 
 
 def vllm_problems(cfg: Any) -> list[str]:
@@ -355,6 +305,23 @@ def vllm_problems(cfg: Any) -> list[str]:
     return problems
 
 
+VLLM_MAX_TEMPERATURE = 2.0  # vLLM's SamplingParams refuses temperature > 2 (vllm/sampling_params.py _verify_args, 0.33)
+
+
+def vllm_temperature_rule(cfg: Any) -> list[str]:
+    """rollout.temperature and eval.temperature <= 2 when rollout.backend=vllm (lean and hf take any T > 0)."""
+    if _get(cfg, "rollout.backend") != "vllm":
+        return []
+    problems = []
+    for key in ("rollout.temperature", "eval.temperature"):
+        t = _get(cfg, key)
+        if t is not None and t > VLLM_MAX_TEMPERATURE:
+            problems.append(f"{key}={t!r} is out of range for rollout.backend=vllm: vLLM refuses a temperature above "
+                            f"{VLLM_MAX_TEMPERATURE:g} (expected (0, {VLLM_MAX_TEMPERATURE:g}]); lower it, or use "
+                            "rollout.backend=lean or hf.")
+    return problems
+
+
 def remote_code_problems(cfg: Any) -> list[str]:
     """trust_remote_code runs a repository's code: allowed only with an explicit revision pin."""
     problems = []
@@ -367,3 +334,36 @@ def remote_code_problems(cfg: Any) -> list[str]:
                             f"{key}.revision is not set: pin the commit (e.g. {key}.revision=<40-hex sha>) so the "
                             "code that runs is the code that was read, or turn trust_remote_code off.")
     return problems
+
+
+def heads_rule(cfg: Any) -> list[str]:
+    """Attention heads divide into key/value heads, and the hidden size into heads (unless head_dim is set)."""
+    problems = []
+    for key in ("model.arch", "reward.model.arch"):
+        try:
+            arch = _get(cfg, key)
+        except (AttributeError, KeyError, TypeError):
+            continue
+        if arch is None:
+            continue
+        h, kv = _get(arch, "num_attention_heads"), _get(arch, "num_key_value_heads")
+        dim = _get(arch, "hidden_size")
+        if h % kv:
+            problems.append(f"{key}: num_attention_heads={h} must be a multiple of num_key_value_heads={kv}.")
+        elif _get(arch, "head_dim") is None and dim % h:
+            problems.append(f"{key}: hidden_size={dim} is not divisible by num_attention_heads={h}; set head_dim.")
+    return problems
+
+
+CROSS_FIELD_RULES: list[Callable[[Any], list[str]]] = [
+    completion_estimate_rule,
+    model_len_rule,
+    update_group_rule,
+    arithmetic_ops_rule,
+    prm_model_rule,
+    targets_rule,
+    vllm_problems,
+    vllm_temperature_rule,
+    remote_code_problems,
+    heads_rule,
+]
