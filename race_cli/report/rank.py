@@ -1,30 +1,36 @@
-"""Rank allocation regimes within each condition, with paired bootstrap intervals (no I/O).
+"""Rank allocation regimes within each condition (no I/O; statistics from race_cli/stats).
 
 A *condition* is a group of jobs that share the `by` columns (default: model, budget,
 reward system, task) scored on one evaluation target. Within it a *regime* is
 one setting of the allocation knobs (group_size G, updates_per_batch μ, prompts per
 iteration, and any condition column left out of `by`); seeds are repeats of a regime.
 
-Intervals and decisions come from race_cli/report/stats.py: per regime, item noise (paired
-across regimes: every job scored the same item ids) plus training (seed) noise pooled over the
-condition's regimes, as t intervals. Per regime it reports:
+Intervals and decisions come from race_cli/stats: per regime, item noise (paired across regimes:
+every job scored the same item ids) plus training (seed) noise, whose variance is pooled over every
+regime of the sweep with the same reward system and moderated per regime (empirical Bayes), each part
+at its own degrees of freedom. Per regime it reports:
 
-- `mean`, `ci_lo`, `ci_hi`: the regime's mean target and its 95% interval (`noise` says whether
-  seed noise is in it: with one seed everywhere it covers evaluation noise only);
+- `mean`, `ci_lo`, `ci_hi`: the regime's mean target and its 95% interval; `sel_lo`, `sel_hi`: the same
+  simultaneous over the condition's regimes, the interval that still holds for the regime the data
+  picked as best (used wherever the best's value is reported or predicted);
 - `p_best`: the share of draws (items resampled, seed noise added) in which the regime is best —
   a ranking score, not a calibrated probability (shown as "best share");
-- `tied_best`: the gap best − regime is within its Bonferroni interval over all pairs
-  (familywise 5%), i.e. the regime is not distinguishably worse than the pilot-best one;
+- `tied_best` ("≈ best"): not shown worse than the pilot-best regime by the step-down studentized range
+  over all pairs (REGWQ, familywise 5%); `gap_ci_lo` the gap's lower bound at the range's first step;
 - `start`, `gain`, `gain_ci_lo/hi`: the starting policy's score (the condition's iteration-0
   evaluations, pooled: one checkpoint), the improvement over it (final − start; start − final for
-  a lower-is-better target) and its interval, items paired; `beats_start` by Holm over the
-  regimes (familywise 2.5% one-sided). A ranking in which no regime beats its start orders
+  a lower-is-better target) and its interval, items paired; `beats_start` by Holm on one-sided
+  bounds over the regimes (familywise 2.5%). A ranking in which no regime beats its start orders
   regimes that did not learn: it is not a finding;
-- `expected_drop`: the winner's curse of the condition's best (stats.winners_curse);
+- `testable`: False with one seed per regime and no --assume-seed-sd: then no regime is called worse
+  or "> start" (intervals cover evaluation noise only: "not testable with one seed");
+- `seed_sd`, `seed_df`, `seed_outlier`, `pool`, `noise`: the seed variance used, its df, whether the
+  regime's own spread is an outlier against the pool's prior, and which pool it came from;
+- `expected_drop`: the winner's curse of the condition's best (stats.decisions.winners_curse);
 - `p`, `p_policy` (learning / (search + learning)) and the shares, from the actual ledgers.
 
 The older two-stage bootstrap (bootstrap_regimes, summarize_draws) stays for callers that want
-raw draws; the ranking no longer uses it.
+raw draws; the ranking does not use it.
 """
 
 from __future__ import annotations
@@ -148,7 +154,7 @@ def _draw_stats(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
 
 def summarize_draws(point: np.ndarray, draws: np.ndarray, level: float = 0.95,
                     maximize: bool = True) -> pd.DataFrame:
-    """Per regime: interval, best share, rank and whether it is indistinguishable from the best.
+    """Per regime: interval, best share, rank and whether it is within the bootstrap's interval of the best.
 
     point [R] point estimates; draws [B, R] bootstrap draws (higher is better unless
     maximize=False).
@@ -237,21 +243,18 @@ def _gain_inputs(jobs: pd.DataFrame, keys, target: str, data_initial: dict, colu
 
 def rank_condition(jobs: pd.DataFrame, reg_cols: list[str], target: str, items: dict,
                    n_boot: int, rng: np.random.Generator, maximize: bool = True,
-                   level: float = 0.95, items_initial: dict | None = None) -> pd.DataFrame:
-    """Rank the regimes of one condition's ranked jobs (done, readable, target recorded)."""
-    return pd.DataFrame(_condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize,
-                                           level, items_initial or {})[0])
+                   level: float = 0.95, items_initial: dict | None = None,
+                   assume_seed_sd: float | None = None) -> pd.DataFrame:
+    """Rank the regimes of one condition's ranked jobs (done, readable, target recorded), its seed
+    variance pooled over its own regimes only."""
+    inp = _condition_inputs(jobs, reg_cols, target, items, items_initial or {})
+    prior = _prior_for(inp["noise"], None, assume_seed_sd)
+    return pd.DataFrame(_condition_columns(inp, prior, n_boot, rng, maximize, level)[0])
 
 
-def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, level,
-                       items_initial) -> tuple[dict, np.ndarray]:
-    """rank_condition's table as column arrays, rows sorted best first; and the draws [B, R]
-    of the regime means in that row order (the response fit bootstraps p* from them).
-
-    Intervals, ≈ best, beats its start and the draws come from race_cli/report/stats.py: item
-    noise per regime plus seed noise pooled over the condition's regimes. A gain is always an
-    improvement: final − start, or start − final for a lower-is-better target."""
-    from race_cli.report import stats as S
+def _condition_inputs(jobs, reg_cols, target, items, items_initial) -> dict:
+    """One condition's matrices and raw noise (the seed pool is applied later, over the sweep)."""
+    from race_cli.stats.variance import noise_of
 
     col = f"eval/{target}"
     keys = list(zip(jobs["sweep"], jobs["job_id"]))
@@ -265,50 +268,96 @@ def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, lev
     else:
         codes, regs = np.zeros(len(jobs), dtype=int), [{}]
     n_reg = len(regs)
+    shares = {c: jobs[c].to_numpy(float) for c in ["p", "share_search", "share_learning", "share_feedback",
+                                                    "budget_spent", "flops_total", "informative_share"] if c in jobs}
+    return {"codes": codes, "regs": regs, "reg_cols": reg_cols, "scores": scores, "values": values,
+            "method": method, "gain_v": gain_v, "gain_s": gain_s, "start_v": start_v, "gain_method": gain_method,
+            "noise": noise_of(codes, scores if scores is not None else values, n_reg), "shares": shares}
+
+
+def _prior_for(noise, pooled, assume_seed_sd):
+    """The seed prior a condition uses: the assumed one, else the sweep pool's, else its own regimes'."""
+    from race_cli.stats import variance as V
+
+    if assume_seed_sd is not None and not (noise.job_df > 0).any():
+        return V.assumed_prior(assume_seed_sd)
+    if pooled is not None:
+        return pooled
+    p = V.fit_prior(noise.job_var, noise.job_df, key="this condition")
+    return p if p.df_total else None
+
+
+def pool_key(cond: dict) -> str:
+    """The seed-variance pool of a condition: its reward system (rule and model rewards spread differently;
+    docs/report.md), on the ranking's one target; every regime of the sweep with that reward shares it."""
+    return f"reward={cond['reward']}" if "reward" in cond else "all conditions"
+
+
+def _condition_columns(inp: dict, prior, n_boot, rng, maximize, level) -> tuple[dict, np.ndarray]:
+    """The ranking table of one condition as column arrays, rows sorted best first; and the draws [B, R]
+    of the regime means in that row order (the response fit bootstraps p* from them).
+
+    Intervals, ≈ best (REGWQ), beats its start (Holm on bounds), the winner's interval and curse, and the
+    draws come from race_cli/stats: item noise per regime plus seed noise moderated by the sweep pool's
+    prior. A gain is always an improvement: final − start, or start − final for a lower-is-better target."""
+    from race_cli.stats import decisions as D
+    from race_cli.stats import draws as W
+    from race_cli.stats.variance import Noise
+
+    codes, regs, scores = inp["codes"], inp["regs"], inp["scores"]
+    reg_cols = inp["reg_cols"]
+    n_reg = len(regs)
     n_seeds = np.bincount(codes, minlength=n_reg)
     mean_of = lambda v: np.bincount(codes, weights=v, minlength=n_reg) / n_seeds  # per regime
     sign = 1.0 if maximize else -1.0
-    noise = S.noise_of(codes, scores if scores is not None else values, n_reg)
-    dec = S.rank_decisions(noise, maximize, level)
-    weights = S.item_weights(noise.n, n_boot, rng) if noise.n > 1 else None
-    draws = S.draws_of(noise, n_boot, rng, weights)
+    noise = inp["noise"].pooled(prior)
+    dec = D.rank_decisions(noise, maximize, level)
+    weights = W.item_weights(noise.n, n_boot, rng) if noise.n > 1 else None
+    draws = W.draws_of(noise, n_boot, rng, weights)
     point = dec["mean"]
     cols: dict[str, np.ndarray] = {"regime": np.array([label(r) for r in regs], dtype=object)}
     ranks = 1 + (sign * point[None, :] > sign * point[:, None]).sum(axis=1)  # "min" ranks, 1 = best
-    cols.update({k: dec[k] for k in ("mean", "ci_lo", "ci_hi")})
-    cols["p_best"] = S.p_best(draws, maximize)
+    cols.update({k: dec[k] for k in ("mean", "ci_lo", "ci_hi", "sel_lo", "sel_hi")})
+    cols["p_best"] = W.p_best(draws, maximize)
     cols.update({k: dec[k] for k in ("gap_to_best", "gap_ci_lo", "tied_best")})
     cols["rank"], cols["is_best"] = ranks, np.arange(n_reg) == dec["best"]
     cols["se"], cols["df"] = dec["se"], dec["df"]
-    cols["seed_sd"] = np.full(n_reg, np.sqrt(noise.seed_var) if noise.has_seed_noise else np.nan)
-    cols["expected_drop"] = np.full(n_reg, S.winners_curse(point, draws, maximize))
+    seeded = noise.has_seed_noise
+    cols["seed_sd"] = np.where(seeded, np.sqrt(noise.pure_seed_var), np.nan)
+    cols["seed_df"] = np.where(seeded, noise.seed_df, 0.0)
+    cols["seed_outlier"] = noise.outlier.copy()
+    cols["expected_drop"] = np.full(n_reg, dec["expected_drop"])
+    gain_v, gain_s = inp["gain_v"], inp["gain_s"]
     if gain_v is not None:
         if gain_s is not None:  # final − pooled start: the final's seed noise, the start's item noise
-            gnoise = S.Noise(m=sign * (noise.m - (scores - gain_s)[0][None, :]), n_seeds=noise.n_seeds,
-                             ms_seed=noise.ms_seed, df_seed=noise.df_seed, ms_resid=noise.ms_resid,
-                             df_resid=noise.df_resid)
+            gnoise = Noise(m=sign * (noise.m - (scores - gain_s)[0][None, :]), n_seeds=noise.n_seeds,
+                           job_var=noise.job_var, job_df=noise.job_df, ms_resid=noise.ms_resid,
+                           df_resid=noise.df_resid, seed_var=noise.seed_var, seed_df=noise.seed_df,
+                           outlier=noise.outlier, prior=noise.prior)
         else:
-            gnoise = S.noise_of(codes, sign * gain_v, n_reg)
-        gd = S.gain_decisions(gnoise, level)
-        cols.update({"start": mean_of(start_v), "gain": gd["gain"], "gain_ci_lo": gd["gain_ci_lo"],
-                     "gain_ci_hi": gd["gain_ci_hi"], "beats_start": gd["beats_start"], "gain_p": gd["gain_p"]})
+            from race_cli.stats.variance import noise_of
+
+            gnoise = noise_of(codes, sign * gain_v, n_reg)  # job-level gains: their own spread, not the finals'
+            if prior is not None and prior.assumed:
+                gnoise = gnoise.pooled(prior)
+        gd = D.gain_decisions(gnoise, level)
+        cols.update({"start": mean_of(inp["start_v"]), "gain": gd["gain"], "gain_ci_lo": gd["gain_ci_lo"],
+                     "gain_ci_hi": gd["gain_ci_hi"], "beats_start": gd["beats_start"]})
     else:
         nan = np.full(n_reg, np.nan)
         cols.update({"start": nan, "gain": nan.copy(), "gain_ci_lo": nan.copy(), "gain_ci_hi": nan.copy(),
-                     "beats_start": np.zeros(n_reg, dtype=bool), "gain_p": nan.copy()})
-    seeds_note = (f"seed noise pooled over {int((n_seeds >= 2).sum())} regimes ({noise.df_seed:.0f} df)"
-                  if noise.has_seed_noise else ONE_SEED)
-    cols["gain_method"] = np.full(n_reg, gain_method, dtype=object)
+                     "beats_start": np.zeros(n_reg, dtype=bool)})
+    cols["testable"] = np.full(n_reg, bool(dec["testable"]))
+    cols["pool"] = np.full(n_reg, pool_note(noise), dtype=object)
+    cols["gain_method"] = np.full(n_reg, inp["gain_method"], dtype=object)
     cols.update({c: np.array([r[c] for r in regs], dtype=object) for c in reg_cols})
     cols["n_seeds"] = n_seeds
     cols["n_items"] = np.full(n_reg, 0 if scores is None else scores.shape[1])
-    cols["method"] = np.full(n_reg, method, dtype=object)
-    cols["noise"] = np.full(n_reg, seeds_note, dtype=object)
-    cols["seed_noise"] = np.full(n_reg, noise.has_seed_noise)
-    for c in ["p", "share_search", "share_learning", "share_feedback", "budget_spent", "flops_total",
-              "informative_share"]:
-        if c in jobs:
-            cols[c] = mean_of(jobs[c].to_numpy(float))
+    cols["method"] = np.full(n_reg, inp["method"], dtype=object)
+    cols["noise"] = np.full(n_reg, noise_note(noise), dtype=object)
+    cols["seed_noise"] = np.full(n_reg, seeded)
+    for c, v in inp["shares"].items():
+        cols[c] = mean_of(v)
     if "share_search" in cols and "share_learning" in cols:  # comparable across reward systems
         with np.errstate(invalid="ignore", divide="ignore"):
             cols["p_policy"] = cols["share_learning"] / (cols["share_search"] + cols["share_learning"])
@@ -316,7 +365,33 @@ def _condition_columns(jobs, reg_cols, target, items, n_boot, rng, maximize, lev
     return {k: v[order] for k, v in cols.items()}, draws[:, order]
 
 
-ONE_SEED = "one seed per regime: intervals cover evaluation noise only, not training (seed) noise"
+ONE_SEED = ("one seed per regime: intervals cover evaluation noise only, not training (seed) noise; ≈ best and "
+            "> start not testable with one seed (race report --assume-seed-sd X supplies the seed term)")
+
+
+def pool_note(noise) -> str:
+    """Which pool the seed variance came from, with its prior and degrees of freedom."""
+    p = noise.prior
+    if p is None or not noise.has_seed_noise:
+        return "none (one seed per regime)"
+    if p.assumed:
+        return f"assumed seed sd {p.s0_sq ** 0.5:.3g} (--assume-seed-sd), df ∞"
+    d0 = "∞" if not np.isfinite(p.d0) else f"{p.d0:.1f}"
+    return (f"{p.key}: {p.n_regimes} regimes, {p.df_total:.0f} df, prior sd {p.s0_sq ** 0.5:.3g}, d0 {d0}; "
+            f"seed df used {np.min(noise.seed_df):.1f}")
+
+
+def noise_note(noise) -> str:
+    if not noise.has_seed_noise:
+        return ONE_SEED
+    p = noise.prior
+    if p is not None and p.assumed:
+        return f"assumed seed sd {p.s0_sq ** 0.5:.3g} (--assume-seed-sd): the seed term is supplied, not measured"
+    out = f"seed noise pooled over {p.n_regimes if p else 0} regimes of {p.key if p else 'this condition'} " \
+          f"({np.min(noise.seed_df):.0f} df, moderated)"
+    if noise.outlier.any():
+        out += f"; {int(noise.outlier.sum())} regime(s) with an outlying seed spread"
+    return out
 
 
 def rankable(jobs: pd.DataFrame, target: str) -> pd.Series:
@@ -330,23 +405,33 @@ def rankable(jobs: pd.DataFrame, target: str) -> pd.Series:
 
 def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, seed: int = 0,
              maximize: bool = True, level: float = 0.95,
-             draws_out: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+             draws_out: dict[str, np.ndarray] | None = None,
+             assume_seed_sd: float | None = None) -> pd.DataFrame:
     """The ranking table of every condition: condition columns, then one row per regime.
 
     A condition is the `by` columns plus the evaluation target: `condition` labels both,
     `job_condition` only the `by` part (what a job belongs to, whatever it was scored on).
-    draws_out, when given, receives {condition: bootstrap draws [B, R] in row order}.
+    Seed variance is pooled over every regime of the sweep that shares a pool (`pool_key`: the reward
+    system), moderated per regime (race_cli/stats/variance.py). assume_seed_sd supplies the seed term
+    where a condition has one seed per regime. draws_out, when given, receives {condition: draws [B, R]}.
     """
+    from race_cli.stats.variance import fit_pools
+
     jobs = data.jobs[rankable(data.jobs, target)]
     reg_cols = regime_columns(jobs, data.knob_cols, by)
     rng = np.random.default_rng(seed)
-    parts: list[dict] = []  # column arrays per condition, joined once at the end (fast)
     groups = jobs.groupby(by, dropna=False, sort=True) if by else [((), jobs)]
+    conds, inputs = [], []
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
-        cond = dict(zip(by, key))
-        cols, draws = _condition_columns(g, reg_cols, target, data.items, n_boot, rng, maximize,
-                                         level, data.items_initial)
+        conds.append(dict(zip(by, key)))
+        inputs.append(_condition_inputs(g, reg_cols, target, data.items, data.items_initial))
+    keys = [pool_key(c) for c in conds]
+    pools = fit_pools([i["noise"] for i in inputs], keys)
+    parts: list[dict] = []  # column arrays per condition, joined once at the end (fast)
+    for cond, inp, k in zip(conds, inputs, keys):
+        prior = _prior_for(inp["noise"], pools[k] if pools[k].df_total else None, assume_seed_sd)
+        cols, draws = _condition_columns(inp, prior, n_boot, rng, maximize, level)
         n = len(cols["regime"])
         name = condition_label(cond | {"target": target})
         if draws_out is not None:

@@ -77,6 +77,8 @@ def range_cdf(q: float, k: int, df: float) -> float:
 
 @lru_cache(maxsize=4096)
 def _range_q(level: float, k: int, df: float) -> float:
+    if not df > 0:
+        return math.nan  # no degrees of freedom: no quantile (half_width ignores it where the part is empty)
     if k == 2:
         return math.sqrt(2.0) * t_quantile(0.5 + level / 2, df)
     lo, hi = 1e-3, 3999.0  # bisection in log q (range_cdf rises in q): 1e-9 relative after 50 steps

@@ -266,8 +266,10 @@ def contrast_parts(noise: Noise, c: np.ndarray) -> Parts:
     if n > 1:
         item = (c @ noise.m).var(axis=1, ddof=1) / n
         df_item = n - 1.0
+    elif noise.has_seed_noise:
+        item, df_item = np.zeros(len(c)), math.inf  # job-level values: everything is in the seed part
     else:
-        item, df_item = np.zeros(len(c)), math.inf
+        item, df_item = np.full(len(c), np.nan), math.inf  # one value per regime: nothing to estimate from
     resid = w.sum(axis=1) * noise.ms_resid / n if (n > 1 and noise.df_resid) else np.zeros(len(c))
     seed_r = w * noise.seed_var  # [K, R]
     seed = seed_r.sum(axis=1)
