@@ -1,32 +1,30 @@
 """Power before spending: the smallest effects a grid can detect, per condition (pure, no torch).
 
 `race plan` prints, per condition (model, budget, reward, evaluation target), the smallest gain over
-the start and the smallest gap between two regimes that the report's own tests (race_cli/report/stats.py)
-detect with 80% power, from the grid's items n, samples per item k, seeds per regime s, regimes R and a
-seed spread σ_b (`--seed-sd`, or an earlier sweep's measured one):
+the start and the smallest gap between regimes that the report's own tests detect with 80% power, from
+the grid's items n, samples per item k, seeds per regime s, regimes R, a seed spread σ_b (`--seed-sd`,
+or an earlier sweep's measured one) and the seed pool's degrees of freedom (the report pools seed
+variance over every regime of the sweep with the same reward system: Σ R·(s − 1) over those conditions).
 
-- per-item sampling variance σ_e² = 0.25 / k (a score near 0.5: the largest a Bernoulli has, so the
-  figures err towards larger detectable effects; greedy evaluation with k = 1 uses 0.25 for the
-  seed × item flips it has instead);
-- a regime's gain over the pooled start (J = R·s jobs score the start):
-  SE² = σ_e² (1/s + 1/J) / n + σ_b² / s, tested one-sided by Holm at familywise 2.5%: the first step
-  is level 0.025 / R;
-- a gap between two regimes (items paired): SE² = 2 σ_e² / (n s) + 2 σ_b² / s, tested by a
-  Bonferroni interval over the R(R−1)/2 pairs at familywise 5%;
-- detectable = δ · SE, where a noncentral t with noncentrality δ exceeds t_{1−level, df} with
-  probability 0.80 (scipy.stats.nct), with the Satterthwaite df the report's test will
-  have (stats.contrast_se: item part n − 1, seed mean square R(s − 1), residual R(s − 1)(n − 1));
-  capped at R(s − 1) (with Satterthwaite's own df the simulated detection was 74-78%, capped 85-87%);
-  with one seed there is no seed part and df = n − 1.
+Both figures come from race_cli/stats/power.py, which simulates pilots at the level of the statistics
+and passes them through the report's own decision functions (REGWQ for ≈ best, Holm on one-sided
+bounds for > start), so the plan's power is the report's test by construction:
 
-tests/test_plan_power.py simulates pilots at exactly these effects through the report's ranking code
-and measures the detection rate (>= 80%).
+- gap: a regime better than every other by the gap is the *only* ≈ best regime (told apart from all);
+- gain: one regime gaining that much over the pooled start beats its start (the others gaining none);
+- per-item sampling variance 0.25 / k (a score near 0.5: the largest a Bernoulli has); an assumed item ×
+  regime interaction (stats.power.ITEM_REGIME_SD) and per-item spread of the gain (GAIN_ITEM_SD, measured);
+- with one seed per regime there is no seed variance to test against: "–" (not testable).
+
+benchmarks/bench_calibration.py's separation table checks the gap against pilots simulated item by item
+and read by the report.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Sequence
 
 POWER = 0.80
@@ -46,46 +44,35 @@ class Power:
     regimes: int
     seed_sd: float
     gain: float  # smallest gain over the start detected with 80% power
-    gap: float  # smallest gap between two regimes detected with 80% power
+    gap: float  # smallest gap by which a regime is told apart from every other with 80% power
     seed_df: float
 
 
-def _df(parts: list[tuple[float, float]]) -> float:
-    """Satterthwaite: (Σ v)² / Σ v²/df over variance parts (v, df)."""
-    tot = sum(v for v, _ in parts)
-    den = sum(v * v / d for v, d in parts if d > 0 and math.isfinite(d))
-    return tot * tot / den if den > 0 else math.inf
-
-
 def detectable(n: int, k: int, seeds: int, regimes: int, seed_sd: float, greedy: bool = False,
-               power: float = POWER, alpha: float = ALPHA) -> tuple[float, float, float]:
-    """(smallest detectable gain over the start, smallest detectable gap, pooled seed df); see the module
-    docstring. The degrees of freedom are the report's (stats.contrast_se): its seed mean square carries
-    the residual σ_e²/n too, so with two seeds the df stay near R(s − 1) whatever n is."""
-    from race_cli.report.stats import t_quantile
+               power: float = POWER, alpha: float = ALPHA, pool_df: float | None = None,
+               crn: bool = False) -> tuple[float, float, float]:
+    """(smallest detectable gain over the start, smallest gap told apart from every other regime, seed df)
+    with `power`, by race_cli/stats/power.py (the report's decisions); nan where nothing is testable.
+    greedy: k = 1 greedy evaluation (its seed × item flips counted as a sample's variance)."""
+    from race_cli.stats.power import Design
 
-    s2e = 0.25 / (1 if greedy else k)
-    jobs = regimes * seeds
-    df_seed = float(regimes * (seeds - 1))
-    df_resid = df_seed * (n - 1)
+    d = Design(n=n, k=1 if greedy else k, seeds=seeds, regimes=regimes, seed_sd=seed_sd,
+               pool_df=pool_df, crn=crn)
+    return _gain(d, power, alpha), _gap(d, power, alpha), d.df_seed
 
-    def se_df(a: float, weight: float) -> tuple[float, float]:
-        """a: the item part's expectation; weight: Σ c_r² / n_r of the contrast."""
-        if df_seed <= 0:
-            return math.sqrt(a), n - 1.0
-        b = weight * (seed_sd ** 2 + s2e / n)  # k·MS_seed/n
-        e = weight * s2e / n  # k·MS_resid/n
-        v = a - e + b
-        # Satterthwaite's df, but no more than the seed mean square's own: the report's crit uses the df
-        # *estimated* from the same few seeds, and with Satterthwaite's the detection fell to 74-78% (measured)
-        return math.sqrt(v), min(df_seed, v * v / (a * a / (n - 1) + b * b / df_seed + e * e / df_resid))
 
-    se_g, df_g = se_df(s2e * (1 / seeds + 1 / jobs) / n, 1 / seeds)
-    gain = _shift(t_quantile(1 - alpha / 2 / regimes, df_g), df_g, power) * se_g
-    se_p, df_p = se_df(2 * s2e / (seeds * n), 2 / seeds)
-    pairs = max(1, regimes * (regimes - 1) // 2)
-    gap = _shift(t_quantile(1 - alpha / (2 * pairs), df_p), df_p, power) * se_p
-    return gain, gap, df_seed
+@lru_cache(maxsize=256)
+def _gain(d, power: float, alpha: float) -> float:
+    from race_cli.stats.power import smallest_gain
+
+    return smallest_gain(d, power, alpha)
+
+
+@lru_cache(maxsize=256)
+def _gap(d, power: float, alpha: float) -> float:
+    from race_cli.stats.power import smallest_separated
+
+    return smallest_separated(d, power, alpha) if d.regimes >= 2 else math.nan
 
 
 def joint_claims(sizes: int, rewards: int) -> int:
@@ -109,7 +96,7 @@ def joint_detectable(n: int, k: int, seeds: int, sizes: int, rewards: int, alloc
     the joint condition's Bonferroni share α/N, with seed noise pooled over all its regimes. The
     contrast averages P paired differences: Σ c²/n_r = 2/(P s), item part 2 σ_e²/(P s n), plus, for a
     size contrast, the two models' own item effects, which every allocation shares: 2 σ_im²/n."""
-    from race_cli.report.stats import t_quantile
+    from race_cli.stats.quantiles import t_quantile
 
     s2e = 0.25 / (1 if greedy else k)
     regimes = sizes * rewards * allocations
@@ -241,6 +228,9 @@ def plan_power(jobs: Sequence[Any], seed_sd: float) -> list[Power]:
         groups.setdefault(cond, {})
         groups[cond][regime] = groups[cond].get(regime, 0) + 1
         first.setdefault(cond, c)
+    pool: dict[str, float] = {}  # the report's seed pool: every regime of a reward system (on each target)
+    for cond, regs in groups.items():
+        pool[cond[2]] = pool.get(cond[2], 0.0) + sum(max(v - 1, 0) for v in regs.values())
     out = []
     for cond, regs in groups.items():
         c = first[cond]
@@ -252,7 +242,8 @@ def plan_power(jobs: Sequence[Any], seed_sd: float) -> list[Power]:
             n = planned_items(c, t)
             if not n or n < 2:
                 continue
-            gain, gap, df = detectable(n, k, seeds, len(regs), seed_sd, greedy=greedy)
+            gain, gap, df = detectable(n, k, seeds, len(regs), seed_sd, greedy=greedy,
+                                       pool_df=pool[cond[2]] if seeds >= 2 else None)
             out.append(Power(f"{cond[0]} C={cond[1]:.3g} {cond[2]}", t, n, k, seeds, len(regs), seed_sd, gain,
                              gap, df))
     return out
@@ -317,14 +308,15 @@ def print_power(rows: list[Power], source: str, eval_share: str | None = None, f
     seen = set()
     for r in rows:
         key = (r.items, r.samples, r.seeds, r.regimes, r.target)
-        t.add_row(r.condition, r.target, f"{r.items} × {r.samples} × {r.seeds}", str(r.regimes), f"{r.gain:.3f}",
-                  f"{r.gap:.3f}")
+        fmt = lambda v: f"{v:.3f}" if math.isfinite(v) else "–"
+        t.add_row(r.condition, r.target, f"{r.items} × {r.samples} × {r.seeds}", str(r.regimes), fmt(r.gain),
+                  fmt(r.gap))
         seen.add(key)
     console = Console(file=file, width=160) if file is not None else Console(stderr=True, width=160)
     console.print(t)
     if any(r.seeds < 2 for r in rows):
-        console.print("note: one seed per regime: these figures (and the report's intervals) leave training "
-                      "noise out; a gap smaller than the seed spread can be called without being real.",
+        console.print("note: one seed per regime: the report cannot test a gain or a gap (\"–\": not testable "
+                      "with one seed) unless `race report --assume-seed-sd X` supplies the seed term.",
                       highlight=False)
     for line in joint_lines or []:
         console.print(line, highlight=False)

@@ -28,7 +28,7 @@ from race_cli.stats.decisions import ALPHA, holm_above, worse_than_best
 from race_cli.stats.variance import Parts
 
 POWER = 0.80
-N_SIM = 4000  # simulated pilots per effect size (binomial sd of a power near 0.8: 0.006)
+N_SIM = 2000  # simulated pilots per effect size (binomial sd of a power near 0.8: 0.009)
 ITEM_REGIME_SD = 0.05  # assumed sd of an item's score change between two regimes beyond their mean gap
 GAIN_ITEM_SD = 0.18  # per-item spread of the gain over the start (measured on the default grid's pilot)
 
@@ -139,12 +139,14 @@ def gain_power(d: Design, delta: float, n_sim: int = N_SIM, seed: int = 0, alpha
     return float(holm_above(est, parts, alpha / 2)[:, 0].mean())
 
 
-def _smallest(f, power: float, hi: float = 1.0) -> float:
-    """The smallest delta in (0, hi] with f(delta) >= power, to 0.001 (f rises with delta: common draws)."""
+def _smallest(f, power: float) -> float:
+    """The smallest delta in (0, 1] with f(delta) >= power, to 0.002 (f rises with delta: common draws)."""
+    lo, hi = 0.0, 0.4
     if f(hi) < power:
-        return math.nan
-    lo = 0.0
-    while hi - lo > 0.001:
+        lo, hi = hi, 1.0
+        if f(hi) < power:
+            return math.nan
+    while hi - lo > 0.002:
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if f(mid) < power else (lo, mid)
     return round(hi, 3)
