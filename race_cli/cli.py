@@ -50,12 +50,16 @@ def plan(
     fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f", help="table, csv or json."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the sweep folder here (multirun.yaml, "
                                        "plan.csv, plan.json, jobs/<id>/.hydra/)."),
-    max_jobs: int = typer.Option(512, help="Refuse sweeps larger than this unless --yes."),
+    max_jobs: int = typer.Option(512, min=1, max=100_000, help="Refuse sweeps larger than this unless --yes."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Plan sweeps larger than --max-jobs."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Plan for this GPU kind and count, e.g. H100, H200x8 or "
+                                      "A100-80GB, whether or not this machine has one: its memory sizes the "
+                                      "micro-batches, its assumed rates the wall time and GPU-hours. Wins over the "
+                                      "GPU detected here."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Device memory per job, e.g. 80GiB or 24GB: "
                                           "micro_batch_size=auto picks the largest micro-batch that fits, and a job "
-                                          "that cannot fit is refused (exit 2). Default: the detected GPU "
-                                          "(nvidia-smi), else no limit."),
+                                          "that cannot fit is refused (exit 2). Default: the --gpu kind's memory, "
+                                          "else the detected GPU (nvidia-smi), else no limit."),
     calibrate_from: Optional[Path] = typer.Option(None, "--calibrate-from", help="A finished sweep folder: plan "
                                                   "wall time from the per-phase FLOP/s, evaluation and setup "
                                                   "seconds its jobs measured (per model) instead of the defaults."),
@@ -80,7 +84,18 @@ def plan(
     try:
         if max_jobs < 1:
             raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
-        device_bytes = parse_size(gpu_mem) if gpu_mem is not None else machine.gpu_total_bytes()
+        spec = None
+        if gpu is not None:
+            from race_cli.cost.walltime import parse_gpu
+
+            try:
+                spec = parse_gpu(gpu)
+            except ValueError as exc:
+                raise RaceError(str(exc)) from None
+        if gpu_mem is not None:
+            device_bytes = parse_size(gpu_mem)
+        else:
+            device_bytes = spec.kind.memory_bytes if spec is not None else machine.gpu_total_bytes()
         from race_cli.plan.measured import sweep_informative, sweep_rates
 
         rates = sweep_rates(calibrate_from) if calibrate_from is not None else None
@@ -89,7 +104,7 @@ def plan(
 
         sd = seed_sd_from(seed_sd)
         p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes, rates=rates,
-                       informative=informative)
+                       informative=informative, gpu=spec)
         if out is not None:
             written = write_sweep(p, out)
     except RaceError as exc:
@@ -126,7 +141,7 @@ def flops(
     overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False),
     audit: bool = typer.Option(False, "--audit", help="Also measure the real architecture with torch's "
                                "FlopCounterMode and compare with the ledger (imports torch)."),
-    batch: int = typer.Option(2, help="--audit: sequences per measured batch."),
+    batch: int = typer.Option(2, min=1, max=1024, help="--audit: sequences per measured batch."),
 ) -> None:
     """Print one job's per-phase FLOP ledger (model and executed conventions), optionally audited."""
     from race_cli.plan.render import print_flops
@@ -193,19 +208,19 @@ def run(
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
     sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", "-d", help="Sweep folder to run or resume. "
                                              "Default: runs/<grid>-<hash of the plan>, so the same overrides resume the same folder."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-w", help="CPU worker processes when no GPU is visible "
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=1024, help="CPU worker processes when no GPU is visible "
                                           "(default: one per core, at most one per job; cores are divided among them as torch threads)."),
-    gpus_per_job: int = typer.Option(1, "--gpus-per-job", help="GPUs per job (each job sees only its own via CUDA_VISIBLE_DEVICES). "
+    gpus_per_job: int = typer.Option(1, "--gpus-per-job", min=0, max=1024, help="GPUs per job (each job sees only its own via CUDA_VISIBLE_DEVICES). "
                                      "With --launcher slurm, 0 asks for CPU-only tasks."),
     launcher: str = typer.Option("local", "--launcher", help="local (this machine's GPUs or CPU workers) or slurm (one job array via submitit)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Also rerun jobs that failed (they resume from their checkpoints)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run sweeps larger than --max-jobs."),
-    max_jobs: int = typer.Option(512, help="Refuse sweeps larger than this unless --yes."),
+    max_jobs: int = typer.Option(512, min=1, max=100_000, help="Refuse sweeps larger than this unless --yes."),
     partition: Optional[str] = typer.Option(None, "--partition", help="SLURM partition (default: the cluster's default)."),
-    time_min: int = typer.Option(60, "--time-min", help="SLURM time limit per task, minutes; a task that reaches it is requeued and resumes."),
-    array_parallelism: Optional[int] = typer.Option(None, "--array-parallelism", help="SLURM: most tasks of the array running at once (default: all)."),
-    cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", help="SLURM: CPUs per task (default: 8 per GPU, 4 for a CPU-only task; also the job's torch threads)."),
-    mem_gb: Optional[int] = typer.Option(None, "--mem-gb", help="SLURM: host memory per task, GB (default: sized from the plan's largest models, see pool/slurm.task_memory_gb)."),
+    time_min: int = typer.Option(60, "--time-min", min=1, max=43_200, help="SLURM time limit per task, minutes; a task that reaches it is requeued and resumes."),
+    array_parallelism: Optional[int] = typer.Option(None, "--array-parallelism", min=1, max=102_400, help="SLURM: most tasks of the array running at once (default: all)."),
+    cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", min=1, max=1024, help="SLURM: CPUs per task (default: 8 per GPU, 4 for a CPU-only task; also the job's torch threads)."),
+    mem_gb: Optional[int] = typer.Option(None, "--mem-gb", min=1, max=65_536, help="SLURM: host memory per task, GB (default: sized from the plan's largest models, see pool/slurm.task_memory_gb)."),
     allow_cpu: bool = typer.Option(False, "--allow-cpu", help="Run hub-sized models (e.g. grid=pilot) on CPU workers when no GPU is visible (refused otherwise)."),
     setup: Optional[List[str]] = typer.Option(None, "--setup", help="SLURM: a shell line run before each task, e.g. "
                                               "'module load cuda' or 'source .venv/bin/activate' (repeatable)."),
@@ -250,8 +265,8 @@ def report(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for runs.csv, ranking.csv, summary.md and "
                                        "plots (default: <first sweep>/report)."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the PNG plots."),
-    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the confidence intervals."),
-    seed: int = typer.Option(0, help="Seed of the bootstrap."),
+    bootstrap: int = typer.Option(1000, min=100, max=100_000, help="Bootstrap resamples for the confidence intervals."),
+    seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the bootstrap."),
     at_budget: Optional[str] = typer.Option(None, "--at-budget", help="Predict every regime's score and the "
                                             "ranking at this budget from its compute curve: FLOPs (2.4e12) or a "
                                             "multiple of each condition's budget (3x)."),
@@ -270,18 +285,26 @@ def report(
 def validate(
     pilot: Path = typer.Argument(..., help="The pilot sweep folder; `race report` must have written its report/.",
                                  show_default=False),
-    budget: Optional[float] = typer.Option(None, "--budget", help="Validation budget per job, FLOPs (e.g. 1e12). "
+    budget: Optional[float] = typer.Option(None, "--budget", min=1.0, max=1e30, help="Validation budget per job, FLOPs (e.g. 1e12). "
                                            "Exclusive with --scale."),
-    scale: Optional[float] = typer.Option(None, "--scale", help="Validation budget = K x each pilot job's budget "
+    scale: Optional[float] = typer.Option(None, "--scale", min=1e-3, max=1e6, help="Validation budget = K x each pilot job's budget "
                                           "(default 2 when neither --budget, --scale nor --replicate is given)."),
     replicate: bool = typer.Option(False, "--replicate", help="Replicate at the pilot's own budget with fresh "
                                    "seeds (tests the pilot's call itself; --scale/--budget test it at another budget)."),
-    margin: float = typer.Option(0.0, "--margin", help="Confirm a call only when the interval of best − control "
+    margin: float = typer.Option(0.0, "--margin", min=-1.0, max=1.0, help="Confirm a call only when the interval of best − control "
                                  "lies above this improvement (fix it before running; default 0)."),
     unlearned: bool = typer.Option(False, "--unlearned", help="Also validate conditions where no regime beat its "
                                    "start in the pilot (skipped by default: their ranking is not a finding)."),
-    seeds: int = typer.Option(3, "--seeds", help="Seeds per validated regime (fresh ones: after the pilot's largest)."),
-    top: Optional[int] = typer.Option(None, "--top", help="Validate the K regimes with the highest best share per "
+    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, max=512, help="Fix the seeds per validated regime (fresh ones: after "
+                                        "the pilot's largest). Default: sized per condition by --power."),
+    control: str = typer.Option("runner-up", "--control", help="The control the pilot's best is tested against: "
+                                "runner-up (its closest rival) or lowest (its lowest-ranked regime)."),
+    power: float = typer.Option(0.8, "--power", min=0.5, max=0.999, help="Size the seeds so that the test confirms the gap with this "
+                                "probability (from the pilot's variance model; ignored with --seeds)."),
+    gap: Optional[float] = typer.Option(None, "--gap", min=1e-4, max=1.0, help="The true gap best − control to size for (default: the "
+                                        "pilot's observed gap less its winner's-curse bias)."),
+    max_seeds: int = typer.Option(8, "--max-seeds", min=1, max=512, help="At most this many seeds per regime when sizing by power."),
+    top: Optional[int] = typer.Option(None, "--top", min=1, max=1000, help="Validate the K regimes with the highest best share per "
                                       "condition instead of the pilot's best alone."),
     tied: bool = typer.Option(False, "--tied", help="Also validate every regime the pilot could not tell from its "
                               "best (the report's 'validate' list); costs one regime's jobs each."),
@@ -294,8 +317,10 @@ def validate(
     """Turn a pilot's recommendation into a validation sweep: the pilot's best, a control, more seeds.
 
     Per condition: the pilot's best regime (with --tied also those it could not tell from it, or
-    --top K by best share) and its lowest-ranked one as a control, re-planned at the validation
-    budget and evaluated on the validated target; the prediction goes in provenance.json.
+    --top K by best share) and its runner-up as the control (--control lowest: its lowest-ranked),
+    re-planned at the validation budget with fresh seeds, as many as the power asks (--power, --gap,
+    --max-seeds; or --seeds N), and evaluated on fresh items of the validated target (another
+    task.eval_seed); the prediction goes in provenance.json.
 
     Then [bold]race run --sweep-dir DIR[/] and [bold]race report DIR[/]: per condition, best − control as a
     paired difference with its interval: confirmed, not separated or reversed.
@@ -303,14 +328,19 @@ def validate(
     from race_cli.plan.validate import validate_main
 
     typed = [str(pilot)] + [f"{k} {v}" for k, v in (("--budget", budget), ("--scale", scale), ("--seeds", seeds),
-                                                     ("--top", top), ("--target", target)) if v is not None]
+                                                     ("--top", top), ("--target", target), ("--gap", gap))
+                            if v is not None]
+    typed += [f"--control {control}"] if control != "runner-up" else []
+    typed += [f"--power {power:g}"] if power != 0.8 and seeds is None else []
+    typed += [f"--max-seeds {max_seeds}"] if max_seeds != 8 and seeds is None else []
     typed += ["--tied"] if tied else []
     typed += ["--replicate"] if replicate else []
     typed += [f"--margin {margin:g}"] if margin else []
     typed += ["--unlearned"] if unlearned else []
     try:
         validate_main(pilot, budget=budget, scale=scale, seeds=seeds, top=top, tied=tied, target=target, out=out,
-                      dry_run=dry_run, typed=typed, replicate=replicate, margin=margin, unlearned=unlearned)
+                      dry_run=dry_run, typed=typed, replicate=replicate, margin=margin, unlearned=unlearned,
+                      control=control, power=power, gap=gap, max_seeds=max_seeds)
     except RaceError as exc:
         _fail(exc)
 

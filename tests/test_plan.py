@@ -196,3 +196,65 @@ def test_cli_flops_prints_the_ledger_and_an_exact_audit():
     assert "within the 1% target" in res.stdout
     res = _race("flops", "grpo.group_size=4,8")
     assert res.returncode == 2 and "ONE job" in res.stderr
+
+
+# --- race plan --gpu KIND[xN]: GPU-hours and memory for a device this machine does not have -------
+
+
+def test_plan_for_a_gpu_kind_without_having_one(monkeypatch):
+    from race_cli import machine
+    from race_cli.cost.memory import GiB
+    from race_cli.cost.walltime import GPU_KINDS, grid_seconds, parse_gpu
+    from race_cli.plan.render import wall_line
+
+    monkeypatch.setattr(machine, "gpu_visible", lambda device: False)  # a laptop: no GPU at all
+    monkeypatch.setattr(machine, "gpu_name", lambda: None)
+    h100 = GPU_KINDS["H100"]
+    plans = {}
+    for text in ("H100x8", "H200"):
+        spec = parse_gpu(text)
+        plans[text] = build_plan(["grid=pilot"], gpu_mem=spec.kind.memory_bytes, gpu=spec)
+    p8, p200 = plans["H100x8"], plans["H200"]
+    rows = p8.rows()
+    assert p8.slots == 8 and all(j.gpus == 1 for j in p8.jobs)
+    # memory: each job planned against the H100's 81559 MiB, micro-batches resolved (not CPU's 16)
+    assert all(0 < r["planned_peak_bytes"] <= 81559 * 2**20 for r in rows)
+    assert max(r["planned_peak_bytes"] for r in rows) > 60 * GiB  # auto fills the device
+    # the update at the stated 35% of the H100's 989 TFLOP/s: seconds = planned update FLOPs / 3.46e14
+    j = p8.jobs[0]
+    assert j.wall.phases["update"] == pytest.approx(j.budget.flops()["update"].model / (989e12 * 0.35))
+    hours = sum(r["planned_seconds"] for r in rows) / 3600  # one GPU per job
+    assert sum(r["planned_gpu_hours"] for r in rows) == pytest.approx(hours)
+    assert p8.grid_seconds() == pytest.approx(grid_seconds([r["planned_seconds"] for r in rows], 8))
+    line = wall_line(p8)
+    assert "on 8 H100 GPU(s)" in line and f"{hours:.3g} GPU-hours" in line
+    assert "assumptions" in line and "--calibrate-from" in line
+    # an H200 has more memory (bigger micro-batches) and more bandwidth (a faster rollout)
+    mb8 = {r["job_id"]: r["micro_batch_size"] for r in rows}
+    mb200 = {r["job_id"]: r["micro_batch_size"] for r in p200.rows()}
+    assert all(mb200[k] >= mb8[k] for k in mb8) and any(mb200[k] > mb8[k] for k in mb8)
+    assert p200.slots == 1 and "on 1 H200 GPU(s)" in wall_line(p200)
+    assert sum(r["planned_gpu_hours"] for r in p200.rows()) < hours
+    assert h100.memory_bytes < GPU_KINDS["H200"].memory_bytes
+
+
+def test_gpu_option_wins_over_the_detected_gpu(monkeypatch):
+    from race_cli import machine
+    from race_cli.cost.walltime import parse_gpu
+
+    monkeypatch.setattr(machine, "gpu_visible", lambda device: device != "cpu")  # an A10 box
+    monkeypatch.setattr(machine, "gpu_name", lambda: "NVIDIA A10")
+    monkeypatch.setattr(machine, "visible_gpus", lambda: ["0"])
+    here = build_plan(["grid=pilot", "model=qwen2.5-0.5b"], gpu_mem=24 * 2**30)
+    assert here.slots == 1 and "A10" in here.wall_source
+    there = build_plan(["grid=pilot", "model=qwen2.5-0.5b"], gpu_mem=parse_gpu("H100x8").kind.memory_bytes,
+                       gpu=parse_gpu("H100x8"))
+    assert there.slots == 8 and "H100" in there.wall_source and "A10," not in there.wall_source
+
+
+@pytest.mark.parametrize("text", ["bogus", "H100x0", "x8"])
+def test_an_unknown_gpu_kind_is_exit_2_naming_the_known_ones(tmp_path, text):
+    res = _race("plan", "--gpu", text, "--out", str(tmp_path / "s"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert ("Known kinds: A100, A100-80GB, A100-40GB, H100, H200" in res.stderr) or "expected 1 to" in res.stderr
+    assert not (tmp_path / "s").exists()

@@ -16,7 +16,10 @@ seconds were scaled to an idle machine by the run's CPU seconds / wall seconds (
 shared): see docs/design.md "Planned wall time". GPU figures are stated assumptions per GPU kind
 (GPU_KINDS): the update and the reward model run at an assumed share of the matmul peak; the
 rollout is memory-bound, each decode step reading the weights once at an assumed share of the
-memory bandwidth, for the longest completion of the batch.
+memory bandwidth, for the longest completion of the batch. A vLLM job whose engine sleeps at
+level 1 also pays each iteration to copy vLLM's weights to pinned host memory and back
+(`sleep_seconds`, at the stated host-link rates of HOST_LINK; `HostLink.measured` calibrates them
+from a run's sleep and wake seconds, as scripts/gpu_smoke.py prints them).
 """
 
 from __future__ import annotations
@@ -65,15 +68,48 @@ class GpuKind:
     bandwidth_share: float = 0.6  # achieved share of the bandwidth in a decode step (an assumption)
     eval_s: float = 30.0  # seconds per evaluation point (an assumption: vLLM, a few hundred items)
     overhead_s: float = 120.0  # per job: model load, vLLM start (an assumption)
+    memory_bytes: int = 0  # device memory as nvidia-smi reports it (memory.total), for `race plan --gpu`
 
 
-GPU_KINDS: dict[str, GpuKind] = {
-    "A100": GpuKind("A100", bf16_flops=312e12, hbm_bytes_per_s=2.0e12),
-    "H100": GpuKind("H100", bf16_flops=989e12, hbm_bytes_per_s=3.35e12),
-    "H200": GpuKind("H200", bf16_flops=989e12, hbm_bytes_per_s=4.8e12),
-    "L40S": GpuKind("L40S", bf16_flops=362e12, hbm_bytes_per_s=0.86e12),
-    "A10": GpuKind("A10", bf16_flops=125e12, hbm_bytes_per_s=0.6e12),
+_MiB = 2**20
+GPU_KINDS: dict[str, GpuKind] = {  # datasheet peaks (SXM parts); memory.total as nvidia-smi prints it
+    "A100": GpuKind("A100", bf16_flops=312e12, hbm_bytes_per_s=2.0e12, memory_bytes=81920 * _MiB),
+    "A100-80GB": GpuKind("A100-80GB", bf16_flops=312e12, hbm_bytes_per_s=2.0e12, memory_bytes=81920 * _MiB),
+    "A100-40GB": GpuKind("A100-40GB", bf16_flops=312e12, hbm_bytes_per_s=1.555e12, memory_bytes=40960 * _MiB),
+    "H100": GpuKind("H100", bf16_flops=989e12, hbm_bytes_per_s=3.35e12, memory_bytes=81559 * _MiB),
+    "H200": GpuKind("H200", bf16_flops=989e12, hbm_bytes_per_s=4.8e12, memory_bytes=143771 * _MiB),
+    "L40S": GpuKind("L40S", bf16_flops=362e12, hbm_bytes_per_s=0.86e12, memory_bytes=46068 * _MiB),
+    "A10": GpuKind("A10", bf16_flops=125e12, hbm_bytes_per_s=0.6e12, memory_bytes=23028 * _MiB),
 }
+MAX_GPUS = 4096  # `--gpu KINDxN`: more GPUs than this is a typo
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """`race plan --gpu H100x8`: the device the plan is for (instead of the one detected here)."""
+
+    kind: GpuKind
+    count: int = 1
+
+    def describe(self) -> str:
+        return f"{self.count} {self.kind.name}"
+
+
+def parse_gpu(text: str) -> GpuSpec:
+    """'H100' -> 1 H100, 'H200x8' -> 8 H200, 'a100-80gb x2' -> 2 A100-80GB; an unknown kind or a count
+    outside 1..MAX_GPUS raises ValueError naming the known kinds (the CLI turns it into exit 2)."""
+    import re
+
+    known = ", ".join(GPU_KINDS)
+    m = re.fullmatch(r"\s*(.+?)(?:\s*[x×*]\s*(\d+))?\s*", str(text), flags=re.IGNORECASE)
+    name = m.group(1).upper() if m else ""
+    if not m or name not in GPU_KINDS:
+        raise ValueError(f"--gpu {text!r}: unknown GPU kind {name or text!r}. Known kinds: {known}; add xN "
+                         "for N of them (e.g. --gpu H100x8).")
+    count = int(m.group(2)) if m.group(2) else 1
+    if not 1 <= count <= MAX_GPUS:
+        raise ValueError(f"--gpu {text!r}: expected 1 to {MAX_GPUS} GPUs (e.g. --gpu {name}x8).")
+    return GpuSpec(GPU_KINDS[name], count)
 
 
 def gpu_kind(name: str | None) -> GpuKind | None:
@@ -129,10 +165,11 @@ class JobTime:
     eval: float
     overhead: float
     source: str
+    sleep: float = 0.0  # vLLM level-1 sleep: weights to the host and back, every iteration (see sleep_seconds)
 
     @property
     def total(self) -> float:
-        return sum(self.phases.values()) + self.eval + self.overhead
+        return sum(self.phases.values()) + self.eval + self.overhead + self.sleep
 
 
 def job_seconds(planned_flops: Mapping[str, float], rates: Rates, *, iterations: int, eval_every: int | None = None,
@@ -152,6 +189,38 @@ def job_seconds(planned_flops: Mapping[str, float], rates: Rates, *, iterations:
     if generations is not None and rates.eval_assumed and generations[1] > 0:
         per_point = phases["rollout"] * generations[0] / generations[1]
     return JobTime(phases, per_point * eval_points(iterations, eval_every, eval_at), rates.overhead_s, rates.source)
+
+
+# --- vLLM's sleep cycle ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """Effective device<->host rates of vLLM's level-1 sleep (weights copied into freshly pinned host
+    memory) and wake-up (copied back), bytes per second."""
+
+    sleep_bytes_per_s: float
+    wake_bytes_per_s: float
+    source: str
+
+    @classmethod
+    def measured(cls, weight_bytes: float, sleep_s: float, wake_s: float, source: str = "measured") -> "HostLink":
+        """The rates a run showed: `weight_bytes` moved each way in `sleep_s` and `wake_s` seconds."""
+        return cls(weight_bytes / sleep_s, weight_bytes / wake_s, source)
+
+
+# Measured in a vLLM PR 48337 comment (Qwen3-8B + LoRA on an A100, ~16.4e9 bytes of bf16 weights): level-1
+# sleep 10.57 s, wake 2.19 s; most of the sleep is allocating and pinning host buffers, so these are effective
+# rates, not the PCIe link's. Calibrate with HostLink.measured from scripts/gpu_smoke.py's sleep/wake seconds.
+HOST_LINK = HostLink(16.4e9 / 10.57, 16.4e9 / 2.19, "assumed: Qwen3-8B level-1 sleep 10.57 s, wake 2.19 s (vLLM PR 48337)")
+
+
+def sleep_seconds(weight_bytes: float, link: HostLink = HOST_LINK) -> float:
+    """Seconds one level-1 sleep and its wake-up take for `weight_bytes` of vLLM weights (0: nothing moved,
+    e.g. the KV-cache-only release, whose freeing and re-mapping is not counted)."""
+    if weight_bytes <= 0:
+        return 0.0
+    return weight_bytes / link.sleep_bytes_per_s + weight_bytes / link.wake_bytes_per_s
 
 
 def grid_seconds(job_totals: Sequence[float], slots: int) -> float:

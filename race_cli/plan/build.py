@@ -126,6 +126,7 @@ class Plan:
     capped: list[str] = field(default_factory=list)  # ids of jobs whose T budget.max_iterations cut
     slots: int = 1  # jobs race run would run at once here (CPU workers or GPUs)
     wall_source: str = ""  # where the wall-time rates come from
+    gpu: Any = None  # walltime.GpuSpec of `race plan --gpu KINDxN` (None: the machine detected here)
 
     def grid_seconds(self) -> float:
         """Planned wall seconds of the whole grid on `slots` (longest first, as the pool runs it)."""
@@ -177,7 +178,7 @@ def _fixed_override(key: str, value: Any) -> str:
 
 def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool = False,
                check_budget: bool = True, gpu_mem: int | None = None, rates: dict | None = None,
-               informative: dict | None = None,
+               informative: dict | None = None, gpu: Any = None,
                too_many: str = "Check the axes, or pass --yes to plan it anyway.") -> Plan:
     """Expand, compose, validate and budget-match every job; RaceError lists every problem.
 
@@ -187,11 +188,14 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     measured, for the planned wall time (default: the measured CPU defaults, or the GPU kind's
     assumptions). `informative` (plan/measured.sweep_informative): the measured share of rows the
     update runs on, per regime or reward type, for jobs that leave grpo.expected_informative_share null.
+    `gpu` (walltime.GpuSpec, race plan --gpu H100x8): plan backends, wall time and GPU-hours for that
+    device instead of the one detected here (its memory comes in as `gpu_mem`).
     """
     from race_cli.cost.memory import plan_memory
 
     from race_cli.config.compose import config_groups, group_options
     from race_cli.config.sweep import Axis, job_id, parse_sweep, unique_ids
+    from race_cli.plan.wall import on_gpu, plan_wall
 
     groups = {g: group_options(g) for g in config_groups()}
     limit = HARD_MAX_JOBS if yes else max_jobs
@@ -233,7 +237,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     short, capped = [], []
     for jid, job, combo in zip(ids, jobs, combos):
         job.job_id, job.axis_overrides = jid, combo
-        job.backend = job_backend(job.config, on_gpu=machine.gpu_visible(job.config["device"]),
+        job.backend = job_backend(job.config, on_gpu=on_gpu(job.config, gpu),
                                   vllm_installed=machine.vllm_installed())  # the job resolves it again where it runs
         if informative:
             apply_informative(job.config, informative)
@@ -250,11 +254,9 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
             capped.append(jid)
     if short:
         raise RaceError(*short)
-    from race_cli.plan.wall import plan_wall
-
-    slots, source = plan_wall(jobs, rates)
+    slots, source = plan_wall(jobs, rates, gpu)
     return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs, capped=capped,
-                slots=slots, wall_source=source)
+                slots=slots, wall_source=source, gpu=gpu)
 
 
 def apply_informative(config: dict, measured: dict) -> None:

@@ -20,8 +20,21 @@ def fmt_flops(x: float) -> str:
     return f"{mant}e{int(exp)}" if exp else mant
 
 
-def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
-    """Print the plan rows as a rich table with totals, or as CSV / JSON on stdout."""
+WIDE = 180  # a console at least this wide gets every column; narrower (a pipe is 80) gets NARROW_COLS
+NARROW_COLS = ["job id", "model", "G", "μ", "reward", "seed", "T", "used", "p", "peak mem", "mb", "wall"]
+SAID_BY_ID = ["model", "reward", "seed", "G", "μ"]  # left out first when room is short (the job id says them)
+CAPTION = ("T: iterations (+b: the last one takes b < B prompts, spending the rest of the budget); used = planned / "
+           "budget; search / learning / feedback = planned shares of the job's FLOPs (rollout / update / reward); p = "
+           "update fraction. Model-convention FLOPs; evaluation is not charged. peak mem = planned peak device memory "
+           "and its phase; mb = sequences per micro-batch on a GPU (+ckpt: gradient checkpointing; CPU workers run "
+           "micro_batch_size auto as 16 sequences).")
+NARROW_NOTE = ("Narrow console: budget, planned FLOPs, the search / learning / feedback shares, tokens and inf. are in "
+               "plan.csv and plan.json (race plan --format csv), or widen the terminal to {wide} columns.")
+
+
+def print_plan(plan: Any, fmt: str = "table", file=None, console=None) -> None:
+    """Print the plan rows as a rich table with totals, or as CSV / JSON on stdout. The table takes the
+    console's width: every column from WIDE columns up, else NARROW_COLS (the rest in plan.csv/json)."""
     out = file or sys.stdout
     rows = plan.rows()
     if fmt == "json":
@@ -36,23 +49,39 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
         return
 
     from rich.console import Console
+
+    console = console or Console(file=out)
+    if console.width >= WIDE:
+        console.print(_wide_table(plan, rows))
+    else:
+        console.print(f"race plan: grid '{plan.grid['name']}', {len(rows)} jobs", highlight=False)
+        console.print(_narrow_table(plan, rows, console))
+        console.print(_narrow_caption(), highlight=False)
+        console.print(NARROW_NOTE.format(wide=WIDE), highlight=False)
+    console.print(wall_line(plan), highlight=False)
+
+
+def _swept(plan: Any) -> list[str]:
+    return [k for k in plan.axes if k not in ("model", "grpo.group_size", "grpo.updates_per_batch", "reward")]
+
+
+def _mb(r: dict) -> str:
+    return f"{r.get('micro_batch_size', '')}{'+ckpt' if r.get('grad_checkpointing') else ''}"
+
+
+def _wide_table(plan: Any, rows: list[dict]):
     from rich.table import Table
 
-    swept = [k for k in plan.axes if k not in ("model", "grpo.group_size", "grpo.updates_per_batch", "reward")]
+    swept = _swept(plan)
     table = Table(title=f"race plan: grid '{plan.grid['name']}', {len(rows)} jobs", title_justify="left",
-                  caption="T: iterations (+b: the last one takes b < B prompts, spending the rest of the budget); "
-                  "used = planned / budget; search / learning / feedback = planned shares of the job's FLOPs "
-                  "(rollout / update / reward); p = update fraction. Model-convention FLOPs; evaluation is not charged. "
-                  "peak mem = planned peak device memory and its phase; mb = sequences per micro-batch on a GPU "
-                  "(+ckpt: gradient checkpointing; CPU workers run micro_batch_size auto as 16 sequences).",
-                  caption_justify="left")
+                  caption=CAPTION, caption_justify="left")
     cols = [("job id", "left"), ("model", "left"), ("G", "right"), ("μ", "right"), ("reward", "left")]
     cols += [(k, "right") for k in swept]
     cols += [("budget", "right"), ("T", "right"), ("planned", "right"), ("used", "right"), ("search", "right"),
              ("learning", "right"), ("feedback", "right"), ("p", "right"), ("tokens", "right"),
              ("peak mem", "right"), ("mb", "right"), ("inf.", "right"), ("wall", "right")]
     for name, justify in cols:
-        table.add_column(name, justify=justify, no_wrap=name in ("job id", "peak mem"))
+        table.add_column(name, justify=justify, no_wrap=True)
     for job, r in zip(plan.jobs, rows):
         extra = [str(_lookup(job.config, k)) for k in swept]
         table.add_row(r["job_id"], r["model"], str(r["group_size"]), str(r["updates_per_batch"]), r["reward"],
@@ -60,8 +89,7 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
                       pct(r["budget_used"]),
                       pct(r["share_search"]), pct(r["share_learning"]), pct(r["share_feedback"]),
                       f"{r['p']:.2f}", fmt_flops(r["tokens_prompt"] + r["tokens_completion"]),
-                      _peak(r), f"{r.get('micro_batch_size', '')}{'+ckpt' if r.get('grad_checkpointing') else ''}",
-                      f"{r['informative_share']:.2f}", fmt_duration(r.get("planned_seconds")))
+                      _peak(r), _mb(r), f"{r['informative_share']:.2f}", fmt_duration(r.get("planned_seconds")))
     total = sum(r["planned_flops_total"] for r in rows)
     budget = sum(r["budget_flops"] for r in rows)
     tokens = sum(r["tokens_prompt"] + r["tokens_completion"] for r in rows)
@@ -73,21 +101,85 @@ def print_plan(plan: Any, fmt: str = "table", file=None) -> None:
                   pct(sum(r["planned_flops_reward"] for r in rows) / total), "", fmt_flops(tokens),
                   _peak(max(rows, key=lambda r: r.get("planned_peak_bytes", 0))), "", "",
                   fmt_duration(sum(r.get("planned_seconds") or 0.0 for r in rows)))
-    console = Console(file=out, width=max(180, Console(file=out).width))
-    console.print(table)
-    console.print(wall_line(plan), highlight=False)
+    return table
+
+
+def _narrow_cells(r: dict) -> dict[str, str]:
+    return {"job id": r["job_id"], "model": r["model"], "G": str(r["group_size"]), "μ": str(r["updates_per_batch"]),
+            "reward": r["reward"], "seed": str(r["seed"]), "T": _iterations(r), "used": pct(r["budget_used"]),
+            "p": f"{r['p']:.2f}", "peak mem": _peak(r), "mb": _mb(r), "wall": fmt_duration(r.get("planned_seconds"))}
+
+
+def _narrow_table(plan: Any, rows: list[dict], console) -> Any:
+    """NARROW_COLS, one space between columns, no cell ever folded: when the table is still too wide the
+    columns the job id already says or that hold one value for every job (model, reward, seed, G, μ) go
+    first, then the micro-batch; plan.csv and plan.json keep them all."""
+    from rich import box
+    from rich.table import Table
+
+    cells = [_narrow_cells(r) for r in rows]
+    total = {"job id": "total", "T": str(sum(r["iterations"] for r in rows)),
+             "peak mem": _peak(max(rows, key=lambda r: r.get("planned_peak_bytes", 0))),
+             "wall": fmt_duration(sum(r.get("planned_seconds") or 0.0 for r in rows))}
+
+    def build(cols: list[str]):
+        t = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), pad_edge=False)
+        for c in cols:
+            t.add_column(c, justify="left" if c in ("job id", "model", "reward") else "right", no_wrap=True)
+        for c in cells:
+            t.add_row(*[c[k] for k in cols])
+        t.add_section()
+        t.add_row(*[total.get(k, "") for k in cols])
+        return t
+
+    cols = list(NARROW_COLS)
+    same = lambda c: len({cell[c] for cell in cells}) == 1  # noqa: E731 - one value for every job
+    drop = [c for c in SAID_BY_ID if same(c) or all(_said_by_id(c, r) for r in rows)] + ["mb"]
+    table = build(cols)
+    while _natural_width(console, table) > console.width and drop:
+        cols.remove(drop.pop(0))
+        table = build(cols)
+    return table
+
+
+def _natural_width(console, table) -> int:
+    """The table's width with no limit (console.measure caps it at the console's width)."""
+    from rich.measure import Measurement
+
+    return Measurement.get(console, console.options.update(max_width=10**5), table).maximum
+
+
+def _said_by_id(col: str, r: dict) -> bool:
+    """Whether the job id names this column's value (a swept axis is part of the id), or it is the same for every job."""
+    value = {"model": r["model"], "reward": str(r["reward"]).split(":")[0], "seed": f"s{r['seed']}",
+             "G": f"G{r['group_size']}", "μ": f"mu{r['updates_per_batch']}"}[col]
+    return value in r["job_id"]
+
+
+def _narrow_caption() -> str:
+    return ("T: iterations (+b: a last iteration of b < B prompts); used = planned / budget FLOPs; p = update "
+            "fraction; peak mem = planned peak device memory (phase); mb = sequences per micro-batch on a GPU "
+            "(+ckpt: gradient checkpointing); wall = planned wall time.")
 
 
 def wall_line(plan: Any) -> str:
-    """'planned wall time: 7m12s on 2 CPU workers (...)': the grid's, as race run would schedule it here."""
+    """'planned wall time: 7m12s on 2 CPU workers (...)': the grid's, as race run would schedule it here
+    (or on the `race plan --gpu` device), and where the rates come from."""
     rows = plan.rows()
     gpu_hours = sum(r.get("planned_gpu_hours") or 0.0 for r in rows)
-    where = f"{plan.slots} GPU(s)" if gpu_hours else f"{plan.slots} CPU worker(s)"
+    gpu = getattr(plan, "gpu", None)
+    if gpu_hours:
+        where = (f"{plan.slots} {gpu.kind.name} GPU(s) (--gpu {gpu.kind.name}x{gpu.count}; not detected here)"
+                 if gpu is not None else f"{plan.slots} GPU(s)")
+    else:
+        where = f"{plan.slots} CPU worker(s)"
     text = (f"planned wall time: {fmt_duration(plan.grid_seconds())} for the grid on {where}, longest job first "
             f"({fmt_duration(sum(r.get('planned_seconds') or 0.0 for r in rows))} of job time"
-            + (f", {gpu_hours:.3g} GPU-hours" if gpu_hours else "") + f"); rates {plan.wall_source}. "
-            "inf. = planned share of rows the update runs on (zero-advantage rows are skipped).")
-    return text
+            + (f", {gpu_hours:.3g} GPU-hours" if gpu_hours else "") + f"); rates {plan.wall_source}.")
+    if gpu_hours and "assumed" in plan.wall_source:
+        text += (" GPU rates are assumptions (datasheet peaks at assumed shares) until race plan --calibrate-from "
+                 "a finished sweep run on that GPU.")
+    return text + " inf. = planned share of rows the update runs on (zero-advantage rows are skipped)."
 
 
 def _iterations(row: dict) -> str:

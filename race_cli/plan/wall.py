@@ -6,7 +6,8 @@ CPU jobs use the measured CPU rates of their model (walltime.CPU_RATES) unless `
 sweep's, plan/measured.sweep_rates) has that model; they run on one single-thread worker per core,
 at most one per job (the pool's rule, pool/local.default_workers). GPU jobs use the stated
 assumptions of the GPU kind nvidia-smi names (walltime.GPU_KINDS; H100 when it names none known),
-one job per visible GPU.
+one job per visible GPU. `race plan --gpu H100x8` plans for 8 H100s instead of what is detected here
+(GpuSpec): the kind's rates and memory, one job per GPU.
 """
 
 from __future__ import annotations
@@ -31,19 +32,28 @@ def _weight_bytes(cfg: dict) -> float:
     return 2.0 * (a.n_body + 2 * a.n_head)  # layers, embedding and head
 
 
-def plan_wall(jobs: Sequence, rates: dict | None = None) -> tuple[int, str]:
-    """Set each job's planned wall time; returns (slots, where the rates come from)."""
-    on_gpu = [machine.gpu_visible(j.config["device"]) for j in jobs]
+def on_gpu(config: dict, gpu: walltime.GpuSpec | None = None) -> bool:
+    """Whether the job runs on a GPU: on the `race plan --gpu` device unless it asks for device=cpu,
+    else on this machine's (machine.gpu_visible)."""
+    if gpu is not None:
+        return config["device"] != "cpu"
+    return machine.gpu_visible(config["device"])
+
+
+def plan_wall(jobs: Sequence, rates: dict | None = None, gpu: walltime.GpuSpec | None = None) -> tuple[int, str]:
+    """Set each job's planned wall time; returns (slots, where the rates come from). `gpu` (race plan
+    --gpu KINDxN) plans for that device and count instead of the one detected here."""
+    on = [on_gpu(j.config, gpu) for j in jobs]
     kind = None
-    if any(on_gpu):
-        kind = walltime.gpu_kind(machine.gpu_name()) or walltime.GPU_KINDS["H100"]
+    if any(on):
+        kind = gpu.kind if gpu is not None else walltime.gpu_kind(machine.gpu_name()) or walltime.GPU_KINDS["H100"]
     sources = set()
-    for job, gpu in zip(jobs, on_gpu):
+    for job, job_on_gpu in zip(jobs, on):
         c, b = job.config, job.budget
         model = c["model"]["name"]
         if rates and model in rates:
             r = rates[model]
-        elif gpu:
+        elif job_on_gpu:
             per = b.per_iteration["rollout"].model if b.per_iteration else 0.0
             r = walltime.gpu_rates(kind, weight_bytes=_weight_bytes(c), decode_steps=float(c["rollout"]["max_new_tokens"]),
                                    rollout_flops=per)
@@ -54,8 +64,10 @@ def plan_wall(jobs: Sequence, rates: dict | None = None) -> tuple[int, str]:
         points = walltime.eval_points(b.iterations, c["eval"].get("every"), c["eval"].get("at") or ())
         job.wall = walltime.job_seconds(planned, r, iterations=b.iterations, eval_every=c["eval"].get("every"),
                                         eval_at=c["eval"].get("at") or (), generations=(ev / max(points, 1), train))
-        job.gpus = 1 if gpu else 0
+        job.gpus = 1 if job_on_gpu else 0
         sources.add(r.source)
-    n_gpu = sum(on_gpu)
-    slots = max(1, len(machine.visible_gpus())) if n_gpu else cpu_workers(machine.cpu_cores(), len(jobs))
+    if sum(on):
+        slots = gpu.count if gpu is not None else max(1, len(machine.visible_gpus()))
+    else:
+        slots = cpu_workers(machine.cpu_cores(), len(jobs))
     return slots, "; ".join(sorted(sources))
