@@ -372,3 +372,22 @@ def test_a_rerun_waits_for_a_worker_an_earlier_run_left_training(tmp_path):
     holder.wait(timeout=10)
     holder.stdout.close()
     assert wait_for_live_trainers(tmp_path, ["G2"], said.append) == []  # nothing held: no wait, no message
+
+
+def test_the_end_line_checks_the_planned_wall_time(tmp_path):
+    from race_cli.pool.run import wall_check_line
+
+    # planned 60, 60 and 30 s on 2 slots, longest first: 60 | 60 + 30 -> the grid takes 90 s
+    assert wall_check_line([60.0, 60.0, 30.0], 99.0, 2, "2 CPU worker(s)").startswith(
+        "wall time 1m39s for 3 job(s) on 2 CPU worker(s); planned 1m30s (actual / planned 1.10;")
+    assert "no planned seconds" in wall_check_line([60.0, None], 5.0, 2, "2 CPU worker(s)")
+
+    sweep = make_sweep(tmp_path / "s", {"a": {"seconds": 0.2}, "b": {"seconds": 0.2}, "c": {"seconds": 0.2}})
+    rows = read_json(sweep / "plan.json")
+    for r in rows:
+        r["planned_seconds"] = 2.0
+    (sweep / "plan.json").write_text(json.dumps(rows))
+    said: list[str] = []
+    assert run(sweep, say=said.append) == 0
+    assert said[-1].startswith("wall time ") and "for 3 job(s) on 2 CPU worker(s)" in said[-1], said
+    assert "; planned 4s (actual / planned " in said[-1]  # 2 s | 2 s + 2 s on two workers

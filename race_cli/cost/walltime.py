@@ -1,6 +1,6 @@
 """Planned wall time of a job and of a grid, from per-phase throughput. Pure (no torch, no files).
 
-    rates = cpu_rates("tiny-s")                         # measured defaults (CPU_RATES), or calibrate(...)
+    rates = cpu_rates("tiny-s")                         # the CPU defaults (CPU_RATES), or calibrate(...)
     t = job_seconds(planned_flops, rates, iterations=T, eval_every=100)   # JobTime: seconds per phase
     grid_seconds([t.total for t in times], slots=2)     # the pool's longest-first schedule over its slots
 
@@ -48,12 +48,16 @@ class Rates:
 # (2026-12-01, 24 jobs, 2 workers x 1 thread, load average 8 on 2 cores) had its ledgers' wall seconds scaled by
 # its CPU seconds / job wall seconds = 926 s / 2805 s = 0.330: what each job got of a core, so these are the
 # figures of an idle 2-core machine (`race plan --calibrate-from` uses a sweep's own, unscaled).
+# Not an idle measurement: benchmarks/rate_probe.py re-measures them on a quiet machine and prints the block
+# to paste here (then IDLE_SCALE is 1). CPU_SOURCE is what `race plan` says about them.
 IDLE_SCALE = 0.330
+CPU_SOURCE = ("CPU defaults from one run on a loaded 2-core machine (2026-12-01, load ~8), seconds scaled by its "
+              "CPU/wall ratio 0.33; not measured idle (benchmarks/rate_probe.py re-measures)")
 CPU_RATES: dict[str, Rates] = {
     "tiny-s": Rates({"rollout": 1.11e10, "update": 2.68e10, "reward": 2.43e10}, eval_s=0.98, overhead_s=2.7,
-                    source="measured defaults (idle 2 cores)"),
+                    source=CPU_SOURCE),
     "tiny-m": Rates({"rollout": 1.86e10, "update": 3.91e10, "reward": 2.40e10}, eval_s=2.06, overhead_s=1.3,
-                    source="measured defaults (idle 2 cores)"),
+                    source=CPU_SOURCE),
 }
 
 

@@ -107,13 +107,31 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
     else:
         if own_jobs:
             prebuild_zoo(sweep, list(rows), say)
+        timing: dict = {}
         stopped = run_local(sweep, rows, workers=workers, gpus_per_job=gpus_per_job, retry_failed=retry_failed,
-                            grace_s=grace_s, live=live, job_command=job_command, say=say)
+                            grace_s=grace_s, live=live, job_command=job_command, say=say, timing=timing)
         if stopped:
             say(f"Stopped by {signal.Signals(stopped).name}: running jobs are marked interrupted. "
                 f"Resume with the same command, or: race run --sweep-dir {sweep}")
             return 128 + stopped
+        return finish(sweep, list(rows), retry_failed=retry_failed, report=report, say=say,
+                      end_line=timing.get("line"))
     return finish(sweep, list(rows), retry_failed=retry_failed, report=report, say=say)
+
+
+def wall_check_line(planned: list[float | None], actual_s: float, slots: int, where: str) -> str:
+    """'wall time 6m17s for 24 job(s) on 2 CPU worker(s); planned 8m04s (actual / planned 0.78)': every run
+    checks the wall-time model race plan printed (the plan's seconds of the jobs run, scheduled as the pool did)."""
+    from race_cli.cost.walltime import fmt_duration, grid_seconds
+
+    text = f"wall time {fmt_duration(actual_s)} for {len(planned)} job(s) on {where}"
+    if not planned or any(p is None for p in planned):
+        return text + "; plan.json has no planned seconds to compare with (a sweep planned before they existed)."
+    plan_s = grid_seconds([float(p) for p in planned], slots)
+    if plan_s <= 0:
+        return text + "."
+    return (text + f"; planned {fmt_duration(plan_s)} (actual / planned {actual_s / plan_s:.2f}; "
+            "race plan --calibrate-from this sweep plans the next one on its own rates).")
 
 
 def prebuild_zoo(sweep: Path, job_ids: list[str], say: Callable[[str], None]) -> None:
@@ -184,8 +202,10 @@ def wait_for_live_trainers(sweep: Path, job_ids: list[str], say, poll_s: float =
 
 
 def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_per_job: int,
-              retry_failed: bool, grace_s: float, live: bool | None, job_command, say) -> int | None:
-    """Run the jobs not yet done on this machine under the sweep lock; returns the stopping signal or None."""
+              retry_failed: bool, grace_s: float, live: bool | None, job_command, say,
+              timing: dict | None = None) -> int | None:
+    """Run the jobs not yet done on this machine under the sweep lock; returns the stopping signal or None.
+    `timing["line"]` gets the planned-vs-actual wall time of the jobs run (wall_check_line)."""
     from race_cli.pool.display import Progress, make_display
     from race_cli import machine
     from race_cli.pool.local import LocalPool, make_slots
@@ -221,15 +241,21 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
         display = make_display(progress, live=live)
         pool = LocalPool(sweep, todo, slots, plan_rows=rows, job_command=job_command, display=display,
                          grace_s=grace_s)
+        t0 = time.monotonic()
         try:
             pool.run()
         finally:
             display.close()
+        if timing is not None:
+            timing["line"] = wall_check_line([rows.get(j, {}).get("planned_seconds") for j in todo],
+                                             time.monotonic() - t0, len(slots), where)
         return pool.stopped_by
 
 
-def finish(sweep: Path, job_ids: list[str], *, retry_failed: bool, report: bool, say) -> int:
-    """Say how the sweep stands, report it when something is done; 1 when any job failed."""
+def finish(sweep: Path, job_ids: list[str], *, retry_failed: bool, report: bool, say,
+           end_line: str | None = None) -> int:
+    """Say how the sweep stands, report it when something is done; 1 when any job failed. `end_line`
+    (the planned-vs-actual wall time) is said last."""
     statuses = {j: st.read_status(folder.job_dir(sweep, j)) for j in job_ids}
     by_state: dict[str, list[str]] = {}
     for j, s in statuses.items():
@@ -246,6 +272,9 @@ def finish(sweep: Path, job_ids: list[str], *, retry_failed: bool, report: bool,
             s = statuses[j]
             say(f"  {j}: {s.get('error') or 'no error recorded'} (log: {folder.log_file(folder.job_dir(sweep, j))})")
         say("Fix the cause, then rerun with --retry-failed to run them again.")
+    if end_line:
+        say(end_line)
+    if failed:
         return 1
     unfinished = [j for k, v in by_state.items() if k != "done" for j in v]
     return 0 if not unfinished else 1
