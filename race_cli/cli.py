@@ -291,7 +291,7 @@ def validate(
                                           "(default 2 when neither --budget, --scale nor --replicate is given)."),
     replicate: bool = typer.Option(False, "--replicate", help="Replicate at the pilot's own budget with fresh "
                                    "seeds (tests the pilot's call itself; --scale/--budget test it at another budget)."),
-    margin: float = typer.Option(0.0, "--margin", min=-1.0, max=1.0, help="Confirm a call only when the interval of best − control "
+    margin: float = typer.Option(0.0, "--margin", min=0.0, max=1.0, help="Confirm a call only when the interval of best − control "
                                  "lies above this improvement (fix it before running; default 0)."),
     unlearned: bool = typer.Option(False, "--unlearned", help="Also validate conditions where no regime beat its "
                                    "start in the pilot (skipped by default: their ranking is not a finding)."),

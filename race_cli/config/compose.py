@@ -120,6 +120,16 @@ def compose(overrides: Sequence[str] = ()) -> Any:
 
     register_schema()
     overrides = list(overrides)
+    from race_cli.config.sweep import parse_override
+
+    problems = []
+    for text in overrides:  # grammar, range and integer-size errors: one line naming the override
+        try:
+            parse_override(text)
+        except RaceError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise RaceError(*problems)
     check_group_choices(overrides)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):

@@ -88,16 +88,14 @@ def parse_sweep(overrides: Sequence[str], group_options: dict[str, list[str]], *
     from hydra.core.override_parser.types import ChoiceSweep, Glob, IntervalSweep, RangeSweep
     from hydra.errors import HydraException
 
-    parser = _parser()
     sweep = Sweep()
     problems = []
     first: dict[str, str] = {}  # key -> the override that set it first
     for text in overrides:
         try:
-            (ov,) = parser.parse_overrides([text])
-        except HydraException as exc:
-            problems.append(f"Cannot parse override '{text}': {str(exc).splitlines()[0]}. "
-                            "Expected KEY=VALUE, KEY=a,b,c, KEY=range(start,stop,step) or GROUP=glob(pattern).")
+            ov = parse_override(text)
+        except RaceError as exc:
+            problems.extend(exc.problems)
             continue
         key = ov.get_key_element()
         prefix = key[: len(key) - len(key.lstrip("+~"))]
@@ -129,16 +127,21 @@ def parse_sweep(overrides: Sequence[str], group_options: dict[str, list[str]], *
                 continue
             values = value.filter(group_options[bare])
         elif isinstance(value, (ChoiceSweep, RangeSweep)):
-            if isinstance(value, RangeSweep) and max_values is not None:
-                try:
-                    n = range_size(float(value.start), float(value.stop), float(value.step))
-                except (TypeError, ValueError, OverflowError):
-                    n = 0
-                if n > max_values:
+            if isinstance(value, RangeSweep):
+                bad = _range_problem(text, value)
+                if bad:
+                    problems.append(bad)
+                    continue
+                n = range_size(float(value.start), float(value.stop), float(value.step))
+                if max_values is not None and n > max_values:
                     problems.append(f"'{text}' expands to {n} values, more than the maximum of {max_values} jobs "
                                     f"(counted, not expanded). {too_many}")
                     continue
-            values = list(ov.sweep_string_iterator())
+            try:
+                values = list(ov.sweep_string_iterator())
+            except (HydraException, ValueError, TypeError, OverflowError) as exc:
+                problems.append(f"Cannot expand override '{_short(text)}': {_first_line(exc)}. " + _GRAMMAR)
+                continue
         else:  # pragma: no cover - the grammar has no other sweep types
             problems.append(f"'{text}': unsupported sweep type {type(value).__name__}.")
             continue
@@ -157,6 +160,53 @@ def parse_sweep(overrides: Sequence[str], group_options: dict[str, list[str]], *
     if problems:
         raise RaceError(*problems)
     return sweep
+
+
+_GRAMMAR = "Expected KEY=VALUE, KEY=a,b,c, KEY=range(start,stop,step) or GROUP=glob(pattern)."
+
+
+def _short(text: str, n: int = 80) -> str:
+    """An override as it can be quoted in a message: a 100,000-character one is cut, with its length."""
+    return text if len(text) <= n else f"{text[:n]}... ({len(text)} characters)"
+
+
+def _first_line(exc: BaseException) -> str:
+    line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return line[:200]
+
+
+MAX_OVERRIDE_CHARS = 200_000  # the longest override race parses (a path is at most 4096; grids list a few values)
+
+
+def parse_override(text: str) -> Any:
+    """One override parsed with Hydra's grammar; every way that fails (bad grammar, an integer longer
+    than Python converts, a grammar recursion) becomes one RaceError line naming the override."""
+    from hydra.errors import HydraException
+
+    if len(text) > MAX_OVERRIDE_CHARS:
+        raise RaceError(f"Override '{_short(text)}' is longer than the {MAX_OVERRIDE_CHARS} characters race parses: "
+                        "expected KEY=VALUE with a value of the key's domain (a path is at most 4096 characters).")
+    try:
+        (ov,) = _parser().parse_overrides([text])
+    except (HydraException, ValueError, TypeError, OverflowError, RecursionError) as exc:
+        why = _first_line(exc)
+        if "Exceeds the limit" in why and "digits" in why:
+            why = "an integer has more digits than Python converts (4300); no setting needs more than 10 digits"
+        raise RaceError(f"Cannot parse override '{_short(text)}': {why}. " + _GRAMMAR) from None
+    return ov
+
+
+def _range_problem(text: str, value: Any) -> str | None:
+    """range(start, stop, step) that cannot be enumerated: a zero step, a non-finite or non-numeric bound."""
+    try:
+        start, stop, step = float(value.start), float(value.stop), float(value.step)
+    except (TypeError, ValueError, OverflowError):
+        return f"'{_short(text)}': range() takes numbers (range(start, stop, step)). " + _GRAMMAR
+    if not all(map(math.isfinite, (start, stop, step))):
+        return f"'{_short(text)}': range() bounds and step must be finite numbers, e.g. seed=range(0,10)."
+    if step == 0:
+        return f"'{_short(text)}': range() step must not be zero, e.g. seed=range(0,10,2)."
+    return None
 
 
 # --- typed application of one override to a plain-dict config ------------------------------------
@@ -275,7 +325,7 @@ def apply_value(cfg: dict, text: str, types: dict[str, Any]) -> None:
 @functools.lru_cache(maxsize=4096)
 def _parse_value(text: str) -> tuple[str, Any]:
     """(key, plain value) of one override; cached because a grid repeats each value many times."""
-    (ov,) = _parser().parse_overrides([text])
+    ov = parse_override(text)
     return ov.get_key_element().lstrip("+"), _plain(ov.value())
 
 
