@@ -224,24 +224,30 @@ class VLLMRollout:
             _remove(self._adapter)  # the previous adapter: never served again (its id is retired)
         self._adapter = path
 
-    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool = False):
+    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool = False,
+                 seeds: list[int] | None = None):
         from vllm import SamplingParams
 
         from race_cli.engine.rollout import _finish, right_pad
 
         if self._request is None:
             raise RaceError("VLLMRollout.generate before sync(): the engine has no adapter to sample from.")
-        params = SamplingParams(**sampling_kwargs(group_size=group_size, greedy=greedy, temperature=self.temperature,
-                                                  top_p=self.top_p, max_new_tokens=self.max_new_tokens,
-                                                  eos_id=self.eos_id))
+        kw = sampling_kwargs(group_size=group_size, greedy=greedy, temperature=self.temperature,
+                             top_p=self.top_p, max_new_tokens=self.max_new_tokens, eos_id=self.eos_id)
+        requests = [{"prompt_token_ids": p} for p in prompts]
+        params = SamplingParams(**kw)
+        if seeds is not None and not greedy:  # common random numbers: one request per row, seeded by its key
+            if len(seeds) != len(prompts) * group_size:
+                raise ValueError(f"{len(seeds)} seeds for {len(prompts) * group_size} rows")
+            requests = [r for r in requests for _ in range(group_size)]  # prefix caching shares each prefill
+            params = [SamplingParams(**(kw | {"n": 1, "seed": int(s) % 2**63})) for s in seeds]
         self._wake()
         t0 = time.perf_counter()
         # awake afterwards: the next generate (evaluation's next batch) needs no wake-up; yield_gpu() sleeps
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
-                                 lora_request=self._request, use_tqdm=False)
+        outs = self.llm.generate(requests, params, lora_request=self._request, use_tqdm=False)
         seconds = time.perf_counter() - t0
         rows, comps = [], []
-        for p, out in zip(prompts, outs):
+        for p, out in zip([r["prompt_token_ids"] for r in requests], outs):
             for o in out.outputs:
                 rows.append(p)
                 comps.append(list(o.token_ids))

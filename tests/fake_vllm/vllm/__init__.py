@@ -212,9 +212,12 @@ class LLM:
         self.slept_since_generate = False
         p = sampling_params or SamplingParams()
         self.calls.append(("generate", p))
+        if isinstance(p, (list, tuple)) and len(p) != len(prompts):  # one SamplingParams per prompt, as vLLM
+            raise ValueError(f"{len(p)} sampling params for {len(prompts)} prompts")
+        per = list(p) if isinstance(p, (list, tuple)) else [p] * len(prompts)
         limit = self.args.get("max_model_len")
         outs = []
-        for prompt in prompts:
+        for prompt, p in zip(prompts, per):
             ids = prompt["prompt_token_ids"]
             if limit is not None and len(ids) + p.max_tokens > limit:
                 raise ValueError(f"prompt ({len(ids)}) + max_tokens ({p.max_tokens}) exceeds max_model_len {limit}")
@@ -222,6 +225,12 @@ class LLM:
             comps = []
             for k in range(p.n):
                 toks = [ids[-1] + 1 + k] * (k + 1) + ([stop] if stop is not None else [])
+                if p.seed is not None:  # a seeded request: its tokens are a function of (seed, k) alone
+                    import random
+
+                    rng = random.Random(p.seed * 1009 + k)
+                    toks = [ids[-1] + 1 + rng.randrange(4) for _ in range(1 + rng.randrange(3))] + (
+                        [stop] if stop is not None else [])
                 comps.append(_Completion(toks[:p.max_tokens]))
             outs.append(_RequestOutput(comps))
         return outs
