@@ -6,6 +6,8 @@ runs/<sweep>/ is spelled here and nowhere else, so plan, job, pool and report ca
         .hydra/config.yaml, .hydra/overrides.yaml         job_config(job), job_overrides(job)
         metrics.jsonl, ledger.json, summary.json, log.txt metrics_file(job), ledger_file, summary_file, log_file
     runs/<sweep>/report/                                  report_dir(sweep)
+    runs/<sweep>/start-evals/<key>.json                   start_eval_file(sweep, key): one start evaluation per
+                                                          (starting weights, evaluation settings), shared by jobs
 
 The sweep's identity: `plan_hash` names a plan by its jobs, `default_sweep_dir` is where `race run`
 puts it, `read_plan_rows` reads plan.json back, checking every id. Files that one module alone
@@ -95,6 +97,28 @@ def log_file(job: str | Path) -> Path:
 def report_dir(sweep_dir: str | Path) -> Path:
     """Where `race report` writes by default."""
     return Path(sweep_dir) / "report"
+
+
+def start_evals_dir(sweep_dir: str | Path) -> Path:
+    """The start evaluations shared by the sweep's jobs (engine/job.py `start_evaluation`)."""
+    return Path(sweep_dir) / "start-evals"
+
+
+def start_eval_file(sweep_dir: str | Path, key: str) -> Path:
+    """runs/<sweep>/start-evals/<key>.json: the iteration-0 evaluation of one (starting weights, evaluation
+    settings), computed by the first job that needs it and read by every other (its lock: <key>.json.lock)."""
+    if not key or not all(ch in "0123456789abcdef" for ch in key):
+        raise RaceError(f"start evaluation key {key!r} is not a hex digest")
+    return start_evals_dir(sweep_dir) / f"{key}.json"
+
+
+def sweep_of(job: str | Path) -> Path | None:
+    """The sweep folder holding job folder `job` (runs/<sweep>/jobs/<job_id>), or None for a job trained
+    on its own (race train --out)."""
+    job = Path(job).resolve()
+    if job.parent.name == jobs_dir("").name and is_sweep(job.parent.parent):
+        return job.parent.parent
+    return None
 
 
 # --- identity ---------------------------------------------------------------------------------------

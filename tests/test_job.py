@@ -429,3 +429,133 @@ def test_the_loop_yields_the_gpu_after_each_training_rollout_only(model_dir, tmp
     assert calls[:first] == ["eval"] * (len(calls[:first]))
     assert calls[first:first + 8] == ["rollout", "yield", "reward", "update"] * 2
     assert "yield" not in calls[first + 8:]  # the final evaluation's batches
+
+
+# --- common random numbers in evaluation, one start per condition ------------------------------------
+
+
+def _setup_job(model_dir: Path, job_dir: Path, **extra):
+    from race_cli.config.compose import compose
+    from race_cli.engine.job import Job
+
+    ov = overrides(model_dir, **({"lora.enabled": "false", "eval.samples": 2, "eval.greedy": "false"} | extra))
+    job = Job(compose(ov), job_dir, ov, log=lambda m: None)
+    job.job_dir.mkdir(parents=True, exist_ok=True)
+    job.setup()
+    from race_cli.cost.budget import Ledger
+
+    job.ledger = Ledger()  # what start_or_resume opens; evaluate() charges it
+    return job
+
+
+def _eval_texts(job) -> list[str]:
+    """Every evaluation completion of one evaluate() call, in order."""
+    texts, generate = [], job.rollout.generate
+    job.rollout.generate = lambda *a, **k: (lambda ro: texts.extend(ro.texts) or ro)(generate(*a, **k))
+    job.evaluate()
+    job.rollout.generate = generate
+    return texts
+
+
+@pytest.mark.parametrize("backend", ["lean", "hf"])
+def test_equal_weights_give_byte_identical_eval_completions_whatever_the_training_seed(model_dir, tmp_path, backend):
+    """Two jobs, training seeds 0 and 1, the same starting weights (full fine-tuning): every sampled
+    evaluation completion is the same, although their training streams differ (their first rollouts do)."""
+    jobs = [_setup_job(model_dir, tmp_path / f"s{s}", seed=s, **{"rollout.backend": backend}) for s in (0, 1)]
+    texts = []
+    for job in jobs:
+        torch.manual_seed(job.cfg.seed)  # each job's own training stream, as setup seeds it
+        texts.append(_eval_texts(job))
+    assert texts[0] == texts[1] and len(texts[0]) == 8 * 2
+    assert len(set(texts[0])) > 1  # sampled, not one constant completion
+    rollouts = []
+    for job in jobs:  # the training stream does differ between the two seeds
+        torch.manual_seed(job.cfg.seed)
+        rollouts.append(job.rollout.generate([job.train_prompts.ids(j) for j in range(4)], group_size=4).texts)
+    assert rollouts[0] != rollouts[1]
+
+
+def test_fake_vllm_eval_requests_carry_the_item_keyed_seeds(model_dir, tmp_path, monkeypatch):
+    """The vLLM path: one request per (item, sample) with SamplingParams(seed=key), the same keys in two jobs
+    of different training seeds (and engine seeds), so the (fake) engine returns byte-identical completions."""
+    import sys
+
+    from race_cli.engine.rollout_lean import eval_row_seed
+    from race_cli.engine.rollout_vllm import VLLMRollout
+
+    fake_root = REPO / "tests" / "fake_vllm"
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(fake_root))
+    import vllm as fake
+
+    assert Path(fake.__file__).is_relative_to(fake_root)
+    fake.reset()
+    from peft import LoraConfig
+
+    from race_cli.engine.hf import lora_wrap
+
+    texts, seeds = [], []
+    try:
+        for s in (0, 1):
+            job = _setup_job(model_dir, tmp_path / f"v{s}", seed=s, **{"lora.enabled": "true"})
+            policy = job.policy
+            model = policy.model if hasattr(policy.model, "peft_config") else lora_wrap(
+                policy.model, LoraConfig(r=16, target_modules=["q_proj", "v_proj"]))
+            job.rollout = VLLMRollout("/models/base", policy.tokenizer, arch=policy.arch, lora=policy.lora,
+                                      eos_id=job.rollout.eos_id, pad_id=job.rollout.pad_id, max_new_tokens=4,
+                                      temperature=1.0, top_p=1.0, dtype="float32", seed=s,
+                                      gpu_memory_utilization=0.25, max_model_len=256,
+                                      sync_dir=tmp_path / f"v{s}" / ".vllm-adapter")
+            job.rollout.sync(model)
+            texts.append(_eval_texts(job))
+            calls = [p for kind, p in fake.ENGINES[-1].calls if kind == "generate"]
+            seeds.append([q.seed for p in calls for q in p])
+            job.rollout.close()
+        items = job.targets[0].items
+        assert seeds[0] == seeds[1] == [eval_row_seed(0, job.targets[0].name, it.id, k) for it in items for k in range(2)]
+        assert texts[0] == texts[1] and len(set(texts[0])) > 1
+    finally:
+        for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+            del sys.modules[name]
+
+
+def test_evaluation_points_change_no_training_step(model_dir, tmp_path):
+    """eval.at=[0, 1] and the default points (sampled evaluations, eval.every off): the same weights."""
+    common = {"eval.samples": 2, "eval.greedy": "false", "eval.every": "null", "budget.max_iterations": 20,
+              "budget.flops": 3e8,
+              "grpo.updates_per_batch": 2}
+    assert train_main(overrides(model_dir, **common, **{"eval.at": "[0,1]"}), out=tmp_path / "few") == 0
+    assert train_main(overrides(model_dir, **common), out=tmp_path / "many") == 0
+    few, many = read_json(tmp_path / "few" / "summary.json"), read_json(tmp_path / "many" / "summary.json")
+    assert len(few["eval_points"]) < len(many["eval_points"])  # the second really evaluated more often
+    wa, wb = weights(tmp_path / "few"), weights(tmp_path / "many")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert any(v.abs().sum() > 0 for k, v in wa.items() if "lora_B" in k)  # it trained
+    assert few["eval"] == many["eval"]  # and the final evaluation (same weights, same keys) agrees
+
+
+def test_the_start_is_evaluated_once_per_condition_and_shared(model_dir, tmp_path, monkeypatch):
+    """Four jobs of one sweep folder: three start from the same weights with the same evaluation (training
+    seeds 0/1, mu 1/2) and evaluate once between them; a fourth with another eval.sample_seed evaluates its own."""
+    from race_cli import folder
+    from race_cli.engine.job import Job
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "plan.json").write_text("[]")  # what makes a folder a sweep (folder.is_sweep)
+    count = []
+    evaluate = Job.evaluate
+    monkeypatch.setattr(Job, "evaluate", lambda self: count.append(self.job_id) or evaluate(self))
+    specs = {"a": dict(seed=0), "b": dict(seed=1), "c": {"seed": 0, "grpo.updates_per_batch": 2},
+             "d": {"seed": 0, "eval.sample_seed": 1}}
+    first = {}
+    for name, extra in specs.items():
+        job = _setup_job(model_dir, folder.job_dir(sweep, name), **extra)
+        job.start_or_resume()
+        first[name] = job.state["eval_initial"]
+        assert job.state["eval_points"][0]["start_key"] is not None
+    assert count == ["a", "d"]  # evaluated once for a/b/c, once for d
+    assert first["a"] == first["b"] == first["c"] != first["d"]
+    assert len(list(folder.start_evals_dir(sweep).glob("*.json"))) == 2
+    assert not list(folder.start_evals_dir(sweep).glob("*.lock"))  # every lock released

@@ -8,7 +8,9 @@ and the job cannot disagree. The flow of one job's budget (docs/design.md "The b
 
 One rule, used by the plan and the job alike:
 
-- An iteration takes B = grpo.prompts_per_iter prompts x G completions. The plan costs it at
+- An iteration takes B = grpo.prompts_per_iter prompts x G completions, all scored; the update
+  runs on B x m of them (grpo.update_group_size m <= G, rollout down-sampling; m = G by default),
+  so rollout and reward are charged for G and the update for m. The plan costs it at
   the expected lengths (task.prompt_tokens, rollout.expected_completion_tokens), through
   `race_cli.cost.flops.iteration_flops` (model-convention FLOPs).
 - T: as many full iterations as fit C = budget.flops, at most budget.max_iterations; then,
@@ -102,6 +104,7 @@ class IterationSpec:
     completion_tokens: float  # planned mean completion length
     max_new_tokens: int  # the completion cap: the worst case
     trained_share: float = 1.0  # planned share of rows the update runs on (informative_share)
+    update_group_size: int | None = None  # m: completions per prompt the update keeps (None = G)
 
     def cost(self, prompts: int | None = None, *, prompt_len: float | None = None,
              completion_len: float | None = None, trained_share: float | None = None) -> dict[str, Flops]:
@@ -114,7 +117,8 @@ class IterationSpec:
             updates_per_batch=self.updates_per_batch, lora=self.lora, beta=self.beta,
             grad_checkpointing=self.grad_checkpointing, share_prefix=self.share_prefix, padded=self.padded,
             reward=self.reward, reward_head=self.reward_head,
-            trained_share=self.trained_share if trained_share is None else trained_share)
+            trained_share=self.trained_share if trained_share is None else trained_share,
+            update_group_size=self.update_group_size)
 
     def worst_case(self, prompts: int, longest_prompt: float) -> float:
         """Model FLOPs `prompts` prompts of at most `longest_prompt` tokens can cost: every completion at the cap,
@@ -135,7 +139,8 @@ def iteration_spec(cfg: Mapping, backend: str) -> IterationSpec:
         grad_checkpointing=g["grad_checkpointing"], share_prefix=backend in ("lean", "vllm"), padded=backend != "vllm",
         reward=Arch.from_config(r["model"]["arch"]) if r["type"] == "prm" else None, reward_head=reward_head(cfg),
         prompt_tokens=float(cfg["task"]["prompt_tokens"]), completion_tokens=completion_estimate(cfg),
-        max_new_tokens=int(cfg["rollout"]["max_new_tokens"]), trained_share=informative_share(cfg))
+        max_new_tokens=int(cfg["rollout"]["max_new_tokens"]), trained_share=informative_share(cfg),
+        update_group_size=None if g.get("update_group_size") is None else int(g["update_group_size"]))
 
 
 # Measured share of the rows the update ran on (nonzero advantage: ledger rows.trained / rows.total) on the

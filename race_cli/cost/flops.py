@@ -518,7 +518,7 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
                     beta: float = 0.0, grad_checkpointing: bool = False, share_prefix: bool = False,
                     padded: bool | None = None,
                     reward: Arch | None = None, reward_head: str = "classifier",
-                    trained_share: float = 1.0) -> dict[str, Flops]:
+                    trained_share: float = 1.0, update_group_size: int | None = None) -> dict[str, Flops]:
     """Planning estimate of ONE GRPO iteration from mean lengths: {"rollout", "update", "reward"}.
 
     Every sequence is taken at the mean lengths (so the quadratic attention term is slightly
@@ -540,6 +540,10 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
       when beta > 0, covers every row.
     - reward: the reward model's forward over prompt+completion of each sequence
       (`reward_model_flops`), or 0 for a rule-based reward (`reward=None`).
+
+    Rollout down-sampling (`update_group_size` m < G, grpo.update_group_size): rollout and reward
+    are charged for all prompts x G sequences, the update (train steps and reference forward) for
+    the prompts x m the update keeps.
     """
     problems = []
     for name, v in (("prompts", prompts), ("group_size", group_size),
@@ -553,10 +557,14 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
         problems.append(f"beta (KL coefficient) must be >= 0, got {beta!r}.")
     if isinstance(trained_share, bool) or not isinstance(trained_share, (int, float)) or not 0 <= trained_share <= 1:
         problems.append(f"trained_share (share of rows the update runs on) must be in [0, 1], got {trained_share!r}.")
+    m = group_size if update_group_size is None else update_group_size
+    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= max(group_size, 1):
+        problems.append(f"update_group_size must be an integer in [1, group_size={group_size}], got {m!r}.")
     if problems:
         raise RaceError(*problems)
 
     n, p, c = prompts * group_size, float(prompt_len), float(completion_len)
+    n_update = prompts * m  # the rows the update keeps
     one_group = generate_flops(policy, [p] * group_size, [c] * group_size, lora=lora,
                                share_prefix=group_size if share_prefix else 1,
                                padded=(not share_prefix) if padded is None else padded)
@@ -565,9 +573,9 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
     s = p + c
     step = train_step_flops(policy, [s], lora=lora, grad_checkpointing=grad_checkpointing,
                             logit_positions=c, executed_logit_positions=c)
-    update = step * (updates_per_batch * n * trained_share)
+    update = step * (updates_per_batch * n_update * trained_share)
     if beta > 0:  # reference log-probs: the frozen base
-        update = update + forward_flops(policy, [s], logit_positions=c, executed_logit_positions=c) * n
+        update = update + forward_flops(policy, [s], logit_positions=c, executed_logit_positions=c) * n_update
 
     scored = Flops()
     if reward is not None:

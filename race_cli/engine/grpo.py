@@ -59,6 +59,41 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = Tr
     return Advantages(adv.reshape(-1), mean, std, zero)
 
 
+def downsample(rewards: torch.Tensor, group_size: int, keep: int, *, rule: str = "max_variance",
+               generator: torch.Generator | None = None) -> torch.Tensor:
+    """Rollout down-sampling: which `keep` = m of each group's G completions the update uses.
+
+    rewards [B*G] (groups consecutive) -> row indices [B*m], each group's in increasing order.
+    - "max_variance" (PODS, arXiv 2504.13818): the m-subset of largest reward variance. PODS shows
+      it is the i highest and m - i lowest rewards for some i, so the m + 1 such subsets are
+      compared (ties: the first i, with rewards sorted stably, so equal rewards keep row order). For
+      0/1 rewards it keeps as even a split of right and wrong as the group allows; a group of equal
+      rewards keeps its first m rows (advantage 0 either way).
+    - "random": m rows drawn without replacement (torch's generator: the training stream).
+    """
+    G, m = group_size, keep
+    if rewards.dim() != 1 or rewards.numel() % G or not 1 <= m <= G:
+        raise ValueError(f"cannot keep {m} of groups of {G} from rewards of shape {tuple(rewards.shape)}")
+    grouped = rewards.double().view(-1, G)  # [B, G]
+    out = []
+    for b, r in enumerate(grouped):
+        if rule == "random":
+            sel = torch.randperm(G, generator=generator)[:m]
+        elif rule == "max_variance":
+            order = torch.sort(r, stable=True).indices  # ascending
+            best, best_var = order[:m], -1.0
+            for i in range(m + 1):  # the i highest and the m - i lowest
+                cand = torch.cat([order[:m - i], order[G - i:]])
+                var = float(r[cand].var(unbiased=False))
+                if var > best_var + 1e-12:
+                    best, best_var = cand, var
+            sel = best
+        else:
+            raise ValueError(f"downsample rule {rule!r} is unknown: expected max_variance or random")
+        out.append(torch.sort(sel).values + b * G)
+    return torch.cat(out)  # [B*m]
+
+
 def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     """1 for every completion token up to and including the first EOS, 0 after it.
 

@@ -41,9 +41,11 @@ from typing import Any, Callable
 
 from race_cli import folder
 from race_cli.engine import checkpoint as ckpt_io
-from race_cli.engine.grpo import GrpoLoss, group_advantages, grpo_loss, trained_rows
+from race_cli.engine.grpo import GrpoLoss, downsample, group_advantages, grpo_loss, trained_rows
 from race_cli.engine.hf import enable_checkpointing
 from race_cli.engine.logprobs import completion_logprobs
+from race_cli.engine.rollout import take_rows
+from race_cli.engine.rollout_lean import eval_row_seed
 from race_cli.errors import RaceError
 from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, fsync_file, read_jsonl
 from race_cli.cost.budget import PHASES, Ledger, check_fits, prompts_that_fit, reward_name, shares, with_policy
@@ -194,6 +196,10 @@ class Job:
 
         Per item: eval.samples = k completions (greedy when k = 1 and eval.greedy, else sampled at
         the eval temperature), graded by the target's grader; its score is the fraction correct.
+        Sampled completions draw common random numbers: sample s of item i from a stream keyed by
+        (eval.sample_seed, target, item id, s) (rollout_lean.eval_row_seed), never from the training
+        generator, so equal weights give equal completions in every job and an evaluation changes no
+        training step.
         Returns {"accuracy": {target: mean score}, "items": {target: {"ids": [...], "scores": [...]}}}.
         """
         from race_cli.answers.graders import grade
@@ -212,7 +218,10 @@ class Job:
             with eval_sampling(self.rollout, max_new_tokens=cap, temperature=temperature):
                 for start in range(0, len(items), per_call):
                     idx = list(range(start, min(len(items), start + per_call)))
-                    ro = self.rollout.generate([prompts.ids(i) for i in idx], group_size=k, greedy=greedy)
+                    # common random numbers: sample s of item i draws from (eval.sample_seed, target, item id, s)
+                    seeds = None if greedy else [eval_row_seed(e.sample_seed, target.name, items[i].id, s)
+                                                 for i in idx for s in range(k)]
+                    ro = self.rollout.generate([prompts.ids(i) for i in idx], group_size=k, greedy=greedy, seeds=seeds)
                     flops = flops + ro.flops
                     for j, i in enumerate(idx):  # completions of item i: rows j*k .. j*k+k-1
                         right = sum(grade(target.grader, text, items[i].answer) for text in ro.texts[j * k:(j + 1) * k])
@@ -222,6 +231,81 @@ class Job:
             out["items"][target.name] = {"ids": [it.id for it in items], "scores": scores}
         self.ledger.end_eval()
         return out
+
+    def start_key(self) -> str:
+        """What the start evaluation depends on, hashed (SHA-256): the starting weights' bytes, the evaluation
+        settings, every target's items, answers and prompt tokens, and the backend, device type and dtype.
+
+        LoRA's A matrices are left out while every B is zero (PEFT's initialisation): the adapted model is
+        then the base model whatever A is, and A is drawn from the job's seed."""
+        import hashlib
+        import json
+
+        import torch
+
+        h = hashlib.sha256()
+        sd = self.policy.model.state_dict()
+        zero_b = all(not bool(v.any()) for k, v in sd.items() if "lora_B" in k)
+        for name in sorted(sd):
+            if zero_b and "lora_A" in name:
+                continue
+            t = sd[name].detach().cpu().contiguous().reshape(-1)
+            h.update(f"{name}|{t.dtype}|{tuple(sd[name].shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes())
+        c = self.cfg_dict
+        settings = {"eval": {k: c["eval"].get(k) for k in ("greedy", "samples", "temperature", "max_new_tokens",
+                                                            "sample_seed", "batch_size")},
+                    "rollout": {k: c["rollout"][k] for k in ("temperature", "top_p", "max_new_tokens")},
+                    "backend": self.backend, "device": str(self.device).split(":")[0], "dtype": str(self.dtype),
+                    "targets": [[t.name, str(t.grader), t.min_new_tokens,
+                                 [[it.id, str(it.answer), self.target_prompts[t.name].ids(i)]
+                                  for i, it in enumerate(t.items)]] for t in self.targets]}
+        h.update(json.dumps(settings, sort_keys=True, default=str).encode())
+        return h.hexdigest()
+
+    def start_evaluation(self) -> tuple[dict, str | None]:
+        """The iteration-0 evaluation, once per (starting weights, evaluation settings) in a sweep.
+
+        In a sweep folder the first job to need it evaluates and writes start-evals/<key>.json (atomically,
+        under that file's lock, race_cli/lock.py); every other job of any condition starting from the same
+        weights with the same evaluation reads it (and charges no evaluation). With common random numbers
+        its own evaluation would give exactly the same scores; reading them saves one evaluation per job
+        and gives the report one start per condition. Returns (evaluation, the key when shared, else None).
+        A job trained on its own (race train --out) evaluates itself."""
+        from race_cli.io import read_json
+        from race_cli.lock import FileLock
+
+        sweep = folder.sweep_of(self.job_dir)
+        if sweep is None:
+            return self.evaluate(), None
+        key = self.start_key()
+        path = folder.start_eval_file(sweep, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+        def cached() -> dict | None:
+            try:
+                data = read_json(path)
+            except (OSError, ValueError):
+                return None
+            return data["eval"] if isinstance(data, dict) and data.get("key") == key else None
+
+        lock = FileLock(path.with_name(path.name + ".lock"), say=self.log)
+        while (hit := cached()) is None:
+            try:
+                lock.acquire()
+                break
+            except RaceError:  # another job is evaluating this start right now: wait for its file
+                time.sleep(0.2)
+        if hit is not None:
+            return hit, key
+        try:
+            if (hit := cached()) is not None:  # written between our check and our lock
+                return hit, key
+            ev = self.evaluate()
+            atomic_write_json(path, {"key": key, "evaluated_by": self.job_id, "eval": ev})
+            return ev, key
+        finally:
+            lock.release()
 
     @staticmethod
     def eval_metrics(ev: dict) -> dict:
@@ -347,22 +431,28 @@ class Job:
         c, led = self.cfg, self.ledger
         t_start = time.perf_counter()
         idx = self.batch(iteration)[:prompts]
-        items = [self.train_items[j] for j in idx for _ in range(c.grpo.group_size)]  # [B*G], groups consecutive
-        ro = self.rollout.generate([self.train_prompts.ids(j) for j in idx], group_size=c.grpo.group_size, greedy=False)
+        G = c.grpo.group_size
+        m = c.grpo.update_group_size or G  # rollout down-sampling: the update keeps m of each group's G
+        items = [self.train_items[j] for j in idx for _ in range(G)]  # [B*G], groups consecutive
+        ro = self.rollout.generate([self.train_prompts.ids(j) for j in idx], group_size=G, greedy=False)
         if hasattr(self.rollout, "yield_gpu"):
             self.rollout.yield_gpu()  # vLLM sleeps: reward and update get its memory (evaluation never sleeps)
         t_rollout = time.perf_counter() - t_start
-        rr = self.reward(items, ro.texts)
+        rr = self.reward(items, ro.texts)  # every one of the G completions is scored (and charged)
         rewards = torch.tensor(rr.rewards, dtype=torch.float32)  # [B*G]
         t0 = time.perf_counter()
-        adv = group_advantages(rewards, c.grpo.group_size, scale=c.grpo.scale_rewards)
-        up = self.update(ro, adv.advantages)
+        kept, kept_rewards = ro, rewards
+        if m < G:  # the m completions the rule keeps; advantages are computed within the kept m (as PODS)
+            rows = downsample(rewards, G, m, rule=c.grpo.downsample)  # [B*m]
+            kept, kept_rewards = take_rows(ro, rows.tolist()), rewards[rows]
+        adv = group_advantages(kept_rewards, m, scale=c.grpo.scale_rewards)
+        up = self.update(kept, adv.advantages)
         t_update = time.perf_counter() - t0
         secs = {"rollout": t_rollout, "update": t_update, "reward": rr.seconds}
         for phase, f in (("rollout", ro.flops), ("update", up["flops"]), ("reward", rr.flops)):
             led.add(phase, f, secs[phase])
         led.seconds["total"] += time.perf_counter() - t_start
-        led.rows["total"] += len(ro.completion_lens)
+        led.rows["total"] += len(kept.completion_lens)  # rows offered to the update (B*m; B*G without down-sampling)
         led.rows["trained"] += up["rows"]
         tp, tc = sum(ro.prompt_lens), sum(ro.completion_lens)
         led.tokens["prompt"] += tp
@@ -373,7 +463,7 @@ class Job:
                 "train/reward_std": rewards.std(unbiased=False).item(), "train/frac_zero_std_groups": adv.frac_zero_std,
                 "train/kl": up["kl"], "train/clip_frac": up["clip_frac"], "train/loss": up["loss"],
                 "train/completion_len": tc / len(ro.completion_lens),
-                "train/trained_rows": up["rows"] / len(ro.completion_lens),
+                "train/trained_rows": up["rows"] / len(kept.completion_lens),
                 **{f"flops/{p}": cum[p] for p in PHASES}, "flops/total": sum(cum.values()),
                 **{f"time/{p}": secs[p] for p in PHASES}, "tokens/prompt": tp, "tokens/completion": tc}
 
@@ -396,6 +486,7 @@ class Job:
                 "condition": {"model": c.model.name, "budget_flops": float(c.budget.flops),
                               "reward": reward_name(self.cfg_dict), "task": c.task.name},
                 "knobs": {"group_size": c.grpo.group_size, "updates_per_batch": c.grpo.updates_per_batch,
+                          "update_group_size": c.grpo.update_group_size or c.grpo.group_size,
                           "prompts_per_iter": c.grpo.prompts_per_iter, "iterations": led.iterations},
                 "seed": c.seed, "overrides": self.overrides,
                 "targets": [t.name for t in self.targets],
@@ -448,12 +539,13 @@ class Job:
         self.iteration, self.ledger = 0, Ledger()
         if self.metrics_path.exists():
             self.metrics_path.unlink()
-        ev = self.evaluate()
+        ev, shared = self.start_evaluation()
         budget = float(self.cfg.budget.flops)
-        self.state = {"eval_initial": ev, "eval_last": ev, "eval_points": [eval_point([0.0], 0, 0.0, budget, ev)]}
+        start = eval_point([0.0], 0, 0.0, budget, ev) | {"start_key": shared}  # one start per (weights, eval settings)
+        self.state = {"eval_initial": ev, "eval_last": ev, "eval_points": [start]}
         self.write_metrics({"iteration": 0, **{f"flops/{p}": 0.0 for p in PHASES}, "flops/total": 0.0,
                             "budget/fraction": 0.0, "budget/eval_at": 0.0, **self.eval_metrics(ev)})
-        self.log("initial eval: " + ", ".join(f"{t.name} {ev['accuracy'][t.name]:.3f} on {len(t.items)} items"
+        self.log(("initial eval (shared start): " if shared else "initial eval: ") + ", ".join(f"{t.name} {ev['accuracy'][t.name]:.3f} on {len(t.items)} items"
                                              for t in self.targets))
 
     def _metrics_for_resume(self) -> list[dict]:

@@ -8,7 +8,9 @@ One small interface, three backends (`rollout.backend=auto|lean|hf|vllm`):
 - `HFRollout`: batched `model.generate` on the training model itself (CPU or GPU), prompts
   left-padded, every group's prompt repeated G times, sampling with temperature / top-p
   (top-k off), stops at EOS. The model's own generation_config (repetition penalty, top-k,
-  n-gram bans, ...) is set aside for the call. The ledger charges padded HF generation: every
+  n-gram bans, ...) is set aside for the call. With per-row `seeds` (evaluation's common random
+  numbers) the tokens are drawn by the lean sampler's own rule (rollout_lean.pick on
+  rollout_lean.row_uniforms) inside a logits processor, so no row touches torch's generator. The ledger charges padded HF generation: every
   row prefilled (share_prefix=1) and decoded until the longest completion (`generate_flops(padded=True)`).
 - `VLLMRollout` (GPU boxes, `pip install race-cli[vllm]`): in `race_cli.engine.rollout_vllm`,
   with its lifecycle (sleep around updates, one adapter sync folder per job, a new LoRARequest
@@ -67,7 +69,10 @@ class RolloutBackend(Protocol):
     name: str
     share_prefix: bool  # does one prefill serve a whole group (vLLM prefix caching)?
 
-    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool) -> Rollout: ...
+    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool,
+                 seeds: list[int] | None = None) -> Rollout:
+        """`seeds`: one per row (groups consecutive): row i samples from a stream of its own keyed by
+        seeds[i] (evaluation's common random numbers); None = the job's training stream."""
 
     def sync(self, model: Any) -> None:
         """Make the next `generate` sample from the model's current weights."""
@@ -99,6 +104,17 @@ def right_pad(rows: list[list[int]], pad_id: int):
     for i, r in enumerate(rows):
         ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
     return ids
+
+
+def take_rows(ro: Rollout, rows: list[int]) -> Rollout:
+    """The rollout restricted to `rows` (in that order): what the update sees after down-sampling.
+    Its cost (flops, seconds) stays the whole call's: the sampling ran for every row."""
+    import torch
+
+    idx = torch.as_tensor(rows, dtype=torch.long)
+    return Rollout(ro.prompt_ids[idx], ro.prompt_mask[idx], ro.completion_ids[idx], ro.completion_mask[idx],
+                   [ro.prompt_lens[i] for i in rows], [ro.completion_lens[i] for i in rows],
+                   [ro.texts[i] for i in rows], ro.flops, ro.seconds)
 
 
 def _finish(prompt_rows, comp_ids, *, eos_id, pad_id, tokenizer, flops_fn, seconds) -> Rollout:
@@ -134,9 +150,10 @@ class HFRollout:
         # top_k=0 turns off transformers' default top-50 cut, so the sampled policy is softmax(logits/T)
         return GenerationConfig(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0, **common)
 
-    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool = False) -> Rollout:
+    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool = False,
+                 seeds: list[int] | None = None) -> Rollout:
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         rows = [p for p in prompts for _ in range(group_size)]  # groups consecutive
         ids, mask = left_pad(rows, self.pad_id)
@@ -148,11 +165,22 @@ class HFRollout:
         base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         saved = base.generation_config
         base.generation_config = GenerationConfig(eos_token_id=self.eos_id, pad_token_id=self.pad_id)
+        extra: dict = {}
+        config = self._config(greedy)
+        if seeds is not None and not greedy:  # common random numbers: the tokens are picked by RowSampler
+            if len(seeds) != len(rows):
+                raise ValueError(f"{len(seeds)} seeds for {len(rows)} rows")
+            from race_cli.engine.rollout_lean import row_uniforms
+
+            u = row_uniforms(seeds, self.max_new_tokens, self.device)  # [N, S_max]
+            extra["logits_processor"] = LogitsProcessorList(
+                [RowSampler(u, ids.size(1), temperature=self.temperature, top_p=self.top_p)])
+            config = self._config(True)  # argmax of RowSampler's one finite score = its draw
         t0 = time.perf_counter()
         try:
             with torch.no_grad():
                 out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                          generation_config=self._config(greedy))
+                                          generation_config=config, **extra)
         finally:
             base.generation_config = saved
         seconds = time.perf_counter() - t0
@@ -169,3 +197,25 @@ class HFRollout:
 
     def sync(self, model: Any) -> None:
         """Nothing to do: generation runs on the training model itself."""
+
+
+class RowSampler:
+    """A transformers logits processor that draws each row's next token with the lean sampler's rule
+    (rollout_lean.pick) from that row's own uniforms u [N, S_max], and leaves that token the only
+    finite score: greedy decoding then emits exactly the draw (the sampled policy is softmax(logits / T)
+    within top-p, as without it)."""
+
+    def __init__(self, u, prompt_len: int, *, temperature: float, top_p: float):
+        self.u, self.prompt_len, self.temperature, self.top_p = u, prompt_len, temperature, top_p
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        from race_cli.engine.rollout_lean import pick
+
+        step = input_ids.size(1) - self.prompt_len  # tokens generated so far
+        tok = pick(scores.float(), greedy=False, temperature=self.temperature, top_p=self.top_p,
+                   u=self.u[:, step])  # [N]
+        out = torch.full_like(scores, float("-inf"))
+        out.scatter_(1, tok[:, None], 0.0)
+        return out

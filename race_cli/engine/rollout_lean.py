@@ -15,7 +15,10 @@ overhead dominates small models (~4-6 ms a step for a 100k-parameter policy on C
    a row that sampled EOS is finished (later tokens are pad, as in HF `generate`) and the loop
    ends when every row is finished or at max_new_tokens;
 4. sample exactly softmax(logits / T), with top-p applied as transformers' TopPLogitsWarper does,
-   and nothing else (no top-k, no repetition penalty); greedy = argmax.
+   and nothing else (no top-k, no repetition penalty), by inverting the CDF with one uniform per
+   row and step; greedy = argmax. Training draws the uniforms from torch's generator (the job's
+   seeded stream); evaluation passes per-row seeds (`seeds=`, `row_uniforms`): common random
+   numbers keyed by (eval.sample_seed, target, item id, sample index), independent of training.
 
 The arithmetic is HF Qwen2's (RMSNorm in float32, RoPE cos/sin from the model's own rotary
 module at HF generate's position ids, SDPA with the scale 1/sqrt(d_head), LoRA as
@@ -282,12 +285,42 @@ def top_p_filter(scores, top_p: float):
     return scores.masked_fill(remove.scatter(1, sorted_idx, remove), float("-inf"))
 
 
-def pick(logits, *, greedy: bool, temperature: float, top_p: float):
+def row_uniforms(seeds: list[int], steps: int, device: str = "cpu"):
+    """Counter-based uniforms [N, steps] float64: row i's numbers depend on seeds[i] alone (a CPU
+    generator seeded with it), whatever the other rows, the batch, the device or the training stream.
+
+    Common random numbers: the evaluation seeds row (item, sample k) by (eval.sample_seed, target,
+    item id, k) (`eval_row_seed`), so every job and checkpoint draws item i's k-th sample from the
+    same numbers, and sampling leaves the training generator untouched.
+    """
+    import torch
+
+    out = torch.empty(len(seeds), steps, dtype=torch.float64)
+    g = torch.Generator()
+    for i, s in enumerate(seeds):
+        g.manual_seed(int(s))
+        out[i] = torch.rand(steps, generator=g, dtype=torch.float64)
+    return out.to(device)
+
+
+def eval_row_seed(sample_seed: int, target: str, item_id: str, k: int) -> int:
+    """The seed of one evaluation row: sample k of item `item_id` of `target` (63 bits of BLAKE2b,
+    the same in every process and on every backend)."""
+    import hashlib
+
+    key = f"{int(sample_seed)}|{target}|{item_id}|{int(k)}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+
+
+def pick(logits, *, greedy: bool, temperature: float, top_p: float, u=None):
     """Next tokens [n] from float32 logits [n, V]: argmax, or a draw from softmax(logits / T) within top-p.
 
     The draw inverts the CDF with one uniform per row (u * total mass, first token whose
     cumulative mass exceeds it): exactly the categorical distribution, without torch.multinomial's
-    per-call validity checks and its V exponential draws per row.
+    per-call validity checks and its V exponential draws per row. `u` [n]: the rows' uniforms
+    (common random numbers, `row_uniforms`); None = torch's generator (the training stream).
+    Two policies with close CDFs map the same u to the same token mostly: item-paired
+    differences lose most of their sampling noise.
     """
     import torch
 
@@ -297,13 +330,18 @@ def pick(logits, *, greedy: bool, temperature: float, top_p: float):
     if top_p < 1.0:
         scores = top_p_filter(scores, top_p)
     cdf = scores.softmax(dim=-1).cumsum(dim=-1)  # [n, V]
-    u = torch.rand(cdf.size(0), 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]  # [n, 1]
+    if u is None:
+        u = torch.rand(cdf.size(0), 1, device=cdf.device, dtype=cdf.dtype)
+    else:
+        u = u.to(device=cdf.device, dtype=cdf.dtype).view(-1, 1)
+    u = u * cdf[:, -1:]  # [n, 1]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.size(1) - 1)
 
 
 def sample(model: Any, prompts: list[list[int]], *, group_size: int, greedy: bool, max_new_tokens: int,
-           temperature: float, top_p: float, eos_id: int, pad_id: int, device: str):
-    """Completions [B*G, S] (groups consecutive, pad after EOS) of the B prompts; S = longest completion."""
+           temperature: float, top_p: float, eos_id: int, pad_id: int, device: str, seeds: list[int] | None = None):
+    """Completions [B*G, S] (groups consecutive, pad after EOS) of the B prompts; S = longest completion.
+    `seeds` (one per row): draw row i's tokens from row_uniforms(seeds)[i] instead of torch's generator."""
     import torch
 
     from race_cli.engine.rollout import left_pad
@@ -346,9 +384,13 @@ def sample(model: Any, prompts: list[list[int]], *, group_size: int, greedy: boo
     step_bias = group_bias(w, keys[:, None, None, :])  # [N*kv, g, P+S_max]: step k reads its first P+k slots
     out = torch.full((N, S_max), pad_id, dtype=torch.long, device=device)
     done = torch.zeros(N, dtype=torch.bool, device=device)
+    if seeds is not None and len(seeds) != N:
+        raise ValueError(f"{len(seeds)} seeds for {N} rows")
+    uniforms = row_uniforms(seeds, S_max, device) if seeds is not None and not greedy else None  # [N, S_max]
     step = 0
     while True:
-        tok = pick(logits, greedy=greedy, temperature=temperature, top_p=top_p).masked_fill_(done, pad_id)  # [N]
+        u = None if uniforms is None else uniforms[:, step]
+        tok = pick(logits, greedy=greedy, temperature=temperature, top_p=top_p, u=u).masked_fill_(done, pad_id)  # [N]
         out[:, step] = tok
         done |= tok == eos_id
         step += 1
@@ -378,14 +420,15 @@ class LeanRollout:
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self._float32 = next(model.parameters()).dtype == torch.float32
 
-    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool = False) -> Rollout:
+    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool = False,
+                 seeds: list[int] | None = None) -> Rollout:
         import torch
 
         t0 = time.perf_counter()
         with torch.no_grad():
             comp = sample(self.model, prompts, group_size=group_size, greedy=greedy,
                           max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
-                          eos_id=self.eos_id, pad_id=self.pad_id, device=self.device)
+                          eos_id=self.eos_id, pad_id=self.pad_id, device=self.device, seeds=seeds)
         comp = comp.cpu()  # [N, S]
         seconds = time.perf_counter() - t0
         rows = [p for p in prompts for _ in range(group_size)]  # groups consecutive
