@@ -303,8 +303,19 @@ def print_power(rows: list[Power], source: str, eval_share: str | None = None, f
                       "(Holm, familywise 2.5% one-sided); gap: between two regimes (Bonferroni over pairs, "
                       "familywise 5%). Per-item sampling variance taken at its largest (score 0.5): "
                       "race_cli/plan/power.py.", caption_justify="left")
-    for h in ("condition", "target", "items × samples × seeds", "regimes", "smallest gain", "smallest gap"):
-        t.add_column(h, justify="left" if h in ("condition", "target") else "right")
+    console = Console(file=file) if file is not None else Console(stderr=True)  # the terminal's width
+    if console.width < 120:  # a pipe or an 80-column terminal: short headers, one space apart, nothing folded
+        from rich import box
+
+        console.print(t.title + ":", highlight=False)
+        caption = str(t.caption) + " n × k × seeds: items × samples × seeds; gain, gap: the smallest detected."
+        t = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), pad_edge=False, caption=caption,
+                  caption_justify="left")
+        heads = ("condition", "target", "n × k × seeds", "regimes", "gain", "gap")
+    else:
+        heads = ("condition", "target", "items × samples × seeds", "regimes", "smallest gain", "smallest gap")
+    for h in heads:
+        t.add_column(h, justify="left" if h in ("condition", "target") else "right", no_wrap=True)
     seen = set()
     for r in rows:
         key = (r.items, r.samples, r.seeds, r.regimes, r.target)
@@ -312,7 +323,6 @@ def print_power(rows: list[Power], source: str, eval_share: str | None = None, f
         t.add_row(r.condition, r.target, f"{r.items} × {r.samples} × {r.seeds}", str(r.regimes), fmt(r.gain),
                   fmt(r.gap))
         seen.add(key)
-    console = Console(file=file, width=160) if file is not None else Console(stderr=True, width=160)
     console.print(t)
     if any(r.seeds < 2 for r in rows):
         console.print("note: one seed per regime: the report cannot test a gain or a gap (\"–\": not testable "
