@@ -177,3 +177,34 @@ def test_plan_and_job_setup_compute_the_same_T_and_planned_ledger(grid, tmp_path
     for jid, be, _, rollout in seen:
         by_backend.setdefault(jid, {})[be] = rollout
     assert all(r["vllm"] < r["hf"] and r["lean"] < r["hf"] for r in by_backend.values())
+
+
+# --- rollout down-sampling: rollout and reward for G, the update for m -------------------------------
+
+
+def test_downsampling_charges_rollout_and_reward_for_g_and_the_update_for_m():
+    """One rule for plan and job: iteration_flops with update_group_size m. Hand arithmetic: the update
+    is linear in the rows it keeps, so m = 2 of G = 8 costs 2/8 of the m = G update (reference forward
+    included, beta > 0); rollout and the reward model's forward are those of all G."""
+    prm = Arch(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+               intermediate_size=64, vocab_size=257)
+    full = spec(group_size=8, beta=0.1, reward=prm).cost()
+    down = spec(group_size=8, beta=0.1, reward=prm, update_group_size=2).cost()
+    assert down["rollout"] == full["rollout"] and down["reward"] == full["reward"]
+    assert down["update"].model == pytest.approx(full["update"].model * 2 / 8, rel=1e-12)
+    assert down["update"].executed == pytest.approx(full["update"].executed * 2 / 8, rel=1e-12)
+    # the worst case (the live stop rule) charges the m rows too
+    s = spec(group_size=8, update_group_size=2)
+    assert s.worst_case(3, 50) < spec(group_size=8).worst_case(3, 50)
+    # and the composed config carries m into the plan's spec (race plan and the job call iteration_spec)
+    cfg = _cfg(**{"grpo.group_size": 8, "grpo.update_group_size": 2})
+    assert B.iteration_spec(cfg, "lean").update_group_size == 2
+    assert B.iteration_spec(_cfg(**{"grpo.group_size": 8}), "lean").update_group_size is None
+    with pytest.raises(RaceError, match="update_group_size"):
+        spec(group_size=4, update_group_size=5).cost()
+
+
+def _cfg(**overrides) -> dict:
+    from race_cli.config.compose import compose
+
+    return OmegaConf.to_container(compose(["grid=none", *(f"{k}={v}" for k, v in overrides.items())]), resolve=True)

@@ -125,3 +125,45 @@ def test_beta_without_reference_is_refused():
     logp, old, adv, mask = _case()
     with pytest.raises(ValueError):
         grpo_loss(logp, old, adv, mask, clip_eps=0.2, beta=0.1)
+
+
+# --- rollout down-sampling -----------------------------------------------------------------------
+
+
+def test_max_variance_downsampling_matches_hand_worked_groups():
+    from race_cli.engine.grpo import downsample
+
+    # group 0 (G=8, m=4): rewards 1 0 0 1 1 0 1 1 -> sorted ascending (stable): rows 1 2 5 | 0 3 4 6 7.
+    # i highest + (4 - i) lowest: i=0 {1,2,5,0} var 3/16; i=1 {1,2,5,7} 3/16; i=2 {1,2,6,7} 1/4 (best);
+    # i=3 {1,4,6,7} 3/16; i=4 {3,4,6,7} 0 -> rows 1 2 6 7, two right and two wrong.
+    # group 1 (rows 8..15): all equal -> i=0, the first four rows (advantage 0 anyway).
+    rewards = torch.tensor([1, 0, 0, 1, 1, 0, 1, 1] + [1] * 8, dtype=torch.float32)
+    assert downsample(rewards, 8, 4, rule="max_variance").tolist() == [1, 2, 6, 7, 8, 9, 10, 11]
+    # PRM-like scores (G=4, m=2): 0.9 0.1 0.5 0.3 -> {0.1, 0.3} var 0.01, {0.1, 0.9} 0.16 (best), {0.5, 0.9} 0.04
+    assert downsample(torch.tensor([0.9, 0.1, 0.5, 0.3]), 4, 2, rule="max_variance").tolist() == [0, 1]
+    # the kept subset's variance is the largest over all C(8,4) = 70 subsets (brute force)
+    import itertools
+
+    r = torch.tensor([0.2, 0.9, 0.4, 0.4, 0.0, 0.7, 1.0, 0.1], dtype=torch.float64)
+    best = max(r[list(c)].var(unbiased=False).item() for c in itertools.combinations(range(8), 4))
+    got = downsample(r, 8, 4, rule="max_variance")
+    assert r[got].var(unbiased=False).item() == pytest.approx(best, abs=1e-12)
+
+
+def test_random_downsampling_keeps_m_distinct_rows_of_each_group_from_the_generator():
+    from race_cli.engine.grpo import downsample
+
+    rewards = torch.arange(12, dtype=torch.float32)
+    a = downsample(rewards, 4, 2, rule="random", generator=torch.Generator().manual_seed(0))
+    b = downsample(rewards, 4, 2, rule="random", generator=torch.Generator().manual_seed(0))
+    assert a.tolist() == b.tolist() and len(a) == 6
+    for g in range(3):
+        rows = a[2 * g:2 * g + 2].tolist()
+        assert len(set(rows)) == 2 and all(4 * g <= x < 4 * g + 4 for x in rows)
+    picks = {tuple(downsample(rewards, 4, 2, rule="random", generator=torch.Generator().manual_seed(s))[:2].tolist())
+             for s in range(40)}
+    assert len(picks) == 6  # every one of the C(4,2) pairs of group 0 occurs: random, not a fixed rule
+    with pytest.raises(ValueError):
+        downsample(rewards, 4, 5)
+    with pytest.raises(ValueError):
+        downsample(rewards, 4, 2, rule="largest")

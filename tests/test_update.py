@@ -125,3 +125,58 @@ def test_micro_batches_cut_to_their_padding_give_the_whole_batch_loss(model_dir,
             assert len(set(ro.prompt_lens)) > 1 or len(set(ro.completion_lens)) > 1  # there is padding to cut
         losses.append(job.update(ro, torch.linspace(-1, 1, 8))["loss"])
     assert losses[1] == pytest.approx(losses[0], rel=1e-5, abs=1e-7)
+
+
+# --- rollout down-sampling: the job charges G rollouts and m updates ------------------------------------
+
+
+def test_downsampled_iteration_charges_g_rollouts_and_m_updates(model_dir, tmp_path, monkeypatch):
+    """G = 4 sampled and scored per prompt, m = 2 kept by max variance: the rollout charged is the sampling
+    call's (8 rows), the update runs on the 4 kept rows (FlopCounterMode agrees with its executed charge),
+    the ledger counts 4 rows offered to the update, and the job's cost rule is the plan's (same spec)."""
+    from race_cli.cost.budget import Ledger, plan_budget
+    from race_cli.cost.flops_audit import count_flops, register_cpu_sdpa_flops
+    from race_cli.engine.grpo import downsample
+
+    register_cpu_sdpa_flops()
+    job = make_job(model_dir, tmp_path / "j", **{"lora.enabled": "false", "grpo.update_group_size": 2})
+    job.ledger = Ledger()
+    assert job.spec.update_group_size == 2 == plan_budget(job.cfg_dict, job.backend).spec.update_group_size
+    seen, measured = {}, {}
+    generate, update = job.rollout.generate, job.update
+
+    def spy_generate(*a, **k):
+        seen["ro"] = generate(*a, **k)
+        return seen["ro"]
+
+    def spy_update(ro, adv):
+        seen["kept"], seen["adv"] = ro, adv
+        out = {}
+        measured["update"] = count_flops(lambda: out.update(update(ro, adv)))
+        return out
+
+    monkeypatch.setattr(job.rollout, "generate", spy_generate)
+    monkeypatch.setattr(job, "update", spy_update)
+    from race_cli.engine.setup import RewardResult
+
+    # fixed rewards, so both groups are informative: max variance keeps a 1-0 pair of each
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0]
+    monkeypatch.setattr(job, "reward", lambda items, texts: RewardResult(list(rewards), Flops(), 0.0))
+    torch.manual_seed(0)
+    job.iterate(1)
+    ro, kept = seen["ro"], seen["kept"]
+    assert len(ro.completion_lens) == 8 and len(kept.completion_lens) == 4 and len(rewards) == 8
+    rows = downsample(torch.tensor(rewards), 4, 2, rule="max_variance").tolist()
+    # hand-worked: group 0 (1 0 0 1) sorts stably to rows 1 2 0 3: the two lowest {1, 2} have variance 0, the
+    # lowest and the highest {1, 3} 1/4; group 1 (0 1 1 1) sorts to 4 5 6 7: the two lowest {4, 5} already 1/4
+    assert rows == [1, 3, 4, 5]
+    assert kept.texts == [ro.texts[i] for i in rows]  # the rule's rows, in order
+    assert job.ledger.flops["rollout"] == ro.flops  # every one of the G completions is charged
+    assert job.ledger.flops["update"].executed == pytest.approx(measured["update"], rel=1e-9)
+    assert job.ledger.rows["total"] == 4
+    # the model-convention update charge: train steps over the kept rows that carry a gradient
+    keep = [i for i in range(4) if seen["adv"][i] != 0]
+    assert len(keep) == 4  # every kept row carries a gradient
+    seq = sorted(kept.prompt_lens[i] + kept.completion_lens[i] for i in keep)
+    want = train_step_flops(job.policy.arch, seq, lora=None, logit_positions=sum(kept.completion_lens))
+    assert job.ledger.flops["update"].model == pytest.approx(want.model, rel=1e-12) and measured["update"] > 0
