@@ -244,7 +244,6 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
             pass
         except (ValueError, UnicodeDecodeError, OSError) as e:
             problems.append(f"overrides.yaml unreadable ({e})")
-    row["_identity"] = job_identity(job_dir)
     if problems:
         row["readable"] = False
         row["problem"] = "; ".join(problems)
@@ -268,20 +267,47 @@ def job_identity(job_dir: Path) -> str | None:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
+# Row fields every job's config decides (summary.json writes them from it; an unfinished job's
+# overrides give them): two folders holding one config agree on all of them.
+ALIKE_FIELDS = CONDITION_COLS + ["seed", "group_size", "updates_per_batch"]
+
+
+def _alike_key(row: dict) -> tuple:
+    """The ALIKE_FIELDS of a row, numbers as floats (1e12 and 1000000000000 are one budget)."""
+    key = []
+    for f in ALIKE_FIELDS:
+        v = row.get(f)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            v = None if v != v else float(v)
+        key.append(None if v is None else v if isinstance(v, float) else str(v))
+    return tuple(key)
+
+
 def _refuse_same_jobs(rows: list[dict]) -> None:
     """Two job folders holding one job (same config and seed: a copied or renamed sweep, a copied
-    job folder) would be counted as two seeds, a fabricated interval: refused, naming both."""
-    first: dict[str, dict] = {}
-    clashes = []
+    job folder) would be counted as two seeds, a fabricated interval: refused, naming both.
+
+    Only jobs that agree on every ALIKE_FIELD can hold one config, so only their configs are
+    parsed (`job_identity`); a sweep whose jobs differ in condition, G, μ or seed parses none
+    (YAML-loading 5,000 configs cost ~8 s of a report). Rows without a folder (planned, missing)
+    have no config to compare."""
+    alike: dict[tuple, list[dict]] = {}
     for r in rows:
-        ident = r.get("_identity")
-        if ident is None:
+        if "_where" in r:
+            alike.setdefault(_alike_key(r), []).append(r)
+    clashes = []
+    for group in alike.values():
+        if len(group) < 2:
             continue
-        if ident in first:
-            a = first[ident]
-            clashes.append(f"{a['_where']} and {r['_where']} hold the same job (the same config and seed)")
-        else:
-            first[ident] = r
+        first: dict[str, dict] = {}
+        for r in group:
+            ident = job_identity(Path(r["_where"]))
+            if ident is None:
+                continue
+            if ident in first:
+                clashes.append(f"{first[ident]['_where']} and {r['_where']} hold the same job (the same config and seed)")
+            else:
+                first[ident] = r
     if clashes:
         more = f" (and {len(clashes) - 1} more pairs)" if len(clashes) > 1 else ""
         raise RaceError(f"{clashes[0]}{more}. Counted twice, one run would look like two seeds. Give each run once: "
@@ -450,7 +476,6 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
                         "and then report.")
     _refuse_same_jobs(rows)
     for r in rows:
-        r.pop("_identity", None)
         r.pop("_where", None)
     jobs = pd.DataFrame(rows)
     for c in CONDITION_COLS + ["seed"]:
