@@ -365,6 +365,7 @@ _SHORT = {
     "task": "",
     "grpo.group_size": "G",
     "grpo.updates_per_batch": "mu",
+    "grpo.update_group_size": "m",
     "grpo.prompts_per_iter": "B",
     "grpo.lr": "lr",
     "grpo.beta": "beta",
