@@ -1,73 +1,173 @@
-"""Calibration of race's intervals and verdicts on synthetic sweeps with a known truth.
+"""Calibration and power of race's intervals and verdicts on synthetic sweeps with a known truth.
 
-    python benchmarks/bench_calibration.py                    # 1,000 conditions per scenario (~minutes)
-    python benchmarks/bench_calibration.py --conditions 200   # quicker, noisier
-    python benchmarks/bench_calibration.py --scenario 0.06,2  # one scenario
+    python benchmarks/bench_calibration.py                      # 1,000 conditions per scenario (minutes)
+    python benchmarks/bench_calibration.py --conditions 200     # quicker, noisier
+    python benchmarks/bench_calibration.py --code /path/to/old  # the same sweeps through another checkout
+    python benchmarks/bench_calibration.py --validations        # also the validation verdicts (job folders)
 
-Every simulated condition is written as real job folders (tests/report_fixtures.py's writer:
-summary.json with per-item scores at the end and at iteration 0, ledger.json, metrics.jsonl,
-status.json) and read back by the real code: `race report`'s run_report for pilots, and the
-validation's compare() (what `race report` runs on a sweep with provenance.json) for
-validations. Nothing is recomputed here; the harness only counts.
+Pilots are simulated item by item and handed to the real ranking code (race_cli.report.rank.rank_all,
+what `race report` runs after reading the job folders) as one sweep per scenario, so the sweep-wide seed
+pool works as on a real sweep: conditions come in pools of POOL_SIZE (= 2: the default grid's two model
+sizes share a reward system on a target; each pool is given its own reward label). Validations are
+written as real job folders (tests/report_fixtures.py) and read by the validation's compare().
 
-The truth of one condition: R = 3 regimes at the default grid's update fractions p (0.83,
-0.91, 0.95). Item i of regime r, seed s is scored as k = 4 sampled completions, each correct
-with probability
+Truth of one condition: R = 3 regimes (μ = 1, 2, 4). Item i of regime r, seed s, sample j is correct with
+probability
 
-    P = acc_r + d_i + e_s      d_i ~ U(-0.2, 0.2) item difficulty, shared by every job (paired)
-                               e_s ~ U(-h, h), h = sd·√3: the training run's luck, SD = sd
+    P = acc_r + d_i + g_ri + e_rs    d_i ~ U(±0.2) item difficulty (shared: paired)
+                                     g_ri ~ N(0, 0.05²), centred per regime: item × regime interaction
+                                     e_rs ~ U(±√3·sd_r): the training run's luck, sd_r = 0.02·U(0.5, 1.5)
+                                     per regime (heterogeneous seed spread)
 
-so the regime's expected score over items and training runs is exactly acc_r. The starting
-policy is evaluated by every job on the same items (its own k samples, P = start + d_i).
-Scenarios: seed spread sd ∈ {0.03, 0.06} × seeds per regime ∈ {2, 3}. Per scenario:
+so the regime's expected score over items and runs is exactly acc_r; 200 items × 4 samples. The start
+(P = start + d_i) is scored by every job. Sampling is either independent per job, or with common random
+numbers (`crn`: sample j of item i draws one uniform U_ij for every job of the condition, correct when
+U_ij < P — what evaluation with common random numbers does).
 
-- null pilots (all regimes equal, no gain: acc_r = start = 0.45): coverage, familywise false
-  "worse" (some regime not ≈ best), false "beats its start" (some regime beats it), spurious p*
-  (a p* recommended under a flat truth);
-- effect pilots (acc_r = 0.47 + N(0, 0.03²) per regime, start 0.42): coverage of the final and
-  gain intervals, the P(best) reliability table, the winner's curse (the best's estimate minus
-  its truth, against the report's expected drop);
-- validations, best and control, the same seeds: under the null (equal) the share "confirmed";
-  at the stated gap Δ the share confirmed (power). Δ is the smallest gap with power >= 0.8 for
-  that design, found from the null validations' own standard errors and degrees of freedom
-  (the estimate shifts with the truth), then checked on fresh validations simulated at Δ
-  (best 0.5 + Δ/2, control 0.5 − Δ/2; a Δ above MAX_GAP cannot be simulated and prints "–").
+Scenarios (each `--conditions` conditions, 2 seeds unless said):
+- null: acc_r = start = 0.45: coverage (final, gain, the selected best's simultaneous interval),
+  familywise false "worse" (some regime not ≈ best), false "beats its start";
+- effect: acc_r = 0.47 + N(0, 0.03²), start 0.42: coverage, the winner's curse against expected_drop;
+- separation δ: acc = (0.45 + δ, 0.45, 0.45): the share of pilots in which the better regime is the
+  only ≈ best, for δ in DELTAS (and coverage);
+- one seed: null truth, 1 seed: decisions made (must be none), and with the seed sd assumed (0.02).
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from race_cli.report import stats as S  # noqa: E402
-from race_cli.report import validation as V  # noqa: E402
-from race_cli.report.command import run_report  # noqa: E402
-from race_cli.report.table import read_sweeps  # noqa: E402
-from report_fixtures import Regime, write_job  # noqa: E402
+CODE = Path(os.environ.get("RACE_CODE", ROOT))  # --code sets it before race_cli is imported
+sys.path[:0] = [str(CODE), str(ROOT / "tests")]
 
 P_GRID = [(1, 0.83), (2, 0.91), (4, 0.95)]  # (μ, p): the default grid, G=4, rule reward
 ITEM_HALF = 0.2
+INTERACTION_SD = 0.05
+SEED_SD = 0.02
 N_ITEMS = 200
 SAMPLES = 4
 BUDGET = 8e11
 TARGET = "arithmetic"
-SCENARIOS = [(0.03, 2), (0.03, 3), (0.06, 2), (0.06, 3)]
-BINS = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0001]
+POOL_SIZE = 2
+DELTAS = [0.03, 0.05, 0.08, 0.10, 0.12]
+SCENARIOS = [(0.03, 2), (0.03, 3), (0.06, 2), (0.06, 3)]  # validations: (seed sd, seeds)
 MAX_GAP = 0.38  # best 0.5 + gap/2, control 0.5 − gap/2: P stays in [0, 1] with items ±0.2 and seeds ±0.104
 
 
-# --- writing sweeps with a known truth ------------------------------------------------------
+# --- pilots in memory, read by the ranking ------------------------------------------------------
+
+
+def simulate_condition(rng: np.random.Generator, accs, start: float, seeds: int, crn: bool,
+                       seed_sd: float = SEED_SD, hetero: bool = True):
+    """Final and start per-item scores [R·s, n] of one condition (rows regime-major), and each regime's
+    seed sd."""
+    R, n, k = len(accs), N_ITEMS, SAMPLES
+    d = rng.uniform(-ITEM_HALF, ITEM_HALF, n)
+    g = rng.normal(0, INTERACTION_SD, (R, n))
+    g -= g.mean(axis=1, keepdims=True)
+    sd = seed_sd * (rng.uniform(0.5, 1.5, R) if hetero else np.ones(R))
+    e = rng.uniform(-1, 1, (R, seeds)) * math.sqrt(3.0) * sd[:, None]
+    P = np.clip(np.asarray(accs)[:, None, None] + d + g[:, None, :] + e[:, :, None], 0, 1)  # [R, s, n]
+    P0 = np.clip(start + d, 0, 1)
+    if crn:
+        U = rng.random((n, k))  # one draw per item and sample, shared by every job of the condition
+        fin = (U[None, None] < P[..., None]).mean(axis=-1)
+        ini = np.broadcast_to((U < P0[:, None]).mean(axis=-1), (R, seeds, n))
+    else:
+        fin = rng.binomial(k, P) / k
+        ini = rng.binomial(k, np.broadcast_to(P0, (R, seeds, n))) / k
+    return fin.reshape(R * seeds, n), ini.reshape(R * seeds, n), sd
+
+
+def sweep_data(conds: list[tuple[str, np.ndarray, np.ndarray]], seeds: int):
+    """A SweepData of simulated conditions [(name, final [R·s, n], start [R·s, n])], pools of POOL_SIZE."""
+    from race_cli.report.table import SweepData
+
+    ids = [f"i{i:03d}" for i in range(N_ITEMS)]
+    rows, items, initial = [], {}, {}
+    for c, (name, fin, ini) in enumerate(conds):
+        for j in range(len(fin)):
+            r, s = divmod(j, seeds)
+            jid = f"{name}_mu{P_GRID[r][0]}_s{s}"
+            rows.append({"sweep": "synthetic", "job_id": jid, "state": "done", "readable": True,
+                         "model": name, "budget_flops": BUDGET, "reward": f"rule{c // POOL_SIZE}", "task": TARGET,
+                         "updates_per_batch": P_GRID[r][0], f"eval/{TARGET}": float(fin[j].mean())})
+            items[("synthetic", jid, TARGET)] = (ids, fin[j])
+            initial[("synthetic", jid, TARGET)] = (ids, ini[j])
+    return SweepData(jobs=pd.DataFrame(rows), items=items, items_initial=initial, knob_cols=["updates_per_batch"],
+                     targets=[TARGET])
+
+
+def rank_sweep(data, assume_seed_sd=None, n_boot: int = 50):
+    from race_cli.report.rank import rank_all
+
+    kw = {} if assume_seed_sd is None else {"assume_seed_sd": assume_seed_sd}
+    return rank_all(data, TARGET, ["model", "budget_flops", "reward", "task"], n_boot=n_boot, seed=0, **kw)
+
+
+def run_pilots(kind: str, n: int, rng: np.random.Generator, crn: bool, seeds: int = 2, delta: float = 0.0,
+               assume_seed_sd: float | None = None) -> dict:
+    """n conditions of one kind ('null', 'effect', 'separation') ranked as one sweep; the counts."""
+    truth, conds = {}, []
+    for c in range(n):
+        if kind == "null":
+            accs, start = np.full(3, 0.45), 0.45
+        elif kind == "effect":
+            accs, start = 0.47 + rng.normal(0, 0.03, 3), 0.42
+        else:
+            accs, start = np.array([0.45 + delta, 0.45, 0.45]), 0.40
+        fin, ini, _ = simulate_condition(rng, accs, start, seeds, crn)
+        name = f"c{c:05d}"
+        conds.append((name, fin, ini))
+        truth[name] = (accs, start)
+    rk = rank_sweep(sweep_data(conds, seeds), assume_seed_sd)
+    acc_of = {f"μ={mu}": i for i, (mu, _) in enumerate(P_GRID)}
+    cov_f = cov_g = cov_w = rows = 0
+    worse = beats = separated = decided = 0
+    curse, drop = [], []
+    for name, g in rk.groupby("model", sort=False):
+        accs, start = truth[name]
+        a = accs[[acc_of[r] for r in g["regime"]]]
+        lo, hi = g["ci_lo"].to_numpy(), g["ci_hi"].to_numpy()
+        cov_f += int(((lo <= a) & (a <= hi)).sum())
+        gt = a - start
+        cov_g += int(((g["gain_ci_lo"].to_numpy() <= gt) & (gt <= g["gain_ci_hi"].to_numpy())).sum())
+        rows += len(g)
+        b = int(np.flatnonzero(g["is_best"].to_numpy())[0])
+        if "sel_lo" in g:
+            cov_w += int(g["sel_lo"].iloc[b] <= a[b] <= g["sel_hi"].iloc[b])
+        else:  # the old code: the best's plain interval
+            cov_w += int(lo[b] <= a[b] <= hi[b])
+        tied = g["tied_best"].astype(bool).to_numpy()
+        worse += int((~tied).any())
+        beats += int(g["beats_start"].astype(bool).any())
+        decided += int((~tied).any() or g["beats_start"].astype(bool).any())
+        if kind == "separation":
+            top = int(np.argmax(a))
+            separated += int(tied[top] and tied.sum() == 1)
+        curse.append(float(g["mean"].iloc[b] - a[b]))
+        drop.append(float(g["expected_drop"].iloc[0]))
+    m = rk.groupby("model", sort=False).size().shape[0]
+    pool = str(rk["pool"].iloc[0]) if "pool" in rk else str(rk["noise"].iloc[0])
+    return {"kind": kind, "crn": crn, "seeds": seeds, "delta": delta, "conditions": m,
+            "coverage_final": cov_f / rows, "coverage_gain": cov_g / rows, "coverage_winner": cov_w / m,
+            "false_worse": worse / m, "false_beats": beats / m, "decided": decided / m,
+            "separated": separated / m, "winners_curse": float(np.mean(curse)), "expected_drop": float(np.mean(drop)),
+            "pool": pool}
+
+
+# --- validations: written as job folders with a known truth ------------------------------------------------------
 
 
 def _cond(name: str) -> dict:
@@ -81,6 +181,8 @@ def _scores(prob: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 def write_condition(jobs_dir: Path, name: str, accs: list[float], start: float, regimes: list[tuple[int, float]],
                     n_seeds: int, seed_sd: float, rng: np.random.Generator, first_seed: int = 0) -> dict:
     """Write one condition's jobs; returns {regime label: [job ids]}."""
+    from report_fixtures import Regime, write_job
+
     d = rng.uniform(-ITEM_HALF, ITEM_HALF, N_ITEMS)
     h = seed_sd * math.sqrt(3.0)
     out: dict[str, list[str]] = {}
@@ -99,64 +201,6 @@ def _condition_label(name: str) -> str:
     return f"model={name} budget_flops=8e+11 reward=rule task={TARGET} target={TARGET}"
 
 
-# --- pilots ---------------------------------------------------------------------------------
-
-
-def run_pilots(root: Path, n: int, seed_sd: float, n_seeds: int, rng: np.random.Generator, n_boot: int) -> dict:
-    """n null and n effect conditions in one sweep, reported by run_report; the counts."""
-    from rich.console import Console
-
-    jobs = root / "jobs"
-    jobs.mkdir(parents=True)
-    truth: dict[str, tuple[str, np.ndarray, float]] = {}
-    for c in range(n):
-        name = f"null{c:05d}"
-        write_condition(jobs, name, [0.45] * 3, 0.45, P_GRID, n_seeds, seed_sd, rng)
-        truth[_condition_label(name)] = ("null", np.full(3, 0.45), 0.45)
-    for c in range(n):
-        name = f"eff{c:05d}"
-        accs = 0.47 + rng.normal(0, 0.03, 3)
-        write_condition(jobs, name, list(accs), 0.42, P_GRID, n_seeds, seed_sd, rng)
-        truth[_condition_label(name)] = ("effect", accs, 0.42)
-    res = run_report([root], plots=False, bootstrap=n_boot, console=Console(file=io.StringIO(), width=200))
-    rk, fits = res["ranking"], res["fits"]
-    acc_of = {f"μ={mu}": i for i, (mu, _) in enumerate(P_GRID)}
-    cov_f = cov_g = n_rows = 0
-    false_worse = false_beats = spurious = n_null = 0
-    pb, hit = [], []
-    curse, drop = [], []
-    for cond, g in rk.groupby("condition", sort=False):
-        kind, accs, start = truth[cond]
-        idx = [acc_of[r] for r in g["regime"]]
-        a = accs[idx]
-        cov_f += int(((g["ci_lo"].to_numpy() <= a) & (a <= g["ci_hi"].to_numpy())).sum())
-        gt = a - start
-        cov_g += int(((g["gain_ci_lo"].to_numpy() <= gt) & (gt <= g["gain_ci_hi"].to_numpy())).sum())
-        n_rows += len(g)
-        if kind == "null":
-            n_null += 1
-            false_worse += int((~g["tied_best"].astype(bool)).any())
-            false_beats += int(g["beats_start"].astype(bool).any())
-            spurious += int(not fits[cond].fallback)
-        else:
-            true_best = int(np.argmax(a))
-            pb += list(g["p_best"].to_numpy())
-            hit += list(np.arange(len(g)) == true_best)
-            b = int(np.flatnonzero(g["is_best"].to_numpy())[0])
-            curse.append(float(g["mean"].iloc[b] - a[b]))
-            drop.append(float(g["expected_drop"].iloc[0]))
-    pb, hit = np.array(pb), np.array(hit)
-    table = []
-    for lo, hi in zip(BINS[:-1], BINS[1:]):
-        m = (pb >= lo) & (pb < hi)
-        table.append((lo, min(hi, 1.0), int(m.sum()), float(pb[m].mean()) if m.any() else math.nan,
-                      float(hit[m].mean()) if m.any() else math.nan))
-    return {"coverage_final": cov_f / n_rows, "coverage_gain": cov_g / n_rows, "rows": n_rows,
-            "false_worse": false_worse / n_null, "false_beats": false_beats / n_null,
-            "spurious_p_star": spurious / n_null, "n_null": n_null, "reliability": table,
-            "winners_curse": float(np.mean(curse)), "expected_drop": float(np.mean(drop))}
-
-
 # --- validations ------------------------------------------------------------------------------
 
 
@@ -164,6 +208,9 @@ def run_validations(root: Path, n: int, gap: float, seed_sd: float, n_seeds: int
                     rng: np.random.Generator) -> list[dict]:
     """n validations (best truly `gap` above the control), written with provenance.json and read
     by the validation code the report runs; the condition rows (verdict, diff, its interval)."""
+    from race_cli.report import validation as V
+    from race_cli.report.table import read_sweeps
+
     jobs = root / "jobs"
     jobs.mkdir(parents=True)
     conds, tags = [], {}
@@ -196,76 +243,124 @@ def detectable_gap(rows: list[dict], power: float = 0.85) -> float:
     return math.nan
 
 
-# --- the table ----------------------------------------------------------------------------------
+def run_validation_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int) -> dict:
+    """False "confirmed" under the null and the power at the gap the null's intervals imply."""
+    from race_cli.report import validation as V
 
-
-def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_boot: int) -> dict:
     rng = np.random.default_rng([seed, int(seed_sd * 1000), n_seeds])
-    t0 = time.perf_counter()
-    out = run_pilots(tmp / f"pilot-{seed_sd}-{n_seeds}", n, seed_sd, n_seeds, rng, n_boot)
     null = run_validations(tmp / f"val0-{seed_sd}-{n_seeds}", n, 0.0, seed_sd, n_seeds, rng)
     gap = detectable_gap(null)
-    if not gap <= MAX_GAP:  # the truth model cannot hold a larger gap without clipping probabilities
-        eff, gap = [], math.nan
-    else:
-        eff = run_validations(tmp / f"valg-{seed_sd}-{n_seeds}", n, gap, seed_sd, n_seeds, rng)
-    out |= {"false_confirmed": float(np.mean([r["verdict"] == V.CONFIRMED for r in null])),
+    eff = [] if not gap <= MAX_GAP else run_validations(tmp / f"valg-{seed_sd}-{n_seeds}", n, gap, seed_sd,
+                                                         n_seeds, rng)
+    return {"seed_sd": seed_sd, "n_seeds": n_seeds, "conditions": n,
+            "false_confirmed": float(np.mean([r["verdict"] == V.CONFIRMED for r in null])),
             "false_reversed": float(np.mean([r["verdict"] == V.REVERSED for r in null])),
-            "gap": gap, "power": float(np.mean([r["verdict"] == V.CONFIRMED for r in eff])) if eff else math.nan,
-            "diff_se": float(np.median([r["diff_se"] for r in null])),
-            "diff_df": float(np.median([r["diff_df"] for r in null])),
-            "seconds": time.perf_counter() - t0, "seed_sd": seed_sd, "n_seeds": n_seeds, "conditions": n}
+            "gap": gap if eff else math.nan,
+            "power": float(np.mean([r["verdict"] == V.CONFIRMED for r in eff])) if eff else math.nan}
+
+
+# --- the tables -------------------------------------------------------------------------------------
+
+
+def pilot_scenarios(n: int, seed: int, crn_modes=(False, True), deltas=DELTAS, one_seed: bool = True) -> list[dict]:
+    out = []
+    for crn in crn_modes:
+        rng = np.random.default_rng([seed, int(crn)])
+        plan = [("null", {}), ("effect", {})] + [("separation", {"delta": d}) for d in deltas]
+        if one_seed:
+            plan += [("null", {"seeds": 1}), ("null", {"seeds": 1, "assume_seed_sd": SEED_SD})]
+        for kind, kw in plan:
+            t0 = time.perf_counter()
+            try:
+                r = run_pilots(kind, n, rng, crn, **kw)
+            except TypeError:  # an older checkout without --assume-seed-sd
+                continue
+            r["assumed"] = kw.get("assume_seed_sd")
+            r["seconds"] = time.perf_counter() - t0
+            print(f"{'crn' if crn else 'independent'} {kind} {kw}: {r['seconds']:.0f} s", file=sys.stderr, flush=True)
+            out.append(r)
     return out
 
 
-def print_table(results: list[dict]) -> None:
-    print("\nCalibration (95% intervals; familywise 5%): synthetic conditions with known truth, "
-          f"{results[0]['conditions']} null + {results[0]['conditions']} effect pilots and "
-          f"{results[0]['conditions']} + {results[0]['conditions']} validations per scenario\n")
-    head = ["seed sd", "seeds", "cover final", "cover gain", "false worse", "false > start", "spurious p*",
-            "false confirmed", "power @ gap", "gap (se, df)", "curse / drop"]
+def delta_at(rows: list[dict], power: float = 0.8) -> float:
+    """The smallest δ at which `power` of pilots separate the better regime (linear between the table's δ)."""
+    pts = sorted((r["delta"], r["separated"]) for r in rows)
+    for (d0, p0), (d1, p1) in zip(pts, pts[1:]):
+        if p0 < power <= p1:
+            return d0 + (power - p0) / (p1 - p0) * (d1 - d0)
+    return pts[0][0] if pts and pts[0][1] >= power else math.nan
+
+
+def plan_delta(crn: bool, seeds: int = 2) -> float:
+    from race_cli.stats.power import Design, smallest_separated
+
+    return smallest_separated(Design(N_ITEMS, SAMPLES, seeds, 3, SEED_SD, pool_df=POOL_SIZE * 3 * (seeds - 1),
+                                     item_regime_sd=INTERACTION_SD, crn=crn))
+
+
+def print_tables(res: list[dict], with_plan: bool = True) -> None:
+    mode = lambda r: "common random numbers" if r["crn"] else "independent sampling"
+    print(f"\nCalibration (95% intervals, familywise 5%): {res[0]['conditions']} conditions per row; 3 regimes × "
+          f"2 seeds (one-seed rows: 1), {N_ITEMS} items × {SAMPLES} samples, seed sd 0.02·U(0.5, 1.5) per regime, "
+          f"item × regime sd {INTERACTION_SD}; seed pool {POOL_SIZE} conditions ({res[0]['pool']})\n")
+    head = ["sampling", "truth", "cover final", "cover gain", "cover winner", "false worse", "false > start",
+            "curse / drop"]
     print(" | ".join(head))
     print("|".join("---" for _ in head))
-    for r in results:
-        print(" | ".join([f"{r['seed_sd']:.2f}", str(r["n_seeds"]), f"{r['coverage_final']:.3f}",
-                          f"{r['coverage_gain']:.3f}", f"{r['false_worse']:.3f}", f"{r['false_beats']:.3f}",
-                          f"{r['spurious_p_star']:.3f}", f"{r['false_confirmed']:.3f}", f"{r['power']:.3f}",
-                          f"{r['gap']:.3f} ({r['diff_se']:.3f}, {r['diff_df']:.1f})",
+    for r in res:
+        if r["kind"] == "separation" and r["delta"] not in (0.08,):
+            continue
+        kind = r["kind"] if r["seeds"] > 1 else ("null, 1 seed" + (f", --assume-seed-sd {r['assumed']}"
+                                                                   if r["assumed"] else ""))
+        if r["kind"] == "separation":
+            kind = f"+{r['delta']:.2f} best"
+        print(" | ".join([mode(r), kind, f"{r['coverage_final']:.3f}", f"{r['coverage_gain']:.3f}",
+                          f"{r['coverage_winner']:.3f}", f"{r['false_worse']:.3f}" if r["kind"] == "null" else "–",
+                          f"{r['false_beats']:.3f}" if r["kind"] == "null" else "–",
                           f"{r['winners_curse']:+.3f} / {r['expected_drop']:.3f}"]))
-    print("\nP(best) reliability (effect pilots: regime effects N(0, 0.03²)): share of regimes truly best, "
-          "by the reported P(best)")
-    print("P(best) bin | " + " | ".join(f"sd {r['seed_sd']:.2f}, {r['n_seeds']} seeds: n, mean P, truly best"
-                                       for r in results))
-    for k in range(len(BINS) - 1):
-        cells = []
-        for r in results:
-            lo, hi, m, mp, fr = r["reliability"][k]
-            cells.append(f"{m}, {mp:.2f}, {fr:.2f}" if m else "0, –, –")
-        lo, hi = results[0]["reliability"][k][:2]
-        print(f"[{lo:.1f}, {hi:.1f}) | " + " | ".join(cells))
+    seps = [r for r in res if r["kind"] == "separation"]
+    modes = sorted({r["crn"] for r in seps})
+    print("\nSeparation: share of pilots in which a regime truly better by δ than both others is the only ≈ best\n")
+    print("δ | " + " | ".join(mode({"crn": m}) for m in modes))
+    print("|".join("---" for _ in range(len(modes) + 1)))
+    for d in sorted({r["delta"] for r in seps}):
+        print(f"+{d:.2f} | " + " | ".join(f"{r['separated']:.3f}" for m in modes for r in seps
+                                          if r["crn"] == m and r["delta"] == d))
+    line = ["δ at 80% (harness)"] + [f"{delta_at([r for r in seps if r['crn'] == m]):.3f}" for m in modes]
+    print(" | ".join(line))
+    if with_plan:
+        try:
+            print(" | ".join(["δ at 80% (race plan)"] + [f"{plan_delta(m):.3f}" for m in modes]))
+        except ImportError:  # an older checkout: no race_cli.stats
+            pass
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--conditions", type=int, default=1000, help="conditions per kind and scenario")
-    ap.add_argument("--scenario", action="append", help="SEED_SD,SEEDS (repeatable); default all four")
+    ap.add_argument("--conditions", type=int, default=1000, help="conditions per scenario")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--bootstrap", type=int, default=400, help="draws per condition (P(best), p*, curse)")
+    ap.add_argument("--code", type=Path, help="a checkout whose race_cli ranks the sweeps (e.g. the old code)")
+    ap.add_argument("--validations", action="store_true", help="also the validation verdicts (job folders)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args(argv)
-    scen = [(float(s.split(",")[0]), int(s.split(",")[1])) for s in a.scenario] if a.scenario else SCENARIOS
-    results = []
-    with tempfile.TemporaryDirectory(prefix="race-calibration-") as tmp:
-        for sd, k in scen:
-            r = run_scenario(Path(tmp), a.conditions, sd, k, a.seed, a.bootstrap)
-            print(f"scenario seed sd {sd}, {k} seeds: {r['seconds']:.0f} s", file=sys.stderr, flush=True)
-            results.append(r)
-        print_table(results)  # before the temporary sweeps (gigabytes at 1,000 conditions) are removed
-        sys.stdout.flush()
-        if a.json:
-            a.json.write_text(json.dumps(results, indent=1))
-    return results
+    res = pilot_scenarios(a.conditions, a.seed)
+    print_tables(res, with_plan=a.code is None)
+    if a.validations:
+        with tempfile.TemporaryDirectory(prefix="race-calibration-") as tmp:
+            val = [run_validation_scenario(Path(tmp), a.conditions, sd, k, a.seed) for sd, k in SCENARIOS]
+        print("\nValidations (best vs control, same seeds): seed sd | seeds | false confirmed | false reversed | "
+              "power @ gap")
+        for v in val:
+            print(f"{v['seed_sd']:.2f} | {v['n_seeds']} | {v['false_confirmed']:.3f} | {v['false_reversed']:.3f} | "
+                  f"{v['power']:.3f} @ {v['gap']:.3f}")
+        res = res + val
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1, default=float))
+    return res
 
 
 if __name__ == "__main__":
+    if "--code" in sys.argv:  # before race_cli is imported: which checkout ranks
+        os.environ["RACE_CODE"] = sys.argv[sys.argv.index("--code") + 1]
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     main()

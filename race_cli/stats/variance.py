@@ -18,12 +18,15 @@ and items); its variance has three parts, each estimated with its own degrees of
 so that Var(θ̂) = (A − E) + S: the item part net of the residual it shares with the job means, plus
 the job-mean (seed) part. s_r², the variance of regime r's job means (n_r − 1 df), is moderated as
 limma moderates few-replicate variances (Smyth 2004): a scaled-F prior (s0², d0) is fitted to every
-regime of a *pool* (the caller's key: one reward system on one target by default), and
+regime of a *pool* (the caller's key: one reward system on one target by default) where Bartlett's test
+finds the pool's spreads unequal (p < 0.05; limma's moment estimate of d0 from a handful of one-df spreads
+is too noisy to use otherwise), and
 
     s̃_r² = (d0·s0² + d_r·s_r²) / (d0 + d_r),   d̃_r = min(d0 + d_r, Σ_pool d_r)
 
 (d0 = ∞ when the pool's spreads agree with one common variance: then every regime uses the pooled
-variance with the pool's total df; finite d0 keeps per-regime variances where the data show
+variance, with the pool's total df combined with HETERO_DF, 1/(1/Σd + 1/34), for the heterogeneity a
+handful of spreads cannot show; finite d0 keeps per-regime variances where the data show
 heterogeneity). A regime whose spread is improbably large under the prior (F test, Bonferroni over
 the pool at 5%) is flagged as an outlier. A pool without any two-seed regime has no seed variance:
 its intervals cover evaluation noise only, unless a seed sd is assumed (`assume_seed_sd`).
@@ -38,6 +41,9 @@ import numpy as np
 from scipy import special
 
 OUTLIER_ALPHA = 0.05  # familywise over a pool's regimes
+HETERO_DF = 34.0  # prior df of seed variances within a reward system the data cannot distinguish: the project
+# measured seed sd 0.016-0.026 within one (docs/embedded-study.md): var(log σ²) ≈ 0.06, d0 = 2·trigamma⁻¹(0.06)
+HETERO_ALPHA = 0.05  # Bartlett's test: per-regime variances only where the pool's spreads differ at this level
 
 
 # --- the prior: limma's fitFDist without covariates --------------------------------------------
@@ -76,6 +82,17 @@ class SeedPrior:
         return self.df_total > 0 or self.assumed
 
 
+def homogeneity_p(log_s_sq: np.ndarray, d: np.ndarray, pooled: float) -> float:
+    """Bartlett's test of one common variance over G spreads (log s², d df each): p-value of
+    M/C ~ χ²_{G−1}, M = Σd·ln s_p² − Σ d ln s², C = 1 + (Σ 1/d − 1/Σd) / (3(G − 1))."""
+    from scipy.stats import chi2
+
+    G, tot = len(d), float(d.sum())
+    m = tot * math.log(pooled) - float((d * log_s_sq).sum())
+    c = 1 + (float((1 / d).sum()) - 1 / tot) / (3 * (G - 1))
+    return float(chi2.sf(m / c, G - 1))
+
+
 def fit_prior(s_sq: np.ndarray, d: np.ndarray, key: str = "") -> SeedPrior:
     """Fit (s0², d0) to sample variances s_sq [G] with d [G] degrees of freedom (d = 0 entries are
     ignored). limma's moment estimator on log s²; d0 = inf when the spreads are no more variable
@@ -91,6 +108,8 @@ def fit_prior(s_sq: np.ndarray, d: np.ndarray, key: str = "") -> SeedPrior:
         return SeedPrior(key, pooled, math.inf, tot, len(s_sq))
     floor = 1e-6 * pooled  # a zero spread would be log(0): held at a millionth of the pool's
     z = np.log(np.maximum(s_sq, floor))
+    if homogeneity_p(z, d, pooled) >= HETERO_ALPHA:  # no evidence against one common variance: pool it
+        return SeedPrior(key, pooled, math.inf, tot, len(s_sq))
     e = z - special.digamma(d / 2) + np.log(d / 2)
     emean = float(e.mean())
     evar = float(((e - emean) ** 2).sum() / (len(e) - 1) - special.polygamma(1, d / 2).mean())
@@ -108,7 +127,9 @@ def moderate(s_sq: np.ndarray, d: np.ndarray, prior: SeedPrior) -> tuple[np.ndar
     if prior.assumed:
         return np.full(len(d), prior.s0_sq), np.full(len(d), math.inf)
     if not math.isfinite(prior.d0):
-        return np.full(len(d), prior.s0_sq), np.full(len(d), prior.df_total)
+        # one pooled variance for every regime, whose own may still differ from it by as much as the project
+        # has measured (HETERO_DF): the predictive df of a regime's variance combines both
+        return np.full(len(d), prior.s0_sq), np.full(len(d), 1.0 / (1.0 / prior.df_total + 1.0 / HETERO_DF))
     v = (prior.d0 * prior.s0_sq + d * s) / (prior.d0 + d)
     return v, np.minimum(prior.d0 + d, prior.df_total)
 
