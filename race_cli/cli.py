@@ -230,7 +230,9 @@ def run(
 
     Takes the same overrides as [bold]race plan[/]; with none, runs the embedded tiny grid on CPU.
     Rerun the same command to resume: done jobs are skipped, interrupted ones resume from their
-    checkpoints, failed ones are rerun only with --retry-failed. Ctrl-C stops the jobs cleanly.
+    checkpoints, failed ones are rerun only with --retry-failed. Ctrl-C stops the jobs cleanly. The
+    end line prints the wall time against the plan's.
+
     Exit code: 0 all done, 1 some job failed (named), 2 bad input, 130 stopped by Ctrl-C.
     """
     from race_cli.pool.run import run_main
@@ -363,6 +365,34 @@ def zoo(
     raise typer.Exit(code)
 
 
+# --- help text: written for Rich's wrapping -------------------------------------------------------
+
+
+def reflow(doc: str) -> str:
+    """A docstring as help text: each paragraph's lines joined into one, so Rich wraps it once at the
+    terminal's width (a docstring's own line breaks, kept by rich markup mode, would break it twice).
+    Lines that start a list item ('- ', '• ') or are indented (commands, examples) keep their breaks."""
+    import inspect
+
+    out = []
+    for para in inspect.cleandoc(doc).split("\n\n"):
+        lines: list[str] = []
+        for line in para.splitlines():
+            keep = line.startswith((" ", "- ", "• ")) or not lines
+            if keep:
+                lines.append(line.rstrip())
+            else:
+                lines[-1] += " " + line.strip()
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+def _reflow_commands() -> None:
+    for info in app.registered_commands:
+        if info.help is None and info.callback is not None and info.callback.__doc__:
+            info.help = reflow(info.callback.__doc__)
+
+
 # errno values that say the machine, not the command line, is the problem: exit 1 (runtime)
 _RUNTIME_ERRNOS = {"ENOSPC", "EDQUOT", "EIO", "ENOMEM", "EFBIG", "EMFILE", "ENFILE", "ESTALE"}
 
@@ -389,6 +419,9 @@ def _os_error_message(exc: OSError) -> tuple[str, int]:
              "EINVAL": "race reads and appends regular files only: remove it, then rerun"}
     hint = hints.get(name, "check the path and the disk, then rerun")
     return f"cannot use {where}: {exc.strerror or exc}. {hint[0].upper() + hint[1:]}.", 1 if name in _RUNTIME_ERRNOS else 2
+
+
+_reflow_commands()  # after every @app.command above
 
 
 def main() -> None:

@@ -4,14 +4,20 @@
 in provenance.json (conditions[].curve_prediction next to predicted_order):
 
 - endpoint: the pilot's own final score and interval (what the pilot measured at its budget C; at a
-  scaled budget it assumes nothing changes beyond C);
+  scaled budget it assumes nothing changes beyond C). The pilot's best was picked as the maximum of its
+  regimes, so its interval is the selection-adjusted one (`pilot_sel_lo`/`pilot_sel_hi`, simultaneous over
+  the condition's regimes) when the validation table carries it;
 - curve: the regime's compute curve (report/curve.py) extrapolated to the validation budget, with
   its bootstrap interval and the extrapolation factor.
 
 The validation report (report/validation.py) shows per regime each prediction against the realised
-validation mean: the error, whether the prediction's interval covered the realised mean (itself
-an estimate with its own interval, so coverage here is a rough reading over few regimes), and per
-condition which predictor had the smaller mean absolute error.
+validation mean: the error, and whether the realised mean lies within the prediction interval. The
+realised mean is itself one noisy estimate (fresh seeds and items), so an interval for the pilot's
+expected score is not what it should fall in: the prediction interval combines the prediction's
+half-width with the realised mean's own 95% half-width in quadrature (exact for two independent normal
+estimates; without the realised interval, the prediction's alone). Per condition the sentence gives
+each predictor's mean absolute error; with two or three regimes that is a reading, not evidence that
+one predictor is better (no such claim is made).
 """
 
 from __future__ import annotations
@@ -52,19 +58,26 @@ def curve_predictions_for_validation(pilot: Path, target: str, budget: float | N
 
 
 def add_predictions(table: pd.DataFrame, cond: dict) -> pd.DataFrame:
-    """The per-regime validation table with both predictions, their errors and coverage of the
-    realised validation mean (val_mean)."""
+    """The per-regime validation table with both predictions, their errors and whether the realised
+    validation mean (val_mean, with its interval val_ci_lo/val_ci_hi) lies within each prediction
+    interval (`*_covered`: 1, 0, or NaN when either side has no interval)."""
     t = table.copy()
-    real = pd.to_numeric(t.get("val_mean", pd.Series(np.nan, index=t.index)), errors="coerce").to_numpy(float)
+    col = lambda k: pd.to_numeric(t.get(k, pd.Series(np.nan, index=t.index)), errors="coerce").to_numpy(float)
+    real, r_lo, r_hi = col("val_mean"), col("val_ci_lo"), col("val_ci_hi")
     t["endpoint_pred"] = pd.to_numeric(t["pilot_mean"], errors="coerce")
     t["endpoint_error"] = t["endpoint_pred"].to_numpy(float) - real
-    t["endpoint_covered"] = _covers(t["pilot_ci_lo"], t["pilot_ci_hi"], real)
+    lo, hi = col("pilot_ci_lo"), col("pilot_ci_hi")
+    best = (t.get("role", pd.Series("", index=t.index)).astype(str) == "pilot best").to_numpy()
+    s_lo, s_hi = col("pilot_sel_lo"), col("pilot_sel_hi")
+    use = best & np.isfinite(s_lo) & np.isfinite(s_hi)  # the picked best: its selection-adjusted interval
+    t["endpoint_lo"], t["endpoint_hi"] = np.where(use, s_lo, lo), np.where(use, s_hi, hi)
+    t["endpoint_covered"] = _within(t["endpoint_pred"], t["endpoint_lo"], t["endpoint_hi"], real, r_lo, r_hi)
     cp = ((cond.get("curve_prediction") or {}).get("regimes")) or {}
     get = lambda k: np.array([float((cp.get(r) or {}).get(k, np.nan)) for r in t["regime"]])
     t["curve_pred"], t["curve_lo"], t["curve_hi"] = get("predicted"), get("lo"), get("hi")
     t["curve_extrapolation"] = get("extrapolation")
     t["curve_error"] = t["curve_pred"].to_numpy(float) - real
-    t["curve_covered"] = _covers(t["curve_lo"], t["curve_hi"], real)
+    t["curve_covered"] = _within(t["curve_pred"], t["curve_lo"], t["curve_hi"], real, r_lo, r_hi)
     t["curve_warning"] = [_warning(cp.get(r), cond.get("curve_prediction") or {}) for r in t["regime"]]
     return t
 
@@ -87,11 +100,18 @@ def _warning(reg: dict | None, pred: dict) -> str:
     return degenerate_warning(a, b, 0.0, 1.0) or extrapolation_warning(e, c_mid <= x / e)
 
 
-def _covers(lo, hi, real: np.ndarray) -> np.ndarray:
-    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+def _within(pred, lo, hi, real, r_lo, r_hi) -> np.ndarray:
+    """Whether the realised mean lies within the prediction interval: the prediction's half-width on the
+    side of the realised mean (a curve's percentile interval may be asymmetric), combined in quadrature
+    with the realised mean's own half-width (0 where the validation gave none). 1/0, NaN when undefined."""
+    pred, lo, hi, real = (np.asarray(x, float) for x in (pred, lo, hi, real))
+    r_lo, r_hi = np.asarray(r_lo, float), np.asarray(r_hi, float)
+    r_half = np.where(np.isfinite(r_lo) & np.isfinite(r_hi), (r_hi - r_lo) / 2, 0.0)
+    side = np.where(real >= pred, hi - pred, pred - lo)
+    half = np.sqrt(np.maximum(side, 0.0) ** 2 + r_half ** 2)
     out = np.full(len(real), np.nan)
-    ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(real)
-    out[ok] = (lo[ok] <= real[ok]) & (real[ok] <= hi[ok])
+    ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(real) & np.isfinite(pred)
+    out[ok] = (np.abs(real - pred) <= half)[ok]
     return out
 
 
@@ -119,23 +139,22 @@ def predictor_sentence(t: pd.DataFrame) -> str | None:
     if not e["n"]:
         return None
     text = (f"Predictions at the validation budget: the pilot's endpoint was off by {e['mae']:.3f} on average "
-            f"(its interval covered {e['covered']} of {e['n']} realised means)")
+            f"({e['covered']} of {e['n']} realised means within its prediction interval)")
     if c["n"]:
-        better = "the compute curve" if c["mae"] < e["mae"] else "the endpoint"
-        text += (f"; the compute curve by {c['mae']:.3f} (covered {c['covered']} of {c['n']}): {better} "
-                 "predicted better here")
+        text += (f"; the compute curve by {c['mae']:.3f} ({c['covered']} of {c['n']} within); with {c['n']} "
+                 f"regime{'s' if c['n'] != 1 else ''} that is a reading, not evidence that either predictor is better")
         w = s["curve_trusted"]
         if w["warned"]:
             text += (f". The report warned against {w['warned']} of the {c['n']} curve predictions (⚠: not identified "
                      "or extrapolated beyond its measured coverage)" + (
-                         f"; the other {w['n']} were off by {w['mae']:.3f} and covered {w['covered']}" if w["n"] else ""))
+                         f"; the other {w['n']} were off by {w['mae']:.3f}, {w['covered']} within" if w["n"] else ""))
     else:
         text += "; no compute-curve prediction was stored (the pilot had no equal-FLOP checkpoints)"
     return text + "."
 
 
-PRED_HEAD = ["regime", "realised", "endpoint [95% CI]", "error", "covered", "curve [95% CI]", "error", "covered",
-             "× observed"]
+PRED_HEAD = ["regime", "realised", "endpoint [95%]", "error", "in PI", "curve [95%]", "error", "in PI",
+             "× observed"]  # in PI: the realised mean within the prediction interval (add_predictions)
 
 
 def prediction_rows(t: pd.DataFrame) -> list[list[str]]:
@@ -143,7 +162,7 @@ def prediction_rows(t: pd.DataFrame) -> list[list[str]]:
     s = lambda v: "–" if not np.isfinite(v) else f"{v:+.3f}"
     y = lambda v: "–" if not np.isfinite(v) else ("yes" if v else "no")
     return [[r.regime, f(r.val_mean) if hasattr(r, "val_mean") else "–",
-             f"{f(r.endpoint_pred)} [{f(float(r.pilot_ci_lo))}, {f(float(r.pilot_ci_hi))}]", s(r.endpoint_error),
+             f"{f(r.endpoint_pred)} [{f(float(r.endpoint_lo))}, {f(float(r.endpoint_hi))}]", s(r.endpoint_error),
              y(r.endpoint_covered), f"{f(r.curve_pred)} [{f(r.curve_lo)}, {f(r.curve_hi)}]"
              + (" ⚠" if getattr(r, "curve_warning", "") else ""), s(r.curve_error),
              y(r.curve_covered), "–" if not np.isfinite(r.curve_extrapolation) else f"{r.curve_extrapolation:.2f}"]
@@ -161,16 +180,45 @@ def markdown_lines(t: pd.DataFrame) -> list[str]:
     return out
 
 
+NARROW = 120  # a console narrower than this (a pipe is 80) gets PRED_NARROW; summary.md keeps every column
+PRED_NARROW = ["regime", "realised", "endpoint ± 95%", "error", "covered", "curve ± 95%", "error", "covered"]
+
+
+def _pm(v: float, lo: float, hi: float) -> str:
+    """'0.612 ± 0.041' (the interval's half-width; the files keep both ends)."""
+    if not np.isfinite(v):
+        return "–"
+    return f"{v:.3f}" if not (np.isfinite(lo) and np.isfinite(hi)) else f"{v:.3f} ± {(hi - lo) / 2:.3f}"
+
+
+def narrow_rows(t: pd.DataFrame) -> list[list[str]]:
+    """PRED_NARROW cells: what fits 80 columns without breaking a number."""
+    full = prediction_rows(t)
+    return [[row[0], row[1], _pm(float(r.endpoint_pred), float(r.pilot_ci_lo), float(r.pilot_ci_hi)), row[3], row[4],
+             _pm(float(r.curve_pred), float(r.curve_lo), float(r.curve_hi)) + (" ⚠" if getattr(r, "curve_warning", "")
+                                                                               else ""), row[6], row[7]]
+            for row, r in zip(full, t.itertuples())]
+
+
 def print_lines(console, t: pd.DataFrame) -> None:
+    from rich import box
     from rich.table import Table
 
     if "endpoint_pred" not in t or not len(t):
         return
-    tab = Table(title="predicted at the validation budget vs realised", title_justify="left")
-    for h in PRED_HEAD:
-        tab.add_column(h, justify="left" if h == "regime" else "right", overflow="fold")
-    for row in prediction_rows(t):
+    narrow = console.width < NARROW
+    title = "predicted at the validation budget vs realised"
+    if narrow:  # one space between columns, nothing folded: a number split over two lines misreads
+        console.print(title, highlight=False)
+        tab = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), pad_edge=False)
+    else:
+        tab = Table(title=title, title_justify="left")
+    for h in PRED_NARROW if narrow else PRED_HEAD:
+        tab.add_column(h, justify="left" if h == "regime" else "right", no_wrap=True)
+    for row in narrow_rows(t) if narrow else prediction_rows(t):
         tab.add_row(*row)
     console.print(tab)
+    if narrow:
+        console.print("Narrow console: the intervals' ends and × observed are in summary.md.", highlight=False)
     if (sent := predictor_sentence(t)):
         console.print(sent, highlight=False)
