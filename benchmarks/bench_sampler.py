@@ -2,6 +2,7 @@
 
     python benchmarks/bench_sampler.py                       # zoo:tiny-s, B=8 prompts x G=8 = 64 rows, 48 tokens
     python benchmarks/bench_sampler.py --pairs 5 --repeats 10 --lora
+    python benchmarks/bench_sampler.py --crn                 # lean with per-row seeds (evaluation) vs without
 
 Both backends sample from the same model (float32, CPU, one thread; --lora wraps it in an
 unmerged PEFT LoRA r=16 on all linear maps), the same 8 task prompts, 64 rows, exactly
@@ -9,6 +10,9 @@ unmerged PEFT LoRA r=16 on all linear maps), the same 8 task prompts, 64 rows, e
 so every call decodes the same number of steps on both sides). Each pair runs --repeats calls
 of each backend, in alternating order (lean first in odd pairs); a pair's figure is the median
 call. Prints per pair: tokens/s of each and lean/HF; then the median ratio over pairs.
+--crn compares the lean sampler with per-row seeds (evaluation's common random numbers: row_uniforms
+drawn from one CPU generator per row, then one uniform per row and step) against the same sampler on
+torch's generator (training), to price the common random numbers.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--lora", action="store_true")
+    ap.add_argument("--crn", action="store_true", help="lean seeded (common random numbers) vs lean unseeded")
     args = ap.parse_args(argv)
 
     import torch
@@ -55,9 +60,17 @@ def main(argv=None) -> int:
     kw = dict(arch=Arch.from_config(model.config), lora=None, eos_id=never, pad_id=int(tok.pad_token_id or 0),
               max_new_tokens=args.tokens, temperature=1.0, top_p=1.0, device="cpu")
     backends = {"lean": LeanRollout(model, tok, **kw), "hf": HFRollout(model, tok, **kw)}
-    for b in backends.values():  # warm-up
-        b.generate(batch, group_size=8)
-    print(f"lean vs HF generate: {args.model}{' + LoRA r=16' if args.lora else ''}, 64 rows x {args.tokens} tokens, "
+    calls = {name: (lambda b: lambda: b.generate(batch, group_size=8))(b) for name, b in backends.items()}
+    names = ("lean", "hf")
+    if args.crn:  # "hf" slot: the same lean sampler with evaluation's per-row seeds
+        from race_cli.engine.rollout_lean import eval_row_seed
+
+        seeds = [eval_row_seed(0, "bench", str(i), k) for i in range(8) for k in range(8)]
+        calls["hf"] = lambda: backends["lean"].generate(batch, group_size=8, seeds=seeds)
+        names = ("lean", "lean+crn")
+    for c in calls.values():  # warm-up
+        c()
+    print(f"{names[0]} vs {names[1]}: {args.model}{' + LoRA r=16' if args.lora else ''}, 64 rows x {args.tokens} tokens, "
           f"{args.pairs} alternating pairs of {args.repeats} calls each, one thread")
     ratios = []
     for k in range(args.pairs):
@@ -67,14 +80,14 @@ def main(argv=None) -> int:
             times = []
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
-                ro = backends[name].generate(batch, group_size=8)
+                ro = calls[name]()
                 times.append(time.perf_counter() - t0)
             assert sum(ro.completion_lens) == 64 * args.tokens
             rate[name] = 64 * args.tokens / statistics.median(times)
         ratios.append(rate["lean"] / rate["hf"])
-        print(f"pair {k + 1} ({order[0]} first): lean {rate['lean']:.0f} tok/s, HF {rate['hf']:.0f} tok/s, "
-              f"lean/HF {ratios[-1]:.2f}", flush=True)
-    print(f"median lean/HF over {args.pairs} pairs = {statistics.median(ratios):.2f} "
+        print(f"pair {k + 1} ({names[0] if order[0] == 'lean' else names[1]} first): {names[0]} {rate['lean']:.0f} "
+              f"tok/s, {names[1]} {rate['hf']:.0f} tok/s, ratio {ratios[-1]:.2f}", flush=True)
+    print(f"median {names[0]}/{names[1]} over {args.pairs} pairs = {statistics.median(ratios):.2f} "
           f"(pairs: {', '.join(f'{r:.2f}' for r in ratios)})")
     return 0
 
