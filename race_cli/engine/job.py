@@ -303,6 +303,7 @@ class Job:
                 return hit, key
             ev = self.evaluate()
             atomic_write_json(path, {"key": key, "evaluated_by": self.job_id, "eval": ev})
+            self.log(f"start evaluation written for the sweep's other jobs: {path.name}")
             return ev, key
         finally:
             lock.release()
