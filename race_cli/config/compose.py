@@ -79,7 +79,11 @@ def _explain(exc: Exception, override: str | None, known_keys: list[str]) -> str
         key = override.split("=", 1)[0].lstrip("+~") if override else "a value"
         m = re.search(r"full_key: (\S+)", str(cause))
         key = m.group(1) if m else key
-        return f"Wrong type for {key}: {ctext}. Expected a value of the schema's type (see race_cli/config/schema.py)."
+        from race_cli.config.domains import domains_by_key
+
+        dom = domains_by_key().get(key)
+        expected = dom.describe() if dom is not None else "a value of the schema's type (see race_cli/config/schema.py)"
+        return f"Wrong type for {key}: {ctext}. Expected {expected}."
     if override:
         return f"Cannot apply override '{override}': {ctext}"
     return ctext

@@ -144,7 +144,7 @@ class Domain:
         elif self.kind == "bool":
             out += ["maybe", 2]
         elif self.kind == "str":
-            out += [[1, 2], 7]
+            out += [[1, 2]]  # a number typed for a string is its text (Hydra, OmegaConf): not a wrong type
             if self.choices:
                 out.append("not-a-choice")
             else:
@@ -226,7 +226,7 @@ def Section(*, null: bool = False) -> Domain:
 
 
 def AnyPlain() -> Domain:
-    return Domain("any")
+    return Domain("any", null=True)
 
 
 KEY_TEXT = Text(1, 200)  # the keys of mapping fields (eval.max_items_by_target, grid.axes / fixed)
@@ -269,6 +269,13 @@ def domains(root: type | None = None) -> dict[str, Domain]:
 
 
 _CACHE: dict[str, Any] = {}
+
+
+def domains_by_key() -> dict[str, Domain]:
+    """domains() of RaceConfig, built once per process."""
+    if "by_key" not in _CACHE:
+        _CACHE["by_key"] = {k: v for k, v in domains().items() if v is not None}
+    return _CACHE["by_key"]
 
 
 def _flat() -> list[tuple[str, tuple[str, ...], Domain]]:

@@ -319,7 +319,20 @@ def apply_value(cfg: dict, text: str, types: dict[str, Any]) -> None:
         raise RaceError(f"Unknown config key '{key}'.{hint}")
     leaf = key.rsplit(".", 1)[-1]
     parent = _node(cfg, key.rsplit(".", 1)[0], key) if "." in key else cfg
-    parent[leaf] = coerce(key, value, types[key])
+    try:
+        parent[leaf] = coerce(key, value, types[key])
+    except RaceError as exc:
+        raise RaceError(*(with_domain(key, p) for p in exc.problems)) from None
+
+
+def with_domain(key: str, message: str) -> str:
+    """`message` about `key`, ending with the key's domain in words (race_cli/config/domains.py)."""
+    from race_cli.config.domains import domains_by_key
+
+    dom = domains_by_key().get(key)
+    if dom is None or dom.describe() in message:
+        return message
+    return f"{message.rstrip('.')} ({key}: {dom.describe()})."
 
 
 @functools.lru_cache(maxsize=4096)
