@@ -294,3 +294,31 @@ def test_eval_row_seed_is_stable_and_distinct():
     assert eval_row_seed(0, "arithmetic", "a-1", 0) == eval_row_seed(0, "arithmetic", "a-1", 0)
     keys = {eval_row_seed(s, t, i, k) for s in (0, 1) for t in ("x", "y") for i in ("1", "2") for k in range(3)}
     assert len(keys) == 24 and all(0 <= x < 2 ** 63 for x in keys)
+
+
+def test_the_decode_loop_reads_done_every_few_steps_and_trims_what_it_ran_past(monkeypatch):
+    """On a GPU each `done.all()` read waits for the device: the loop checks every DONE_CHECK_EVERY steps
+    and trims the steps it decoded past the last EOS, so the completions equal the every-step loop's."""
+    from race_cli.engine import rollout_lean
+
+    assert rollout_lean.done_check_every("cpu") == 1 and rollout_lean.done_check_every("cuda:0") == 8
+    model = tiny_model(3)
+    hf = make(HFRollout, model, max_new_tokens=24)
+    force_early_eos(model, hf)  # rows that stop at different lengths
+    lean = make(LeanRollout, model, max_new_tokens=24)
+    seeds = list(range(len(PROMPTS) * 2))
+    reads = []
+    real = rollout_lean.finished
+    monkeypatch.setattr(rollout_lean, "finished", lambda done: reads.append(1) or real(done))
+    want = lean.generate(PROMPTS, group_size=2, greedy=False, seeds=seeds)
+    every_step = len(reads)
+    reads.clear()
+    monkeypatch.setattr(rollout_lean, "done_check_every", lambda device: 4)
+    got = lean.generate(PROMPTS, group_size=2, greedy=False, seeds=seeds)
+    assert torch.equal(got.completion_ids, want.completion_ids) and got.completion_lens == want.completion_lens
+    longest = max(want.completion_lens)
+    # every step: a read after each step until the last EOS (none at step 24 = max_new_tokens, which ends the loop)
+    assert every_step == (longest if longest < 24 else 23)
+    # every 4th: steps 4, 8, ... up to the first multiple of 4 at or past the last EOS (below 24)
+    first = -(-longest // 4) * 4
+    assert len(reads) == (first // 4 if first < 24 else 5) and len(reads) < every_step

@@ -387,20 +387,38 @@ def sample(model: Any, prompts: list[list[int]], *, group_size: int, greedy: boo
     if seeds is not None and len(seeds) != N:
         raise ValueError(f"{len(seeds)} seeds for {N} rows")
     uniforms = row_uniforms(seeds, S_max, device) if seeds is not None and not greedy else None  # [N, S_max]
+    every = done_check_every(device)  # host reads of `done` (each one a device sync on a GPU)
+    ends = torch.zeros(N, dtype=torch.long, device=device)  # [N] tokens each row has so far (its EOS included)
     step = 0
     while True:
         u = None if uniforms is None else uniforms[:, step]
         tok = pick(logits, greedy=greedy, temperature=temperature, top_p=top_p, u=u).masked_fill_(done, pad_id)  # [N]
         out[:, step] = tok
+        ends = torch.where(done, ends, step + 1)  # rows still open before this token grow by it
         done |= tok == eos_id
         step += 1
-        if step == S_max or bool(done.all()):
+        if step == S_max or (step % every == 0 and finished(done)):
             break
         slot = P + step - 1  # tok goes to cache slot P+step-1, at RoPE position plen+step-1
         cos, sin = cos_steps[:, step - 1], sin_steps[:, step - 1]  # [N, t=1, 1, d_h] at position plen+step-1
         h = block(w, w.embed[tok], cos, sin, cache_k, cache_v, slot, step_bias[:, :, :slot + 1])
         logits = w.head(rms_norm(h, w.norm, w.eps)).float()  # [N, V]
-    return out[:, :step]
+    return out[:, :int(ends.max()) if N else step]  # the longest completion (steps past it hold padding only)
+
+
+def done_check_every(device: Any) -> int:
+    """Decode steps between checks that every row has ended: 1 on CPU (a check costs nothing there and
+    the random stream stays as it was), DONE_CHECK_EVERY on a GPU, where each check waits for the device;
+    the up to DONE_CHECK_EVERY - 1 steps past the last EOS decode padding and are trimmed off."""
+    return 1 if str(device) == "cpu" else DONE_CHECK_EVERY
+
+
+DONE_CHECK_EVERY = 8
+
+
+def finished(done: Any) -> bool:
+    """Whether every row has ended (reads the device: a host sync)."""
+    return bool(done.all())
 
 
 class LeanRollout:
