@@ -23,6 +23,28 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+KV_RELEASE_SINCE = (0, 33)  # the first supported vLLM release with LLM.release_kv_cache_memory()
+
+
+def vllm_kv_release() -> bool:
+    """Whether the vLLM a job here will run can free only its KV cache (sleep(level=0) +
+    release_kv_cache_memory(), keeping the weights on the device), judged without importing it:
+    the installed distribution's version >= KV_RELEASE_SINCE; True where none is installed (a plan
+    made for a GPU box is made for the newest supported release). The job checks the engine itself
+    (engine/rollout_vllm.py) and sleeps at level 1 where the method is missing."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return True
+    parts = []
+    for x in version.split(".")[:2]:
+        digits = re.match(r"\d+", x)
+        parts.append(int(digits.group()) if digits else 0)
+    return tuple(parts) >= KV_RELEASE_SINCE
+
+
 def gpu_visible(device: str) -> bool:
     """Whether a job with `device` would run on a GPU here, judged without torch.
 
@@ -114,13 +136,63 @@ def _smi_first(field: str, *extra: str) -> str | None:
         return None
 
 
-def gpu_total_bytes() -> int | None:
-    """Total memory of the first visible NVIDIA GPU via nvidia-smi (no torch import); None without one."""
-    mib = _smi_first("memory.total", ",nounits")
+def mig_profile_bytes(listing: str, uuid: str) -> int | None:
+    """The memory of MIG device `uuid` from its profile in `nvidia-smi -L` ('MIG 3g.20gb ... (UUID: MIG-..)'
+    -> 20 GB = 20e9 bytes; the slice itself holds a little less than its name's GiB, e.g. 19968 MiB for
+    an A100's 3g.20gb, so GB is the closer and the safer reading); None when it is not listed."""
+    for line in listing.splitlines():
+        m = re.match(r"\s+MIG\s+\d+g\.(\d+)gb\b.*\(UUID: (MIG-[^)\s]+)\)", line)
+        if m and m.group(2) == uuid:
+            return int(m.group(1)) * 10**9
+    return None
+
+
+def _smi(*args: str) -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
     try:
-        return int(float(mib)) * 2**20 if mib is not None else None
+        return subprocess.run([exe, *args], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def gpu_total_bytes() -> int | None:
+    """Total memory of the first GPU this process sees (no torch import); None without one.
+
+    The device a job's `cuda:0` is: the first entry of CUDA_VISIBLE_DEVICES when set (an index or
+    GPU- UUID, asked of nvidia-smi by `-i`; a MIG- UUID, read from its profile in `nvidia-smi -L`),
+    else the first GPU, or its first MIG device when MIG is on (what torch would see).
+    """
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        ids = parse_visible_devices(env)
+        if not ids:
+            return None
+        first = ids[0]
+    else:
+        listing = _smi("-L")
+        first = parse_smi_listing(listing)[0] if listing and parse_smi_listing(listing) else None
+    if first is not None and first.startswith("MIG-"):
+        listing = _smi("-L")
+        return mig_profile_bytes(listing, first) if listing else None
+    query = ["--query-gpu=memory.total", "--format=csv,noheader,nounits"] + (["-i", first] if first else [])
+    out = _smi(*query)
+    try:
+        return int(float(out.strip().splitlines()[0])) * 2**20 if out and out.strip() else None
     except ValueError:
         return None
+
+
+def host_ram_bytes() -> int | None:
+    """This node's physical memory (MemTotal of /proc/meminfo); None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def device_total_bytes(device: str) -> int:

@@ -184,8 +184,9 @@ def test_fit_picks_the_largest_micro_batch_that_fits():
     assert over.peak > 0.9 * 40 * GIB
 
 
-@pytest.mark.parametrize("index", range(2))
+@pytest.mark.parametrize("index", range(3))
 def test_audit_small_cases_within_tolerance(index):
+    """The quick audit cases, among them a PRM forward whose KV cache (were one built) would double its peak."""
     from race_cli.cost import memory_audit
 
     (row,) = memory_audit.audit([memory_audit.CASES[memory_audit.QUICK[index]]])
@@ -255,13 +256,18 @@ def test_vllm_phases_count_both_contexts_and_the_asleep_residue():
     assert sum(hf.phases["update"].values()) + ctx + 2 * GIB == sum(upd.values())
 
 
-def test_release_between_phases_is_what_lets_the_pilot_fit_beside_vllm():
+def test_release_between_phases_is_what_lets_the_pilot_fit_beside_vllm(monkeypatch):
     """Without emptying the trainer's cache before wake_up, the update's transient stays reserved in
     PyTorch's allocator through the rollout, beside vLLM's whole reservation: the worst pilot job
-    (7B policy, 7B PRM) is then over 80 GiB; released, every phase fits."""
+    (7B policy, 7B PRM) is then over 80 GiB; released, every phase fits. (Level-1 sleep, as on a vLLM
+    without release_kv_cache_memory: the update then fills what vLLM's weights left.)"""
     from dataclasses import replace
 
+    from race_cli import machine
+
+    monkeypatch.setattr(machine, "vllm_kv_release", lambda: False)
     plan = build_plan(["grid=pilot", "rollout.backend=vllm"], gpu_mem=80 * GIB)
+    assert {j.memory.sleep_mode for j in plan.jobs} == {"weights"}
     job = next(j for j in plan.jobs if j.job_id == "qwen2.5-7b_G4_mu1_prm-7b")
     m = job.memory
     assert all(m.total(p) <= 0.9 * 80 * GIB for p in m.phases)
@@ -285,8 +291,8 @@ def test_plan_sizes_gpu_memory_utilization_and_refuses_the_rollout_phase():
     for job in plan.jobs:
         row = memory.memory_row(job.memory)
         need = memory.vllm_need_bytes(memory.spec_from_config(job.config))
-        assert row["gpu_memory_utilization"] == round(need / (80 * GIB), 3)
-        assert job.memory.phases["rollout"]["vllm_reserved"] == need
+        assert row["gpu_memory_utilization"] == max(round(need / (80 * GIB), 3), 0.05)
+        assert job.memory.phases["rollout"]["vllm_reserved"] == int(row["gpu_memory_utilization"] * 80 * GIB)
     # 7B policy + 7B PRM beside vLLM at 40 GiB: the rollout phase alone cannot fit, whatever the micro-batch
     with pytest.raises(RaceError) as err:
         build_plan(["grid=pilot", "rollout.backend=vllm", "model=qwen2.5-7b", "reward=prm-7b", "grpo.group_size=4",
@@ -331,3 +337,69 @@ def test_fused_weight_bytes_equal_what_read_weights_allocates(dtype, lora):
     s = memory.MemSpec(arch=Arch(32, 2, 4, 2, 64, 61), dtype_bytes=dtype.itemsize, lora_r=4 if lora else None,
                        backend="lean")
     assert sum(made.values()) == memory.fused_weight_bytes(s)
+
+
+# --- issue 35: vLLM's floor, the sleep mode, the PRM on its own GPU ------------------------------------
+
+H200 = 143_771 * 2**20  # what torch and nvidia-smi report for an H200 (141 GB)
+
+
+def test_the_0_5b_jobs_vllm_reservation_is_what_memory_fraction_reserves():
+    """vLLM is started with memory_fraction(...) x the device, floored at 5%: on an H200 the 0.5B jobs need
+    about 3-4 GiB, but vLLM reserves 5% (7.0 GiB); the plan must count the 7 GiB."""
+    from race_cli.engine.rollout_vllm import memory_fraction
+
+    plan = build_plan(["grid=pilot", "rollout.backend=vllm", "model=qwen2.5-0.5b"], gpu_mem=H200)
+    floored = 0
+    for job in plan.jobs:
+        s = memory.spec_from_config(job.config)
+        lora = flops.Lora(r=s.lora_r, target_modules=s.lora_targets)
+        f = memory_fraction(s.arch, dtype_bytes=2, lora=lora, sequences=s.sequences,
+                            max_model_len=s.prompt_len + s.completion_len, gpu_bytes=H200)
+        assert job.memory.vllm_fraction == f
+        assert job.memory.phases["rollout"]["vllm_reserved"] == int(f * H200)
+        floored += f == 0.05 and memory.vllm_need_bytes(s) < 0.05 * H200
+    assert floored >= 1  # the floor binds for the smaller batches
+
+
+def test_sleep_mode_keeps_vllms_weights_when_they_fit_beside_the_update():
+    """kv_cache mode: vLLM's weights (+ one LoRA slot) stay through reward and update, nothing is pinned on the
+    host; level-1 ("weights"): the update gets them back, and the host pins a copy of exactly those bytes."""
+    s = memory.MemSpec(arch=QWEN7B, sequences=64, prompt_len=150, completion_len=400, micro_batch=4, lora_r=32,
+                       backend="vllm")
+    w = memory.vllm_weight_bytes(QWEN7B, 2, 32)
+    # by hand: every parameter of the untied 7B in bf16, + r*(d_in+d_out) per adapted matrix per layer
+    assert w == (memory.model_params(QWEN7B) + memory.lora_params(QWEN7B, 32)) * 2
+    kept = memory.job_memory(memory.replace(s, sleep_mode="kv_cache"), 80 * GIB)
+    moved = memory.job_memory(memory.replace(s, sleep_mode="weights"), 80 * GIB)
+    assert kept.phases["update"]["vllm_weights"] == w and "vllm_weights" not in moved.phases["update"]
+    assert kept.total("update") - moved.total("update") == w and kept.phases["rollout"] == moved.phases["rollout"]
+    assert (kept.sleep_mode, kept.pinned_host_bytes) == ("kv_cache", 0)
+    assert (moved.sleep_mode, moved.pinned_host_bytes, moved.sleep_weight_bytes) == ("weights", w, w)
+    # the choice: kept on 80 GiB (a 7B at micro-batch 4 fits either way), level 1 where they do not fit,
+    # level 1 on a vLLM without release_kv_cache_memory
+    assert memory.choose_sleep_mode(s, 80 * GIB, kv_release=True, auto=False) == "kv_cache"
+    assert memory.choose_sleep_mode(memory.replace(s, micro_batch=64), 80 * GIB, kv_release=True,
+                                    auto=False) == "weights"
+    assert memory.choose_sleep_mode(s, 80 * GIB, kv_release=False, auto=False) == "weights"
+    # auto micro-batch: kept unless keeping them would need checkpointing that level 1 does not
+    assert memory.choose_sleep_mode(s, 80 * GIB, kv_release=True, auto=True) == "kv_cache"
+    tight = 22 * GIB  # 7B weights 14.2 GiB twice (trainer + vLLM) do not fit 90% of 22 GiB
+    assert memory.choose_sleep_mode(s, tight, kv_release=True, auto=True) == "weights"
+
+
+def test_the_prm_on_a_second_gpu_is_charged_to_that_gpu():
+    """reward_gpu: the PRM's weights and forward leave the policy GPU's phases (a larger micro-batch fits there)
+    and make up the second GPU's own phase."""
+    prm = QWEN7B
+    s = memory.MemSpec(arch=QWEN7B, sequences=64, prompt_len=150, completion_len=400, micro_batch=4, lora_r=32,
+                       reward=prm, reward_head=2, reward_batch=16, reward_len=662)
+    one, two = memory.job_memory(s), memory.job_memory(memory.replace(s, reward_gpu=True))
+    weights = memory.model_params(prm, head_outputs=2) * 2
+    assert one.phases["update"]["reward_weights"] == weights
+    assert all("reward_weights" not in two.phases[p] for p in ("rollout", "update", "reward"))
+    assert two.phases["reward_gpu"] == {"reward_weights": weights, **memory.reward_bytes(s),
+                                        "cuda_context": memory.CUDA_CONTEXT_BYTES}
+    assert one.total("update") - two.total("update") == weights
+    a, b = memory.fit(s, 80 * GIB), memory.fit(memory.replace(s, reward_gpu=True), 80 * GIB)
+    assert b.micro_batch > a.micro_batch

@@ -117,3 +117,65 @@ def test_race_run_pilot_on_a_cpu_box_exits_2_with_the_hint(tmp_path):
     assert proc.returncode == 2, out
     assert "--allow-cpu" in out and "qwen2.5-7b" in out
     assert not (tmp_path / "runs").exists()  # refused before the sweep folder was written
+
+
+def _fake_smi(tmp_path, monkeypatch, listing: str, totals: dict[str, int]):
+    """An nvidia-smi stand-in: `-L` prints `listing`; `--query-gpu=memory.total ... [-i ID]` prints that GPU's MiB
+    (the first GPU's without -i), like the real one. Each call's arguments go to calls.txt."""
+    lines = "\n".join(f'  {k}) echo {v} ;;' for k, v in totals.items())
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"""#!/bin/sh
+echo "$@" >> {tmp_path}/calls.txt
+if [ "$1" = -L ]; then cat <<'EOF'
+{listing}EOF
+exit 0; fi
+id={next(iter(totals))}
+while [ $# -gt 0 ]; do [ "$1" = -i ] && id=$2; shift; done
+case $id in
+{lines}
+esac
+""")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return tmp_path / "calls.txt"
+
+
+def test_the_plan_reads_the_memory_of_the_device_the_job_will_see(monkeypatch, tmp_path):
+    """cuda:0 of a job is the first visible device: CUDA_VISIBLE_DEVICES=1 is GPU 1 (40 GiB here, not GPU 0's
+    80 GiB); a MIG UUID is its slice (3g.40gb -> 40e9 bytes), not the whole GPU; unset: GPU 0, or its first
+    MIG device when MIG is on."""
+    from race_cli.machine import gpu_total_bytes
+
+    calls = _fake_smi(tmp_path, monkeypatch, MIG_LISTING, {"0": 81920, "1": 40960,
+                                                           "GPU-9e1f0a2b-3c4d-5e6f-7a8b-9c0d1e2f3a4b": 40960})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    assert gpu_total_bytes() == 40960 * 2**20
+    assert "-i 1" in calls.read_text()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-9e1f0a2b-3c4d-5e6f-7a8b-9c0d1e2f3a4b")
+    assert gpu_total_bytes() == 40960 * 2**20
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-0a7e2b19-8f3d-5c1a-b2e4-6d9f0c3a1b7e")
+    assert gpu_total_bytes() == 40 * 10**9
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_total_bytes() is None
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert gpu_total_bytes() == 81920 * 2**20  # GPU 0 (no MIG on it)
+    _fake_smi(tmp_path, monkeypatch, "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n"
+              "  MIG 1g.10gb     Device  0: (UUID: MIG-aaaa)\n", {"0": 81920})
+    assert gpu_total_bytes() == 10 * 10**9  # MIG on: torch would see the slice
+
+
+def test_vllm_kv_release_follows_the_installed_release(monkeypatch):
+    from importlib import metadata
+
+    from race_cli import machine
+
+    def version(v):
+        def get(name):
+            if v is None:
+                raise metadata.PackageNotFoundError(name)
+            return v
+        return get
+
+    for v, want in (("0.10.1.1", False), ("0.33.0", True), ("0.34.1rc1", True), (None, True)):
+        monkeypatch.setattr(metadata, "version", version(v))
+        assert machine.vllm_kv_release() is want, v

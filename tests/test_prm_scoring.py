@@ -327,3 +327,36 @@ def test_logprob_features_and_calibration_by_hand(causal_lm):
     labels = [0, 0, 0, 1, 0, 1, 1, 1]
     cal = fit_calibration(feats, labels)
     assert cal["scale"] > 0 and -3.0 < -cal["bias"] / cal["scale"] < -0.5
+
+
+# --- no KV cache in a scoring forward (issue 35) ---------------------------------------------------
+
+
+def test_neither_scoring_forward_builds_a_kv_cache(classifier, causal_lm, monkeypatch):
+    """transformers 5 takes use_cache from the config (Qwen2Config.use_cache is True) when a forward does not
+    pass it, and builds a DynamicCache nobody reads: the classifier/token forward and the logprob forward,
+    and the Qwen2.5-Math-PRM layout's own module, must pass use_cache=False."""
+    from transformers.models.qwen2 import modeling_qwen2
+
+    from race_cli.rewards.prm import qwen2_prm_class
+
+    assert classifier.config.use_cache is True  # the default the forwards must override
+    made = []
+
+    class Counting(modeling_qwen2.DynamicCache):
+        def __init__(self, *a, **k):
+            made.append(1)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(modeling_qwen2, "DynamicCache", Counting)
+    torch.manual_seed(2)
+    layout = qwen2_prm_class()(_config(num_labels=2)).eval()
+    for model, fmt, extra in ((classifier, "classifier", {}), (layout, "classifier", {}),
+                              (causal_lm, "token", dict(good_token="+", bad_token="-", step_tag="\n")),
+                              (causal_lm, "logprob", {})):
+        prm = ProcessRewardModel(model, byte_tokenizer(), format=fmt, **extra)
+        scores = prm.score(QUESTIONS[:2], COMPLETIONS[:2])
+        assert all(len(s) > 0 for s in scores)
+    assert made == []  # no cache was built
+    layout(input_ids=torch.tensor([[1, 2, 3]]), use_cache=True)  # the counter itself works
+    assert made == [1]

@@ -56,7 +56,17 @@ vLLM and the trainer coexist on one device through two allocators that do not sh
 | update  | resident + one micro-batch's activations        | asleep: `VLLM_ASLEEP_BYTES`                 |
 
 Sleep (level 1) moves vLLM's weights to host memory and frees its KV cache; what stays is its
-memory outside the cumem pool (CUDA-graph pool, sampler buffers: at most its headroom). The
+memory outside the cumem pool (CUDA-graph pool, sampler buffers: at most its headroom). Where
+the release has it (vLLM 0.33: `sleep(level=0)` + `release_kv_cache_memory()`), the job can
+instead free only the KV cache and keep the weights on the device (`sleep_mode` "kv_cache"):
+no copy to pinned host memory and back each iteration, at the price of the weights (and one
+LoRA slot) beside the update. `choose_sleep_mode` takes it when the job still fits without
+gradient checkpointing that level-1 sleep would not need (a smaller micro-batch changes no
+FLOPs, checkpointing adds a forward); otherwise level 1, whose host copy `pinned_host_bytes`
+counts and whose transfer seconds cost/walltime.py `sleep_seconds` prices.
+
+With two GPUs per job (`reward_gpu`: engine/setup.reward_device puts the PRM on the second one)
+the PRM's weights and forward live on that GPU (phase `reward_gpu`), not on the policy's. The
 trainer's allocator keeps the update's high-water mark cached after the update; vLLM's wake_up
 cannot use those blocks, so the job releases them (gc + torch.cuda.empty_cache,
 engine/rollout_vllm.release_cached_memory) before every wake. `MemSpec.release_between_phases`
@@ -80,6 +90,9 @@ HEADROOM = 0.9  # plan to use at most this share of the device (allocator fragme
 VLLM_HEADROOM_BYTES = 2 * GiB  # vLLM's activations, CUDA graphs and sampler buffers beyond weights + KV cache
 CUDA_CONTEXT_BYTES = 512 * 2**20  # one process's CUDA context (CUDA 12, lazy module loading: ~0.3-0.6 GiB on H100/H200)
 VLLM_ASLEEP_BYTES = VLLM_HEADROOM_BYTES  # vLLM's memory outside its cumem pool, kept while asleep (level 1)
+VLLM_MIN_FRACTION = 0.05  # rollout_vllm never asks vLLM for less than this share of the device
+VLLM_KV_MARGIN = 1.1  # the block allocator's rounding on weights + KV cache
+SLEEP_MODES = ("kv_cache", "weights")  # release only the KV cache (weights stay) | level 1 (weights to host)
 
 
 # --- parameters ------------------------------------------------------------------------------------
@@ -181,6 +194,9 @@ class MemSpec:
     reward_batch: int = 16
     reward_len: int = 0  # tokens the PRM reads per sequence (template + question + completion)
     release_between_phases: bool = True  # vLLM only: the trainer's cache is emptied before every wake_up
+    eval_completion_len: int = 0  # the evaluation's completion cap when larger (vLLM's max_model_len holds it)
+    sleep_mode: str = "weights"  # vLLM only: "kv_cache" (weights stay on the device) or "weights" (level 1)
+    reward_gpu: bool = False  # the PRM on a second GPU (engine/setup.reward_device with 2+ GPUs per job)
 
 
 @dataclass
@@ -192,6 +208,9 @@ class JobMemory:
     grad_checkpointing: bool = False
     device_bytes: int | None = None  # the vLLM reservation scales with it
     vllm_fraction: float | None = None  # vLLM only: the gpu_memory_utilization the plan sized (None: not vLLM)
+    sleep_mode: str | None = None  # vLLM only: "kv_cache" or "weights" (see choose_sleep_mode)
+    pinned_host_bytes: int = 0  # host memory level-1 sleep pins for vLLM's weights (0 otherwise)
+    sleep_weight_bytes: int = 0  # bytes each level-1 sleep moves to the host and each wake back (0 otherwise)
 
     def total(self, phase: str) -> int:
         return sum(self.phases[phase].values())
@@ -216,9 +235,15 @@ def resident_bytes(s: MemSpec) -> dict[str, int]:
         out["optimizer"] = n * 2 * s.dtype_bytes  # two AdamW states in the model dtype
         if s.beta > 0:
             out["reference_weights"] = n * s.dtype_bytes  # full FT keeps a frozen copy for the KL
-    if s.reward is not None:
+    if s.reward is not None and not s.reward_gpu:  # on its own GPU it is charged there (phase reward_gpu)
         out["reward_weights"] = model_params(s.reward, head_outputs=s.reward_head) * s.dtype_bytes
     return out
+
+
+def reward_gpu_bytes(s: MemSpec) -> dict[str, int]:
+    """The second GPU of a two-GPU job: the PRM's weights, its forward and its process's CUDA context."""
+    return {"reward_weights": model_params(s.reward, head_outputs=s.reward_head) * s.dtype_bytes,
+            **reward_bytes(s), "cuda_context": CUDA_CONTEXT_BYTES}
 
 
 def grad_bytes(s: MemSpec) -> int:
@@ -261,15 +286,35 @@ def logprob_forward_bytes(s: MemSpec, micro_batch: int) -> int:
     return max(body, head)
 
 
+def vllm_weight_bytes(a: Arch, dtype_bytes: int, lora_r: int | None,
+                      lora_targets: tuple[str, ...] = LAYER_MATRICES) -> int:
+    """vLLM's copy of the policy: every weight (untied worst case: embedding and head apart) and one
+    LoRA slot, in the model dtype; what level-1 sleep copies to pinned host memory."""
+    weights = model_params(a) * dtype_bytes
+    if lora_r:
+        weights += lora_params(a, lora_r, lora_targets) * dtype_bytes
+    return weights
+
+
+def vllm_need(a: Arch, *, dtype_bytes: int, lora_r: int | None, lora_targets: tuple[str, ...] = LAYER_MATRICES,
+              sequences: int, max_model_len: int) -> int:
+    """Bytes vLLM needs: its weights + a KV cache holding every sequence at max_model_len, +10%, + its headroom.
+    One function for the plan (`vllm_need_bytes`) and the job (rollout_vllm.memory_fraction)."""
+    kv = kv_cache_bytes(a, sequences * max_model_len, dtype_bytes)
+    return int((vllm_weight_bytes(a, dtype_bytes, lora_r, lora_targets) + kv) * VLLM_KV_MARGIN + VLLM_HEADROOM_BYTES)
+
+
+def vllm_fraction(need_bytes: float, device_bytes: int) -> float:
+    """The gpu_memory_utilization vLLM is started with for `need_bytes`: their share of the device, at least
+    VLLM_MIN_FRACTION, rounded to 3 decimals (vLLM then reserves exactly fraction x device)."""
+    return round(max(need_bytes / device_bytes, VLLM_MIN_FRACTION), 3)
+
+
 def vllm_need_bytes(s: MemSpec) -> int:
-    """What the job's vLLM engine reserves when rollout.gpu_memory_utilization is null: the bytes
-    rollout_vllm.memory_fraction sizes it to (weights + one LoRA slot + a full-length KV cache
-    of every sequence, +10%, + its headroom), before that fraction is capped."""
-    weights = model_params(s.arch) * s.dtype_bytes  # untied worst case, as memory_fraction
-    if s.lora_r:
-        weights += lora_params(s.arch, s.lora_r, s.lora_targets) * s.dtype_bytes
-    kv = kv_cache_bytes(s.arch, s.sequences * (s.prompt_len + s.completion_len), s.dtype_bytes)
-    return int((weights + kv) * 1.1 + VLLM_HEADROOM_BYTES)
+    """What the job's vLLM engine needs when rollout.gpu_memory_utilization is null (`vllm_need` of the
+    job's batch at its max_model_len), before the fraction's floor and rounding."""
+    return vllm_need(s.arch, dtype_bytes=s.dtype_bytes, lora_r=s.lora_r, lora_targets=s.lora_targets,
+                     sequences=s.sequences, max_model_len=s.prompt_len + max(s.completion_len, s.eval_completion_len))
 
 
 def fused_weight_bytes(s: MemSpec) -> int:
@@ -285,12 +330,12 @@ def fused_weight_bytes(s: MemSpec) -> int:
 
 
 def vllm_reserved_bytes(s: MemSpec, device_bytes: int | None) -> int:
-    """vLLM's reservation while awake: gpu_memory_utilization x the device (vLLM requests exactly that)."""
+    """vLLM's reservation while awake: gpu_memory_utilization x the device (vLLM requests exactly that),
+    the fraction set by hand or `vllm_fraction` of what it needs (the job's own rule)."""
     if device_bytes is None:
         return 0
-    if s.vllm_fraction is not None:
-        return int(s.vllm_fraction * device_bytes)
-    return vllm_need_bytes(s)
+    fraction = s.vllm_fraction if s.vllm_fraction is not None else vllm_fraction(vllm_need_bytes(s), device_bytes)
+    return int(fraction * device_bytes)
 
 
 def rollout_bytes(s: MemSpec, device_bytes: int | None) -> dict[str, int]:
@@ -313,14 +358,23 @@ def rollout_bytes(s: MemSpec, device_bytes: int | None) -> dict[str, int]:
     return out
 
 
+def reward_layer_bytes(a: Arch) -> int:
+    """Per-token peak of one decoder layer in the PRM's scoring forward (no grad, no KV cache): inside the
+    MLP, SiLU(gate), up and their product (2f each), beside the layer's input and residual stream and the
+    attention output (4d + 4q), and a few ids and norm scalars (40). Fitted to memory_audit.measure_reward
+    on four shapes (6f + 8d + 33 measured where q = d) and checked by its audit cases."""
+    q, _ = _widths(a)
+    return 6 * a.intermediate_size + 4 * a.hidden_size + 4 * q + 40
+
+
 def reward_bytes(s: MemSpec) -> dict[str, int]:
-    """One PRM forward over reward_batch sequences (no grad)."""
+    """One PRM forward over reward_batch sequences (no grad, no KV cache: rewards/prm.score_logits passes
+    use_cache=False): a layer's transient, the [n, S, S] boolean causal mask, the head's scores."""
     if s.reward is None:
         return {}
     n, S = s.reward_batch, s.reward_len
     out = n * S * (s.reward_head if s.reward_head is not None else s.reward.vocab_size) * (s.dtype_bytes + 4)
-    return {"reward_forward": n * S * (inference_layer_bytes(s.reward) + 4 * s.reward.hidden_size)
-            + n * S * S * s.dtype_bytes + out}
+    return {"reward_forward": n * S * reward_layer_bytes(s.reward) + n * S * S + out}
 
 
 def job_memory(s: MemSpec, device_bytes: int | None = None) -> JobMemory:
@@ -334,18 +388,24 @@ def job_memory(s: MemSpec, device_bytes: int | None = None) -> JobMemory:
     grads = {"gradients": grad_bytes(s)}
     phases = {"rollout": res | grads | rollout_bytes(s, device_bytes), "update": res | upd}
     if s.reward is not None:
-        phases["reward"] = res | grads | reward_bytes(s)
+        phases["reward"] = res | grads | ({} if s.reward_gpu else reward_bytes(s))
     nograd = res | {"logprob_forward": logprob_forward_bytes(s, mb)}
     if sum(nograd.values()) > sum(phases["update"].values()):
         phases["update"] = nograd
-    fraction = None
+    fraction = mode = None
+    pinned = moved = 0
     if s.backend == "vllm":
         phases = coexist_with_vllm(s, phases)
+        mode = s.sleep_mode
+        if mode == "weights":
+            moved = pinned = vllm_weight_bytes(s.arch, s.dtype_bytes, s.lora_r, s.lora_targets)
         if device_bytes:
             fraction = round(phases["rollout"]["vllm_reserved"] / device_bytes, 3)
     for phase in phases.values():  # the training process's own context, in every phase
         phase["cuda_context"] = CUDA_CONTEXT_BYTES
-    return JobMemory(phases, mb, s.grad_checkpointing, device_bytes, fraction)
+    if s.reward is not None and s.reward_gpu:
+        phases["reward_gpu"] = reward_gpu_bytes(s)
+    return JobMemory(phases, mb, s.grad_checkpointing, device_bytes, fraction, mode, pinned, moved)
 
 
 def coexist_with_vllm(s: MemSpec, phases: dict[str, dict[str, int]]) -> dict:
@@ -361,6 +421,8 @@ def coexist_with_vllm(s: MemSpec, phases: dict[str, dict[str, int]]) -> dict:
         parts = dict(parts) | {"vllm_context": CUDA_CONTEXT_BYTES}
         if name != "rollout":
             parts["vllm_asleep"] = VLLM_ASLEEP_BYTES
+            if s.sleep_mode == "kv_cache":  # only the KV cache was released: the weights stay beside the update
+                parts["vllm_weights"] = vllm_weight_bytes(s.arch, s.dtype_bytes, s.lora_r, s.lora_targets)
         out[name] = parts
     if not s.release_between_phases:  # the update's blocks stay cached in the trainer's allocator
         def trainer(parts):
@@ -368,6 +430,20 @@ def coexist_with_vllm(s: MemSpec, phases: dict[str, dict[str, int]]) -> dict:
         high = max(trainer(p) for n, p in out.items() if n != "rollout")
         out["rollout"]["trainer_cache"] = max(0, high - trainer(out["rollout"]))
     return out
+
+
+def choose_sleep_mode(s: MemSpec, device_bytes: int, *, kv_release: bool, auto: bool) -> str:
+    """How a vLLM job frees the device for its update: "kv_cache" (release the KV cache only, the weights
+    stay; needs a vLLM with release_kv_cache_memory, `kv_release`) when the job still fits that way
+    without gradient checkpointing level-1 sleep would not need (`auto`: a micro-batch the fit may
+    shrink; else the configured one), otherwise "weights" (level 1: weights to pinned host memory)."""
+    if s.backend != "vllm" or not kv_release:
+        return "weights"
+    kept, moved = replace(s, sleep_mode="kv_cache"), replace(s, sleep_mode="weights")
+    if auto:
+        a, b = fit(kept, device_bytes), fit(moved, device_bytes)
+        return "kv_cache" if a is not None and (b is None or a.grad_checkpointing <= b.grad_checkpointing) else "weights"
+    return "kv_cache" if job_memory(kept, device_bytes).peak <= device_bytes * HEADROOM else "weights"
 
 
 def fit(s: MemSpec, device_bytes: int, headroom: float = HEADROOM) -> JobMemory | None:
@@ -393,7 +469,8 @@ def fit(s: MemSpec, device_bytes: int, headroom: float = HEADROOM) -> JobMemory 
 # --- from a composed config -------------------------------------------------------------------------
 
 
-def spec_from_config(cfg: dict, *, device_is_gpu: bool = True, vllm_installed: bool = False) -> MemSpec:
+def spec_from_config(cfg: dict, *, device_is_gpu: bool = True, vllm_installed: bool = False,
+                     reward_gpu: bool = False) -> MemSpec:
     """The MemSpec of a composed job config (plain dict); micro_batch 'auto'/0 = the whole batch.
 
     `rollout.backend: auto` plans vLLM when it is installed and the device is a GPU (as the job
@@ -423,19 +500,26 @@ def spec_from_config(cfg: dict, *, device_is_gpu: bool = True, vllm_installed: b
                    backend=job_backend(cfg, on_gpu=device_is_gpu, vllm_installed=vllm_installed),
                    group_size=int(g["group_size"]),
                    vllm_fraction=ro.get("gpu_memory_utilization"), reward=reward,
-                   reward_head=reward_head, reward_batch=int(r.get("batch_size") or 16), reward_len=reward_len)
+                   reward_head=reward_head, reward_batch=int(r.get("batch_size") or 16), reward_len=reward_len,
+                   eval_completion_len=int((cfg.get("eval") or {}).get("max_new_tokens") or 0),
+                   reward_gpu=bool(reward_gpu and reward is not None))
 
 
-def plan_memory(cfg: dict, device_bytes: int | None, *, vllm_installed: bool) -> JobMemory:
+def plan_memory(cfg: dict, device_bytes: int | None, *, vllm_installed: bool, kv_release: bool = True,
+                reward_gpu: bool = False) -> JobMemory:
     """The job's memory plan: `micro_batch_size: auto` resolved against `device_bytes` when known.
 
     `vllm_installed`: the machine's answer (race_cli.machine.vllm_installed), for `rollout.backend: auto`.
+    `kv_release`: whether the vLLM the job will run can release only its KV cache (machine.vllm_kv_release);
+    the sleep mode is chosen from it (`choose_sleep_mode`). `reward_gpu`: the PRM gets its own GPU.
     Raises RaceError naming the phase and what to change when the job cannot fit.
     """
-    s = spec_from_config(cfg, device_is_gpu=device_bytes is not None, vllm_installed=vllm_installed)
+    s = spec_from_config(cfg, device_is_gpu=device_bytes is not None, vllm_installed=vllm_installed,
+                         reward_gpu=reward_gpu)
     auto = cfg["grpo"].get("micro_batch_size") == "auto"
     if device_bytes is None:
         return job_memory(s)
+    s = replace(s, sleep_mode=choose_sleep_mode(s, device_bytes, kv_release=kv_release, auto=auto))
     if auto:
         got = fit(s, device_bytes)
         if got is not None:
@@ -495,7 +579,49 @@ def memory_row(mem: JobMemory | None) -> dict:
            "planned_peak_bytes": mem.peak, "peak_phase": mem.phase}
     if mem.vllm_fraction is not None:
         row["gpu_memory_utilization"] = mem.vllm_fraction
+    if mem.sleep_mode is not None:
+        from race_cli.cost.walltime import sleep_seconds
+
+        row["vllm_sleep_mode"] = mem.sleep_mode
+        row["vllm_sleep_seconds_per_iteration"] = sleep_seconds(mem.sleep_weight_bytes)
+        row["pinned_host_bytes"] = mem.pinned_host_bytes
     return row
+
+
+# --- host memory: what level-1 sleep pins ---------------------------------------------------------------
+
+HOST_WARN_SHARE = 0.5  # warn when a node's pinned copies take more than this share of its RAM
+HOST_REFUSE_SHARE = 0.9  # refuse (local GPUs only) above this share: pinned pages cannot be swapped out
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    text: str | None  # the plan's line (None: no job pins host memory)
+    refuse: bool = False
+    warn: bool = False
+
+
+def pinned_host_check(pinned: list[int], *, gpus_per_node: int, ram: int | None, local: bool) -> HostCheck:
+    """Pinned host memory of vLLM's level-1 sleep: per job, and per node as the pool fills it (one job per
+    GPU: the `gpus_per_node` largest copies at once), against the node's RAM (`ram`; `local`: the jobs run
+    on this machine, so its RAM is the node's and an overflow is refused rather than warned)."""
+    if not any(pinned):
+        return HostCheck(None)
+    n = max(1, gpus_per_node)
+    node = sum(sorted(pinned, reverse=True)[:n])
+    text = (f"pinned host memory (vLLM level-1 sleep): up to {fmt_bytes(max(pinned))} per job, "
+            f"{fmt_bytes(node)} per node at {n} job(s) at once")
+    if ram is None:
+        return HostCheck(text + " (node RAM unknown)")
+    share = node / ram
+    text += f", {share:.0%} of {'this' if local else 'a'} node's {fmt_bytes(ram)} RAM"
+    if share > HOST_REFUSE_SHARE and local:
+        return HostCheck(text + f": more than {HOST_REFUSE_SHARE:.0%}. Run fewer jobs per node, smaller models, or a "
+                         "vLLM that releases only its KV cache (0.33: the weights then stay on the GPU).", refuse=True)
+    if share > HOST_WARN_SHARE:
+        return HostCheck("warning: " + text + f" (over {HOST_WARN_SHARE:.0%}: the node may swap or refuse the "
+                         "pinned copies)", warn=True)
+    return HostCheck(text)
 
 
 # --- sizes and devices -------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ kernel runs its shape logic, no memory is allocated, so a 7B update at the pilot
 returns, keys it by its storage, and frees it when the storage dies (weakref finalizer): its
 `peak` is the high-water mark of live tensor bytes, what `torch.cuda.max_memory_allocated`
 reports on a GPU (minus the caching allocator's rounding). What runs is the engine's own code:
-`logprobs.completion_logprobs` (chunked log-probs), the GRPO policy-gradient loss, backward, AdamW.
+`logprobs.completion_logprobs` (chunked log-probs), the GRPO policy-gradient loss, backward, AdamW,
+and the PRM's scoring forward (`rewards/prm.score_logits` on the Qwen2.5-Math-PRM layout).
 
 Departure from a GPU run: fake tensors cannot answer data-dependent questions, so the batch has no
 padding and is passed without an attention mask (HF's SDPA path on CPU still materialises the
@@ -110,6 +111,14 @@ def fake_model(arch: Arch, *, dtype: str = "bfloat16", lora_r: int | None = 32, 
                                                 task_type="CAUSAL_LM"))
         if grad_checkpointing:
             enable_checkpointing(model, lora=bool(lora_r))
+    return _faked(model)
+
+
+def _faked(model) -> FakeModel:
+    """`model` (built on the meta device) with every parameter and buffer a fake CPU tensor."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     mode = FakeTensorMode()
     memo: dict[int, Any] = {}
     keep: list = []
@@ -208,17 +217,38 @@ def measure_kv_cache(arch: Arch, *, n: int, seq_len: int, lora_r: int | None = 3
     return tr.peak
 
 
+def fake_prm(arch: Arch, *, dtype: str = "bfloat16", num_labels: int = 2) -> FakeModel:
+    """The Qwen2.5-Math-PRM layout (rewards/prm.qwen2_prm_class: Qwen2 body + two-layer head) of `arch`, faked."""
+    import torch
+    from transformers import Qwen2Config
+
+    from race_cli.rewards.prm import qwen2_prm_class
+
+    cfg = Qwen2Config(hidden_size=arch.hidden_size, num_hidden_layers=arch.num_hidden_layers,
+                      num_attention_heads=arch.num_attention_heads, num_key_value_heads=arch.num_key_value_heads,
+                      intermediate_size=arch.intermediate_size, vocab_size=arch.vocab_size,
+                      head_dim=arch.head_dim or arch.hidden_size // arch.num_attention_heads, pad_token_id=0,
+                      num_labels=num_labels)
+    cfg._attn_implementation = "sdpa"
+    with torch.device("meta"):
+        model = qwen2_prm_class()(cfg).to(getattr(torch, dtype))
+    return _faked(model)
+
+
 def measure_reward(arch: Arch, *, n: int, seq_len: int, dtype: str = "bfloat16") -> int:
-    """Peak bytes of a classifier PRM's no-grad forward over n sequences of seq_len tokens."""
+    """Peak bytes of the PRM's scoring forward (rewards/prm.score_logits, the code the job runs) over n
+    sequences of seq_len tokens, then the per-position step scores (softmax over the two labels)."""
     import torch
 
-    fm = fake_model(arch, dtype=dtype, lora_r=None, num_labels=2)
+    from race_cli.rewards.prm import score_logits
+
+    fm = fake_prm(arch, dtype=dtype)
+    fm.model.eval()
     with fm.mode:
         ids = torch.randint(1, arch.vocab_size, (n, seq_len))
         tr = _start(fm)
         with tr, torch.no_grad():
-            body = fm.model.model(input_ids=ids, use_cache=False).last_hidden_state  # [n, S, d]
-            fm.model.score(body).float().softmax(-1)  # [n, S, 2] per-position step scores
+            score_logits(fm.model, ids).float().softmax(-1)  # [n, S, 2] per-position step scores
     return tr.peak
 
 
@@ -258,8 +288,11 @@ CASES = [
     Case("7B update lora ckpt", "update", QWEN_7B, 8, 150, 512, 32, True),
     Case("7B kv cache", "kv_cache", QWEN_7B, 8, 150, 512),
     Case("7B PRM forward", "reward", QWEN_7B, 8, 0, 662, None),
+    Case("small PRM forward", "reward", SMALL, 16, 0, 1024, None),
+    # deep and narrow: a KV cache (2 x 12 layers x 128 x 2 bytes per token) would double this forward's peak
+    Case("deep narrow PRM forward", "reward", Arch(128, 12, 2, 2, 256, 512), 8, 0, 512, None),
 ]
-QUICK = [0, 1]  # the cases the test suite runs (seconds)
+QUICK = [0, 1, 13]  # the cases the test suite runs (seconds)
 
 
 def ledger_bytes(c: Case) -> int:

@@ -127,6 +127,7 @@ class Plan:
     slots: int = 1  # jobs race run would run at once here (CPU workers or GPUs)
     wall_source: str = ""  # where the wall-time rates come from
     gpu: Any = None  # walltime.GpuSpec of `race plan --gpu KINDxN` (None: the machine detected here)
+    host_note: str | None = None  # pinned host memory of vLLM's level-1 sleep per job and node (memory.pinned_host_check)
 
     def grid_seconds(self) -> float:
         """Planned wall seconds of the whole grid on `slots` (longest first, as the pool runs it)."""
@@ -244,7 +245,8 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
         job.budget = plan_budget(job.config, job.backend)
         who = "This job" if jid == "job" else f"Job {jid}"
         try:
-            job.memory = plan_memory(job.config, gpu_mem, vllm_installed=machine.vllm_installed())
+            job.memory = plan_memory(job.config, gpu_mem, vllm_installed=machine.vllm_installed(),
+                                     kv_release=machine.vllm_kv_release())
         except RaceError as exc:
             short.extend(f"{who}: {p}" for p in exc.problems)
         problem = check_fits(job.budget)
@@ -255,8 +257,16 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     if short:
         raise RaceError(*short)
     slots, source = plan_wall(jobs, rates, gpu)
+    from race_cli.cost.memory import pinned_host_check
+
+    local = machine.visible_gpus() if gpu is None else []
+    host = pinned_host_check([j.memory.pinned_host_bytes for j in jobs if j.memory is not None],
+                             gpus_per_node=gpu.count if gpu is not None else len(local),
+                             ram=machine.host_ram_bytes(), local=bool(local))
+    if host.refuse:
+        raise RaceError(host.text)
     return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs, capped=capped,
-                slots=slots, wall_source=source, gpu=gpu)
+                slots=slots, wall_source=source, gpu=gpu, host_note=host.text)
 
 
 def apply_informative(config: dict, measured: dict) -> None:

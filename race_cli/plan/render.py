@@ -59,6 +59,31 @@ def print_plan(plan: Any, fmt: str = "table", file=None, console=None) -> None:
         console.print(_narrow_caption(), highlight=False)
         console.print(NARROW_NOTE.format(wide=WIDE), highlight=False)
     console.print(wall_line(plan), highlight=False)
+    if any("vllm_sleep_mode" in r for r in rows):
+        console.print(_sleep_table(rows))
+    if getattr(plan, "host_note", None):
+        console.print(plan.host_note, highlight=False)
+
+
+def _sleep_table(rows: list[dict]):
+    """Per vLLM job: how its engine frees the GPU for each update, what that costs per iteration, what it pins."""
+    from rich import box
+    from rich.table import Table
+
+    from race_cli.cost.memory import fmt_bytes
+
+    t = Table(title="vLLM sleep per job (kv_cache: only the KV cache is released, the weights stay on the GPU; "
+                    "weights: level 1, the weights copied to pinned host memory and back each iteration, priced at "
+                    "cost/walltime.HOST_LINK; frac: vLLM's gpu_memory_utilization)", title_justify="left",
+              box=box.SIMPLE_HEAD, show_edge=False)
+    for name in ("job id", "sleep", "s/iter", "pinned host", "frac"):
+        t.add_column(name, justify="left" if name in ("job id", "sleep") else "right", no_wrap=True)
+    for r in rows:
+        if "vllm_sleep_mode" in r:
+            t.add_row(r["job_id"], r["vllm_sleep_mode"], f"{r['vllm_sleep_seconds_per_iteration']:.2f}",
+                      fmt_bytes(r["pinned_host_bytes"]) if r["pinned_host_bytes"] else "0",
+                      f"{r['gpu_memory_utilization']:.3f}" if r.get("gpu_memory_utilization") is not None else "")
+    return t
 
 
 def _swept(plan: Any) -> list[str]:

@@ -64,6 +64,11 @@ def plan_wall(jobs: Sequence, rates: dict | None = None, gpu: walltime.GpuSpec |
         points = walltime.eval_points(b.iterations, c["eval"].get("every"), c["eval"].get("at") or ())
         job.wall = walltime.job_seconds(planned, r, iterations=b.iterations, eval_every=c["eval"].get("every"),
                                         eval_at=c["eval"].get("at") or (), generations=(ev / max(points, 1), train))
+        mem = getattr(job, "memory", None)
+        if mem is not None and getattr(mem, "sleep_weight_bytes", 0):  # vLLM level-1 sleep: weights out and back
+            from dataclasses import replace
+
+            job.wall = replace(job.wall, sleep=b.iterations * walltime.sleep_seconds(mem.sleep_weight_bytes))
         job.gpus = 1 if job_on_gpu else 0
         sources.add(r.source)
     if sum(on):

@@ -179,6 +179,7 @@ def qwen2_prm_class():
                                              torch.nn.Linear(d, config.num_labels))
 
         def forward(self, input_ids=None, attention_mask=None, **kwargs):
+            kwargs.setdefault("use_cache", False)  # a scorer reads every position once: no KV cache to keep
             hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state  # [B, T, d]
             return TokenClassifierOutput(logits=self.score(hidden))  # [B, T, num_labels]
 
@@ -217,6 +218,17 @@ def load_qwen2_prm(folder: str, *, device: str = "cpu", dtype=None):
     # the angle at position 900 is off by up to ~1.1 rad at head dim 128, base 10000)
     model.model.rotary_emb = type(model.model.rotary_emb)(config).to(device)  # .to(device) keeps float32
     return model.eval()
+
+
+def score_logits(model, ids):
+    """One scoring forward: logits [B, T, num_labels or V] of `ids` [B, T], without a KV cache.
+
+    transformers 5 takes `use_cache` from the config when it is not passed (Qwen2Config.use_cache
+    is True) and would build a DynamicCache of every layer's keys and values, held through the
+    forward and read by nobody: 2 * L * h_kv * d_h * 2 bytes per token, ~0.9 GiB for PRM-7B at
+    16 x 1024 tokens. memory_audit.measure_reward runs this function."""
+    out = model(input_ids=ids, use_cache=False)
+    return out.logits if hasattr(out, "logits") else out[0]
 
 
 def _two_layer_head(model) -> bool:
@@ -535,8 +547,7 @@ class ProcessRewardModel:
                     token_lps, head_positions = self.token_logprobs(ids.to(device), [encoded[i] for i in idx])
                     values = self._logprob_scores(token_lps, [encoded[i] for i in idx])
                 else:
-                    out = self.model(input_ids=ids.to(device))
-                    logits = out.logits if hasattr(out, "logits") else out[0]  # [B, T, num_labels or V]
+                    logits = score_logits(self.model, ids.to(device))  # [B, T, num_labels or V]
                     values = self._read_scores(logits, torch.tensor(rows, device=logits.device),
                                                torch.tensor(cols, device=logits.device)).tolist()
             k = 0
