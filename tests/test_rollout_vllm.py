@@ -387,10 +387,11 @@ def test_memory_fraction_by_hand():
 
     arch = Arch(64, 2, 4, 2, 128, 257)  # d=64, L=2, h=4, h_kv=2, f=128, V=257, d_h=16
     # body matrices per layer: q 64*64 + k 64*32 + v 64*32 + o 64*64 + gate/up 2*64*128 + down 128*64 = 36864
-    # weights: (2*36864 + 2*64*257) params * 2 bytes = (73728 + 32896) * 2 = 213248 bytes
+    # + q/k/v biases 64+32+32 and two norms 2*64 = 256 per layer; embedding and head 2*64*257; final norm 64
+    # weights: (2*(36864 + 256) + 2*64*257 + 64) params * 2 bytes = (74240 + 32896 + 64) * 2 = 214400 bytes
     # LoRA r=8 on q, v: 8*(64+64) + 8*(64+32) = 1792 per layer, * 2 layers * 2 bytes = 7168 bytes
     # KV: 32 seqs * 100 tokens * 2 (K, V) * 2 layers * 2 kv heads * 16 * 2 bytes = 819200 bytes
-    need = (213248 + 7168 + 819200) * 1.1 + 2 * GIB
+    need = (214400 + 7168 + 819200) * 1.1 + 2 * GIB
     got = memory_fraction(arch, dtype_bytes=2, lora=Lora(8, ("q_proj", "v_proj")), sequences=32, max_model_len=100,
                           gpu_bytes=4 * GIB)
     assert got == round(need / (4 * GIB), 3)
@@ -433,3 +434,175 @@ def test_plan_refuses_a_rank_vllm_cannot_load(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 2
     assert "lora.r=12 is not a rank vLLM accepts" in proc.stdout + proc.stderr
+
+
+# --- issue 35: what the real engine does that the fake did not ----------------------------------
+
+
+class _Prompts:
+    """A PromptCache stand-in: items and their token ids."""
+
+    def __init__(self, rows):
+        self.items, self.rows = list(range(len(rows))), rows
+
+    def ids(self, i):
+        return self.rows[i]
+
+
+class _Target:
+    def __init__(self, min_new_tokens=0):
+        self.min_new_tokens = min_new_tokens
+
+
+def _vllm_config(*overrides):
+    from race_cli.config.compose import compose
+
+    return compose(["grid=none", "rollout.backend=vllm", "lora.r=8", "rollout.max_new_tokens=4",
+                    "rollout.expected_completion_tokens=null", *overrides])
+
+
+def _policy(model):
+    from race_cli.engine.setup import Policy
+    from race_cli.zoo import byte_tokenizer
+
+    return Policy(model, byte_tokenizer(), "/models/base", ARCH, LORA, EOS, EOS)
+
+
+def test_fake_caps_a_long_request_silently_and_refuses_only_a_full_prompt(vllm):
+    """vLLM V1: a prompt of max_model_len tokens or more is refused (input_processor._validate_prompt_len);
+    a completion that reaches max_model_len is length-capped without an error (core/sched/utils.check_stop)."""
+    llm = vllm.LLM(model="/m", max_model_len=10)
+    p = vllm.SamplingParams(n=6, max_tokens=16, stop_token_ids=[EOS])
+    (out,) = llm.generate([{"prompt_token_ids": list(range(1, 8))}], p)  # 7 prompt tokens: room for 3
+    assert [len(o.token_ids) for o in out.outputs] == [2, 3, 3, 3, 3, 3]  # k+2 tokens each, capped at 3
+    with pytest.raises(ValueError, match="maximum model length of 10"):
+        llm.generate([{"prompt_token_ids": list(range(1, 11))}], p)
+
+
+@pytest.mark.parametrize("eval_cap, min_tokens, want", [(16, 0, 16), (None, 20, 20), (None, 0, 4)])
+def test_max_model_len_holds_the_largest_completion_cap(vllm, tmp_path, policy, eval_cap, min_tokens, want):
+    """Evaluation asks for eval.max_new_tokens (or a target's min_new_tokens) > rollout.max_new_tokens=4:
+    max_model_len = longest prompt (11) + the largest cap, so an evaluation completion is not cut."""
+    from race_cli.engine.job import eval_sampling
+    from race_cli.engine.setup import build_vllm
+
+    cfg = _vllm_config(*([f"eval.max_new_tokens={eval_cap}"] if eval_cap else []))
+    b = build_vllm(cfg, _policy(policy), "cuda:0", torch.bfloat16, prompts=(_Prompts(PROMPTS),),
+                   targets=(_Target(min_tokens),), sync_dir=tmp_path / "job" / ".vllm-adapter", gpu_bytes=80 * 2**30,
+                   sleep_mode="weights")
+    assert vllm.ENGINES[-1].args["max_model_len"] == 11 + want
+    with eval_sampling(b, max_new_tokens=want):
+        ro = b.generate(PROMPTS[1:], group_size=6, greedy=False)
+    assert ro.completion_lens == [min(k + 2, want) for k in range(6)]  # completion k: k+1 tokens then EOS
+    b.close()
+    vllm.check_no_leftovers()
+
+
+def test_a_rollout_sized_max_model_len_truncates_evaluation_silently(vllm, tmp_path, policy):
+    """What the old sizing (longest prompt + rollout.max_new_tokens) did: the fake now cuts the same way vLLM does."""
+    b = make(tmp_path / "s", max_new_tokens=16, max_model_len=11 + 4)
+    b.sync(policy)
+    ro = b.generate(PROMPTS[1:], group_size=6)
+    assert ro.completion_lens == [2, 3, 4, 4, 4, 4]  # 7 tokens asked, 4 given, no error
+    b.close()
+
+
+def test_temperature_above_two_is_refused_by_vllm_0_33_only(fake_at):
+    assert fake_at("0.10.1.1").SamplingParams(temperature=2.5).temperature == 2.5
+    with pytest.raises(ValueError, match=r"temperature must be in \[0, 2\]"):
+        fake_at("0.33.0").SamplingParams(temperature=2.5)
+
+
+def test_schema_refuses_temperature_above_two_for_vllm_and_names_the_limit():
+    from race_cli.config.compose import compose
+
+    with pytest.raises(RaceError) as exc:
+        _vllm_config("rollout.temperature=2.5", "eval.temperature=3.0")
+    assert [p.split("=")[0] for p in exc.value.problems] == ["rollout.temperature", "eval.temperature"]
+    assert all("above 2" in p and "rollout.backend=lean" in p for p in exc.value.problems)
+    assert compose(["grid=none", "rollout.backend=lean", "rollout.temperature=2.5"]).rollout.temperature == 2.5
+    assert _vllm_config("rollout.temperature=2.0").rollout.temperature == 2.0
+
+
+def test_sampling_asks_vllm_for_token_ids_only(vllm, tmp_path, policy):
+    b = make(tmp_path / "s")
+    b.sync(policy)
+    b.generate(PROMPTS, group_size=2)
+    (params,) = [d for k, d in vllm.ENGINES[-1].calls if k == "generate"]
+    assert params.detokenize is False  # race decodes the ids itself (rollout._finish)
+    b.close()
+
+
+def test_kv_cache_sleep_keeps_the_weights_where_the_release_has_it(fake_at, tmp_path, policy, monkeypatch):
+    """sleep_mode=kv_cache: sleep(level=0), release_kv_cache_memory(), then wake_up() before the next generate;
+    vLLM 0.10 has no release_kv_cache_memory and the backend sleeps at level 1 there."""
+    for version, want in (("0.33.0", ["sleep", "release_kv_cache_memory", "wake_up", "generate", "sleep",
+                                      "release_kv_cache_memory", "wake_up", "generate"]),
+                          ("0.10.1.1", ["sleep", "wake_up", "generate", "sleep", "wake_up", "generate"])):
+        vllm = fake_at(version)
+        monkeypatch.setattr(vllm, "DEVICE_BYTES", 80 * 2**30)
+        monkeypatch.setattr(vllm, "WEIGHT_BYTES", 3 * 2**30)
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a, **k: 0)
+        b = make(tmp_path / version, sleep_mode="kv_cache", gpu_memory_utilization=0.5)
+        b.sync(policy)
+        b.generate(PROMPTS, group_size=2)
+        b.yield_gpu()
+        engine = vllm.ENGINES[-1]
+        kept = engine.reserved
+        b.sync(policy)
+        b.generate(PROMPTS, group_size=2)
+        assert [k for k, _ in engine.calls] == want
+        levels = [d for k, d in engine.calls if k == "sleep"]
+        assert levels == ([0, 0] if version == "0.33.0" else [1, 1])
+        assert kept == (vllm.ASLEEP_BYTES + 3 * 2**30 if version == "0.33.0" else vllm.ASLEEP_BYTES)
+        assert len(b.sleep_seconds) == 2 and len(b.wake_seconds) == 2
+        b.close()
+
+
+def test_fake_refuses_a_generate_on_a_paused_engine_and_a_release_without_pause(fake_at):
+    vllm = fake_at("0.33.0")
+    llm = vllm.LLM(model="/m", enable_sleep_mode=True)
+    with pytest.raises(RuntimeError, match="completed pause"):
+        llm.release_kv_cache_memory()
+    llm.sleep(level=0)
+    with pytest.raises(RuntimeError, match="paused engine"):
+        llm.generate([{"prompt_token_ids": [1]}], vllm.SamplingParams())
+    assert not hasattr(fake_at("0.10.1.1").LLM, "release_kv_cache_memory")
+
+
+@pytest.mark.parametrize("device, env, want", [("cuda:1", None, "1"), ("cuda:0", None, "0"),
+                                               ("cuda:1", "4,5", "5"), ("cuda:0", "MIG-abc", "MIG-abc")])
+def test_vllm_starts_on_the_jobs_device(vllm, tmp_path, policy, monkeypatch, device, env, want):
+    """vLLM's engine process takes the first device it sees: CUDA_VISIBLE_DEVICES names the job's one while
+    LLM() starts, and is restored afterwards."""
+    if env is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
+    b = make(tmp_path / "s", device=device)
+    assert vllm.ENGINES[-1].visible_devices == want
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == env
+    b.close()
+
+
+def test_adapter_goes_to_local_fast_storage_in_the_policys_dtype(vllm, tmp_path, policy):
+    """The adapter vLLM reads is written in the engine's dtype (PEFT keeps a float32 copy: half the bytes at bf16)
+    under /dev/shm (or the temp dir), not in the job folder, and is removed with the backend."""
+    from safetensors import safe_open
+
+    from race_cli.engine.rollout_vllm import local_sync_dir
+    from race_cli.engine.setup import build_vllm
+
+    job = tmp_path / "job"
+    b = build_vllm(_vllm_config(), _policy(policy), "cuda:0", torch.bfloat16, prompts=(_Prompts(PROMPTS),),
+                   sync_dir=job / ".vllm-adapter", gpu_bytes=80 * 2**30, sleep_mode="weights")
+    sync = local_sync_dir(job / ".vllm-adapter")
+    assert b.sync_dir == sync and not sync.is_relative_to(tmp_path)
+    assert sync.parent == Path("/dev/shm") or sync.parent == Path(__import__("tempfile").gettempdir())
+    with safe_open(str(sync / "adapter-1" / "adapter_model.safetensors"), "pt") as f:
+        dtypes = {f.get_tensor(k).dtype for k in f.keys()}
+        assert dtypes == {torch.bfloat16} and len(list(f.keys())) == 4  # A and B of q_proj and v_proj
+    assert vllm.ENGINES[-1].args["max_model_len"] == 11 + 4
+    b.close()
+    assert not sync.exists()
+    vllm.check_no_leftovers()

@@ -147,7 +147,7 @@ class Job:
         self.target_prompts = {t.name: S.PromptCache(t.items, self.policy.tokenizer, t.convention) for t in self.targets}
         self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype, self.backend,
                                        prompts=(self.train_prompts, *self.target_prompts.values()),
-                                       sync_dir=self.job_dir / ".vllm-adapter")
+                                       sync_dir=self.job_dir / ".vllm-adapter", targets=tuple(self.targets))
         self.reward = S.build_reward(c, S.reward_device(self.device), self.dtype,  # its own GPU when there are 2+
                                      grader=self.task.grader)
         self.ref_model = None

@@ -1,17 +1,25 @@
 """The vLLM rollout backend (GPU boxes, `pip install 'race-cli[vllm]'`): its whole lifecycle, one job at a time.
 
-    start   LLM(base model, LoRA on, prefix caching, max_model_len from the task, a GPU fraction
-            from the plan, sleep mode where the installed vLLM has it, vLLM's own sampling defaults
-            instead of the model's generation_config)
+    start   LLM(base model, LoRA on, prefix caching, max_model_len from the task's longest prompt
+            and the largest completion cap of rollout and evaluation (vLLM caps a longer request
+            without an error), a GPU fraction from the plan, sleep mode where the installed vLLM
+            has it, vLLM's own sampling defaults instead of the model's generation_config), its
+            engine process started on the job's GPU (CUDA_VISIBLE_DEVICES set to that one device
+            while LLM() spawns it; the engine takes the first device it sees)
     sample  generate(): n=G samples of each prompt from softmax(logits / T) with top-p and nothing
             else (top-k, min-p and every penalty off), stopping on the tokenizer's EOS only: the
             same distribution and the same stop token as the HF backend
     update  yield_gpu(), called by the job when reward and update follow a generate, puts the
-            engine to sleep (level 1: weights to host memory, KV cache freed), so the policy's
-            update runs with that memory back; evaluation batches, which no update follows, do
+            engine to sleep in the job's `sleep_mode`: "kv_cache" (vLLM 0.33: sleep(level=0) pauses
+            scheduling, release_kv_cache_memory() frees the KV cache, the weights stay on the
+            device) when the ledger says they fit beside the update, else "weights" (level 1:
+            weights copied to pinned host memory, KV cache freed), so the policy's update runs
+            with that memory back; evaluation batches, which no update follows, do
             not sleep between them (each cycle moves the weights to the host and back). sync()
-            writes the new adapter into the job's ONE sync folder under a NEW integer id (a reused
-            id would serve the old adapter and its prefix-cache blocks); the next generate wakes
+            writes the new adapter, in the policy's dtype (PEFT keeps adapters in float32), into the
+            job's ONE sync folder on local fast storage (/dev/shm, else the temp dir: not the job
+            folder, which may be on NFS) under a NEW integer id (a reused id would serve the old
+            adapter and its prefix-cache blocks); the next generate wakes
             the engine, after `release_cached_memory()`: the update's blocks stay reserved in
             PyTorch's caching allocator otherwise, and vLLM's wake_up maps fresh memory through its
             own allocator (vllm/device_allocator/cumem.py), which cannot use them (the cumem OOM
@@ -51,7 +59,7 @@ from typing import Any
 
 from race_cli.errors import RaceError
 from race_cli.cost.flops import Arch, Lora, generate_flops
-from race_cli.cost.memory import VLLM_HEADROOM_BYTES as HEADROOM_BYTES  # the memory ledger sizes vLLM with it too
+from race_cli.cost.memory import vllm_fraction, vllm_need
 
 GIB = 1024 ** 3
 MAX_FRACTION = 0.9  # leave the policy's training at least a tenth of the GPU
@@ -67,26 +75,24 @@ def model_len(longest_prompt: int, max_new_tokens: int) -> int:
 
 def memory_fraction(arch: Arch, *, dtype_bytes: int, lora: Lora | None, sequences: int, max_model_len: int,
                     gpu_bytes: int) -> float:
-    """The GPU fraction vLLM needs: weights + LoRA slots + a KV cache holding every sequence at full length.
+    """The GPU fraction vLLM needs: weights + one LoRA slot + a KV cache holding every sequence at full length.
 
-    weights  (n_body + 2 * d*V) * dtype_bytes          embeddings and LM head counted apart (untied worst case)
-    kv       sequences * max_model_len * 2 * L * h_kv * d_h * dtype_bytes     (K and V, every layer)
-    total    (weights + kv) * 1.1 + HEADROOM_BYTES      10% for the block allocator's rounding
+    The memory ledger's own functions (cost/memory.py `vllm_need`, `vllm_fraction`), so the plan's
+    reservation is this one: weights (every parameter, untied worst case, + r * (d_in + d_out) per
+    targeted matrix) and kv (sequences * max_model_len * 2 * L * h_kv * d_h) in the model dtype,
+    x 1.1 for the block allocator's rounding, + vLLM's headroom; at least 5% of the GPU.
     Refuses (RaceError) when that is over MAX_FRACTION of the GPU.
     """
-    weights = (arch.n_body + 2 * arch.n_head) * dtype_bytes
-    if lora is not None:  # one adapter slot: r * (d_in + d_out) per targeted matrix, every layer
-        weights += sum(lora.r * (i + o) for name, (i, o) in arch.matrices().items()
-                       if name in lora.target_modules) * arch.num_hidden_layers * dtype_bytes
-    kv = sequences * max_model_len * 2 * arch.num_hidden_layers * arch.num_key_value_heads * arch.d_head * dtype_bytes
-    need = (weights + kv) * 1.1 + HEADROOM_BYTES
+    need = vllm_need(arch, dtype_bytes=dtype_bytes, lora_r=lora.r if lora is not None else None,
+                     lora_targets=tuple(lora.target_modules) if lora is not None else (),
+                     sequences=sequences, max_model_len=max_model_len)
     fraction = need / gpu_bytes
     if fraction > MAX_FRACTION:
         raise RaceError(f"vLLM needs about {need / GIB:.1f} GiB ({fraction:.0%} of this {gpu_bytes / GIB:.0f} GiB GPU) "
                         f"for the weights and a KV cache of {sequences} sequences x {max_model_len} tokens; "
                         f"expected at most {MAX_FRACTION:.0%}. Lower grpo.prompts_per_iter x grpo.group_size or "
                         "rollout.max_new_tokens, set rollout.gpu_memory_utilization by hand, or use rollout.backend=hf.")
-    return round(max(fraction, 0.05), 3)
+    return vllm_fraction(need, gpu_bytes)
 
 
 def sampling_kwargs(*, group_size: int, greedy: bool, temperature: float, top_p: float, max_new_tokens: int,
@@ -95,10 +101,12 @@ def sampling_kwargs(*, group_size: int, greedy: bool, temperature: float, top_p:
 
     ignore_eos + stop_token_ids=[eos_id] makes the tokenizer's EOS the one stop token, as in the
     HF backend (a model's generation_config may list more, e.g. Qwen2.5-Instruct's <|endoftext|>
-    beside <|im_end|>); the stop token stays in the output, as HF keeps it.
+    beside <|im_end|>); the stop token stays in the output, as HF keeps it. detokenize=False: race
+    decodes the token ids itself (rollout._finish), so vLLM's own text would be thrown away.
     """
     common = dict(n=group_size, max_tokens=max_new_tokens, stop_token_ids=[eos_id], ignore_eos=True,
-                  repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0, top_k=-1)
+                  repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0, top_k=-1,
+                  detokenize=False)
     if greedy:
         return common | dict(temperature=0.0, top_p=1.0)
     return common | dict(temperature=temperature, top_p=top_p)
@@ -124,6 +132,57 @@ def release_cached_memory() -> None:
 
 def _remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def local_sync_dir(job_key: str | Path, roots: tuple[str, ...] = ("/dev/shm",)) -> Path:
+    """The adapter sync folder of one job on local fast storage: /dev/shm when it is a writable folder, else
+    the temp dir. Named from `job_key` (the job folder), so the next attempt of the same job finds and clears
+    what a killed one left."""
+    import hashlib
+    import os
+    import tempfile
+
+    name = "race-vllm-" + hashlib.sha256(str(Path(job_key).resolve()).encode()).hexdigest()[:16]
+    for root in roots:
+        if os.path.isdir(root) and os.access(root, os.W_OK):
+            return Path(root) / name
+    return Path(tempfile.gettempdir()) / name
+
+
+def engine_visible_devices(device: str, env: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES for vLLM's engine process so that its first device is the job's `device`
+    (`cuda:N` counts the devices this process sees: the N-th entry of `env` when set, else N)."""
+    from race_cli.machine import parse_visible_devices
+
+    index = int(device.split(":")[1]) if ":" in device else 0
+    ids = parse_visible_devices(env) if env is not None else []
+    if env is not None:
+        if index >= len(ids):
+            raise RaceError(f"device={device} but CUDA_VISIBLE_DEVICES={env!r} names {len(ids)} device(s).")
+        return ids[index]
+    return str(index)
+
+
+class _visible_devices:
+    """Within the block, CUDA_VISIBLE_DEVICES is `value` (the engine process spawned there inherits it);
+    restored afterwards (this process's CUDA context, made earlier, is not affected)."""
+
+    def __init__(self, value: str):
+        self.value = value
+
+    def __enter__(self):
+        import os
+
+        self.old = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = self.value
+
+    def __exit__(self, *exc):
+        import os
+
+        if self.old is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.old
 
 
 def _remove_on_sigterm(folder: Path) -> None:
@@ -156,7 +215,8 @@ class VLLMRollout:
     def __init__(self, model_path: str, tokenizer: Any, *, arch: Arch, lora: Lora | None, eos_id: int, pad_id: int,
                  max_new_tokens: int, temperature: float, top_p: float, dtype: str, seed: int,
                  gpu_memory_utilization: float, max_model_len: int, sync_dir: str | Path,
-                 revision: str | None = None, trust_remote_code: bool = False):
+                 revision: str | None = None, trust_remote_code: bool = False, device: str = "cuda:0",
+                 sleep_mode: str = "weights"):
         from race_cli.config.schema import VLLM_LORA_RANKS
 
         if lora is None:
@@ -178,14 +238,23 @@ class VLLMRollout:
         self._finalizer = weakref.finalize(self, _remove, self.sync_dir)  # also runs at interpreter exit
         _remove_on_sigterm(self.sync_dir)
         self.can_sleep = callable(getattr(vllm.LLM, "sleep", None)) and callable(getattr(vllm.LLM, "wake_up", None))
+        # "kv_cache" needs release_kv_cache_memory (vLLM 0.33); an older engine sleeps at level 1 instead
+        kv_release = callable(getattr(vllm.LLM, "release_kv_cache_memory", None))
+        self.sleep_mode = sleep_mode if (sleep_mode == "weights" or kv_release) else "weights"
+        self.dtype = dtype
+        self.sleep_seconds: list[float] = []  # each sleep's and each wake-up's wall seconds (gpu_smoke reads them)
+        self.wake_seconds: list[float] = []
         release_cached_memory()  # vLLM refuses to start unless gpu_memory_utilization x the device is free
+        import os
+
         try:
-            self.llm = vllm.LLM(model=model_path, revision=revision, tokenizer_revision=revision, dtype=dtype,
-                                seed=seed, enable_lora=True, max_lora_rank=lora.r, max_loras=1,
-                                enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
-                                max_model_len=max_model_len, generation_config="vllm",
-                                trust_remote_code=trust_remote_code,
-                                **({"enable_sleep_mode": True} if self.can_sleep else {}))
+            with _visible_devices(engine_visible_devices(device, os.environ.get("CUDA_VISIBLE_DEVICES"))):
+                self.llm = vllm.LLM(model=model_path, revision=revision, tokenizer_revision=revision, dtype=dtype,
+                                    seed=seed, enable_lora=True, max_lora_rank=lora.r, max_loras=1,
+                                    enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
+                                    max_model_len=max_model_len, generation_config="vllm",
+                                    trust_remote_code=trust_remote_code,
+                                    **({"enable_sleep_mode": True} if self.can_sleep else {}))
         except BaseException:
             self.close()
             raise
@@ -198,13 +267,21 @@ class VLLMRollout:
 
     def _sleep(self) -> None:
         if self.can_sleep and not self.asleep:
-            self.llm.sleep(level=1)  # weights to CPU, KV cache freed: the update gets that memory
+            t0 = time.perf_counter()
+            if self.sleep_mode == "kv_cache":
+                self.llm.sleep(level=0)  # pause scheduling (a completed pause is what the release needs)
+                self.llm.release_kv_cache_memory()  # KV cache freed; the weights stay on the device
+            else:
+                self.llm.sleep(level=1)  # weights to pinned host memory, KV cache freed
+            self.sleep_seconds.append(time.perf_counter() - t0)
             self.asleep = True
 
     def _wake(self) -> None:
         if self.asleep:
             release_cached_memory()  # the update's cached blocks, which vLLM's allocator cannot reuse
-            self.llm.wake_up()
+            t0 = time.perf_counter()
+            self.llm.wake_up()  # every tag: KV cache (and weights) mapped again, scheduling resumed
+            self.wake_seconds.append(time.perf_counter() - t0)
             self.asleep = False
 
     def yield_gpu(self) -> None:
@@ -212,13 +289,20 @@ class VLLMRollout:
         self._sleep()
 
     def sync(self, model: Any) -> None:
-        """Hand the model's current adapter to vLLM: saved into the sync folder under a new id."""
+        """Hand the model's current adapter to vLLM: saved into the sync folder under a new id, in the
+        engine's dtype (the adapter's float32 training copy is cast; vLLM casts to its dtype on load anyway)."""
+        import torch
         from vllm.lora.request import LoRARequest
 
         self._sleep()  # a sync before any generate (start/resume) also finds the engine asleep
         self._lora_id += 1
         path = self.sync_dir / f"adapter-{self._lora_id}"
-        model.save_pretrained(str(path))
+        dtype = getattr(torch, self.dtype, None) if isinstance(self.dtype, str) else None
+        if isinstance(dtype, torch.dtype) and hasattr(model, "state_dict"):
+            lora_state = {k: v.detach().to(dtype) for k, v in model.state_dict().items() if "lora_" in k}
+            model.save_pretrained(str(path), state_dict=lora_state)
+        else:
+            model.save_pretrained(str(path))
         self._request = LoRARequest(f"policy-{self._lora_id}", self._lora_id, str(path))
         if self._adapter is not None:
             _remove(self._adapter)  # the previous adapter: never served again (its id is retired)

@@ -233,10 +233,17 @@ def resolve_micro_batch(cfg_dict: dict, device: str, *, merged_lora: bool = Fals
         return (min(int(mb), n) if mb else n), ckpt
     if not device.startswith("cuda"):
         return (n if merged_lora else min(n, CPU_MICRO_BATCH)), ckpt
+    mem = job_memory_plan(cfg_dict, device)
+    return mem.micro_batch, mem.grad_checkpointing
+
+
+def job_memory_plan(cfg_dict: dict, device: str):
+    """The memory ledger of this job on this GPU (cost/memory.plan_memory): the device's total memory as torch
+    sees it, the installed vLLM's sleep support, and the PRM on a second GPU when `reward_device` puts it there."""
     from race_cli.cost.memory import plan_memory
 
-    mem = plan_memory(cfg_dict, machine.device_total_bytes(device), vllm_installed=machine.vllm_installed())
-    return mem.micro_batch, mem.grad_checkpointing
+    return plan_memory(cfg_dict, machine.device_total_bytes(device), vllm_installed=machine.vllm_installed(),
+                       kv_release=machine.vllm_kv_release(), reward_gpu=reward_device(device) != device)
 
 
 @dataclass
@@ -288,14 +295,28 @@ def load_policy(cfg: Any, device: str, dtype: Any, log: Callable[[str], None] = 
     return Policy(model, tokenizer, path, arch, lora, int(tokenizer.eos_token_id), int(tokenizer.pad_token_id))
 
 
+def eval_cap(cfg: Any, target: Any) -> int:
+    """The completion cap of one evaluation target: eval.max_new_tokens, else the larger of
+    rollout.max_new_tokens and what the target's reference solutions need (target.min_new_tokens)."""
+    return int(cfg.eval.max_new_tokens or max(cfg.rollout.max_new_tokens, target.min_new_tokens))
+
+
+def generation_cap(cfg: Any, targets: tuple = ()) -> int:
+    """The largest completion cap any generate of the job asks for: training's and every target's."""
+    return max([int(cfg.rollout.max_new_tokens)] + [eval_cap(cfg, t) for t in targets])
+
+
 def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: str, *, prompts: tuple = (),
-                  sync_dir: str | Path | None = None):
+                  sync_dir: str | Path | None = None, targets: tuple = ()):
     """The rollout `backend` (hf | lean | vllm, from budget_plan); vllm is checked against this device.
 
-    vLLM only: `prompts` (PromptCaches of the task's splits) size max_model_len (the longest
-    prompt + max_new_tokens) unless rollout.max_model_len is set; the GPU fraction comes from the
-    plan's batch (prompts_per_iter x group_size sequences) unless rollout.gpu_memory_utilization
-    is set; `sync_dir` is the job's one adapter folder (removed when the backend closes).
+    vLLM only: `prompts` (PromptCaches of the task's splits) and `targets` (the evaluation targets)
+    size max_model_len (the longest prompt + the largest completion cap of training and
+    evaluation, `generation_cap`: vLLM caps a longer request silently) unless
+    rollout.max_model_len is set; the GPU fraction comes from the plan's batch (prompts_per_iter x
+    group_size sequences) unless rollout.gpu_memory_utilization is set; the sleep mode from the
+    memory ledger (`job_memory_plan`); `sync_dir` names the job's one adapter folder, kept on local
+    fast storage (rollout_vllm.local_sync_dir) and removed when the backend closes.
     """
     from race_cli.engine.rollout import HFRollout, choose_backend
 
@@ -310,26 +331,60 @@ def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: st
         return LeanRollout(policy.model, policy.tokenizer, device=device, **common)
     if name == "hf":
         return HFRollout(policy.model, policy.tokenizer, device=device, **common)
+    return build_vllm(cfg, policy, device, dtype, prompts=prompts, targets=targets, sync_dir=sync_dir, **common)
+
+
+def build_vllm(cfg: Any, policy: Policy, device: str, dtype: Any, *, prompts: tuple = (), targets: tuple = (),
+               sync_dir: str | Path | None = None, gpu_bytes: int | None = None, sleep_mode: str | None = None,
+               **common: Any):
+    """The vLLM backend itself (see build_rollout), its first adapter synced. `gpu_bytes` (default: the
+    device's, through torch) and `sleep_mode` (default: the memory ledger's choice) let
+    scripts/gpu_smoke.py drive it on any device."""
     import tempfile
 
     import torch
+    from omegaconf import OmegaConf
 
-    from race_cli.engine.rollout_vllm import VLLMRollout, memory_fraction, model_len
+    from race_cli.engine.rollout_vllm import VLLMRollout, local_sync_dir, memory_fraction, model_len
+    from race_cli.config.schema import VLLM_MAX_TEMPERATURE
 
+    r = cfg.rollout
+    hot = [f"{k}={v}" for k, v in (("rollout.temperature", r.temperature), ("eval.temperature", cfg.eval.temperature))
+           if v is not None and v > VLLM_MAX_TEMPERATURE]
+    if hot:  # rollout.backend=auto resolved to vLLM here; the schema refuses it for an explicit vllm
+        raise RaceError(f"{', '.join(hot)}: vLLM refuses a temperature above {VLLM_MAX_TEMPERATURE:g}; lower it "
+                        "or set rollout.backend=lean.")
+    common = dict(arch=policy.arch, lora=policy.lora, eos_id=policy.eos_id, pad_id=policy.pad_id,
+                  max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p) | common
     if r.max_model_len is not None:
         max_len = int(r.max_model_len)
     else:
         longest = max((len(c.ids(i)) for c in prompts for i in range(len(c.items))), default=0)
-        max_len = model_len(longest, r.max_new_tokens)
+        max_len = model_len(longest, generation_cap(cfg, targets))
+    total = gpu_bytes if gpu_bytes is not None else machine.device_total_bytes(device)
     fraction = r.gpu_memory_utilization
     if fraction is None:
         fraction = memory_fraction(policy.arch, dtype_bytes=torch.finfo(dtype).bits // 8, lora=policy.lora,
                                    sequences=cfg.grpo.prompts_per_iter * cfg.grpo.group_size, max_model_len=max_len,
-                                   gpu_bytes=machine.device_total_bytes(device))
-    sync = Path(sync_dir) if sync_dir is not None else Path(tempfile.mkdtemp(prefix="race-vllm-")) / "adapter"
+                                   gpu_bytes=total)
+    if sleep_mode is None:
+        try:  # the ledger's choice: keep vLLM's weights on the device when they fit beside the update
+            from race_cli.cost.memory import plan_memory
+
+            import copy
+
+            plain = copy.deepcopy(OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg)
+            plain["rollout"]["backend"] = "vllm"  # the ledger of this engine, whatever rollout.backend said
+            sleep_mode = plan_memory(plain, total, vllm_installed=True, kv_release=machine.vllm_kv_release(),
+                                     reward_gpu=reward_device(device) != device).sleep_mode or "weights"
+        except RaceError:  # a job the ledger says cannot fit (micro_batch_size set by hand) runs as configured
+            sleep_mode = "weights"
+    sync = (local_sync_dir(sync_dir) if sync_dir is not None
+            else Path(tempfile.mkdtemp(prefix="race-vllm-")) / "adapter")
     backend = VLLMRollout(policy.path, policy.tokenizer, dtype=str(dtype).replace("torch.", ""), seed=cfg.seed,
                           gpu_memory_utilization=float(fraction), max_model_len=max_len, sync_dir=sync,
-                          revision=cfg.model.revision, trust_remote_code=bool(cfg.model.trust_remote_code), **common)
+                          revision=cfg.model.revision, trust_remote_code=bool(cfg.model.trust_remote_code),
+                          device=device, sleep_mode=sleep_mode, **common)
     backend.sync(policy.model)
     return backend
 

@@ -24,7 +24,16 @@ under that release.
   engine would serve the adapter it cached under that id); a new adapter while sleep mode is on must come after a sleep since the
   last generate (the update ran while the engine held its memory otherwise); the adapter's rank
   (adapter_config.json) must be <= max_lora_rank.
-- `SamplingParams(**kw)`: the real field names, range checks.
+- `SamplingParams(**kw)`: the real field names, range checks (temperature <= 2 where the release
+  checks it: 0.33).
+- Lengths as the V1 engine treats them: a prompt of max_model_len tokens or more is refused
+  (ValueError, v1/engine/input_processor.py `_validate_prompt_len`); a longer request is capped
+  without an error when prompt + output reach max_model_len (v1/core/sched/utils.py `check_stop`,
+  FINISHED_LENGTH_CAPPED), so a max_model_len sized for a shorter cap truncates silently.
+- `sleep(level=0)` pauses scheduling only (no memory changes); `release_kv_cache_memory()` (0.33 only)
+  needs that pause, frees the KV cache and keeps the weights; a generate on a paused engine would wait
+  forever (RuntimeError here); `wake_up()` resumes. Every LLM() records the CUDA_VISIBLE_DEVICES its
+  engine process inherits (`visible_devices`).
 - `check_no_leftovers()`: every adapter folder ever served, and its parent sync folder, must be
   gone (AssertionError otherwise): call it when the job is over.
 
@@ -53,6 +62,8 @@ ENGINES: list["LLM"] = []  # every engine made in this process (tests inspect th
 SERVED: set[Path] = set()  # every adapter folder an engine read
 DEVICE_BYTES: int | None = None  # the device's memory when tests model it (None: memory not modelled)
 ASLEEP_BYTES = 2 * 2**30  # what the engine keeps on the device asleep (outside its cumem pool)
+WEIGHT_BYTES = 0  # the engine's weights, kept on the device by release_kv_cache_memory (tests set it)
+WEIGHT_BYTES = 0  # the engine's weights, kept on the device by release_kv_cache_memory (tests set it)
 GIB = 2**30
 
 
@@ -97,13 +108,17 @@ class SamplingParams:
             raise TypeError(f"SamplingParams got unexpected keyword(s) {sorted(unknown)}")
         defaults = dict(n=1, temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0,
                         presence_penalty=0.0, frequency_penalty=0.0, stop_token_ids=None, ignore_eos=False,
-                        max_tokens=16, seed=None)
+                        max_tokens=16, seed=None, detokenize=True)
         for k, v in (defaults | kw).items():
             setattr(self, k, v)
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
         if self.temperature < 0:
             raise ValueError(f"temperature must be non-negative, got {self.temperature}.")
+        if API["max_temperature"] is not None and self.temperature > API["max_temperature"]:
+            raise ValueError(f"temperature must be in [0, {API['max_temperature']:g}], got {self.temperature}.")
+        if API["max_temperature"] is not None and self.temperature > API["max_temperature"]:
+            raise ValueError(f"temperature must be in [0, {API['max_temperature']:g}], got {self.temperature}.")
         if self.top_k < -1:
             raise ValueError(f"top_k must be -1 (disable), or at least 1, got {self.top_k}.")
         if self.n < 1 or self.max_tokens < 1:
@@ -127,6 +142,8 @@ class LLM:
         if unknown:
             raise TypeError(f"EngineArgs.__init__() got an unexpected keyword argument {sorted(unknown)[0]!r}")
         self.model, self.args = model, kw
+        self.visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")  # what the engine-core process inherits
+        self.visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")  # what the engine-core process inherits
         if kw.get("enable_lora") and kw.get("max_lora_rank", 16) not in POSSIBLE_MAX_RANKS:
             raise ValueError(f"max_lora_rank ({kw.get('max_lora_rank')}) must be one of {POSSIBLE_MAX_RANKS}.")
         gmu = kw.get("gpu_memory_utilization", 0.9)
@@ -141,6 +158,10 @@ class LLM:
             self.reserved = int(need)
         self.sleep_mode = bool(kw.get("enable_sleep_mode", False))
         self.asleep = False
+        self.paused = False  # sleep(level=0): scheduling paused, memory untouched
+        self.kv_released = False  # release_kv_cache_memory(): KV cache freed, weights resident
+        self.paused = False  # sleep(level=0): scheduling paused, memory untouched
+        self.kv_released = False  # release_kv_cache_memory(): KV cache freed, weights resident
         self.slept_since_generate = False
         self.adapters: dict[int, str] = {}  # lora_int_id -> folder
         self.requests: dict[int, LoRARequest] = {}  # lora_int_id -> the request that introduced it
@@ -155,10 +176,24 @@ class LLM:
             raise ValueError("Sleep mode is not enabled (LLM(..., enable_sleep_mode=True)).")
         if level not in API["sleep_levels"]:
             raise ValueError(f"sleep level must be one of {API['sleep_levels']} in vLLM {__version__}, got {level}")
-        self.asleep, self.slept_since_generate = True, True
-        if DEVICE_BYTES is not None:
-            self.reserved = min(self.reserved, ASLEEP_BYTES)
+        self.slept_since_generate = True
+        self.paused = True
+        if level >= 1:
+            self.asleep = True
+            if DEVICE_BYTES is not None:
+                self.reserved = min(self.reserved, ASLEEP_BYTES)
         self.calls.append(("sleep", level))
+
+    def release_kv_cache_memory(self) -> None:
+        """0.33: free the KV cache, keep the weights mapped (vllm/v1/engine/core.py); needs a completed pause."""
+        if not self.paused:
+            raise RuntimeError("release_kv_cache_memory() requires a completed pause first")
+        if self.asleep:
+            raise RuntimeError("release_kv_cache_memory() requires all executor memory to be resident")
+        self.kv_released = True
+        if DEVICE_BYTES is not None:
+            self.reserved = min(self.reserved, ASLEEP_BYTES + WEIGHT_BYTES)
+        self.calls.append(("release_kv_cache_memory", None))
 
     def wake_up(self, tags: list[str] | None = None):
         if not self.sleep_mode:
@@ -166,7 +201,7 @@ class LLM:
         unknown = set(tags or ()) - set(API["wake_up_tags"])
         if unknown:
             raise ValueError(f"wake_up tags must be in {API['wake_up_tags']}, got {sorted(unknown)}")
-        if DEVICE_BYTES is not None and self.asleep:
+        if DEVICE_BYTES is not None and (self.asleep or self.kv_released):
             need = int(self.args.get("gpu_memory_utilization", 0.9) * DEVICE_BYTES)
             if _trainer_reserved() + need > DEVICE_BYTES:  # cumem maps fresh memory; PyTorch's cached blocks stay put
                 self.calls.append(("wake_up failed", tags))
@@ -174,7 +209,7 @@ class LLM:
                                    f"(trainer reserved {_trainer_reserved() / GIB:.1f} GiB + vLLM {need / GIB:.1f} GiB "
                                    f"> {DEVICE_BYTES / GIB:.1f} GiB)")
             self.reserved = need
-        self.asleep = False
+        self.asleep = self.paused = self.kv_released = False
         self.calls.append(("wake_up", tags))
         return True if API["wake_up_returns_bool"] else None
 
@@ -207,6 +242,12 @@ class LLM:
         lora_request = bound.get("lora_request")
         if self.asleep:
             raise RuntimeError("generate() on a sleeping engine: call wake_up() first.")
+        if self.paused:
+            raise RuntimeError("generate() on a paused engine (sleep(level=0)): its requests would wait forever; "
+                               "call wake_up() first.")
+        if self.paused:
+            raise RuntimeError("generate() on a paused engine (sleep(level=0)): its requests would wait forever; "
+                               "call wake_up() first.")
         if lora_request is not None:
             self._check_adapter(lora_request)
         self.slept_since_generate = False
@@ -219,8 +260,11 @@ class LLM:
         outs = []
         for prompt, p in zip(prompts, per):
             ids = prompt["prompt_token_ids"]
-            if limit is not None and len(ids) + p.max_tokens > limit:
-                raise ValueError(f"prompt ({len(ids)}) + max_tokens ({p.max_tokens}) exceeds max_model_len {limit}")
+            if limit is not None and len(ids) >= limit:  # input_processor._validate_prompt_len
+                raise ValueError(f"The decoder prompt (length {len(ids)}) plus the requested output tokens (at least 1) "
+                                 f"is longer than the maximum model length of {limit}. Make sure that `max_model_len` "
+                                 "is no smaller than the number of text tokens.")
+            cap = p.max_tokens if limit is None else min(p.max_tokens, limit - len(ids))  # check_stop: length-capped
             stop = p.stop_token_ids[0] if p.stop_token_ids else None
             comps = []
             for k in range(p.n):
@@ -231,6 +275,10 @@ class LLM:
                     rng = random.Random(p.seed * 1009 + k)
                     toks = [ids[-1] + 1 + rng.randrange(4) for _ in range(1 + rng.randrange(3))] + (
                         [stop] if stop is not None else [])
-                comps.append(_Completion(toks[:p.max_tokens]))
+                comps.append(_Completion(toks[:cap]))
             outs.append(_RequestOutput(comps))
         return outs
+
+
+if not API["release_kv_cache_memory"]:  # 0.10: LLM has no such method
+    del LLM.release_kv_cache_memory

@@ -5,7 +5,10 @@ every EngineArgs field, vllm/entrypoints/llm.py + vllm/engine/arg_utils.py), Sam
 public fields (vllm/sampling_params.py), LoRARequest's fields (vllm/lora/request.py),
 LLM.generate / sleep / wake_up parameters (vllm/entrypoints/llm.py), the LoRA ranks LoRAConfig
 allows (vllm/config), the sleep levels and wake-up tags, and vLLM's startup check on free memory
-(vllm/v1/worker/gpu_worker.py; 0.33: vllm/v1/worker/utils.py request_memory).
+(vllm/v1/worker/gpu_worker.py; 0.33: vllm/v1/worker/utils.py request_memory); SamplingParams' upper
+bound on temperature (vllm/sampling_params.py _verify_args) and whether LLM.release_kv_cache_memory
+exists (vllm/entrypoints/llm.py; vllm/v1/engine/core.py: it needs a completed pause, sleep(level=0),
+and frees only the KV cache, the weights staying on the device).
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ VERSIONS = {
         wake_up_tags=('weights', 'kv_cache'),
         wake_up_returns_bool=False,
         max_lora_ranks=(8, 16, 32, 64, 128, 256, 320, 512),
+        max_temperature=None,  # SamplingParams._verify_args checks only temperature >= 0
+        release_kv_cache_memory=False,  # LLM has no release_kv_cache_memory(); sleep levels 1 and 2 only
+        device_ids=False,  # no device_ids engine argument: the engine process takes the first visible GPU
         startup_free_memory_error='Free memory on device ({free}/{total} GiB) on startup is less than desired GPU memory utilization ({gmu}, {need} GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.',
     ),
     "0.33.0": dict(
@@ -145,6 +151,9 @@ VERSIONS = {
         wake_up_tags=('weights', 'kv_cache', 'scheduling'),
         wake_up_returns_bool=True,
         max_lora_ranks=(1, 8, 16, 32, 64, 128, 256, 320, 512),
+        max_temperature=2.0,  # _verify_args: 'temperature must be in [0, 2]' (vllm PR 44965, June 2026)
+        release_kv_cache_memory=True,  # LLM.release_kv_cache_memory() after sleep(level=0) (vllm PR 44890)
+        device_ids=True,  # engine argument device_ids (vllm PR 45026); race uses CUDA_VISIBLE_DEVICES for both
         startup_free_memory_error='Free memory on device cuda:0 ({free}/{total} GiB) on startup is less than desired GPU memory utilization ({gmu}, {need} GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.',
     ),
 }
