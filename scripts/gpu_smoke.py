@@ -21,6 +21,17 @@ loaded through race's own loader in bf16: its rotary frequencies must stay float
 at positions >= 512 equal those with a freshly built float32 rotary module; seconds, MFU and peak
 memory against the ledger. And once: the CUDA context of this process against CUDA_CONTEXT_BYTES.
 
+The vLLM section (`--vllm auto`: when vLLM is installed and the device is a GPU; `--vllm yes` forces
+it, `--vllm no` skips it): for each policy shape, two iterations with rollout.backend=vllm and LoRA,
+driven step by step: engine start (race's own engine/setup.build_vllm: max_model_len, GPU fraction
+and sleep mode from the ledgers), rollout with adapter 1, sleep (the mode the memory ledger chose:
+kv_cache, or level-1 weights), the update, the adapter refresh (written to local fast storage in the
+policy's dtype), wake-up, and a second rollout whose LoRA request carries adapter id 2. One line each:
+`vllm start`, `vllm rollout 1`, `vllm rollout 2` (the adapter id in the request), `vllm adapter`
+(where and in which dtype), `vllm sleep/wake` (measured seconds against cost/walltime.sleep_seconds,
+and the host-link rates they calibrate), and, on CUDA, `vllm memory rollout` / `vllm memory update`
+(device memory in use, both processes, against the ledger's phase totals).
+
 A random policy rarely samples EOS, so completions run to max_new_tokens: the worst case the
 ledgers plan for. Every check prints one line, `PASS` or `FAIL`, and the script ends with
 `gpu smoke: ok` (exit 0) or `gpu smoke: FAIL (n checks)` (exit 1). Budget: under 8 minutes on one
@@ -192,6 +203,23 @@ def check_mfu(check: Checks, name: str, flops: float, seconds: float, peak: floa
 # --- one policy shape --------------------------------------------------------------------------------
 
 
+def job_overrides(name: str, args, model: Path, iterations: int = 1) -> list[str]:
+    """The job's config: the pilot's B, G, max_new_tokens and LoRA rank on `model`, the lean sampler."""
+    d, L, h, kv, f, V, tied = SHAPES[name]
+    return ["grid=none", "task=arithmetic", f"model.path={model}", f"model.name=qwen2.5-{name}-shape",
+          f"device={args.device}", f"model.arch.hidden_size={d}", f"model.arch.num_hidden_layers={L}",
+          f"model.arch.num_attention_heads={h}", f"model.arch.num_key_value_heads={kv}",
+          f"model.arch.intermediate_size={f}", f"model.arch.vocab_size={V}", f"model.arch.tie_word_embeddings={tied}",
+          f"grpo.prompts_per_iter={args.prompts}", f"grpo.group_size={args.group_size}",
+          f"rollout.max_new_tokens={args.max_new_tokens}", f"lora.r={args.lora_r}", f"lora.alpha={2 * args.lora_r}",
+          "grpo.lr=1e-5", "grpo.micro_batch_size=auto", "rollout.backend=lean", "budget.flops=1e20",
+          # a random policy earns equal (zero) rule rewards, so every row would be skipped: time the full update
+          "grpo.skip_zero_advantage=false",
+          f"budget.max_iterations={iterations}", f"task.num_eval={args.num_eval}", f"eval.batch_size={args.num_eval}",
+          "eval.every=1000", "checkpoint.every=1000", "task.prompt_tokens=64", "rollout.expected_completion_tokens=null",
+          *args.overrides]
+
+
 def run_shape(name: str, args, tmp: Path, check: Checks) -> None:
     """One lean-rollout iteration, an HF rollout of the same prompts, both ledgers per phase."""
     from dataclasses import replace
@@ -209,18 +237,7 @@ def run_shape(name: str, args, tmp: Path, check: Checks) -> None:
     t0 = time.perf_counter()
     model = build_model(tmp / f"model-{name}", SHAPES[name], torch.bfloat16 if cuda else torch.float32)
     build_s = time.perf_counter() - t0
-    ov = ["grid=none", "task=arithmetic", f"model.path={model}", f"model.name=qwen2.5-{name}-shape",
-          f"device={args.device}", f"model.arch.hidden_size={d}", f"model.arch.num_hidden_layers={L}",
-          f"model.arch.num_attention_heads={h}", f"model.arch.num_key_value_heads={kv}",
-          f"model.arch.intermediate_size={f}", f"model.arch.vocab_size={V}", f"model.arch.tie_word_embeddings={tied}",
-          f"grpo.prompts_per_iter={args.prompts}", f"grpo.group_size={args.group_size}",
-          f"rollout.max_new_tokens={args.max_new_tokens}", f"lora.r={args.lora_r}", f"lora.alpha={2 * args.lora_r}",
-          "grpo.lr=1e-5", "grpo.micro_batch_size=auto", "rollout.backend=lean", "budget.flops=1e20",
-          # a random policy earns equal (zero) rule rewards, so every row would be skipped: time the full update
-          "grpo.skip_zero_advantage=false",
-          "budget.max_iterations=1", f"task.num_eval={args.num_eval}", f"eval.batch_size={args.num_eval}",
-          "eval.every=1000", "checkpoint.every=1000", "task.prompt_tokens=64", "rollout.expected_completion_tokens=null",
-          *args.overrides]
+    ov = job_overrides(name, args, model)
     job = Job(compose(ov), tmp / f"job-{name}", ov, log=lambda m: None)
     job.job_dir.mkdir(parents=True)
     job.setup()
@@ -273,6 +290,114 @@ def run_shape(name: str, args, tmp: Path, check: Checks) -> None:
     del hf, ro
     if hasattr(job.rollout, "close"):
         job.rollout.close()
+
+
+# --- vLLM: two iterations, the sleep/wake cycle and the adapter refresh ---------------------------------
+
+
+def device_in_use(device: str) -> int | None:
+    """Bytes in use on the device by every process (this one and vLLM's engine core); None off CUDA."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return total - free
+
+
+def run_vllm(name: str, args, tmp: Path, check: Checks) -> None:
+    """Two iterations with rollout.backend=vllm and LoRA, step by step (see the module docstring)."""
+    import copy
+
+    import torch
+    from safetensors import safe_open
+
+    from race_cli import machine
+    from race_cli.config.compose import compose
+    from race_cli.cost import walltime
+    from race_cli.cost.memory import fmt_bytes, plan_memory
+    from race_cli.engine import setup as S
+    from race_cli.engine.grpo import group_advantages
+    from race_cli.engine.job import Job
+
+    cuda = args.device.startswith("cuda")
+    model = build_model(tmp / f"vllm-model-{name}", SHAPES[name], torch.bfloat16 if cuda else torch.float32)
+    ov = job_overrides(name, args, model, iterations=2)
+    job = Job(compose(ov), tmp / f"vllm-job-{name}", ov, log=lambda m: None)
+    job.job_dir.mkdir(parents=True)
+    job.setup()  # policy, reward, optimizer and ledger; its lean sampler is not used here
+    job.start_or_resume()
+    total = machine.device_total_bytes(job.device) if cuda else 80 * 2**30  # CPU (the fake vLLM): a pretend 80 GiB
+    plain = copy.deepcopy(job.cfg_dict)
+    plain["rollout"]["backend"] = "vllm"
+    mem = plan_memory(plain, total, vllm_installed=True, kv_release=machine.vllm_kv_release())
+    G = args.group_size
+    print(f"\n== vLLM, Qwen2.5-{name} shape: B={args.prompts} G={G} max_new_tokens={args.max_new_tokens} "
+          f"LoRA r={args.lora_r}; ledger: sleep mode {mem.sleep_mode}, GPU fraction {mem.vllm_fraction}, "
+          f"pinned host {fmt_bytes(mem.pinned_host_bytes)}")
+    t0 = time.perf_counter()
+    eng = S.build_vllm(job.cfg, job.policy, job.device, job.dtype, prompts=(job.train_prompts,),
+                       targets=tuple(job.targets), sync_dir=job.job_dir / ".vllm-adapter", gpu_bytes=total,
+                       sleep_mode=mem.sleep_mode)
+    start_s = time.perf_counter() - t0
+    try:
+        check(f"{name} vllm start", eng.sleep_mode in ("kv_cache", "weights"),
+              f"engine up in {start_s:.1f} s, sleep mode {eng.sleep_mode} (ledger: {mem.sleep_mode}), "
+              f"first adapter synced")
+        meter = Meter(job.device)
+        awake_used = asleep_used = update_peak = None
+        for it in (1, 2):
+            prompts = [job.train_prompts.ids(j) for j in job.batch(it)]
+            ro, roll_s, _ = meter.run(eng.generate, prompts, group_size=G, greedy=False)
+            if it == 1:
+                awake_used = device_in_use(job.device)
+            req = eng._request.lora_int_id
+            tokens = sum(ro.completion_lens)
+            check(f"{name} vllm rollout {it}", tokens > 0 and req == it,
+                  f"{tokens} tokens in {roll_s:.2f} s, LoRA request id {req} (expected {it})")
+            eng.yield_gpu()
+            if it == 1:
+                asleep_used = device_in_use(job.device)
+                base = torch.cuda.memory_allocated(job.device) if cuda else 0
+            rewards = torch.tensor(job.reward([job.train_items[j] for j in job.batch(it) for _ in range(G)],
+                                              ro.texts).rewards, dtype=torch.float32)
+            adv = group_advantages(rewards, G, scale=job.cfg.grpo.scale_rewards).advantages
+            _, upd_s, peak = meter.run(job.update, ro, adv)
+            if it == 1 and peak is not None:
+                update_peak = peak - base
+            eng.sync(job.policy.model)  # the adapter refresh: adapter it+1
+            if it == 1:
+                path = eng._adapter
+                with safe_open(str(path / "adapter_model.safetensors"), "pt") as fh:
+                    dtypes = {str(fh.get_tensor(k).dtype).replace("torch.", "") for k in fh.keys()}
+                local = path.parent.parent in (Path("/dev/shm"), Path(tempfile.gettempdir()))
+                check(f"{name} vllm adapter", local and dtypes == {eng.dtype},
+                      f"{path} holds {sorted(dtypes)} tensors (expected {eng.dtype}, on local storage, "
+                      f"not in the job folder)")
+        # per cycle: the iterations' sleeps (not the one at start, before any KV cache existed), every wake-up
+        sleeps, wakes = eng.sleep_seconds[1:], eng.wake_seconds
+        sleep_s, wake_s = sum(sleeps) / max(len(sleeps), 1), sum(wakes) / max(len(wakes), 1)
+        cycles = 1
+        planned = walltime.sleep_seconds(mem.sleep_weight_bytes)
+        measured = sleep_s + wake_s
+        link = ""
+        if mem.sleep_weight_bytes and sleep_s > 0 and wake_s > 0:
+            got = walltime.HostLink.measured(mem.sleep_weight_bytes, sleep_s, wake_s)
+            link = (f"; host link measured {got.sleep_bytes_per_s / 1e9:.2f} GB/s out, {got.wake_bytes_per_s / 1e9:.2f}"
+                    f" GB/s back (assumed {walltime.HOST_LINK.sleep_bytes_per_s / 1e9:.2f} / "
+                    f"{walltime.HOST_LINK.wake_bytes_per_s / 1e9:.2f})")
+        check(f"{name} vllm sleep/wake", measured <= 2 * planned + 2.0,
+              f"{measured:.2f} s per iteration (sleep {sleep_s / cycles:.2f} s, wake {wake_s / cycles:.2f} s), "
+              f"wall-time model {planned:.2f} s ({eng.sleep_mode}){link}")
+        if cuda:
+            roll = mem.total("rollout")
+            check_memory(check, f"{name} vllm memory rollout", awake_used, roll)
+            upd_used = asleep_used + update_peak if asleep_used is not None and update_peak is not None else None
+            check_memory(check, f"{name} vllm memory update", upd_used, mem.total("update"))
+        else:
+            print("  ----  vllm memory: measured on CUDA only (both processes' device memory in use)")
+    finally:
+        eng.close()
 
 
 # --- the PRM-7B shape ---------------------------------------------------------------------------------
@@ -377,6 +502,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prm-layers", type=int, default=4, help="the PRM's depth (Qwen2.5-Math-PRM-7B: 28)")
     ap.add_argument("--prm-batch", type=int, default=16, help="sequences per PRM forward (reward=prm-7b: 16)")
     ap.add_argument("--prm-len", type=int, default=1024, help="tokens per sequence (> 512: the rotary check)")
+    ap.add_argument("--vllm", default="auto", choices=("auto", "yes", "no"),
+                    help="the vLLM section: auto = when vLLM is installed and the device is a GPU")
     ap.add_argument("overrides", nargs="*", help="extra config overrides for the job")
     args = ap.parse_args(argv)
 
@@ -407,6 +534,20 @@ def main(argv=None) -> int:
                 check(f"{name} job", False, str(exc))
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
+    from race_cli import machine
+
+    if args.vllm == "yes" or (args.vllm == "auto" and machine.vllm_installed() and args.device.startswith("cuda")):
+        for name in args.models.split(","):
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    run_vllm(name, args, Path(tmp), check)
+                except (RaceError, ImportError) as exc:
+                    check(f"{name} vllm", False, str(exc))
+            if args.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+    else:
+        print("\n(vLLM section skipped: " + ("--vllm no)" if args.vllm == "no" else
+                                             "vLLM is not installed or the device is not a GPU; --vllm yes forces it)"))
     with tempfile.TemporaryDirectory() as tmp:
         run_prm(args, Path(tmp), check)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")

@@ -63,3 +63,39 @@ def test_gpu_smoke_builds_models_with_the_dtype_keyword_of_the_installed_transfo
     monkeypatch.setattr(transformers, "__version__", "4.56.0")
     smoke.build_model(tmp_path / "b", smoke.SHAPES["tiny"], torch.bfloat16)
     assert seen == [{"torch_dtype": torch.bfloat16}, {"dtype": torch.bfloat16}]
+
+
+def test_gpu_smoke_help_documents_the_vllm_section():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    text = " ".join(out.stdout.split())
+    for needed in ("--vllm {auto,yes,no}", "two iterations with rollout.backend=vllm and LoRA", "vllm rollout 2",
+                   "adapter id 2", "vllm sleep/wake", "cost/walltime.sleep_seconds", "vllm memory rollout"):
+        assert needed in text, needed
+
+
+def test_gpu_smoke_vllm_section_against_the_fake_vllm(tmp_path, monkeypatch, capsys):
+    """The vLLM section on CPU through tests/fake_vllm (each supported release's API): engine start, rollout with
+    adapter 1, sleep, update, refresh, wake, rollout with adapter 2; one PASS line each, memory on CUDA only."""
+    import argparse
+
+    pytest.importorskip("torch")
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "fake_vllm"))
+    spec = importlib.util.spec_from_file_location("gpu_smoke", SCRIPT)
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    args = argparse.Namespace(device="cpu", prompts=2, group_size=2, max_new_tokens=8, lora_r=32, num_eval=4,
+                              overrides=[])
+    check = smoke.Checks()
+    try:
+        smoke.run_vllm("tiny", args, tmp_path, check)
+    finally:
+        for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+            del sys.modules[name]
+    lines = capsys.readouterr().out.splitlines()
+    passed = [line.split("PASS")[1].split(":")[0].strip() for line in lines if line.lstrip().startswith("PASS")]
+    assert passed == ["tiny vllm start", "tiny vllm rollout 1", "tiny vllm adapter", "tiny vllm rollout 2",
+                      "tiny vllm sleep/wake"] and check.failed == []
+    assert "LoRA request id 2 (expected 2)" in next(x for x in lines if "vllm rollout 2" in x)
+    assert "sleep mode kv_cache" in next(x for x in lines if "vllm start" in x)  # the fake stands for 0.33
