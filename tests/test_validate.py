@@ -2,8 +2,8 @@
 
 The pilot (tests/report_fixtures.py) has five regimes whose true accuracies are 0.1 apart, so
 its order is certain: G=8 μ=2 (0.70) > G=4 μ=2 (0.60) > G=8 μ=1 (0.50) > G=4 μ=4 (0.40) >
-G=16 μ=1 (0.30). `race validate --top 3` therefore picks the first three plus G=16 μ=1 as the
-control. The validation's outcome is then written into the planned job folders with chosen true
+G=16 μ=1 (0.30). `race validate --top 3 --control lowest` therefore picks the first three plus
+G=16 μ=1 as the control; the default control is the runner-up, G=4 μ=2. The validation's outcome is then written into the planned job folders with chosen true
 accuracies (0.1 or more apart), which fixes every verdict and rank correlation by hand: with 600
 items, 0/1 scores and 2 seeds, the standard error of a best − control gap is about 0.02.
 """
@@ -42,9 +42,11 @@ def _console():
     return Console(file=StringIO(), width=200)
 
 
-def make_pilot(root: Path, conditions=(RULE,)) -> Path:
-    """A finished pilot with its report written (report/report.json), as `race report` leaves it."""
-    pilot = build_sweep(root, acc=lambda p, cond: PILOT_TRUTH[p], conditions=list(conditions), **NOISE)
+def make_pilot(root: Path, conditions=(RULE,), seeds1: bool = False) -> Path:
+    """A finished pilot with its report written (report/report.json), as `race report` leaves it
+    (seeds1: one seed per regime)."""
+    pilot = build_sweep(root, acc=lambda p, cond: PILOT_TRUTH[p], conditions=list(conditions),
+                        **(dict(seeds=(0,)) if seeds1 else {}), **NOISE)
     run_report([pilot], plots=False, bootstrap=300, console=_console())
     return pilot
 
@@ -127,13 +129,13 @@ def test_provenance_round_trip(tmp_path):
 
 
 def test_validate_writes_the_chosen_regimes_at_the_new_budget_with_provenance(pilot, tmp_path, capsys):
-    out = validate_main(pilot, scale=2, seeds=2, top=3, out=tmp_path / "val")
+    out = validate_main(pilot, scale=2, seeds=2, top=3, out=tmp_path / "val", control="lowest")
     shown = capsys.readouterr()
     assert "race plan: grid 'validate', 16 jobs" in shown.out  # previewed like race plan
     assert "wrote" in shown.err
     prov = V.read_provenance(out)
     # the same provenance comes back from disk as build_validation made it (NaN -> null)
-    _, made, _, _ = build_validation(pilot, scale=2, seeds=2, top=3)
+    _, made, _, _ = build_validation(pilot, scale=2, seeds=2, top=3, control="lowest")
     assert {k: v for k, v in prov.items() if k not in ("created", "kind", "version")} == \
         {k: v for k, v in json.loads(dumps(made)).items() if k != "created"}
     assert prov["pilot"]["sweep"] == str(pilot.resolve()) and prov["target"] == "arithmetic"
@@ -167,16 +169,19 @@ def test_validate_writes_the_chosen_regimes_at_the_new_budget_with_provenance(pi
     assert set(read_plan_rows(out)) == set(plan)
     # the same command again finds it unchanged and keeps the stored prediction
     before = (out / V.PROVENANCE).read_text()
-    validate_main(pilot, scale=2, seeds=2, top=3, out=out)
+    validate_main(pilot, scale=2, seeds=2, top=3, out=out, control="lowest")
     assert "unchanged" in capsys.readouterr().err and (out / V.PROVENANCE).read_text() == before
 
 
 def test_default_selection_is_the_pilot_best_plus_the_control(pilot):
     plan, prov, picks, _ = build_validation(pilot, budget=3e12, seeds=1)
-    assert prov["settings"]["selection"] == "pilot best"
-    for cond in prov["conditions"]:
+    assert prov["settings"]["selection"] == "pilot best" and prov["settings"]["control"] == "runner-up"
+    for cond in prov["conditions"]:  # the control: the pilot's runner-up, its closest rival
         assert [(v["regime"], v["role"]) for v in cond["validated"]] == [("G=8 μ=2", "pilot best"),
-                                                                         ("G=16 μ=1", "control")]
+                                                                         ("G=4 μ=2", "control")]
+    _, low, _, _ = build_validation(pilot, budget=3e12, seeds=1, control="lowest")  # the earlier behaviour
+    assert {tuple((v["regime"], v["role"]) for v in c["validated"]) for c in low["conditions"]} == {
+        (("G=8 μ=2", "pilot best"), ("G=16 μ=1", "control"))}
     assert {j.config["budget"]["flops"] for j in plan.jobs} == {3e12}
     assert {j.config["seed"] for j in plan.jobs} == {3}
     # evaluation: the validated target only, at the pilot's budget fractions (eval.at; no eval.every)
@@ -204,16 +209,22 @@ def test_tied_adds_every_regime_the_pilot_could_not_tell_from_its_best(tmp_path)
     truth = {**PILOT_TRUTH, 0.40: 0.695}
     p = build_sweep(tmp_path / "p", acc=lambda p, cond: truth[p], conditions=[RULE], **NOISE)
     run_report([p], plots=False, bootstrap=300, console=_console())
-    _, prov, _, _ = build_validation(p, scale=2, seeds=1, tied=True)
+    _, prov, _, _ = build_validation(p, scale=2, seeds=1, tied=True, control="lowest")
     (cond,) = prov["conditions"]
     listed = [v.split(" (")[0].strip() for v in cond["recommendation"]["validate"].split(";")]
     roles = [(v["regime"], v["role"]) for v in cond["validated"]]
     assert len(listed) >= 2 and {"G=8 μ=2", "G=4 μ=2"} <= set(listed)
     assert roles[0][1] == "pilot best" and roles[-1] == ("G=16 μ=1", "control")
     assert [r for r, _ in roles[:-1]] == [listed[0]] + [x for x in listed if x != listed[0]]
+    _, prov_r, _, _ = build_validation(p, scale=2, seeds=1, tied=True, control="runner-up")
+    # the runner-up is among the ≈ best: it is validated once, as the control
+    (c,) = prov_r["conditions"]
+    second = c["predicted_order"][1]["regime"]
+    assert second in listed and [v["role"] for v in c["validated"] if v["regime"] == second] == ["control"]
+    assert [v["role"] for v in c["validated"]].count("control") == 1
     assert {role for _, role in roles[1:-1]} == {"≈ best"}
     assert prov["settings"]["selection"] == "pilot best and its ≈ best"
-    _, prov1, _, _ = build_validation(p, scale=2, seeds=1)  # without --tied: the best alone
+    _, prov1, _, _ = build_validation(p, scale=2, seeds=1, control="lowest")  # without --tied: the best alone
     assert [v["role"] for v in prov1["conditions"][0]["validated"]] == ["pilot best", "control"]
 
 
@@ -221,7 +232,7 @@ def test_tied_adds_every_regime_the_pilot_could_not_tell_from_its_best(tmp_path)
 
 
 def test_report_of_a_validation_gives_the_known_verdicts_and_correlations(pilot, tmp_path):
-    val = validate_main(pilot, scale=2, seeds=2, top=3, out=tmp_path / "val")
+    val = validate_main(pilot, scale=2, seeds=2, top=3, out=tmp_path / "val", control="lowest")
     # rule: the pilot's order holds exactly (ranks 1 2 3 4 -> ρ = 1); best − control = 0.65 − 0.35
     # = 0.30, ~15 standard errors: confirmed. prm: the pilot's best is last: observed ranks of
     # (G8μ2, G4μ2, G8μ1, G16μ1) = (4, 1, 3, 2), d = (3, -1, 0, -2), Σd² = 14,
@@ -234,10 +245,10 @@ def test_report_of_a_validation_gives_the_known_verdicts_and_correlations(pilot,
     by = {c["condition"].split("reward=")[1].split()[0]: c for c in res["conditions"]}
     rule, prm = by["rule"], by["prm"]
     assert rule["verdict"] == V.CONFIRMED and rule["val_best"] == "G=8 μ=2"
-    assert rule["diff"] == pytest.approx(0.30, abs=0.05) and rule["diff_lo"] > 0.2 and rule["p_improve"] > 0.999
+    assert rule["diff"] == pytest.approx(0.30, abs=0.05) and rule["diff_lo"] > 0.2 and rule["one_sided_conf"] > 0.999
     assert rule["spearman"] == pytest.approx(1.0) and rule["spearman_lo"] == pytest.approx(1.0)
     assert prm["verdict"] == V.REVERSED and prm["val_best"] == "G=4 μ=2"
-    assert prm["diff"] == pytest.approx(-0.20, abs=0.05) and prm["diff_hi"] < 0 and prm["p_improve"] < 0.001
+    assert prm["diff"] == pytest.approx(-0.20, abs=0.05) and prm["diff_hi"] < 0 and prm["one_sided_conf"] < 0.001
     assert prm["spearman"] == pytest.approx(-0.4)
     assert prm["spearman_lo"] <= -0.4 <= prm["spearman_hi"]
     # a scale-up (2e12 vs the pilot's 1e12): absolute gains at both budgets and the marginal gain
@@ -264,7 +275,7 @@ def test_report_of_a_validation_gives_the_known_verdicts_and_correlations(pilot,
 
 
 def test_a_reversed_order_and_a_pending_condition(pilot, tmp_path):
-    val = validate_main(pilot, scale=2, seeds=2, top=3, out=tmp_path / "val")
+    val = validate_main(pilot, scale=2, seeds=2, top=3, out=tmp_path / "val", control="lowest")
     # rule reversed: the control comes out best, ρ = -1; prm's jobs never ran: pending.
     run_validation(val, {"rule": {"G=8 μ=2": 0.35, "G=4 μ=2": 0.45, "G=8 μ=1": 0.55, "G=16 μ=1": 0.65}},
                    only={"rule"})
@@ -283,13 +294,13 @@ def test_an_equal_best_and_control_are_not_separated_and_do_not_count(tmp_path):
     from race_cli.plan.validate import default_out
 
     assert default_out(pilot, None, None, replicate=True).name == "pilot-validate-rep"
-    val = validate_main(pilot, replicate=True, seeds=2, out=tmp_path / "val")
+    val = validate_main(pilot, replicate=True, seeds=2, out=tmp_path / "val", control="lowest")
     # best and control truly equal: the interval of their gap (se ≈ 0.02) straddles zero
     run_validation(val, {"rule": {"G=8 μ=2": 0.45, "G=16 μ=1": 0.45}})
     res = run_report([val], plots=False, bootstrap=300, console=_console())["validation"]
     (c,) = res["conditions"]
     assert c["verdict"] == V.NOT_SEPARATED and c["diff_lo"] < 0 < c["diff_hi"]
-    assert 0.05 < c["p_improve"] < 0.95
+    assert 0.05 < c["one_sided_conf"] < 0.95
     assert not c["scaled"] and c["budget"] == 1e12  # the pilot's own budget
     assert "gain over the start +0.385 in the pilot, +0.1" in c["sentence"]  # 0.70 vs 0.45 − 0.30
     assert np.isnan(c["spearman"]) and "ρ" not in c["sentence"]  # two regimes: no rank correlation
@@ -302,7 +313,8 @@ def test_a_margin_fixed_in_advance_must_be_cleared(tmp_path):
     pilot = make_pilot(tmp_path / "pilot")
     res = {}
     for margin in (0.0, 0.2):
-        val = validate_main(pilot, replicate=True, seeds=2, margin=margin, out=tmp_path / f"val{margin}")
+        val = validate_main(pilot, replicate=True, seeds=2, margin=margin, out=tmp_path / f"val{margin}",
+                            control="lowest")
         run_validation(val, {"rule": {"G=8 μ=2": 0.55, "G=16 μ=1": 0.45}})
         res[margin] = run_report([val], plots=False, bootstrap=300, console=_console())["validation"]
     assert res[0.0]["conditions"][0]["verdict"] == V.CONFIRMED
@@ -328,7 +340,7 @@ def test_conditions_where_nothing_beat_its_start_are_skipped_unless_asked(tmp_pa
 
 def test_one_finished_regime_is_not_yet_a_verdict(tmp_path):
     pilot = make_pilot(tmp_path / "pilot")
-    val = validate_main(pilot, scale=2, seeds=2, out=tmp_path / "val")
+    val = validate_main(pilot, scale=2, seeds=2, out=tmp_path / "val", control="lowest")
     run_validation(val, {"rule": {"G=8 μ=2": 0.60, "G=16 μ=1": 0.30}}, skip=frozenset({"G=16 μ=1"}))
     res = run_report([val], plots=False, bootstrap=200, console=_console())["validation"]
     (c,) = res["conditions"]
@@ -339,7 +351,7 @@ def test_one_finished_regime_is_not_yet_a_verdict(tmp_path):
 
 def test_gain_pairs_each_item_with_its_start_when_jobs_keep_both(tmp_path):
     pilot = make_pilot(tmp_path / "pilot")
-    val = validate_main(pilot, scale=2, seeds=2, out=tmp_path / "val")
+    val = validate_main(pilot, scale=2, seeds=2, out=tmp_path / "val", control="lowest")
     run_validation(val, {"rule": {"G=8 μ=2": 0.60, "G=16 μ=1": 0.30}})
     # every item wrong at the start: the per-item gain is the final score, so gain = final accuracy
     for summary in val.glob("jobs/*/summary.json"):
@@ -384,6 +396,12 @@ def _no_recommendation(t: Path) -> Path:
     (make_pilot, {"seeds": 0}, "--seeds 0"),
     (make_pilot, {"top": 2, "tied": True}, "--top and --tied both given"),
     (make_pilot, {"target": "math500"}, "no recommendation for target 'math500'"),
+    (make_pilot, {"control": "best"}, "--control best"),
+    (make_pilot, {"power": 1.2}, "--power 1.2"),
+    (make_pilot, {"gap": -0.01}, "--gap -0.01"),
+    (make_pilot, {"max_seeds": 1}, "--max-seeds 1"),
+    # one seed per regime: nothing is "> start" either, so --unlearned is needed to get this far
+    (lambda t: make_pilot(t / "p1", seeds1=True), {"unlearned": True}, "cannot size the validation by power"),
     (lambda t: make_pilot(t / "p", conditions=(RULE, dict(RULE, budget_flops=2e12))), {"budget": 4e12},
      "ran at several budgets"),
 ])
@@ -433,9 +451,14 @@ def test_top_k_that_includes_the_lowest_ranked_regime_keeps_it_as_the_control():
                {"regime": "μ=2", "rank": 2, "mean": 0.48, "p_best": 0.2},
                {"regime": "μ=4", "rank": 3, "mean": 0.39, "p_best": 0.0}]
     rec = {"best_regime": "μ=1"}
-    assert choose_regimes(ranking, rec, top=3) == [("μ=1", "pilot best"), ("μ=2", "top K"), ("μ=4", "control")]
-    assert choose_regimes(ranking, rec, top=2) == [("μ=1", "pilot best"), ("μ=2", "top K"), ("μ=4", "control")]
-    assert choose_regimes(ranking, rec, top=None) == [("μ=1", "pilot best"), ("μ=4", "control")]
+    low = dict(control="lowest")
+    assert choose_regimes(ranking, rec, top=3, **low) == [("μ=1", "pilot best"), ("μ=2", "top K"), ("μ=4", "control")]
+    assert choose_regimes(ranking, rec, top=2, **low) == [("μ=1", "pilot best"), ("μ=2", "top K"), ("μ=4", "control")]
+    assert choose_regimes(ranking, rec, top=None, **low) == [("μ=1", "pilot best"), ("μ=4", "control")]
+    # the default control: the runner-up, the control even when --top K takes it as well
+    assert choose_regimes(ranking, rec, top=None) == [("μ=1", "pilot best"), ("μ=2", "control")]
+    assert choose_regimes(ranking, rec, top=3) == [("μ=1", "pilot best"), ("μ=2", "control"), ("μ=4", "top K")]
+    assert choose_regimes(ranking[:1], rec, top=None) == [("μ=1", "pilot best")]  # no rival: no control
 
 
 def test_a_fresh_eval_seed_draws_other_items_under_other_ids():
@@ -454,3 +477,109 @@ def test_a_fresh_eval_seed_draws_other_items_under_other_ids():
     # the training stream of a job never holds one of its own evaluation questions, fresh or not
     assert not {i.question for i in ArithmeticTask(eval_seed=1235, num_train=2000).train_items()} & \
         {i.question for i in fresh.eval_items()}
+
+
+# --- sizing the validation by power, against the runner-up, on fresh items ------------------------
+
+
+def test_the_tests_power_by_hand_and_the_fewest_seeds_that_reach_it():
+    from scipy.stats import nct, t
+
+    from race_cli.stats import validation_power as VP
+    from race_cli.stats.variance import Parts
+
+    # the seed part alone (no items): the report's interval is a t interval at the seed df, so the chance
+    # that its lower end clears zero at a true gap Δ is the noncentral t's: P(T_{6, Δ/se} > t_{0.975, 6})
+    p = Parts(np.zeros(1), np.zeros(1), np.array([0.01 ** 2]), np.inf, np.inf, np.array([6.0]))
+    lo, hi = VP.confirm_interval(0.03, p)
+    assert lo[0] == pytest.approx(0.03 - t.ppf(0.975, 6) * 0.01) and hi[0] == pytest.approx(0.03 + t.ppf(0.975, 6) * 0.01)
+    assert VP.confirm_power(0.03, p) == pytest.approx(nct.sf(t.ppf(0.975, 6), 6, 3.0), abs=0.01)  # 0.707
+    assert VP.confidence_level(0.03, p) == pytest.approx(t.cdf(3.0, 6), abs=1e-3)  # 1 − p, not P(best better)
+    assert VP.confidence_level(-0.01, p) == pytest.approx(t.cdf(-1.0, 6), abs=1e-3)
+    # planned parts, worked by hand: 400 items, residual 0.2, interaction 0.01, job-mean variances 4e-4:
+    # n = 4 seeds -> item (0.01 + 2·0.2/4)/400 = 2.75e-4, resid 2·0.2/(4·400) = 2.5e-4, seed 8e-4/4 = 2e-4
+    pp = VP.PairParts(item_var=0.01, seed_var=(4e-4, 4e-4), resid_var=0.2, n_items=400)
+    q = VP.planned_parts(pp, 4)
+    assert (q.item[0], q.resid[0], q.seed[0]) == pytest.approx((2.75e-4, 2.5e-4, 2e-4))
+    assert q.df_seed[0] == 6 and q.df_item == 399 and q.df_resid == 2 * 3 * 399
+    plan = VP.seeds_for_power(lambda n: VP.planned_parts(pp, n), 0.04)
+    powers = [VP.confirm_power(0.04, VP.planned_parts(pp, n)) for n in range(2, 9)]
+    first = next(n for n, pw in zip(range(2, 9), powers) if pw >= 0.8)
+    assert plan.seeds == first and not plan.capped and plan.power_at_gap >= 0.8 > powers[first - 3]
+    assert plan.detectable <= 0.04  # the seeds confirm the gap they were sized for
+    capped = VP.seeds_for_power(lambda n: VP.planned_parts(pp, n), 0.005, max_seeds=5)
+    assert capped.seeds == 5 and capped.capped and capped.detectable > 0.005
+
+
+def test_the_gap_to_detect_is_shrunk_for_the_winners_curse_by_hand():
+    from race_cli.stats.validation_power import shrunk_gap
+
+    # two draws of two regimes whose point estimates are 0.1 and 0: in draw 1 regime 0 wins by 0.15
+    # (its point gap 0.10: bias +0.05); in draw 2 regime 1 wins by 0.10 (its point gap −0.10: bias +0.20).
+    # Mean bias 0.125 > the observed 0.10: nothing of the gap is left to size for.
+    obs, bias, shrunk = shrunk_gap(np.array([0.1, 0.0]), np.array([[0.15, 0.0], [-0.1, 0.0]]))
+    assert (obs, bias, shrunk) == pytest.approx((0.10, 0.125, 0.0))
+    # a gap far above the noise keeps nearly all of itself
+    rng = np.random.default_rng(0)
+    obs, bias, shrunk = shrunk_gap(np.array([0.5, 0.2, 0.1]), np.array([0.5, 0.2, 0.1]) + 0.01 * rng.standard_normal((4000, 3)))
+    assert obs == pytest.approx(0.3) and abs(bias) < 0.001 and shrunk == pytest.approx(0.3, abs=0.001)
+
+
+def test_validate_sizes_seeds_by_power_against_the_runner_up_on_fresh_items(pilot, tmp_path, capsys):
+    out = validate_main(pilot, replicate=True, out=tmp_path / "val")
+    shown = capsys.readouterr()
+    prov = V.read_provenance(out)
+    st = prov["settings"]
+    assert st["control"] == "runner-up" and st["seeds_by"] == "power" and st["power"] == 0.8
+    assert st["eval_items"]["pilot_eval_seed"] == 1234 and st["eval_items"]["eval_seed"] == 1235
+    assert st["eval_items"]["fresh"] is True and st["eval_items"]["shared"] == 0
+    plan = {r["job_id"]: r for r in json.loads((out / "plan.json").read_text())}
+    for jid in plan:
+        cfg = (out / "jobs" / jid / ".hydra" / "config.yaml").read_text()
+        assert "eval_seed: 1235" in cfg
+    assert "seeds per condition (by power 0.8, at most 8 per regime)" in shown.out
+    for cond in prov["conditions"]:
+        pp = cond["power_plan"]
+        assert cond["control"] == "G=4 μ=2"
+        # the pilot's best − runner-up gap is ~0.1 (0.70 vs 0.60): well above its selection bias
+        assert 0.05 < pp["observed_gap"] < 0.15 and pp["gap"] == pytest.approx(pp["observed_gap"] - pp["selection_bias"])
+        # the fewest seeds with power >= 0.8 at that gap: one fewer would not do (or the minimum, 2)
+        from race_cli.report.validation import pair_parts  # noqa: F401 (the parts come from the same model)
+        from race_cli.stats import validation_power as VP
+
+        parts = VP.PairParts(item_var=pp["parts"]["item_var"], seed_var=tuple(pp["parts"]["seed_var"]),
+                             resid_var=pp["parts"]["resid_var"], n_items=pp["parts"]["n_items"],
+                             prior_d0=pp["parts"]["prior_d0"])
+        assert pp["power_at_gap"] >= 0.8 and not pp["capped"]
+        if pp["seeds"] > 2:
+            assert VP.confirm_power(pp["gap"], VP.planned_parts(parts, pp["seeds"] - 1, 2, pp["pool_df"])) < 0.8
+        assert pp["detectable_gap"] <= pp["gap"] + 1e-3
+        assert cond["seeds"] == list(range(3, 3 + pp["seeds"]))
+        assert pp["jobs"] == 2 * pp["seeds"] and pp["flops"] > 0
+        ids = [j for v in cond["validated"] for j in v["job_ids"]]
+        assert sorted({plan[j]["seed"] for j in ids}) == cond["seeds"]
+    # --seeds N still fixes the count, and says what N buys
+    _, fixed, _, _ = build_validation(pilot, replicate=True, seeds=2)
+    assert {c["power_plan"]["seeds"] for c in fixed["conditions"]} == {2}
+    assert all(np.isfinite(c["power_plan"]["detectable_gap"]) for c in fixed["conditions"])
+
+
+def test_one_seed_per_regime_gives_no_verdict_unless_a_seed_sd_is_assumed(tmp_path):
+    pilot = make_pilot(tmp_path / "pilot")
+    said = []
+    val = validate_main(pilot, replicate=True, seeds=1, out=tmp_path / "val", say=said.append, control="lowest")
+    assert any("not testable with one seed" in s for s in said)
+    run_validation(val, {"rule": {"G=8 μ=2": 0.60, "G=16 μ=1": 0.30}})
+    from race_cli.report.table import read_sweeps
+
+    res = V.compare(val, V.read_provenance(val), read_sweeps([val]), n_boot=200)
+    (c,) = res["conditions"]
+    # a gap of 0.30 with 600 items is far outside evaluation noise, yet one run per regime cannot
+    # tell a better regime from a lucky seed: no verdict, and the summary counts none
+    assert c["verdict"] == V.NOT_TESTABLE and c["sentence"].startswith("Not testable with one seed")
+    assert res["summary"].startswith("No condition can be judged yet (0 pending; 1 condition(s) not testable")
+    res = V.compare(val, V.read_provenance(val), read_sweeps([val]), n_boot=200, assume_seed_sd=0.03)
+    (c,) = res["conditions"]
+    assert c["verdict"] == V.CONFIRMED and "assumed" in c["noise"] and "assumed seed sd" in c["sentence"]
+    # the assumed seed sd enters as a job-mean variance of 0.03² per regime: se >= √(2·0.03²)
+    assert c["diff_se"] >= 0.03 * np.sqrt(2) - 1e-9

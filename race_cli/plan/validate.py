@@ -1,24 +1,36 @@
 """`race validate`: turn a pilot's recommendation into a validation sweep, with its provenance.
 
     race run grid=none model=tiny-s grpo.group_size=4,8 --sweep-dir runs/pilot   # the pilot
-    race validate runs/pilot --scale 2 --seeds 3       # preview + write runs/pilot-validate-x2/
-    race run --sweep-dir runs/pilot-validate-x2         # run it like any sweep
-    race report runs/pilot-validate-x2                  # ... and see whether the pilot's call held
+    race validate runs/pilot --replicate               # preview + write runs/pilot-validate-rep/
+    race run --sweep-dir runs/pilot-validate-rep        # run it like any sweep
+    race report runs/pilot-validate-rep                 # ... and see whether the pilot's call held
 
 Reads the pilot's report (`<pilot>/report/report.json`, written by `race report`) and, per
 condition, takes the regime it recommends (the pilot's best; with --tied also every regime
 the report could not tell from it, with --top K the K regimes with the highest best share) plus
-the pilot's lowest-ranked regime as a control. Evaluation is narrowed to the validated
-target, at the pilot's fractions of the run (eval.every times the budget factor). Each becomes N jobs with fresh
-seeds at the validation budget (--budget X, or --scale K times the pilot's), composed from
-the pilot job's own overrides and budget-matched by `race plan`'s solver and sweep writer
-(race_cli/plan/build.py: build_plan, write_sweep), so the free knob T is solved exactly as for any
-plan. The sweep folder gets `provenance.json` (race_cli/report/validation.py defines it):
-the pilot sweep, the recommendation with its interval, the pilot's predicted order and which
-job runs which pilot regime. The folder and its provenance appear together or not at all.
+a control: the pilot's runner-up, its closest rival (--control lowest: its lowest-ranked regime),
+so that "confirmed" means the call holds against the regime most likely to beat it.
+Evaluation is narrowed to the validated target, at the pilot's fractions of the run (eval.every
+times the budget factor), on fresh items: task.eval_seed is the pilot's + 1 (eval_freshness counts
+the items the two sets share; a target whose set does not depend on the eval seed is reused, and
+the preview says so). Each becomes N jobs with fresh seeds at the validation budget (--budget X, or
+--scale K times the pilot's), composed from the pilot job's own overrides and budget-matched by
+`race plan`'s solver and sweep writer (race_cli/plan/build.py: build_plan, write_sweep), so the free
+knob T is solved exactly as for any plan.
 
-Seeds: the validation uses seeds the pilot did not (the pilot's largest seed + 1, ...), so it
-does not reuse the pilot's luck. No torch import.
+Seeds: fresh ones (the pilot's largest seed + 1, ...), so the validation does not reuse the pilot's
+luck; how many per condition comes from the power (plan_all_seeds): the pilot's variance model (seed
+variance pooled over its conditions of one reward system and moderated, the item × regime part, the
+evaluation residual: report/validation.pair_parts) gives the parts of the validation's best − control
+test for n seeds (stats/validation_power.planned_parts), and the fewest n whose test (simulated through
+the report's own interval) confirms the gap with probability --power (0.8) is taken, at most
+--max-seeds; the gap is --gap, or the pilot's best − control gap less its winner's-curse bias. --seeds N
+fixes the count and prints what it buys.
+
+The sweep folder gets `provenance.json` (race_cli/report/validation.py defines it): the pilot sweep,
+the recommendation with its interval, the pilot's predicted order, the seed plan, the evaluation items
+and which job runs which pilot regime. The folder and its provenance appear together or not at all.
+No torch import.
 """
 
 from __future__ import annotations
@@ -35,12 +47,16 @@ from typing import Any, Callable
 
 from race_cli import folder
 from race_cli.errors import RaceError
+from race_cli.plan.validate_design import (eval_freshness, fresh_eval_seed, pilot_eval_seed, pilot_noise,  # noqa: F401
+                                           plan_all_seeds, plan_seeds, print_power_plan)
+from race_cli.stats.validation_power import DEFAULT_MAX_SEEDS, DEFAULT_POWER
 
 REPORT_JSON = folder.report_dir("") / "report.json"  # relative to the pilot's folder
 CONDITION_COLS = ("model", "budget_flops", "reward", "task")  # as race_cli/report/table.py
 PER_JOB_KEYS = ("grid", "seed", "budget.flops")  # overrides the validation sets itself
 DEFAULT_SCALE = 2.0
-DEFAULT_SEEDS = 3
+DEFAULT_SEEDS = None  # seeds per regime: sized by power (--power, --gap, --max-seeds) unless --seeds N
+CONTROLS = ("runner-up", "lowest")
 
 
 @dataclass
@@ -134,9 +150,12 @@ def choose_target(doc: dict, recs: list[dict], target: str | None, pilot: Path) 
     return target
 
 
-def choose_regimes(ranking: list[dict], rec: dict, top: int | None, tied: bool = False) -> list[tuple[str, str]]:
+def choose_regimes(ranking: list[dict], rec: dict, top: int | None, tied: bool = False,
+                   control: str = "runner-up") -> list[tuple[str, str]]:
     """[(regime, role)] of one condition: the pilot's best (or the top K by best share, or with `tied`
-    every regime the report could not tell from the best), then the control.
+    every regime the report could not tell from the best), then the control: the pilot's runner-up
+    (its closest rival, the default) or its lowest-ranked regime (control="lowest"); none when the
+    condition ranked one regime.
 
     ranking: the pilot ranking rows of this condition; rec: its recommendation row.
     """
@@ -152,13 +171,14 @@ def choose_regimes(ranking: list[dict], rec: dict, top: int | None, tied: bool =
     else:
         chosen = []
     chosen = [best] + [c for c in chosen if c != best]
-    worst = names[-1]
-    # the lowest-ranked regime is the control even when --top K or --tied chose it as well (else a
-    # validation of every regime would have no control, and no test)
-    out = [(c, "pilot best" if c == best else "control" if c == worst else ("top K" if top is not None else "≈ best"))
+    others = [n for n in names if n != best]
+    ctl = (others[0] if control == "runner-up" else others[-1]) if others else None
+    # the control is the control even when --top K or --tied chose it as well (else a validation of
+    # every regime would have no control, and no test)
+    out = [(c, "pilot best" if c == best else "control" if c == ctl else ("top K" if top is not None else "≈ best"))
            for c in chosen]
-    if worst not in chosen:
-        out.append((worst, "control"))
+    if ctl is not None and ctl not in chosen:
+        out.append((ctl, "control"))
     return out
 
 
@@ -174,7 +194,7 @@ def validation_eval(overrides: list[str], target: str, factor: float) -> list[st
         key, _, value = o.lstrip("+~").partition("=")
         if key == "eval.every":
             every = int(float(value)) if re.fullmatch(r"\s*\d+(\.\d*)?\s*", value) else every
-        elif key not in ("eval.targets", "eval.max_items_by_target"):
+        elif key not in ("eval.targets", "eval.max_items_by_target", "task.eval_seed"):
             kept.append(o)
     out = kept + [f"eval.targets=[{target}]"]
     if every is not None:  # eval.at (budget fractions, kept as given) needs no scaling
@@ -266,18 +286,23 @@ def _name_jobs(jobs: list) -> dict[str, list[str]]:
 
 
 def build_validation(pilot: Path, *, budget: float | None = None, scale: float | None = None,
-                     seeds: int = DEFAULT_SEEDS, top: int | None = None, tied: bool = False,
+                     seeds: int | None = None, top: int | None = None, tied: bool = False,
                      target: str | None = None, typed: list[str] | None = None, replicate: bool = False,
-                     margin: float = 0.0, unlearned: bool = False) -> tuple[Any, dict, list[Pick], list[str]]:
+                     margin: float = 0.0, unlearned: bool = False, control: str = "runner-up",
+                     power: float = DEFAULT_POWER, gap: float | None = None,
+                     max_seeds: int = DEFAULT_MAX_SEEDS) -> tuple[Any, dict, list[Pick], list[str]]:
     """(Plan, provenance, picks, notes) of the validation of `pilot`; RaceError on bad input.
 
     replicate: the pilot's own budget, fresh seeds (kept apart from a scale-up, so a verdict says
     which of the two it tested); margin: the improvement best − control must clear to be
-    confirmed; unlearned: also validate conditions where no regime beat its start."""
+    confirmed; unlearned: also validate conditions where no regime beat its start; control:
+    "runner-up" (the pilot's closest rival) or "lowest"; seeds: a fixed count per regime, or None to
+    size each condition by `power` for `gap` (default: the pilot's gap shrunk for the winner's curse),
+    at most max_seeds."""
     from race_cli.plan.build import Plan, build_plan
 
     pilot = Path(pilot)
-    _check_args(budget, scale, seeds, top, tied, replicate, margin)
+    _check_args(budget, scale, seeds, top, tied, replicate, margin, control, power, gap, max_seeds)
     if replicate:
         scale = 1.0
     elif budget is None and scale is None:
@@ -297,9 +322,9 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
     conditions: list[dict] = []
     all_seeds = [int(s) for j in jobs if isinstance(s := j.get("seed"), (int, float)) and math.isfinite(s)]
     first_seed = max(all_seeds) + 1 if all_seeds else 0
-    seed_list = list(range(first_seed, first_seed + seeds))
     budgets_seen: set[float] = set()
     skipped: list[str] = []
+    work: dict[str, tuple[list[dict], list[dict], dict]] = {}  # condition -> (ranking rows, jobs, recommendation)
     for rec in recs:
         cond = rec["condition"]
         if not unlearned and rec.get("learned") is False:
@@ -314,7 +339,11 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
         if not rows:
             notes.append(f"{cond}: the report has no ranking rows; skipped.")
             continue
-        chosen = choose_regimes(rows, rec, top, tied)
+        chosen = choose_regimes(rows, rec, top, tied, control)
+        if not any(role == "control" for _, role in chosen):
+            notes.append(f"{cond}: the pilot ranked one regime only, so there is no control to test its best "
+                         "against; skipped.")
+            continue
         entry = {"condition": cond, "values": {c: rec[c] for c in CONDITION_COLS if c in rec},
                  "recommendation": rec, "predicted_order": predicted_order(rows, cjobs, target),
                  "control": next((r for r, role in chosen if role == "control"), None), "validated": []}
@@ -336,6 +365,7 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
             picks.append(Pick(cond, regime, role, ovs, pb, budget if budget is not None else pb * scale, ids))
             entry["validated"].append({"regime": regime, "role": role, "pilot_jobs": ids, "overrides": ovs})
         conditions.append(entry)
+        work[cond] = (rows, cjobs, rec)
     if not picks and skipped:
         raise RaceError(f"{pilot}: no condition to validate for target {target!r}: in every one no regime beat "
                         "its start, so there is no pilot call to test.",
@@ -348,25 +378,48 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
                         f"({', '.join(f'{b:g}' for b in sorted(budgets_seen))}); one validation budget would "
                         "merge its conditions.", "Use --scale K to multiply each pilot budget instead.")
 
+    # --- seeds per condition: fixed, or by power from the pilot's variance model
+    from race_cli.report.table import read_sweeps
+
+    data = read_sweeps([pilot])
+    sweep = pilot.resolve().name
+    noises: dict[str, Any] = {}
+    for entry in conditions:
+        rows, cjobs, _ = work[entry["condition"]]
+        regs = [str(r["regime"]) for r in rows]
+        noises[entry["condition"]] = (pilot_noise(data, sweep, cjobs, regs, target), regs)
+    plan_all_seeds(conditions, noises, target, power=power, gap=gap, max_seeds=max_seeds, seeds=seeds,
+                   margin=margin, control=control)
+    n_seeds_of = {e["condition"]: int(e["power_plan"]["seeds"]) for e in conditions}
+
+    # --- fresh evaluation items: another task.eval_seed, the pilot's + 1
+    ev_pilot = pilot_eval_seed(pilot, [i for pk in picks for i in pk.pilot_jobs])
+    ev_fresh = fresh_eval_seed(ev_pilot)
+
     # --- one plan per pick, through race plan's own composer and solver; then one sweep
     plan_jobs = []
     for pk in picks:
+        seed_list = list(range(first_seed, first_seed + n_seeds_of[pk.condition]))
         ovs = ["grid=none", *validation_eval(pk.overrides, target, pk.budget / pk.pilot_budget),
-               f"budget.flops={_budget_text(pk.budget)}",
+               f"task.eval_seed={ev_fresh}", f"budget.flops={_budget_text(pk.budget)}",
                "seed=" + ",".join(map(str, seed_list))]
         p = build_plan(ovs, too_many="Give fewer --seeds (each validated regime runs one job per seed).")
         for j in p.jobs:
             j.overrides = [o for o in j.overrides if _key(o) != "grid"]  # grid=none says nothing
         plan_jobs.append((pk, p.jobs))
     flat = [j for _, js in plan_jobs for j in js]
+    fresh = eval_freshness(flat[0].config, ev_pilot, target)
+    if fresh.get("fresh") is False:
+        notes.append(f"evaluation items: {fresh['note']}")
     axes = _name_jobs(flat)
     for pk, js in plan_jobs:
         pk.job_ids = [j.job_id for j in js]
     what = ("a replication at its budgets" if replicate else 'budget ' + format(budget, 'g') if budget is not None
             else f'{scale:g}x its budgets')
+    most = max(n_seeds_of.values())
     plan = Plan(typed=list(typed or []), grid={"name": "validate", "description":
                 f"validation of pilot {pilot} ({what}, "
-                f"seeds {seed_list[0]}..{seed_list[-1]})"}, axes=axes, jobs=flat)
+                f"seeds {first_seed}..{first_seed + most - 1}, task.eval_seed {ev_fresh})"}, axes=axes, jobs=flat)
     from race_cli.plan.wall import plan_wall
 
     plan.slots, plan.wall_source = plan_wall(flat)  # the slots and rates race run would use for the whole sweep
@@ -385,6 +438,12 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
             pk = by_regime[(entry["condition"], v["regime"])]
             v["job_ids"], v["budget"] = pk.job_ids, pk.budget
         entry["budget"] = next(v["budget"] for v in entry["validated"])
+        entry["seeds"] = list(range(first_seed, first_seed + n_seeds_of[entry["condition"]]))
+        mine = [j for j in flat if j.job_id in {i for v in entry["validated"] for i in v["job_ids"]}]
+        entry["power_plan"]["jobs"] = len(mine)
+        entry["power_plan"]["flops"] = float(sum(j.budget.ledger()["flops"]["total"] for j in mine)) if all(
+            j.budget is not None for j in mine) else math.nan
+        entry["power_plan"]["planned_seconds"] = float(sum(getattr(j.wall, "total", 0.0) or 0.0 for j in mine))
     prov = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": ["race", "validate", *(typed or [])],
             "pilot": {"sweep": str(pilot.resolve()), "report": str((pilot / REPORT_JSON).resolve()),
@@ -392,7 +451,10 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
             "target": target,
             "skipped": skipped,
             "settings": {"budget": budget, "scale": scale, "replicate": replicate, "margin": margin,
-                         "seeds": seed_list, "top": top, "tied": tied,
+                         "seeds": list(range(first_seed, first_seed + most)), "top": top, "tied": tied,
+                         "control": control, "seeds_by": "fixed" if seeds is not None else "power",
+                         "power": power, "gap": gap, "max_seeds": max_seeds,
+                         "eval_items": {"pilot_eval_seed": ev_pilot, "eval_seed": ev_fresh, **fresh},
                          "selection": (f"top {top} by best share" if top is not None
                                        else "pilot best and its ≈ best" if tied else "pilot best")},
             "conditions": conditions,
@@ -405,8 +467,9 @@ MAX_SEEDS = 512  # seeds per validated regime: one job each, the most a sweep pl
 MAX_SCALE = 1e6  # a validation at a million times the pilot's budget is a typo (1e300 overflows the FLOP counts)
 
 
-def _check_args(budget: float | None, scale: float | None, seeds: int, top: int | None, tied: bool = False,
-                replicate: bool = False, margin: float = 0.0) -> None:
+def _check_args(budget: float | None, scale: float | None, seeds: int | None, top: int | None, tied: bool = False,
+                replicate: bool = False, margin: float = 0.0, control: str = "runner-up",
+                power: float = DEFAULT_POWER, gap: float | None = None, max_seeds: int = DEFAULT_MAX_SEEDS) -> None:
     problems = []
     if replicate and (budget is not None or scale is not None):
         problems.append("--replicate with --budget or --scale: choose one (--replicate reruns at the pilot's own "
@@ -423,10 +486,21 @@ def _check_args(budget: float | None, scale: float | None, seeds: int, top: int 
         problems.append(f"--budget {budget}: expected a positive number of FLOPs, e.g. --budget 1e12.")
     if scale is not None and not (math.isfinite(scale) and 0 < scale <= MAX_SCALE):
         problems.append(f"--scale {scale:g}: expected a positive factor of at most {MAX_SCALE:g}, e.g. --scale 2.")
-    if seeds < 1:
-        problems.append(f"--seeds {seeds}: expected at least 1 seed per regime (2 or more give intervals).")
-    elif seeds > MAX_SEEDS:
-        problems.append(f"--seeds {seeds}: expected at most {MAX_SEEDS} seeds per regime (3 is the default).")
+    if seeds is not None and seeds < 1:
+        problems.append(f"--seeds {seeds}: expected at least 1 seed per regime (2 or more give a verdict).")
+    elif seeds is not None and seeds > MAX_SEEDS:
+        problems.append(f"--seeds {seeds}: expected at most {MAX_SEEDS} seeds per regime (default: sized by --power).")
+    if control not in CONTROLS:
+        problems.append(f"--control {control}: expected one of {', '.join(CONTROLS)} (runner-up: the pilot's "
+                        "closest rival; lowest: its lowest-ranked regime).")
+    if not (math.isfinite(power) and 0.5 <= power < 1):
+        problems.append(f"--power {power:g}: expected a probability in [0.5, 1), e.g. --power 0.8.")
+    if gap is not None and not (math.isfinite(gap) and gap > margin):
+        problems.append(f"--gap {gap:g}: expected a positive gap above the margin ({margin:g}) in the target's "
+                        "units, e.g. --gap 0.05.")
+    if not 2 <= max_seeds <= MAX_SEEDS:
+        problems.append(f"--max-seeds {max_seeds}: expected 2..{MAX_SEEDS} seeds per regime (default "
+                        f"{DEFAULT_MAX_SEEDS}).")
     if top is not None and top < 1:
         problems.append(f"--top {top}: expected at least 1 regime per condition.")
     if problems:
@@ -479,10 +553,14 @@ def print_picks(picks: list[Pick], prov: dict, console) -> None:
     from rich.table import Table
 
     order = {(c["condition"], r["regime"]): r for c in prov["conditions"] for r in c["predicted_order"]}
+    st = prov["settings"]
+    ev = st.get("eval_items") or {}
     t = Table(title=f"race validate: {len(picks)} regime(s) from pilot {prov['pilot']['sweep']} "
-              f"(target {prov['target']}; {prov['settings']['selection']} + control)", title_justify="left",
-              caption=f"seeds {', '.join(map(str, prov['settings']['seeds']))} per regime; the pilot's "
-              "interval is its 95% interval (evaluation items and seeds).", caption_justify="left")
+              f"(target {prov['target']}; {st['selection']} + control: the pilot's {st.get('control', 'lowest')})",
+              title_justify="left",
+              caption=f"fresh seeds from {st['seeds'][0]}; evaluation on task.eval_seed {ev.get('eval_seed')} "
+              f"(the pilot's {ev.get('pilot_eval_seed')}): {ev.get('note', '')}; the pilot's interval is its 95% "
+              "interval (evaluation items and seeds).", caption_justify="left")
     for h in ["condition", "role", "regime", "pilot rank", "pilot mean [95% CI]", "best share", "budget: pilot → validation",
               "jobs"]:
         t.add_column(h, justify="left" if h in ("condition", "role", "regime") else "right")
@@ -496,10 +574,11 @@ def print_picks(picks: list[Pick], prov: dict, console) -> None:
 
 
 def validate_main(pilot: Path, *, budget: float | None = None, scale: float | None = None,
-                  seeds: int = DEFAULT_SEEDS, top: int | None = None, tied: bool = False,
+                  seeds: int | None = DEFAULT_SEEDS, top: int | None = None, tied: bool = False,
                   target: str | None = None, out: Path | None = None, dry_run: bool = False, typed: list[str] | None = None,
                   say: Callable[[str], None] | None = None, replicate: bool = False, margin: float = 0.0,
-                  unlearned: bool = False) -> Path | None:
+                  unlearned: bool = False, control: str = "runner-up", power: float = DEFAULT_POWER,
+                  gap: float | None = None, max_seeds: int = DEFAULT_MAX_SEEDS) -> Path | None:
     """Preview the validation sweep, then write it (unless dry_run); RaceError on bad input."""
     import sys
 
@@ -510,15 +589,25 @@ def validate_main(pilot: Path, *, budget: float | None = None, scale: float | No
     pilot = Path(pilot)
     plan, prov, picks, notes = build_validation(pilot, budget=budget, scale=scale, seeds=seeds, top=top,
                                                 tied=tied, target=target, typed=typed, replicate=replicate,
-                                                margin=margin, unlearned=unlearned)
+                                                margin=margin, unlearned=unlearned, control=control,
+                                                power=power, gap=gap, max_seeds=max_seeds)
     out = Path(out) if out is not None else default_out(pilot, budget, scale, replicate)
     console = Console(width=max(160, Console().width))
     print_picks(picks, prov, console)
+    print_power_plan(prov, console)
     print_plan(plan, "table")
     err = Console(stderr=True)
     say = say or (lambda s: err.print(s, highlight=False, soft_wrap=True))
     for n in notes:
         say(f"note: {n}")
+    if seeds == 1:
+        say("note: one seed per regime: the validation report gives no verdict ('not testable with one seed') "
+            "unless it is given an assumed seed sd; 2 or more seeds measure the seed variance.")
+    capped = [c["condition"] for c in prov["conditions"] if (c.get("power_plan") or {}).get("capped")]
+    if capped:
+        say(f"note: {len(capped)} condition(s) need more than --max-seeds {max_seeds} for power {power:g} at the "
+            "gap sized for; they run --max-seeds and confirm only the larger gap shown (raise --max-seeds, or give "
+            "--gap for the smallest gap that matters).")
     if dry_run:
         say(f"dry run: nothing written (would write {out}, {len(plan.jobs)} jobs)")
         return None

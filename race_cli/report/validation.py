@@ -11,12 +11,19 @@ FLOP) and which validation jobs run which pilot regime, in which role (recommend
 control). `race report` recognises a validation sweep by that file and, per condition:
 
 - ranks the validated regimes again on the validation jobs (the pilot report's intervals:
-  items paired, seed noise pooled over the validated regimes, race_cli/report/stats.py);
-- tests the pilot's call as a paired difference, best − control, with its 95% interval and a
-  probability of improvement P(best > control) (the t distribution of the estimate): the call is
-  CONFIRMED when the interval lies above zero (or above `--margin`, fixed before running),
-  REVERSED when it lies below zero, NOT SEPARATED otherwise; the summary counts only confirmed
-  calls. benchmarks/bench_calibration.py measures its false-confirmation rate and power;
+  items paired, seed variance pooled over the validation's regimes of one reward system, race_cli/stats/);
+- tests the pilot's call as a paired difference, best − control (the control: the pilot's runner-up,
+  or with `race validate --control lowest` its lowest-ranked regime), with its 95% interval and the
+  one-sided confidence level at which best > control holds (1 − p; a confidence level, not the
+  probability that the best is better): the call is CONFIRMED when the interval lies above zero (or
+  above `--margin`, fixed before running), REVERSED when it lies below zero, NOT SEPARATED otherwise;
+  with one seed per regime there is no seed variance to test against and the verdict is NOT TESTABLE
+  (unless an assumed seed sd supplies the missing term, `assume_seed_sd`); the summary counts only
+  confirmed calls. Seed variance is pooled over the validation's regimes of one reward system
+  (stats/variance, moderated as in the pilot's report); the test's interval is
+  stats/validation_power.confirm_interval on the contrast's variance parts (`test_parts`), the
+  function `race validate` simulates to size the seeds, so the plan's power is the test's. benchmarks/bench_calibration.py and
+  benchmarks/bench_validate_design.py measure its false-confirmation rate and power;
 - gives Spearman's rank correlation between the pilot's order and the validation's only when
   at least four regimes were validated (with two or three it is nearly always ±1 or ±0.5);
 - sets the gain over the starting policy against the pilot's: at the same budget (--replicate)
@@ -51,6 +58,7 @@ CONFIRMED = "confirmed"  # the interval lies above the margin (0 unless --margin
 NOT_SEPARATED = "not separated"  # the interval reaches the margin and does not lie below zero
 REVERSED = "reversed"  # the interval lies below zero: the control is better
 PENDING = "pending"  # the best or the control has no finished validation job yet
+NOT_TESTABLE = "not testable with one seed"  # one seed per regime: no seed variance, no verdict
 MIN_RHO_REGIMES = 4  # Spearman's ρ is printed only over at least this many validated regimes
 
 
@@ -127,6 +135,33 @@ def verdict(diff_lo: float, diff_hi: float, margin: float = 0.0) -> str:
     return NOT_SEPARATED
 
 
+# --- the test's variance model, shared with race validate's seed sizing ---------------------
+
+
+def test_parts(noise, c: np.ndarray):
+    """Variance parts of the contrast c [R] of regime means (stats/variance.contrast_parts on the pooled
+    variance model): the validation's test reads them through stats/validation_power.confirm_interval,
+    and `race validate` sizes its seeds by simulating that same test on planned parts."""
+    from race_cli.stats.variance import contrast_parts
+
+    return contrast_parts(noise, np.asarray(c, float)[None, :])
+
+
+def pair_parts(noise, i: int, j: int):
+    """The variance components of regime i − regime j in one (pooled) condition's noise, a pilot's:
+    the item × regime part var_i(m_i − m_j) − MS_resid·(1/n_i + 1/n_j) floored at 0, the two moderated
+    job-mean variances, the residual and the pool's prior df; stats/validation_power.PairParts."""
+    from race_cli.stats.validation_power import PairParts
+
+    n = noise.n
+    k = 1.0 / max(noise.n_seeds[i], 1) + 1.0 / max(noise.n_seeds[j], 1)
+    d = noise.m[i] - noise.m[j]
+    item = max(0.0, float(d.var(ddof=1)) - noise.ms_resid * k) if n > 1 else 0.0
+    d0 = noise.prior.d0 if noise.prior is not None else math.inf
+    return PairParts(item_var=item, seed_var=(float(noise.seed_var[i]), float(noise.seed_var[j])),
+                     resid_var=float(noise.ms_resid), n_items=n, prior_d0=float(d0))
+
+
 def _num(v: Any) -> float:
     try:
         v = float(v)
@@ -151,11 +186,18 @@ def condition_sentence(c: dict) -> str:
             return f"Pending: no control was validated for {best}, so best − control cannot be tested."
         return (f"Pending: the pilot's best, {best}, or its control has no finished validation job yet "
                 f"({c['n_done']} of {c['n_jobs']} jobs done).")
-    d = (f"best − control = {c['diff']:+.3f} [{c['diff_lo']:+.3f}, {c['diff_hi']:+.3f}], "
-         f"P(best > control) = {c['p_improve']:.2f}")
     margin = _num(c.get("margin"))
     over = f" {margin:g}" if np.isfinite(margin) and margin != 0 else " zero"
+    conf = _num(c.get("one_sided_conf"))
+    d = (f"best − control = {c['diff']:+.3f} [{c['diff_lo']:+.3f}, {c['diff_hi']:+.3f}]"
+         + (f", best − control >{over} at one-sided confidence {conf:.3f} (1 − p; a confidence level, "
+            "not a probability)" if np.isfinite(conf) else ""))
     pair = f"{best} ({tgt} {c['best_val_mean']:.3f}) against the control {c['control']} ({c['control_val_mean']:.3f})"
+    if c["verdict"] == NOT_TESTABLE:
+        return (f"Not testable with one seed {at}: {pair}, best − control = {c['diff']:+.3f} with an interval "
+                f"for evaluation noise only {_interval(c['diff_lo'], c['diff_hi'])}: one training run per "
+                "regime cannot tell a better regime from a lucky seed. Rerun race validate with --seeds 2 or "
+                "more, or report with an assumed seed sd (--assume-seed-sd X) and say so.")
     if c["verdict"] == CONFIRMED:
         s = f"Confirmed {at}: {pair}, {d}: the interval lies above{over}"
     elif c["verdict"] == REVERSED:
@@ -183,6 +225,8 @@ def condition_sentence(c: dict) -> str:
     s += "."
     if "evaluation noise only" in str(c.get("noise", "")):
         s += " One seed per regime: these intervals cover evaluation noise only, not training (seed) noise."
+    if "assumed" in str(c.get("noise", "")):
+        s += f" One seed per regime: the verdict rests on an assumed seed sd ({c['noise'].split('assumed ')[1]})."
     lo = c.get("best_val_gain_ci_lo")
     if lo is not None and np.isfinite(lo) and lo <= 0:
         s += f" {best} did not beat its starting policy beyond noise in the validation: not a finding."
@@ -191,18 +235,20 @@ def condition_sentence(c: dict) -> str:
 
 def summary_sentence(conds: list[dict], margin: float = 0.0, skipped: list[str] | None = None) -> str:
     """How many calls were confirmed (only confirmed ones count), with the caveat."""
-    decided = [c for c in conds if c["verdict"] != PENDING]
-    pending = len(conds) - len(decided)
+    decided = [c for c in conds if c["verdict"] in (CONFIRMED, NOT_SEPARATED, REVERSED)]
+    untestable = sum(c["verdict"] == NOT_TESTABLE for c in conds)
+    pending = sum(c["verdict"] == PENDING for c in conds)
     skip = f"; {len(skipped)} condition(s) skipped (nothing beat its start in the pilot)" if skipped else ""
+    one = (f"; {untestable} condition(s) not testable with one seed per regime (no verdict)" if untestable else "")
     if not decided:
-        return f"No condition can be judged yet ({pending} pending{skip}). {CAVEAT}"
+        return f"No condition can be judged yet ({pending} pending{one}{skip}). {CAVEAT}"
     n = {v: sum(c["verdict"] == v for c in decided) for v in (CONFIRMED, NOT_SEPARATED, REVERSED)}
     over = f"above the margin {margin:g}" if margin else "above zero"
     s = (f"The pilot's call was confirmed in {n[CONFIRMED]} of {len(decided)} condition(s) (best − control "
          f"interval {over}); not separated in {n[NOT_SEPARATED]}, reversed in {n[REVERSED]}")
     if pending:
         s += f"; {pending} condition(s) pending"
-    return s + f"{skip}. {CAVEAT}"
+    return s + f"{one}{skip}. {CAVEAT}"
 
 
 # --- one condition ------------------------------------------------------------------------
@@ -228,16 +274,46 @@ def _gain_inputs(jobs: pd.DataFrame, target: str, initial: dict, items: dict,
     return np.mean(rows, axis=1), np.vstack(rows)
 
 
+def condition_noise(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict, target: str,
+                    maximize: bool = True) -> dict | None:
+    """The validated regimes of one condition that have finished jobs, and their variance models (scores
+    and gains over the start, each the condition's own until pooled); None when none has finished."""
+    from race_cli.report.rank import _item_matrix
+    from race_cli.stats.variance import noise_of
+
+    validated = [v["regime"] for v in cond["validated"]]
+    regs = [r for r in validated if r in set(jobs["pilot_regime"])]
+    if not regs:
+        return None
+    jobs = jobs[jobs["pilot_regime"].isin(regs)]
+    codes = np.array([regs.index(r) for r in jobs["pilot_regime"]])
+    keys = list(zip(jobs["sweep"], jobs["job_id"]))
+    scores, method, _ = _item_matrix(keys, target, items)
+    values = jobs[f"eval/{target}"].to_numpy(float) if scores is None else scores.mean(axis=1)
+    sign = 1.0 if maximize else -1.0
+    g_values, g_scores = _gain_inputs(jobs, target, initial, items, keys, sign)
+    gnoise = (noise_of(codes, g_scores if g_scores is not None else g_values, len(regs))
+              if np.isfinite(g_values).all() else None)
+    return {"regs": regs, "jobs": jobs, "codes": codes, "method": method,
+            "noise": noise_of(codes, scores if scores is not None else values, len(regs)), "gnoise": gnoise}
+
+
 def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict, target: str,
                       n_boot: int, rng: np.random.Generator, maximize: bool = True,
-                      margin: float = 0.0) -> tuple[dict, pd.DataFrame]:
+                      margin: float = 0.0, prior=None, gprior=None, inputs: dict | None = None,
+                      ) -> tuple[dict, pd.DataFrame]:
     """One pilot condition against its validation jobs -> (condition row, per-regime table).
 
     cond: one entry of provenance["conditions"]; jobs: the validation jobs of this condition
     that can be ranked (done, readable, target recorded), with a `pilot_regime` column.
+    prior, gprior: the validation sweep's seed-variance pools (stats/variance.SeedPrior) for scores and
+    gains; None keeps the condition's own; an assumed prior (--assume-seed-sd) supplies a one-seed
+    validation's missing seed term. Without seed variance the verdict is NOT_TESTABLE.
+    inputs: condition_noise's result, when the caller has it already.
     """
-    from race_cli.report import stats as S
-    from race_cli.report.rank import _item_matrix
+    from race_cli.stats import decisions as D
+    from race_cli.stats import validation_power as VP
+    from race_cli.stats.draws import draws_of
 
     order = cond["predicted_order"]  # the pilot's ranking of this condition, best first
     pilot = {r["regime"]: r for r in order}
@@ -258,7 +334,8 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
     drop = _num(cond["recommendation"].get("expected_drop"))
     if np.isfinite(drop) and np.isfinite(row["pilot_best_mean"]):
         row["pilot_expected"] = row["pilot_best_mean"] - (drop if maximize else -drop)
-    regs = [r for r in validated if r in set(jobs["pilot_regime"])]
+    inp = inputs if inputs is not None else condition_noise(cond, jobs, items, initial, target, maximize)
+    regs = inp["regs"] if inp is not None else []
     table = pd.DataFrame({"condition": cond["condition"], "regime": validated,
                           "role": [roles[r] for r in validated],
                           "pilot_rank": [pilot[r].get("rank") for r in validated],
@@ -273,15 +350,12 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
         row["sentence"] = condition_sentence(row)
         return row, _with_predictions(table, cond, row)
 
-    # --- the validation's own ranking of the regimes it ran (items paired, seed noise pooled)
-    jobs = jobs[jobs["pilot_regime"].isin(regs)]
-    codes = np.array([regs.index(r) for r in jobs["pilot_regime"]])
-    keys = list(zip(jobs["sweep"], jobs["job_id"]))
-    scores, method, _ = _item_matrix(keys, target, items)
-    values = jobs[f"eval/{target}"].to_numpy(float) if scores is None else scores.mean(axis=1)
+    # --- the validation's own ranking of the regimes it ran (items paired, seed variance pooled)
+    jobs, codes, method = inp["jobs"], inp["codes"], inp["method"]
     n_seeds = np.bincount(codes, minlength=len(regs))
-    noise = S.noise_of(codes, scores if scores is not None else values, len(regs))
-    dec = S.rank_decisions(noise, maximize)
+    noise = inp["noise"].pooled(prior) if prior is not None else inp["noise"]
+    assumed = prior is not None and prior.assumed
+    dec = D.rank_decisions(noise, maximize)
     point = dec["mean"]
     sign = 1.0 if maximize else -1.0
     stats = pd.DataFrame({"regime": regs, "mean": point, "ci_lo": dec["ci_lo"], "ci_hi": dec["ci_hi"],
@@ -289,11 +363,11 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
                           "rank": 1 + (sign * point[None, :] > sign * point[:, None]).sum(axis=1)})
 
     # --- gain over the start (an improvement: signed), per FLOP
-    g_values, g_scores = _gain_inputs(jobs, target, initial, items, keys, sign)
     flops = np.bincount(codes, weights=pd.to_numeric(jobs.get("flops_total", np.nan), errors="coerce")
                         .to_numpy(float), minlength=len(regs)) / n_seeds
-    if np.isfinite(g_values).all():
-        gd = S.gain_decisions(S.noise_of(codes, g_scores if g_scores is not None else g_values, len(regs)))
+    if inp["gnoise"] is not None:
+        gnoise = inp["gnoise"].pooled(gprior) if gprior is not None else inp["gnoise"]
+        gd = D.gain_decisions(gnoise)
         g_point, g_lo, g_hi = gd["gain"], gd["gain_ci_lo"], gd["gain_ci_hi"]
     else:
         g_point = g_lo = g_hi = np.full(len(regs), np.nan)
@@ -303,14 +377,18 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
     stats["flops_total"] = flops
     stats["n_seeds"] = n_seeds
     stats["method"] = method
-    stats["noise"] = (f"seed noise pooled over the validated regimes ({noise.df_seed:.0f} df)"
-                      if noise.has_seed_noise else "one seed per regime: evaluation noise only")
+    pool = (f"pooled over the validation's {prior.key} regimes ({prior.df_total:.0f} df"
+            + (f", prior df {prior.d0:.1f})" if math.isfinite(prior.d0) else ")")
+            if prior is not None and not assumed else "pooled over the validated regimes of this condition")
+    stats["noise"] = (f"one seed per regime: seed sd assumed {math.sqrt(prior.s0_sq):g} (not measured)" if assumed
+                      else f"seed variance {pool}" if noise.has_seed_noise
+                      else "one seed per regime: evaluation noise only")
 
     # --- compare with the pilot's order (ρ only over enough regimes to mean something)
     pred = np.array([-float(pilot[r].get("rank") or 0) for r in regs])  # higher = predicted better
     rho = lo = hi = np.nan
     if len(regs) >= MIN_RHO_REGIMES:
-        draws = S.draws_of(noise, n_boot, rng)
+        draws = draws_of(noise, n_boot, rng)
         rho = float(spearman(pred, sign * point))
         rhos = spearman(pred, sign * draws)
         rhos = rhos[np.isfinite(rhos)]
@@ -333,12 +411,13 @@ def compare_condition(cond: dict, jobs: pd.DataFrame, items: dict, initial: dict
         i, j = regs.index(row["pilot_best"]), regs.index(ctl)
         c = np.zeros(len(regs))
         c[i], c[j] = 1.0, -1.0
-        se, df = (float(x[0]) for x in S.contrast_se(noise, c[None, :]))
+        parts = test_parts(noise, c)
         diff = sign * float(point[i] - point[j])
-        dlo, dhi = (float(x[0]) for x in S.t_interval(np.array([diff]), np.array([se]), np.array([df])))
-        p_imp = S.t_cdf(diff / se, df) if np.isfinite(se) and se > 0 and df > 0 else np.nan
-        row.update(diff=diff, diff_se=se, diff_df=df, diff_lo=dlo, diff_hi=dhi, p_improve=p_imp,
-                   control_val_mean=float(point[j]), verdict=verdict(dlo, dhi, margin))
+        dlo, dhi = (float(x[0]) for x in VP.confirm_interval(diff, parts))
+        row.update(diff=diff, diff_se=float(parts.se[0]), diff_df_seed=float(parts.df_seed[0]),
+                   diff_lo=dlo, diff_hi=dhi, one_sided_conf=VP.confidence_level(diff, parts, margin),
+                   control_val_mean=float(point[j]),
+                   verdict=verdict(dlo, dhi, margin) if noise.has_seed_noise else NOT_TESTABLE)
     else:
         row["verdict"] = PENDING
     row["sentence"] = condition_sentence(row)
@@ -360,6 +439,12 @@ def _with_predictions(table: pd.DataFrame, cond: dict, row: dict) -> pd.DataFram
 # --- the whole validation sweep (I/O at the edges) -------------------------------------------
 
 
+def pool_key(values: dict) -> str:
+    """The seed-variance pool of a condition (its values: model, budget_flops, reward, task): its reward
+    system, as the pilot's report pools (rule and model rewards spread differently)."""
+    return f"reward={values['reward']}" if "reward" in values else "all conditions"
+
+
 def _initial_items(sweep_dir: Path, sweep: str, job_ids: list[str], target: str) -> dict:
     """{(sweep, job_id): (ids, scores)} from summary.json's eval_items_initial, where a job kept it."""
     out = {}
@@ -374,7 +459,8 @@ def _initial_items(sweep_dir: Path, sweep: str, job_ids: list[str], target: str)
     return out
 
 
-def compare(sweep_dir: Path, prov: dict, data, n_boot: int = 1000, seed: int = 0) -> dict:
+def compare(sweep_dir: Path, prov: dict, data, n_boot: int = 1000, seed: int = 0,
+            assume_seed_sd: float | None = None) -> dict:
     """Every pilot condition of the provenance against the validation jobs in `data` (SweepData).
 
     Returns {"target", "conditions": [row], "regimes": DataFrame, "summary": sentence}.
@@ -395,16 +481,46 @@ def compare(sweep_dir: Path, prov: dict, data, n_boot: int = 1000, seed: int = 0
     settings = prov.get("settings") or {}
     margin = _num(settings.get("margin"))
     margin = margin if np.isfinite(margin) else 0.0
+    from race_cli.stats.variance import assumed_prior, fit_pools
+
+    # seed variance pooled over the validation's regimes of one reward system (as the pilot's report pools)
+    conds = prov["conditions"]
+    inputs = [condition_noise(c, jobs[jobs["pilot_condition"] == c["condition"]], data.items, initial, target,
+                              maximize) for c in conds]
+    keys = [pool_key(c.get("values") or {}) for c in conds]
+    have = [(i, k) for i, k in zip(inputs, keys) if i is not None]
+    pools = fit_pools([i["noise"] for i, _ in have], [k for _, k in have]) if have else {}
+    gkeys = [(i, k) for i, k in have if i["gnoise"] is not None]
+    gpools = fit_pools([i["gnoise"] for i, _ in gkeys], [k for _, k in gkeys]) if gkeys else {}
     rows, tables = [], []
-    for cond in prov["conditions"]:
+    for cond, inp, key in zip(conds, inputs, keys):
+        prior, gprior = pools.get(key), gpools.get(key)
+        if assume_seed_sd is not None and (prior is None or not prior.df_total):
+            prior = gprior = assumed_prior(assume_seed_sd)
         row, table = compare_condition(cond, jobs[jobs["pilot_condition"] == cond["condition"]], data.items,
-                                       initial, target, n_boot, rng, maximize, margin)
+                                       initial, target, n_boot, rng, maximize, margin, prior, gprior, inp)
         rows.append(row)
         tables.append(table)
     return {"target": target, "maximize": maximize, "conditions": rows,
             "regimes": pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(),
             "summary": summary_sentence(rows, margin, prov.get("skipped") or []), "pilot": prov.get("pilot", {}),
-            "margin": margin, "skipped": prov.get("skipped") or []}
+            "margin": margin, "skipped": prov.get("skipped") or [], "design": design_sentence(settings)}
+
+
+def design_sentence(settings: dict) -> str:
+    """What the validation was planned as: its control, its items, its seeds (from provenance settings)."""
+    ev = settings.get("eval_items") or {}
+    control = settings.get("control", "lowest")
+    s = f"Control: the pilot's {'runner-up (its closest rival)' if control == 'runner-up' else 'lowest-ranked regime'}."
+    if ev:
+        s += (f" Items: task.eval_seed {ev.get('eval_seed')} against the pilot's {ev.get('pilot_eval_seed')}: "
+              f"{ev.get('note', 'not checked')}.")
+    else:
+        s += " Items: the pilot's (planned before fresh items were drawn)."
+    if settings.get("seeds_by") == "power":
+        s += (f" Seeds: per condition, the fewest for power {settings.get('power'):g} at the gap sized for (at most "
+              f"{settings.get('max_seeds')}); the plan is in provenance.json (conditions[].power_plan).")
+    return s
 
 
 def _f(v: Any, nd: int = 3) -> str:
@@ -450,11 +566,13 @@ def markdown(res: dict) -> str:
     p = res["pilot"]
     out = ["# RACE validation: did the pilot's call hold?", "",
            f"Pilot: `{p.get('sweep', '?')}` (target `{res['target']}`). The test: best − control in the "
-           "validation, a paired difference (items paired, seed noise pooled over the validated "
-           "regimes) with its 95% t interval; confirmed when the interval lies above "
-           f"{res.get('margin', 0.0):g}, reversed when below zero, else not separated. Rank correlation "
+           "validation, a paired difference (items paired; seed variance pooled over the validation's "
+           "regimes of one reward system) with its 95% interval (each variance part at its own degrees of "
+           "freedom); confirmed when the interval lies above "
+           f"{res.get('margin', 0.0):g}, reversed when below zero, else not separated (no verdict with one seed "
+           "per regime unless a seed sd is assumed). Rank correlation "
            f"(Spearman's ρ) only with at least {MIN_RHO_REGIMES} validated regimes. Gain: the "
-           "improvement over the starting policy (iteration 0).", ""]
+           "improvement over the starting policy (iteration 0).", "", res.get("design", ""), ""]
     for c in res["conditions"]:
         t = res["regimes"][res["regimes"]["condition"] == c["condition"]]
         out += [f"## {c['condition']}", "", md_table(VAL_HEAD, regime_rows(t)), "", c["sentence"], ""]
@@ -478,6 +596,8 @@ def print_validation(console, res: dict) -> None:
     keep = [VAL_HEAD.index(h) for h in head]
     console.print(f"[bold]Validation[/] of pilot {res['pilot'].get('sweep', '?')} on {res['target']}: "
                   "the pilot's prediction next to what happened")
+    if res.get("design"):
+        console.print(res["design"], highlight=False)
     for c in res["conditions"]:
         t = Table(title=f"{c['condition']}  ·  {c['verdict']}", title_justify="left")
         for i in keep:
@@ -496,7 +616,7 @@ def print_validation(console, res: dict) -> None:
 
 
 def report_validation(sweep_dirs: list[Path], data, out_dir: Path, fmt: str, console,
-                      n_boot: int = 1000, seed: int = 0) -> dict | None:
+                      n_boot: int = 1000, seed: int = 0, assume_seed_sd: float | None = None) -> dict | None:
     """The `race report` hook: None for an ordinary sweep; else compare, write and show.
 
     Writes validation.md, validation.csv (one row per condition) and validation_regimes.csv
@@ -513,7 +633,7 @@ def report_validation(sweep_dirs: list[Path], data, out_dir: Path, fmt: str, con
         return None
     if prov is None:
         return None
-    res = compare(Path(sweep_dirs[0]), prov, data, n_boot, seed)
+    res = compare(Path(sweep_dirs[0]), prov, data, n_boot, seed, assume_seed_sd)
     md = markdown(res)
     cond_cols = list(dict.fromkeys(k for c in res["conditions"] for k in c))  # pending rows have fewer
     texts = {"validation.md": md,

@@ -2,33 +2,30 @@
 
 A validation (`race validate`, race_cli/plan/validate.py) reruns the pilot's best and a control with n
 fresh seeds each, on fresh evaluation items, and its report (race_cli/report/validation.py) calls the
-pilot's call CONFIRMED when the lower end of the 95% interval of best − control lies above the margin:
+pilot's call CONFIRMED when the lower end of the 95% interval of best − control lies above the margin.
+The interval is the report's own (stats/decisions.intervals: item, residual and seed parts each at its
+own degrees of freedom, stats/variance.contrast_parts on the sweep-pooled variance model); its lower
+end is a one-sided 2.5% bound (`confirm_interval`).
 
-    (d̂ − margin) / ŝe > t_{0.975, df}                         (one-sided 2.5%)
+Power: `confirm_power` simulates the statistics the test reads — the estimate normal around the true
+gap with the planned variance, the seed part scaled by χ²_df/df — and passes each through the same
+`confirm_interval`, so the plan's power is the test's by construction (as stats/power.py does for the
+pilot's decisions). `planned_parts` gives the parts a validation with n seeds per regime would show,
+from the pilot's components (`PairParts`):
 
-d̂ the item-paired difference of the two regimes' means, ŝe and df from the report's variance model
-(report/validation.py's `test_se_df`, the one function both the test and the plan call). Under a true gap Δ the statistic is
-noncentral t with df degrees of freedom and noncentrality (Δ − margin)/se, so the chance of
-CONFIRMED is
+- item_var: variance over items of the true per-item gap beyond its mean (the item × regime
+  interaction; fresh items draw it anew, so it is noise, not a fixed offset);
+- seed_var: (best, control) the variance of one job's mean score (the pilot's moderated s̃², on the
+  pilot's item count, which the validation keeps);
+- resid_var: the seed × item residual variance of one per-item score;
+- prior_d0: the pilot pool's prior df (limma's d0; inf when its spreads agree): the validation's
+  moderated seed df is min(d0 + n − 1, the pool's total df).
 
-    power(Δ) = P(T_{df, ncp} > t_{0.975, df})                 (`confirm_power`, scipy.stats.nct)
-
-The plan puts the pilot's variance components into the same variance model as the test will see them
-(report/validation.py's `planned_noise`: the expected mean squares of a validation with n seeds per
-regime on n_items fresh items) and reads se and df off the report's `test_se_df`, so the plan's power is
-the test's by construction; only the variance estimates themselves (which the validation measures
-afresh) differ. This module holds the distribution theory only and imports nothing of race_cli.
-
-Variance parts of one paired difference, per validation (y = regime + item + item×regime + seed + e):
-- item_var: the variance over items of the true per-item difference of the two regimes (the
-  item × regime interaction; fresh items draw it anew, so it is noise, not a fixed offset);
-- seed_var: the variance of one training run's mean score (per regime; the test pools them);
-- resid_var: the item × seed residual of one per-item score (binomial sampling and the rest).
-
-The gap to detect: the pilot's observed best − runner-up gap is the largest of several noisy gaps and
-overstates the truth (the winner's curse); `shrunk_gap` removes the selection bias measured on draws
-of the pilot's own estimates (parametric bootstrap: the bias of the selected gap when the truth is
-the point estimate), floored at zero.
+`shrunk_gap`: the pilot's best − runner-up gap is the largest of several noisy gaps and overstates the
+truth (the winner's curse); the selection bias is measured on draws of the pilot's own estimates (a
+parametric bootstrap: the bias of the selected gap when the truth is the point estimate) and removed,
+floored at zero. `seeds_for_power`: the fewest seeds whose planned test confirms the gap with the
+target power, capped.
 """
 
 from __future__ import annotations
@@ -39,83 +36,117 @@ from typing import Callable
 
 import numpy as np
 
+from race_cli.stats.decisions import intervals
+from race_cli.stats.variance import Parts
+
 ALPHA = 0.025  # one-sided level of CONFIRMED: the lower end of a two-sided 95% interval
 DEFAULT_POWER = 0.8
 DEFAULT_MAX_SEEDS = 8  # per validated regime: 8 conditions × 2 regimes × 8 seeds = 128 jobs at most
 MIN_SEEDS = 2  # one seed per regime has no seed variance: no verdict (see report/validation.py)
+N_SIM = 20000  # simulated validations per power (binomial sd near 0.8: 0.003)
 
 
-# --- the test (shared by the report and the plan) ---------------------------------------------
+# --- the test (the report's) ---------------------------------------------------------------------
 
 
-def critical_value(df: float, alpha: float = ALPHA) -> float:
-    """t_{1−alpha, df}: the one-sided critical value of the test (the normal's at df = inf); nan for df <= 0."""
-    from scipy.stats import norm, t
+def confirm_interval(diff, parts: Parts, alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) of the two-sided (1 − 2·alpha) interval of best − control [K] with variance parts
+    `parts` (stats/decisions.intervals); CONFIRMED reads low > margin."""
+    iv = intervals(np.atleast_1d(np.asarray(diff, float)), parts, 1 - 2 * alpha)
+    return iv.low, iv.high
 
-    if not df > 0:
+
+def confidence_level(diff: float, parts: Parts, margin: float = 0.0) -> float:
+    """The one-sided confidence level at which best − control > margin holds: 1 − a for the smallest
+    one-sided level a whose lower bound (the report's interval, read at a; past a = 0.5 the mirror of
+    the upper bound) clears the margin, to 1e-4. A confidence level, not the probability that the best
+    is better. nan without an interval."""
+    def lower(a: float) -> float:
+        lo, hi = confirm_interval(diff, parts, min(a, 1 - a))
+        return float(lo[0] if a <= 0.5 else diff + (diff - lo[0]))
+
+    if not np.isfinite(lower(0.25)):
         return math.nan
-    return float(norm.ppf(1 - alpha)) if math.isinf(df) else float(t.ppf(1 - alpha, df))
+    a, b = 1e-6, 1 - 1e-6
+    if lower(a) > margin:
+        return 1 - a
+    if lower(b) <= margin:
+        return 1 - b
+    while b - a > 1e-4:
+        mid = 0.5 * (a + b)
+        a, b = (a, mid) if lower(mid) > margin else (mid, b)
+    return 1 - b
 
 
-def confirm_interval(diff: float, se: float, df: float, alpha: float = ALPHA) -> tuple[float, float]:
-    """diff ∓ t_{1−alpha, df} · se: the two-sided (1 − 2·alpha) interval whose lower end the test reads."""
-    q = critical_value(df, alpha)
-    if not (np.isfinite(se) and np.isfinite(q)):
-        return math.nan, math.nan
-    return diff - q * se, diff + q * se
-
-
-def confidence_level(diff: float, se: float, df: float, margin: float = 0.0) -> float:
-    """The one-sided confidence level at which best − control > margin still holds: 1 − p, p the one-sided
-    p-value of H0: gap <= margin. A confidence level, not the probability that the best is better."""
-    from scipy.stats import norm, t
-
-    if not (np.isfinite(se) and se > 0 and df > 0):
-        return math.nan
-    z = (diff - margin) / se
-    return float(norm.cdf(z) if math.isinf(df) else t.cdf(z, df))
-
-
-def confirm_power(gap: float, se: float, df: float, margin: float = 0.0, alpha: float = ALPHA) -> float:
-    """P(CONFIRMED) when the true gap is `gap`: P(T_{df, (gap − margin)/se} > t_{1−alpha, df})."""
-    from scipy.stats import nct, norm
-
-    q = critical_value(df, alpha)
-    if not (np.isfinite(se) and se > 0 and np.isfinite(q)):
-        return math.nan
-    ncp = (gap - margin) / se
-    return float(norm.sf(q - ncp) if math.isinf(df) else nct.sf(q, df, ncp))
-
-
-def detectable_gap(se: float, df: float, power: float = DEFAULT_POWER, margin: float = 0.0,
-                   alpha: float = ALPHA) -> float:
-    """The smallest true gap confirmed with probability `power` (bisection on confirm_power, to 1e-5)."""
-    if not (np.isfinite(se) and se > 0 and df > 0):
-        return math.nan
-    lo, hi = margin, margin + 50 * se
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if confirm_power(mid, se, df, margin, alpha) >= power:
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo < 1e-5:
-            break
-    return hi
-
-
-# --- the plan: a validation's expected variance model ---------------------------------------------
+# --- the plan: a validation's expected variance parts ---------------------------------------------
 
 
 @dataclass(frozen=True)
 class PairParts:
-    """The pilot's variance components for one condition's best − control difference (see module docstring)."""
+    """The pilot's variance components of one condition's best − control difference (module docstring)."""
 
-    item_var: float  # interaction: var over items of the true per-item gap (>= 0)
-    seed_var: tuple[float, float]  # (best, control): variance of one run's mean score (>= 0)
-    resid_var: float  # per item×seed residual variance of one per-item score
-    n_items: int  # items per evaluation (the validation keeps the pilot's count)
-    seed_df: float  # degrees of freedom behind seed_var (how well the pilot knew it)
+    item_var: float
+    seed_var: tuple[float, float]
+    resid_var: float
+    n_items: int
+    prior_d0: float = math.inf
+
+
+def planned_parts(pp: PairParts, n_seeds: int, n_regimes: int = 2, pool_df: float | None = None) -> Parts:
+    """The parts of best − control in a validation with n_seeds per regime on pp.n_items fresh items, at
+    their expectations: item = (item_var + 2·s2_e/n)/n_items, resid = 2·s2_e/(n·n_items), seed =
+    (s̃_b² + s̃_c²)/n; df: items n_items − 1, residual n_regimes·(n − 1)·(n_items − 1), seed
+    min(d0 + n − 1, pool_df) (pool_df: the validation pool's total seed df; default this condition's,
+    n_regimes·(n − 1))."""
+    n, k = int(n_seeds), max(int(pp.n_items), 1)
+    e = float(pp.resid_var) if k > 1 else 0.0
+    total = float(pool_df) if pool_df is not None else float(n_regimes * (n - 1))
+    df_seed = min(pp.prior_d0 + n - 1, total)
+    item = (max(pp.item_var, 0.0) + 2 * e / n) / k if k > 1 else 0.0
+    resid = 2 * e / (n * k) if k > 1 else 0.0
+    return Parts(item=np.array([item]), resid=np.array([resid]), seed=np.array([sum(pp.seed_var) / n]),
+                 df_item=k - 1.0 if k > 1 else math.inf,
+                 df_resid=n_regimes * (n - 1) * (k - 1.0) if k > 1 else math.inf, df_seed=np.array([df_seed]))
+
+
+def _simulated(parts: Parts, n_sim: int, seed: int) -> tuple[np.ndarray, Parts]:
+    """Standard normal draws [S] of the estimate and the parts [S] as the test would estimate them: the
+    seed part scaled by χ²_df/df (item and residual parts, with hundreds of df, at their expectation)."""
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal(n_sim)
+    df = float(parts.df_seed[0])
+    scale = rng.chisquare(df, n_sim) / df if math.isfinite(df) and df < 1e6 else np.ones(n_sim)
+    sim = Parts(item=np.full(n_sim, parts.item[0]), resid=np.full(n_sim, parts.resid[0]),
+                seed=parts.seed[0] * scale, df_item=parts.df_item, df_resid=parts.df_resid,
+                df_seed=np.array([df]))  # one df for every draw: its quantile is computed once, broadcast
+    return z, sim
+
+
+def _lower_ends(parts: Parts, n_sim: int, seed: int, alpha: float) -> np.ndarray | None:
+    """Lower ends [S] of the report's interval (confirm_interval) in simulated validations whose true gap
+    is 0: the estimate se·z, the parts as the test would estimate them. The interval's half-width does not
+    depend on the estimate, so at a true gap Δ the lower end is Δ + these: one simulation serves every Δ."""
+    if not (parts.df_seed[0] > 0 and np.isfinite(parts.var[0]) and parts.var[0] > 0):
+        return None
+    z, sim = _simulated(parts, n_sim, seed)
+    lo, _ = confirm_interval(math.sqrt(float(parts.var[0])) * z, sim, alpha)
+    return lo
+
+
+def confirm_power(gap: float, parts: Parts, margin: float = 0.0, n_sim: int = N_SIM, seed: int = 0,
+                  alpha: float = ALPHA) -> float:
+    """P(CONFIRMED) when the true gap is `gap`: the share of simulated validations whose interval
+    (confirm_interval, the report's) lies above the margin."""
+    lo = _lower_ends(parts, n_sim, seed, alpha)
+    return math.nan if lo is None else float(np.mean(gap + lo > margin))
+
+
+def detectable_gap(parts: Parts, power: float = DEFAULT_POWER, margin: float = 0.0, n_sim: int = N_SIM,
+                   seed: int = 0, alpha: float = ALPHA) -> float:
+    """The smallest true gap confirmed with probability `power` in the same simulated validations as
+    confirm_power: margin − the (1 − power) quantile of their lower ends."""
+    lo = _lower_ends(parts, n_sim, seed, alpha)
+    return math.nan if lo is None else float(margin - np.quantile(lo, 1 - power))
 
 
 @dataclass(frozen=True)
@@ -123,30 +154,34 @@ class SeedPlan:
     """How many seeds one condition's validation runs, and what they buy."""
 
     seeds: int
-    gap: float  # the gap the seeds were sized for (nan: none given and none left after shrinkage)
-    power_at_gap: float  # the planned test's power at `gap`
+    gap: float  # the gap the seeds were sized for
+    power_at_gap: float  # the planned test's power at `gap` (nan: no positive gap)
     detectable: float  # the smallest gap confirmed with the target power at `seeds`
-    se: float
-    df: float
-    capped: bool  # the target power at `gap` needs more than max_seeds
+    se: float  # the planned standard error of best − control
+    df_seed: float
+    capped: bool  # the target power at `gap` needs more than max_seeds (or there is no gap to size for)
 
 
-def seeds_for_power(test_of: Callable[[int], tuple[float, float]], gap: float, power: float = DEFAULT_POWER,
+def plan_at(parts_of: Callable[[int], Parts], n: int, gap: float, power: float = DEFAULT_POWER,
+            margin: float = 0.0, capped: bool = False) -> SeedPlan:
+    """What n seeds per regime buy: the power at `gap` and the gap confirmed with `power`."""
+    p = parts_of(n)
+    pw = confirm_power(gap, p, margin) if gap > margin else math.nan
+    return SeedPlan(n, gap, pw, detectable_gap(p, power, margin), float(p.se[0]), float(p.df_seed[0]), capped)
+
+
+def seeds_for_power(parts_of: Callable[[int], Parts], gap: float, power: float = DEFAULT_POWER,
                     max_seeds: int = DEFAULT_MAX_SEEDS, margin: float = 0.0,
                     min_seeds: int = MIN_SEEDS) -> SeedPlan:
     """The fewest seeds per regime (min_seeds..max_seeds) whose planned test confirms `gap` with
-    probability >= power; max_seeds (capped) when none does or when there is no positive gap to size for.
+    probability >= power; max_seeds, capped, when none does or when there is no gap above the margin.
 
-    test_of(n) -> (se, df) of the test with n seeds per regime (report/validation.py: planned_test)."""
-    last = None
-    for n in range(min_seeds, max(min_seeds, max_seeds) + 1):
-        se, df = test_of(n)
-        pw = confirm_power(gap, se, df, margin) if gap > margin else math.nan
-        last = (n, se, df, pw)
-        if pw >= power:
-            return SeedPlan(n, gap, pw, detectable_gap(se, df, power, margin), se, df, False)
-    n, se, df, pw = last
-    return SeedPlan(n, gap, pw, detectable_gap(se, df, power, margin), se, df, True)
+    parts_of(n) -> the planned Parts of best − control with n seeds per regime (planned_parts)."""
+    if gap > margin:
+        for n in range(min_seeds, max(min_seeds, max_seeds) + 1):
+            if confirm_power(gap, parts_of(n), margin) >= power:
+                return plan_at(parts_of, n, gap, power, margin)
+    return plan_at(parts_of, max(min_seeds, max_seeds), gap, power, margin, capped=True)
 
 
 # --- the gap to detect ---------------------------------------------------------------------------
@@ -160,7 +195,7 @@ def shrunk_gap(point: np.ndarray, draws: np.ndarray, maximize: bool = True,
     point [R] the pilot's regime means; draws [B, R] draws of them from the pilot's variance model (the
     report's bootstrap). Bias: the mean over draws of (the selected gap in the draw − the same two
     regimes' gap in `point`), the two selected by the draw itself, as the pilot selected its own from
-    its data (a parametric bootstrap of the winner's curse). Shrunk: max(0, observed − bias).
+    its data. Shrunk: max(0, observed − bias).
     """
     sign = 1.0 if maximize else -1.0
     p = sign * np.asarray(point, float)
