@@ -1,6 +1,8 @@
 """Time `race report` on a large synthetic sweep: 5,000 finished jobs, where does the time go?
 
     python benchmarks/bench_report.py [--jobs 5000] [--items 200] [--repeats 5] [--plots]
+    python benchmarks/bench_report.py --conditions 834 --sweep-dir /tmp/sweep834 \
+        --trees /work/base /work/main [--runs 3] [--profile]
 
 Builds the sweep once (tests/report_fixtures.py: 50 conditions × 20 regimes × 5 seeds by
 default, 200 per-item scores per job), then runs reading, ranking (1000 bootstrap draws),
@@ -8,12 +10,26 @@ fits (with their p* bootstrap intervals) and writing the CSV/markdown files `rep
 and prints the median of each stage. Every job carries its iteration-0 evaluation, so the
 ranking also bootstraps each regime's gain over its start. Target: reading + ranking under
 3 s on the 2-core dev machine.
+
+With --conditions N it times the whole command instead: it writes (once, into --sweep-dir) a
+sweep of N conditions (models × 3 budgets × rule/PRM) × --regimes × --seeds jobs, each with the
+files a real finished job has (a composed .hydra/config.yaml as `race plan` writes it, status,
+summary, ledger, metrics, and the sweep's plan.json), then runs `race report SWEEP --no-plots
+--out TMP` in a fresh interpreter for each source tree given by --trees (PYTHONPATH=tree),
+alternating the trees `runs` times, and prints every wall time and the median per tree. With
+--profile it also runs each tree once under cProfile and prints the top functions by own time
+and the cumulative time of the stages named in issue 32 (bounded JSON reads, job identity,
+statistics, console rendering).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -76,13 +92,159 @@ def run_once(sweep: Path, out: Path, plots: bool) -> dict[str, float]:
     return t
 
 
+# --- the whole command on a sweep of many small conditions (issue 32) ---------------------------
+
+SCALE_REGIMES = [Regime(8, 1, 0.12), Regime(4, 2, 0.25), Regime(4, 4, 0.45),
+                 Regime(2, 4, 0.6), Regime(16, 1, 0.08), Regime(2, 8, 0.75)]
+
+
+def _config_template() -> dict:
+    """The default job config as `race plan` composes it (hydra and the schema: the benchmark only)."""
+    from omegaconf import OmegaConf
+
+    from race_cli.config.compose import compose
+
+    return OmegaConf.to_container(compose([]), resolve=True)
+
+
+def make_scale_sweep(root: Path, n_conditions: int, n_regimes: int, n_seeds: int, n_items: int) -> Path:
+    """n_conditions (models m0.. × 3 budgets × rule/PRM, in that order) × n_regimes × n_seeds jobs,
+    as report_fixtures writes them, plus each job's composed .hydra/config.yaml (its model,
+    G, μ, reward, budget and seed set) and plan.json rows with the overrides `race plan` records."""
+    import copy
+
+    import yaml
+
+    n_models = -(-n_conditions // 6)
+    conds = [{"model": f"m{m}", "budget_flops": b, "reward": r, "task": "arithmetic"}
+             for m in range(n_models) for b in (1e11, 3e11, 1e12) for r in ("rule", "prm")][:n_conditions]
+    regimes = SCALE_REGIMES[:n_regimes]
+    build_sweep(root, acc=peaked(0.25, top=0.55, width=0.05), conditions=conds, regimes=regimes,
+                seeds=tuple(range(n_seeds)), n_items=n_items, item_sd=0.15, seed_sd=0.02)
+    template = _config_template()
+    plan = json.loads((root / "plan.json").read_text())
+    for row in plan:
+        cfg = copy.deepcopy(template)
+        cfg["model"]["name"], cfg["model"]["path"] = row["model"], f"zoo:{row['model']}"
+        cfg["grpo"]["group_size"], cfg["grpo"]["updates_per_batch"] = row["group_size"], row["updates_per_batch"]
+        cfg["reward"]["type"] = row["reward"]
+        cfg["budget"]["flops"], cfg["seed"] = row["budget_flops"], row["seed"]
+        hydra = root / "jobs" / row["job_id"] / ".hydra"
+        (hydra / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        row["overrides"] = " ".join((hydra / "overrides.yaml").read_text().replace("- ", "").split())
+    (root / "plan.json").write_text(json.dumps(plan, indent=2))
+    return root
+
+
+def _report_cmd(tree: Path, sweep: Path, out: Path, prof: Path | None) -> tuple[list[str], dict]:
+    env = dict(os.environ, PYTHONPATH=str(tree), COLUMNS="160")
+    run = ["-m", "cProfile", "-o", str(prof)] if prof else []
+    return [sys.executable, *run, "-m", "race_cli", "report", str(sweep), "--no-plots", "--out", str(out)], env
+
+
+def time_report(tree: Path, sweep: Path, out: Path, prof: Path | None = None) -> tuple[float, float]:
+    """(wall, CPU) seconds of one `race report SWEEP --no-plots` by `tree`'s code in a fresh
+    interpreter. CPU = user + system time of the child: on a shared machine the wall time also
+    counts the other processes' turns, the CPU time much less so."""
+    import resource
+
+    cmd, env = _report_cmd(tree, sweep, out, prof)
+    shutil_rm(out)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    if done.returncode != 0:
+        raise SystemExit(f"race report ({tree}) exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return wall, cpu
+
+
+def shutil_rm(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+STAGES = {  # where issue 32's profile found the time, and the stages after it (matched on file:function)
+    "bounded JSON reads (io.loads_bounded)": ("io.py", "loads_bounded"),
+    "job identity (table.job_identity)": ("table.py", "job_identity"),
+    "reading (table.read_sweeps)": ("table.py", "read_sweeps"),
+    "ranking (rank.rank_all)": ("rank.py", "rank_all"),
+    "joint comparison (joint.joint_compare)": ("joint.py", "joint_compare"),
+    "findings (findings.findings)": ("findings.py", "findings"),
+    "console tables (render.print_report)": ("render.py", "print_report"),
+    "summary.md (render.markdown_summary)": ("render.py", "markdown_summary"),
+    "hand-written t (report/stats.py t_cdf)": ("stats.py", "t_cdf"),
+    "hand-written t (report/stats.py t_quantile)": ("stats.py", "t_quantile"),
+}
+
+
+def print_profile(tree: Path, prof: Path, top: int = 10) -> None:
+    st = pstats.Stats(str(prof))
+    total = st.total_tt
+    print(f"\n  cProfile of {tree} (total {total:.1f} s under the profiler)")
+    for name, (file, func) in STAGES.items():
+        cum = sum(v[3] for k, v in st.stats.items() if k[0].endswith(file) and k[2] == func)
+        if cum:
+            print(f"    {name:45s} {cum:6.2f} s cumulative")
+    rows = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    print(f"    top {top} by own time:")
+    for (file, line, func), (cc, nc, tt, ct, _) in rows:
+        short = "/".join(Path(file).parts[-2:]) if file != "~" else "builtin"
+        print(f"      {tt:6.2f} s own {ct:6.2f} s cum {nc:9d} calls  {short}:{line}({func})")
+
+
+def scale_main(a: argparse.Namespace) -> None:
+    sweep = Path(a.sweep_dir)
+    if not (sweep / "plan.json").is_file():
+        t0 = time.perf_counter()
+        make_scale_sweep(sweep, a.conditions, a.regimes, a.seeds, a.items)
+        print(f"built {sweep} in {time.perf_counter() - t0:.1f} s")
+    n_jobs = sum(1 for _ in (sweep / "jobs").iterdir())
+    trees = [Path(t).resolve() for t in a.trees]
+    print(f"{sweep}: {n_jobs} jobs ({a.conditions} conditions × {a.regimes} regimes × {a.seeds} seeds, "
+          f"{a.items} items); race report SWEEP --no-plots, {a.runs} alternating runs per tree")
+    walls: dict[Path, list[float]] = {t: [] for t in trees}
+    cpus: dict[Path, list[float]] = {t: [] for t in trees}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.runs):
+            for t in trees:
+                wall, cpu = time_report(t, sweep, Path(tmp) / "out")
+                walls[t].append(wall)
+                cpus[t].append(cpu)
+                print(f"  run {i + 1} {t}: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
+        for t in trees:
+            print(f"  {t}: median {statistics.median(walls[t]):.2f} s wall ({', '.join(f'{w:.2f}' for w in walls[t])}), "
+                  f"{statistics.median(cpus[t]):.2f} s CPU ({', '.join(f'{w:.2f}' for w in cpus[t])})")
+        if len(trees) == 2:
+            (w0, w1), (c0, c1) = ((statistics.median(d[t]) for t in trees) for d in (walls, cpus))
+            print(f"  ratio {trees[0].name}/{trees[1].name}: {w0 / w1:.1f}x wall, {c0 / c1:.1f}x CPU")
+        if a.profile:
+            for t in trees:
+                prof = Path(tmp) / f"{t.name}.prof"
+                wall, cpu = time_report(t, sweep, Path(tmp) / "out", prof)
+                print(f"\n  {t} under cProfile: {wall:.1f} s wall, {cpu:.1f} s CPU")
+                print_profile(t, prof)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=5000)
     ap.add_argument("--items", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--plots", action="store_true", help="also time the PNGs (imports matplotlib)")
+    ap.add_argument("--conditions", type=int, help="time the whole `race report` on this many conditions")
+    ap.add_argument("--regimes", type=int, default=3, help="regimes per condition (with --conditions, at most 6)")
+    ap.add_argument("--seeds", type=int, default=2, help="seeds per regime (with --conditions)")
+    ap.add_argument("--sweep-dir", default="/tmp/race-bench-report", help="where the sweep is written once and reused")
+    ap.add_argument("--trees", nargs="+", default=[str(ROOT)], help="source trees to time (PYTHONPATH=tree)")
+    ap.add_argument("--runs", type=int, default=3, help="alternating runs per tree (with --conditions)")
+    ap.add_argument("--profile", action="store_true", help="also one run per tree under cProfile")
     a = ap.parse_args()
+    if a.conditions:
+        return scale_main(a)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         sweep = make_sweep(Path(tmp) / "sweep", a.jobs, a.items)
