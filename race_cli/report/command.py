@@ -102,14 +102,29 @@ def _targets_to_rank(jobs, target: str | None, targets: list[str]) -> list[str]:
     return found
 
 
+def _findings(ranking, rec, joint, jobs, sweep_dirs, targets, maximize, items) -> tuple[list[str], list]:
+    """The findings lines (report/findings.py); a failure there never hides the report below it."""
+    from race_cli import machine
+    from race_cli.report.findings import findings
+
+    try:
+        return findings(ranking, rec, joint, jobs, [str(d) for d in sweep_dirs], targets, maximize, items=items,
+                        workers=machine.cpu_cores())
+    except Exception as exc:  # noqa: BLE001 - the sections below still hold every figure
+        return [f"Findings: not available ({type(exc).__name__}: {exc}); the sections below have every figure."], []
+
+
 def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | None = None,
                fmt: str = "table", out: Path | None = None, plots: bool = True,
-               bootstrap: int = 1000, seed: int = 0, console=None, at_budget: str | None = None) -> dict:
+               bootstrap: int = 1000, seed: int = 0, console=None, at_budget: str | None = None,
+               full: bool = True) -> dict:
     """Do the report; raise RaceError on bad input (before anything is written).
 
     target: one evaluation target to rank, or None for every target the jobs recorded.
     at_budget: predict every regime at this budget from its compute curve ('3e12' FLOPs or '3x' the
     condition's budget; report/curve.py), written to predictions.csv and shown in a section.
+    full: print every section to the console (False: the findings and where the rest is; the files
+    always hold everything).
     Returns {"out_dir", "files", "ranking", "recommendations", "fits", "jobs", "targets",
     "target_differences"}; `ranking` and `recommendations` carry a `target` column.
     """
@@ -171,6 +186,8 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
     joint = J.joint_compare(table, data.knob_cols, maximize,
                             J.model_sizes(sweep_dirs, data.jobs[ranked]), rec, n_boot=bootstrap, seed=seed)
 
+    flines, settles = _findings(ranking, rec, joint, jobs, sweep_dirs, targets, maximize, data.items)
+
     # --- write (plots into a temp folder first, then moved in: nothing half-written)
     out_dir = Path(out) if out is not None else folder.report_dir(sweep_dirs[0])
     if out is None:  # under the sweep: a report/ planted as a link must not send the files elsewhere
@@ -202,7 +219,7 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
     if pred is not None:
         sections += CV.markdown_section(pred, CV.CURVE_DRAWS)
     md = render.markdown_summary(jobs, ranked, ranking, rec, moves, totals, targets, maximize,
-                                 bootstrap, figs, diffs, sections, joint=JV.markdown(joint))
+                                 bootstrap, figs, diffs, sections, joint=JV.markdown(joint), findings=flines)
     doc = render.to_json(jobs, ranking, rec, fits, moves, totals, targets, diffs, joint=JV.to_json(joint),
                          extra={"budget_frontier": front["best"], "budget_frontier_notes": front["sentences"]}
                          | ({"predictions": pred} if pred is not None else {}))
@@ -229,11 +246,16 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
             console = Console()
         render.print_report(console, jobs, ranked, ranking, rec, moves, totals, targets, maximize, diffs,
-                            joint=lambda c: JV.print_joint(c, joint))
-        if len(front["best"]):
+                            joint=lambda c: JV.print_joint(c, joint), findings=flines, full=full)
+        if full and len(front["best"]):
             F.print_section(console, front["best"], front["sentences"])
-        if pred is not None:
+        if full and pred is not None:
             CV.print_section(console, pred, CV.CURVE_DRAWS)
+        if not full:
+            console.print("Below the findings, summary.md has, in order: the rankings per target and condition, "
+                          "the joint comparison, the frontier across budgets"
+                          + (", the predictions" if pred is not None else "") + ", the figures. "
+                          "race report --full prints them here.", highlight=False)
         console.print(f"Wrote {', '.join(files)} to {out_dir}")
     else:
         sys.stdout.write({"csv": texts["ranking.csv"], "json": doc, "markdown": md}[fmt])
@@ -245,16 +267,17 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
     validation = report_validation(sweep_dirs, data, out_dir, fmt, console, bootstrap, seed)
     files += validation["files"] if validation else []
     return {"out_dir": out_dir, "files": files, "ranking": ranking, "recommendations": rec, "frontier": front,
+            "findings": flines, "settles": settles,
             "predictions": pred, "fits": fits, "joint": joint, "jobs": jobs, "targets": targets,
             "target_differences": diffs, "validation": validation}
 
 
 def report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | None = None,
            fmt: str = "table", out: Path | None = None, plots: bool = True,
-           bootstrap: int = 1000, seed: int = 0, at_budget: str | None = None) -> int:
+           bootstrap: int = 1000, seed: int = 0, at_budget: str | None = None, full: bool = True) -> int:
     """Rank the allocation regimes of finished sweeps; return the exit code (0, or 2 on bad input)."""
     try:
-        run_report(sweep_dirs, target, by, fmt, out, plots, bootstrap, seed, at_budget=at_budget)
+        run_report(sweep_dirs, target, by, fmt, out, plots, bootstrap, seed, at_budget=at_budget, full=full)
     except RaceError as e:
         from rich.console import Console
 
@@ -296,6 +319,9 @@ def print_report_top(sweep: Path, say) -> None:
         quiet = Console(file=io.StringIO(), width=160)
         res = run_report([sweep], console=quiet)
         console = _top_console()
+        from race_cli.report.render import print_findings
+
+        print_findings(console, res.get("findings") or [])  # race run's end opens with the findings
         ranking, rec = res["ranking"], res["recommendations"]
         no_gain = dict(zip(rec["condition"], rec["no_gain"])) if "no_gain" in rec else {}
         if len(ranking):

@@ -146,12 +146,23 @@ def _target_line(t: str, maximize: dict[str, bool], g: pd.DataFrame) -> str:
 # --- terminal --------------------------------------------------------------------------
 
 
+def print_findings(console, lines: list[str]) -> None:
+    """The findings section (report/findings.py): a rule, then its lines as they are."""
+    if not lines:
+        return
+    console.rule(f"[bold]{lines[0]}", align="left")
+    for line in lines[1:]:
+        console.print(line, highlight=False)
+
+
 def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.DataFrame,
                  rec: pd.DataFrame, moves: list[str], totals: dict, targets: list[str],
-                 maximize: dict[str, bool], diffs: list[str] | None = None, joint=None) -> None:
-    """Rich tables: job counts, unranked jobs, one section per target with its conditions'
+                 maximize: dict[str, bool], diffs: list[str] | None = None, joint=None,
+                 findings: list[str] | None = None, full: bool = True) -> None:
+    """Rich tables: job counts, the findings, unranked jobs, one section per target with its conditions'
     rankings (each opened by the no-gain sentence when no regime beats its start), the joint
-    comparison (`joint(console)` prints it), the frontier, the caveat."""
+    comparison (`joint(console)` prints it), the frontier, the caveat. `full=False`: the counts, the
+    findings and where the rest is (race report --full prints it)."""
     from rich.panel import Panel
     from rich.table import Table
 
@@ -159,6 +170,9 @@ def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: p
     console.print(f"[bold]race report[/]: {len(jobs)} jobs in {jobs['sweep'].nunique()} sweep(s) — "
                   + ", ".join(f"{k} {v}" for k, v in counts.items())
                   + f"; target(s): [bold]{', '.join(targets)}[/]")
+    print_findings(console, findings or [])
+    if not full:
+        return
     un = unranked(jobs, ranked_mask)
     if len(un):
         t = Table(title=f"Jobs not ranked ({len(un)})", title_justify="left")
@@ -245,16 +259,19 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
                      rec: pd.DataFrame, moves: list[str], totals: dict, targets: list[str],
                      maximize: dict[str, bool], n_boot: int, plots: list[str],
                      diffs: list[str] | None = None, sections: list[str] | None = None,
-                     joint: list[str] | None = None) -> str:
-    """summary.md: the compute reported as the paper asks, one section of rankings per target,
-    fits, the frontier across targets, the caveat."""
+                     joint: list[str] | None = None, findings: list[str] | None = None) -> str:
+    """summary.md: the findings first (report/findings.py), then the compute reported as the paper asks,
+    one section of rankings per target, the joint comparison, fits, the frontier, the caveat: the
+    order a reader drills down."""
     counts = state_counts(jobs)
     out = ["# RACE pilot-grid report", "",
            f"Sweeps: {', '.join(sorted(jobs['sweep'].unique()))}. Jobs: {len(jobs)} ("
            + ", ".join(f"{k} {v}" for k, v in counts.items()) + "). Targets: "
            + ", ".join(f"`{t}` ({'higher' if maximize.get(t, True) else 'lower'} is better)" for t in targets)
-           + ".", "",
-           "## Compute", "",
+           + ".", ""]
+    if findings:
+        out += [f"## {findings[0]}", "", "```text"] + findings[1:] + ["```", ""]
+    out += ["## Compute", "",
            f"Total training compute: **{_flops(totals['total'])} FLOPs** (model convention: causal "
            f"attention pairs, no recompute), split search (rollout) {_share(totals, 'rollout')}, "
            f"learning (policy updates) {_share(totals, 'update')}, feedback (reward) "

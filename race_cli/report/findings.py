@@ -1,0 +1,293 @@
+"""The findings: what a pilot answers, on one screen, first in the console and at the top of summary.md.
+
+    lines = findings(ranking, rec, joint, jobs, sweeps, targets, maximize, items=data.items)
+
+Per target and condition: the regime that wins (the only one "≈ best"), or "not separated" with the
+gap between the best and its runner-up and that gap's lower bound; a condition where no regime beats
+its start says so. Per target, the joint comparison's model-size and feedback answers (allocation by
+allocation, report/joint.py) in one line each. Then what to validate (the `race validate` command) and,
+for every call left open, what would settle it: the seeds per regime (or, beyond MAX_SEEDS, the items)
+at which the report's own test separates the observed gap with 80% power (race_cli/stats/power.py,
+the model `race plan` prints), with the extra jobs, FLOPs and wall time that costs.
+
+Everything here reads the tables rank.py, recommend.py and joint.py return; a column a newer or older
+version does not have turns its line into "–", never an error (the findings must not hide the report).
+Pure (no I/O): `render.print_findings` and `render.markdown_summary` print the lines.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+MAX_SEEDS = 32  # seeds per regime the settle search goes to before it asks for items instead
+MAX_ITEMS = 20_000
+POWER_SIMS = 600  # simulated pilots per power evaluation (binomial sd near 0.8: 0.016)
+
+
+@dataclass
+class Settle:
+    """What would settle one open call."""
+
+    condition: str
+    label: str
+    seeds: int | None  # seeds per regime (None: more than MAX_SEEDS)
+    items: int | None  # items at the current seeds, when seeds alone would not do
+    extra_jobs: int
+    flops: float
+    seconds: float | None
+
+
+def _num(v: Any) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return x
+
+
+def _signed(v: Any) -> str:
+    x = _num(v)
+    return "–" if not math.isfinite(x) else f"{x:+.3f}"
+
+
+def short_label(g: pd.DataFrame, varying: list[str]) -> str:
+    """'tiny-s rule': the condition columns that differ across the sweep (budget as '8e+11')."""
+    r = g.iloc[0]
+    parts = []
+    for c in varying:
+        v = r.get(c)
+        parts.append(f"{_num(v):.3g}" if c == "budget_flops" else str(v))
+    return " ".join(parts) or str(r.get("condition", ""))
+
+
+def _varying(ranking: pd.DataFrame) -> list[str]:
+    cols = [c for c in ("model", "reward", "budget_flops", "task") if c in ranking]
+    return [c for c in cols if ranking[c].nunique(dropna=False) > 1] or cols[:1]
+
+
+def infer_samples(items: dict | None) -> int:
+    """Samples per item k from per-item scores (fractions j/k of k sampled completions); 1 when unknown."""
+    vals = []
+    for _, (_, scores) in list((items or {}).items())[:20]:
+        vals.extend(np.asarray(scores, float)[:200].tolist())
+    v = np.asarray([x for x in vals if np.isfinite(x)])
+    if not len(v):
+        return 1
+    for k in range(1, 65):
+        if np.allclose(v * k, np.round(v * k), atol=1e-6):
+            return k
+    return 1
+
+
+# --- what would settle an open call ------------------------------------------------------------
+
+
+def _design(g: pd.DataFrame, k: int):
+    from race_cli.stats.power import Design
+
+    n = int(np.nanmax(g["n_items"])) if "n_items" in g and np.isfinite(_num(g["n_items"].max())) else 0
+    seeds = int(np.nanmin(g["n_seeds"])) if "n_seeds" in g else 1
+    sd = np.nanmedian(g["seed_sd"].to_numpy(float)) if "seed_sd" in g else math.nan
+    if n < 2 or not math.isfinite(sd):
+        return None
+    return Design(n=n, k=k, seeds=max(seeds, 1), regimes=len(g), seed_sd=max(float(sd), 0.005))
+
+
+def _first(pred, lo: int, cap: int) -> int | None:
+    """The smallest integer in [lo, cap] where pred holds (pred rises with it), by doubling then bisection."""
+    if lo > cap:
+        return None
+    hi = lo
+    while not pred(hi):
+        if hi >= cap:
+            return None
+        lo, hi = hi + 1, min(cap, hi * 2)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if pred(mid) else (mid + 1, hi)
+    return hi
+
+
+def settle(g: pd.DataFrame, label: str, k: int, wall_s: float | None, workers: int) -> Settle | None:
+    """Seeds per regime (or items) at which the report's test separates the observed best − runner-up gap
+    (or, with no regime beating its start, finds the best's gain) with 80% power; None when nothing is open
+    or the design is unknown."""
+    from race_cli.stats import power as P
+
+    d = _design(g, k)
+    if d is None:
+        return None
+    g = g.sort_values("rank") if "rank" in g else g
+    learned = bool(g["beats_start"].any()) if "beats_start" in g else True
+    if learned:
+        if "tied_best" not in g or int(g["tied_best"].sum()) <= 1 or len(g) < 2:
+            return None
+        effect = abs(_num(g["gap_to_best"].iloc[1]))
+        test = lambda dd: P.separation_power(dd, effect, n_sim=POWER_SIMS) >= P.POWER  # noqa: E731
+    else:
+        effect = _num(g["gain"].iloc[0]) if "gain" in g else math.nan
+        if not math.isfinite(effect) or effect <= 0:
+            return Settle(str(g["condition"].iloc[0]), label, None, None, 0, 0.0, None)
+        test = lambda dd: P.gain_power(dd, effect, n_sim=POWER_SIMS) >= P.POWER  # noqa: E731
+    if not math.isfinite(effect) or effect <= 0:
+        return Settle(str(g["condition"].iloc[0]), label, None, None, 0, 0.0, None)
+    seeds = _first(lambda s: test(P.with_seeds(d, s)), max(d.seeds + 1, 2), MAX_SEEDS)
+    items = None
+    if seeds is None:
+        base = d if d.seeds >= 2 else P.with_seeds(d, 2)
+        items = _first(lambda n: test(replace(base, n=n)), d.n + 1, MAX_ITEMS)
+    if seeds is None and items is None:
+        return Settle(str(g["condition"].iloc[0]), label, None, None, 0, math.nan, None)
+    s_new = seeds if seeds is not None else base.seeds
+    extra = max(0, s_new - d.seeds) * d.regimes
+    budget = _num(g["budget_flops"].iloc[0]) if "budget_flops" in g else math.nan
+    flops = extra * budget if math.isfinite(budget) else math.nan
+    secs = None
+    if wall_s is not None and math.isfinite(wall_s) and extra:
+        from race_cli.cost.walltime import grid_seconds
+
+        secs = grid_seconds([wall_s] * extra, max(1, min(workers, extra)))
+    return Settle(str(g["condition"].iloc[0]), label, seeds, items, extra, flops, secs)
+
+
+def short_settle(s: Settle) -> str:
+    """'13 seeds', '17450 items', '> 32 seeds' or 'more budget' (nothing to detect: a gain not above zero)."""
+    if s.seeds is not None:
+        return f"{s.seeds} seeds"
+    if s.items is not None:
+        return f"{s.items} items"
+    return "more budget" if s.extra_jobs == 0 and s.flops == 0.0 else f"> {MAX_SEEDS} seeds"
+
+
+def settle_text(s: Settle) -> str:
+    from race_cli.cost.walltime import fmt_duration
+
+    if s.seeds is None and s.items is None:
+        if s.extra_jobs == 0 and s.flops == 0.0:
+            return "no seed count would: the gap or gain is not above zero (more budget, or an easier task)"
+        return f"more than {MAX_SEEDS} seeds or {MAX_ITEMS} items per regime"
+    cost = f"+{s.extra_jobs} jobs, {s.flops:.2g} FLOPs" + (f", ~{fmt_duration(s.seconds)}" if s.seconds else "")
+    if s.seeds is not None:
+        return f"{s.seeds} seeds per regime ({cost})"
+    return f"{s.items} items at 2 seeds ({cost})"
+
+
+# --- the lines ---------------------------------------------------------------------------------
+
+
+def _call(g: pd.DataFrame) -> str:
+    """'G=4 μ=2 wins by +0.050 (≥ +0.008)' or 'G=4 μ=2 ≈ G=4 μ=1, not separated: gap +0.021 (≥ -0.034)'."""
+    g = g.sort_values("rank") if "rank" in g else g
+    best = str(g["regime"].iloc[0])
+    if "beats_start" in g and not bool(g["beats_start"].any()):
+        return f"no regime beats its start ({best} gains {_signed(g['gain'].iloc[0])})"
+    if len(g) < 2:
+        return f"{best} (one regime)"
+    second = g.iloc[1]
+    gap, lo = _signed(second.get("gap_to_best")), _signed(second.get("gap_ci_lo"))
+    tied = int(g["tied_best"].sum()) if "tied_best" in g else 0
+    if tied == 1:  # the step-down test separated it (its first-step bound may still reach zero)
+        return f"{best} wins by {gap} over {second['regime']}" + (f" (≥ {lo})" if _num(second.get("gap_ci_lo")) > 0
+                                                                    else "")
+    return f"{best} ≈ {second['regime']}: gap {gap} (≥ {lo})" + (f", {tied} ≈ best" if tied > 2 else "")
+
+
+def _joint_line(sent: pd.DataFrame, target: str, questions: tuple[str, ...], what: str) -> str | None:
+    """One joint answer at the sweep's own budget: 'size: tiny-s − tiny-m -0.002 [-0.036, +0.033] …'."""
+    need = {"question", "target", "diff", "ci_lo", "ci_hi", "a", "b"}
+    if not len(sent) or not need <= set(sent.columns):
+        return None
+    s = sent[sent["target"] == target]
+    if "checkpoint" in s:
+        s = s[s["checkpoint"].astype(float) >= 1.0]
+    for q in questions:
+        row = s[s["question"] == q]
+        if len(row):
+            r = row.iloc[0]
+            winner = r.get("winner")
+            verdict = (f"{winner} ahead" if isinstance(winner, str) and winner else
+                       "not tested (its gate)" if str(r.get("gate", "")) == "not tested" else "not separated")
+            scope = "per allocation" if "matched" in q else "best vs best"
+            return (f"{what}, {scope}: {r['a']} − {r['b']} {_signed(r['diff'])} [{_signed(r['ci_lo'])}, "
+                    f"{_signed(r['ci_hi'])}], {verdict}")
+    return None
+
+
+def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs: pd.DataFrame,
+             sweeps: list[str], targets: list[str], maximize: dict[str, bool], items: dict | None = None,
+             workers: int = 1) -> tuple[list[str], list[Settle]]:
+    """(lines, settles): the findings as plain lines (no markup; the caller styles them) and what would
+    settle each open call. See the module docstring."""
+    if not len(ranking) or "condition" not in ranking:
+        return [], []
+    varying = _varying(ranking)
+    k = infer_samples(items)
+    sent = (joint or {}).get("sentences")
+    sent = sent if isinstance(sent, pd.DataFrame) else pd.DataFrame()
+    wall = _job_seconds(jobs)
+    lines, settles = ["Findings: which regime, which size, does the reward model pay, what next"], []
+    width = max(len(short_label(g, varying)) for _, g in ranking.groupby("condition", sort=False))
+    for t in targets:
+        gt = ranking[ranking["target"] == t] if "target" in ranking else ranking
+        if not len(gt):
+            continue
+        budgets = sorted({_num(b) for b in gt.get("budget_flops", pd.Series(dtype=float))} - {math.nan})
+        at = f" at {budgets[0]:.3g} FLOPs" if len(budgets) == 1 else ""
+        lines.append(f"{t} ({'higher' if maximize.get(t, True) else 'lower'} is better){at}:")
+        for cond, g in gt.groupby("condition", sort=False):
+            label = short_label(g, varying)
+            line = f"  {label.ljust(width)}  {_call(g)}"
+            s = settle(g, label, k, wall.get(str(g["job_condition"].iloc[0]) if "job_condition" in g else cond), workers)
+            if s is not None:
+                settles.append(s)
+                line += "; " + short_settle(s)
+            lines.append(line)
+        for questions, what in ((("size_matched", "size_final"), "size"),
+                                (("feedback_all_matched", "feedback_all", "feedback_matched"), "feedback")):
+            jl = _joint_line(sent, t, questions, what)
+            if jl:
+                lines.append("  " + jl)
+    lines.append(validate_line(rec, sweeps))
+    lines.append(settle_total(settles))
+    lines.append(LEGEND)
+    return lines, settles
+
+
+LEGEND = ("gap: best − runner-up (≥ its familywise lower bound); N seeds: per regime, for 80% power to "
+          "separate that gap.")
+
+
+def _job_seconds(jobs: pd.DataFrame) -> dict[str, float]:
+    """Mean wall seconds of a finished job per condition (summary.json seconds.total)."""
+    if "seconds_total" not in jobs or "condition" not in jobs:
+        return {}
+    ok = jobs[pd.to_numeric(jobs["seconds_total"], errors="coerce").notna()]
+    return {str(c): float(pd.to_numeric(g["seconds_total"]).mean()) for c, g in ok.groupby("condition")}
+
+
+def validate_line(rec: pd.DataFrame, sweeps: list[str]) -> str:
+    learned = rec[rec["learned"].astype(bool)] if "learned" in rec and len(rec) else rec.iloc[:0]
+    if not len(learned):
+        return "validate: nothing yet: no regime beats its start in any condition."
+    sweep = sweeps[0] if sweeps else "runs/<pilot>"
+    return f"validate: race validate {sweep} --replicate (best vs runner-up)"
+
+
+def settle_total(settles: list[Settle]) -> str:
+    from race_cli.cost.walltime import fmt_duration
+
+    open_ = [s for s in settles if s.seeds is not None or s.items is not None]
+    if not settles:
+        return "open calls: none (every call above is settled at this design)."
+    if not open_:
+        return f"open calls: {len(settles)}, none settled by more seeds or items at this budget."
+    jobs = sum(s.extra_jobs for s in open_)
+    flops = sum(s.flops for s in open_ if math.isfinite(s.flops))
+    secs = [s.seconds for s in open_ if s.seconds]
+    return (f"to settle {len(open_)} open call(s) (80% power): +{jobs} jobs, {flops:.2g} FLOPs"
+            + (f", ~{fmt_duration(sum(secs))} job time" if secs else "") + ".")
