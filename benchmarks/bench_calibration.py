@@ -262,11 +262,14 @@ def run_validation_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, see
 # --- the tables -------------------------------------------------------------------------------------
 
 
-def pilot_scenarios(n: int, seed: int, crn_modes=(False, True), deltas=DELTAS, one_seed: bool = True) -> list[dict]:
+def pilot_scenarios(n: int, seed: int, crn_modes=(False, True), deltas=DELTAS, one_seed: bool = True,
+                    separation_only: bool = False) -> list[dict]:
     out = []
     for crn in crn_modes:
         rng = np.random.default_rng([seed, int(crn)])
-        plan = [("null", {}), ("effect", {})] + [("separation", {"delta": d}) for d in deltas]
+        plan = ([] if separation_only else [("null", {}), ("effect", {})]) + [("separation", {"delta": d})
+                                                                               for d in deltas]
+        one_seed = one_seed and not separation_only
         if one_seed:
             plan += [("null", {"seeds": 1}), ("null", {"seeds": 1, "assume_seed_sd": SEED_SD})]
         for kind, kw in plan:
@@ -299,6 +302,12 @@ def plan_delta(crn: bool, seeds: int = 2) -> float:
 
 
 def print_tables(res: list[dict], with_plan: bool = True) -> None:
+    if any(r["kind"] != "separation" for r in res):
+        print_calibration(res)
+    print_separation(res, with_plan)
+
+
+def print_calibration(res: list[dict]) -> None:
     mode = lambda r: "common random numbers" if r["crn"] else "independent sampling"
     print(f"\nCalibration (95% intervals, familywise 5%): {res[0]['conditions']} conditions per row; 3 regimes × "
           f"2 seeds (one-seed rows: 1), {N_ITEMS} items × {SAMPLES} samples, seed sd 0.02·U(0.5, 1.5) per regime, "
@@ -318,6 +327,10 @@ def print_tables(res: list[dict], with_plan: bool = True) -> None:
                           f"{r['coverage_winner']:.3f}", f"{r['false_worse']:.3f}" if r["kind"] == "null" else "–",
                           f"{r['false_beats']:.3f}" if r["kind"] == "null" else "–",
                           f"{r['winners_curse']:+.3f} / {r['expected_drop']:.3f}"]))
+
+
+def print_separation(res: list[dict], with_plan: bool) -> None:
+    mode = lambda r: "common random numbers" if r["crn"] else "independent sampling"
     seps = [r for r in res if r["kind"] == "separation"]
     modes = sorted({r["crn"] for r in seps})
     print("\nSeparation: share of pilots in which a regime truly better by δ than both others is the only ≈ best\n")
@@ -341,9 +354,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--code", type=Path, help="a checkout whose race_cli ranks the sweeps (e.g. the old code)")
     ap.add_argument("--validations", action="store_true", help="also the validation verdicts (job folders)")
+    ap.add_argument("--separation-only", action="store_true", help="only the separation table")
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args(argv)
-    res = pilot_scenarios(a.conditions, a.seed)
+    res = pilot_scenarios(a.conditions, a.seed, separation_only=a.separation_only)
     print_tables(res, with_plan=a.code is None)
     if a.validations:
         with tempfile.TemporaryDirectory(prefix="race-calibration-") as tmp:

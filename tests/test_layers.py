@@ -5,7 +5,8 @@
     config -> tasks -> answers             what a job is
     cost -> config (no torch, no files; the two audits measure the engine's own code)
     plan -> cost, config, status           engine -> cost, config, tasks, rewards, status
-    pool -> plan, engine (by process), report      report -> cost
+    pool -> plan, engine (by process), report      report -> cost, stats
+    stats -> errors (the inference model, numpy/scipy; plan/ and report/ take their statistics from it)
 
 No import cycle; engine/ imports neither plan/ nor pool/; only race_cli/folder.py spells the paths
 of a sweep folder (docs/files.md).
@@ -132,6 +133,27 @@ def test_cost_is_pure():
         assert "open(" not in src and "read_text(" not in src and "write_text(" not in src, m
 
 
+def test_stats_is_pure_and_below_plan_and_report():
+    """stats/ imports nothing of race_cli but errors, no pandas and no files; plan/ and report/ take their
+    statistics from it (no t function of their own)."""
+    g = graph()
+    mods = modules()
+    assert any(under(m, "stats") for m in mods)
+    for m, path in mods.items():
+        if under(m, "stats"):
+            assert all(under(d, "stats") or d == "race_cli.errors" for d in g[m]), (m, g[m])
+            assert third_party(path) <= {"__future__", "math", "dataclasses", "functools", "typing", "warnings", "numpy",
+                                         "scipy"}, (m, third_party(path))
+            src = path.read_text(encoding="utf-8")
+            assert "open(" not in src and "read_text(" not in src and "write_text(" not in src, m
+        if under(m, "plan", "report"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            own = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+            assert not own & {"t_cdf", "t_quantile", "_betainc", "_betacf"}, (m, own & {"t_cdf", "t_quantile"})
+    assert "race_cli.stats.power" in g["race_cli.plan.power"]
+    assert "race_cli.stats.decisions" in g["race_cli.report.rank"]
+
+
 def test_layers_point_one_way():
     g = graph()
     bad = []
@@ -147,6 +169,8 @@ def test_layers_point_one_way():
                        "race_cli.fmt") and under(dep, "cost", "plan", "engine", "pool", "report", "rewards", "zoo"):
                 bad.append((mod, dep))
             if under(mod, "report") and under(dep, "plan", "engine", "pool"):
+                bad.append((mod, dep))
+            if under(mod, "stats") and under(dep, "plan", "report", "engine", "pool", "cost", "config"):
                 bad.append((mod, dep))
     assert bad == []
     assert "race_cli.pool.run" not in g["race_cli.pool.slurm"]

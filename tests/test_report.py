@@ -503,8 +503,8 @@ def test_the_report_opens_with_findings_on_one_screen(pilot_like, tmp_path):
         assert (" wins by " in line) == separated, (line, g[["regime", "tied_best"]])
     for target in ("arithmetic", "arithmetic-hard"):
         sec = _section(res, target)
-        assert any(x.startswith("  size, per allocation: tiny-s − tiny-m") for x in sec)
-        assert any(x.startswith("  feedback, per allocation: rule − prm") for x in sec)
+        assert any(x.startswith("  size: tiny-s − tiny-m") for x in sec)
+        assert any(x.startswith("  feedback: rule − prm") for x in sec)
     assert any(x.startswith(f"validate: race validate {pilot_like} --replicate") for x in res["findings"])
     # what would settle an open call: the fewest seeds at which the report's test separates the observed
     # gap with 80% power (stats/power.py, the model race plan prints), and its cost in jobs and FLOPs

@@ -117,6 +117,7 @@ def _findings(ranking, rec, joint, jobs, sweep_dirs, targets, maximize, items) -
 def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | None = None,
                fmt: str = "table", out: Path | None = None, plots: bool = True,
                bootstrap: int = 1000, seed: int = 0, console=None, at_budget: str | None = None,
+               assume_seed_sd: float | None = None,
                full: bool = True) -> dict:
     """Do the report; raise RaceError on bad input (before anything is written).
 
@@ -125,6 +126,8 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
     condition's budget; report/curve.py), written to predictions.csv and shown in a section.
     full: print every section to the console (False: the findings and where the rest is; the files
     always hold everything).
+    assume_seed_sd: the seed spread assumed where a condition has one seed per regime (otherwise its
+    ≈ best and > start are not testable); the ranking's `noise` and `pool` columns say it was assumed.
     Returns {"out_dir", "files", "ranking", "recommendations", "fits", "jobs", "targets",
     "target_differences"}; `ranking` and `recommendations` carry a `target` column.
     """
@@ -137,6 +140,9 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
     sweep_dirs = [Path(d) for d in sweep_dirs]
     _validate_args(sweep_dirs, target, fmt, bootstrap)
+    if assume_seed_sd is not None and not (np.isfinite(assume_seed_sd) and 0 < assume_seed_sd < 1):
+        raise RaceError(f"--assume-seed-sd {assume_seed_sd}: expected a seed spread on the score scale, "
+                        "greater than 0 and below 1 (e.g. 0.02, the default grid's measured 0.016-0.026).")
     if at_budget is not None:
         from race_cli.report.curve import parse_at_budget
 
@@ -154,7 +160,8 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
     if not ranked.any():
         raise RaceError(*_nothing_to_rank(data.jobs, " or ".join(targets)))
     draws: dict = {}
-    parts = [rank_all(data, t, by, n_boot=bootstrap, seed=seed + i, maximize=maximize[t], draws_out=draws)
+    parts = [rank_all(data, t, by, n_boot=bootstrap, seed=seed + i, maximize=maximize[t], draws_out=draws,
+                      assume_seed_sd=assume_seed_sd)
              for i, t in enumerate(targets)]
     ranking = pd.concat([p for p in parts if len(p)], ignore_index=True)
     fits = R.fit_all(ranking, maximize, draws)
@@ -274,10 +281,12 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
 def report(sweep_dirs: list[Path], target: str | None = None, by: list[str] | None = None,
            fmt: str = "table", out: Path | None = None, plots: bool = True,
-           bootstrap: int = 1000, seed: int = 0, at_budget: str | None = None, full: bool = True) -> int:
+           bootstrap: int = 1000, seed: int = 0, at_budget: str | None = None,
+           assume_seed_sd: float | None = None, full: bool = True) -> int:
     """Rank the allocation regimes of finished sweeps; return the exit code (0, or 2 on bad input)."""
     try:
-        run_report(sweep_dirs, target, by, fmt, out, plots, bootstrap, seed, at_budget=at_budget, full=full)
+        run_report(sweep_dirs, target, by, fmt, out, plots, bootstrap, seed, at_budget=at_budget,
+                   assume_seed_sd=assume_seed_sd, full=full)
     except RaceError as e:
         from rich.console import Console
 

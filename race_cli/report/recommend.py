@@ -1,9 +1,11 @@
 """Turn rankings and response fits into recommendations and the conditional frontier (no I/O).
 
 Per condition (condition columns + evaluation target): whether any regime beats its starting
-policy, the pilot-best regime, the regimes statistically indistinguishable from it (those are
-the ones worth a validation run), and the response fit's p* with its interval, or its
-fallback. Across conditions: how the best split moves with each condition column (model
+policy, the pilot-best regime with its selection-adjusted interval (simultaneous over the
+condition's regimes: it was picked as the best) and its winner's curse, the regimes not shown worse
+than it (familywise 5%; those are the ones worth a validation run), and the response fit's p* with
+its interval, or its fallback. With one seed per regime nothing is tested ("not testable with one
+seed") unless `race report --assume-seed-sd` supplied the seed term. Across conditions: how the best split moves with each condition column (model
 size, budget, reward system, task, target) while the others are held fixed, and in words
 where the best regime differs between targets.
 """
@@ -49,6 +51,11 @@ def no_gain_sentence(g: pd.DataFrame) -> str | None:
     if g["beats_start"].astype(bool).any():
         return None
     top = g[g["is_best"]].iloc[0]
+    if "testable" in g and not bool(g["testable"].iloc[0]):
+        return (f"Not testable with one seed on {target}: one training run per regime measures no seed noise, "
+                f"so no regime is called ≈ best or better than its start (start {top['start']:.3f}; the "
+                f"highest final score, {top['regime']}, gains {top['gain']:+.3f} on evaluation noise alone). "
+                "Run two or more seeds per regime, or `race report --assume-seed-sd X` to assume the spread.")
     if not np.isfinite(g["gain_ci_lo"].to_numpy(float)).any():
         return (f"No regime can be shown to beat its starting policy on {target}: one seed per regime "
                 f"and no per-item start scores leave every gain without an interval (start "
@@ -70,8 +77,9 @@ def no_gain_sentence(g: pd.DataFrame) -> str | None:
 
 
 def _seed_df(g: pd.DataFrame) -> str:
-    note = str(g["noise"].iloc[0]) if "noise" in g else ""
-    return note.rsplit("(", 1)[-1].split(" df")[0] if "df)" in note else "few"
+    if "seed_df" in g and np.isfinite(g["seed_df"].to_numpy(float)).all():
+        return f"{float(g['seed_df'].min()):.0f}"
+    return "few"
 
 
 def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) -> pd.DataFrame:
@@ -82,9 +90,12 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
         tied = g[g["tied_best"]]
         fit = fits.get(cond)
         learned = bool(g["beats_start"].astype(bool).any()) if "beats_start" in g else False
+        testable = bool(g["testable"].iloc[0]) if "testable" in g else True
         row = {"condition": cond, **{c: best[c] for c in by if c in best}, "target": best["target"],
                "best_regime": best["regime"], "best_mean": best["mean"], "best_ci_lo": best["ci_lo"],
                "best_ci_hi": best["ci_hi"], "best_p_best": best["p_best"],
+               "best_sel_lo": best.get("sel_lo", np.nan), "best_sel_hi": best.get("sel_hi", np.nan),
+               "testable": testable, "pool": best.get("pool", ""),
                "best_start": best.get("start", np.nan), "best_gain": best.get("gain", np.nan),
                "best_gain_ci_lo": best.get("gain_ci_lo", np.nan),
                "best_gain_ci_hi": best.get("gain_ci_hi", np.nan),
@@ -120,8 +131,12 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
 def recommendation_text(rec: pd.Series) -> str:
     """One paragraph per condition, for the terminal and summary.md; it names its target."""
     t = rec["target"]
-    ci = (f" [{rec['best_ci_lo']:.3f}, {rec['best_ci_hi']:.3f}]"
-          if np.isfinite(rec["best_ci_lo"]) else " (no interval: one seed, no per-item scores)")
+    lo, hi = rec.get("best_sel_lo", np.nan), rec.get("best_sel_hi", np.nan)
+    if isinstance(lo, float) and np.isfinite(lo) and rec.get("n_regimes", 1) > 1:  # the winner's interval
+        ci = f" [{lo:.3f}, {hi:.3f}] (simultaneous over the {rec['n_regimes']} regimes, as it was picked as the best)"
+    else:
+        ci = (f" [{rec['best_ci_lo']:.3f}, {rec['best_ci_hi']:.3f}]"
+              if np.isfinite(rec["best_ci_lo"]) else " (no interval: one seed, no per-item scores)")
     gain = ""
     if np.isfinite(rec.get("best_gain", np.nan)):
         gci = (f" [{rec['best_gain_ci_lo']:+.3f}, {rec['best_gain_ci_hi']:+.3f}]"
@@ -135,7 +150,8 @@ def recommendation_text(rec: pd.Series) -> str:
     s += (f" {rec['best_regime']} (p = {rec['best_p']:.3f}{split}), {t} {rec['best_mean']:.3f}{ci}{gain}, "
           f"best in {100 * rec['best_p_best']:.0f}% of draws")
     if not rec.get("seed_noise", True) and np.isfinite(rec["best_ci_lo"]):
-        s += " (intervals cover evaluation noise only: one seed per regime)"
+        s += (" (intervals cover evaluation noise only: one seed per regime; ≈ best and > start not testable "
+              "with one seed)")
     s += ". "
     drop = rec.get("expected_drop", np.nan)
     if rec.get("learned") and isinstance(drop, float) and np.isfinite(drop) and rec["n_regimes"] > 1:
@@ -144,11 +160,14 @@ def recommendation_text(rec: pd.Series) -> str:
     if rec.get("learned") and rec.get("n_beat_start", 0) < rec["n_regimes"]:
         s += f"{rec['n_beat_start']} of {rec['n_regimes']} regimes beat their start. "
     if rec["n_tied"] > 1:
-        s += f"{rec['n_tied'] - 1} other regime(s) are statistically indistinguishable from it. "
+        s += f"{rec['n_tied'] - 1} other regime(s) are not shown worse than it (familywise 5%). "
     if isinstance(rec.get("fit_text"), str):
         s += rec["fit_text"] + " "
     if rec.get("learned"):
         s += f"Worth validating for {t}: {rec['validate']}."
+    elif not rec.get("testable", True):
+        s += (f"Not testable with one seed for {t}: run two or more seeds per regime (or assume the spread with "
+              "`race report --assume-seed-sd X`) before choosing what to validate.")
     else:
         s += (f"Nothing is worth validating for {t} until a regime beats its start: give the jobs "
               "more budget or an easier task, or score more evaluation items.")
@@ -195,8 +214,8 @@ def target_differences(rec: pd.DataFrame, ranking: pd.DataFrame, by: list[str]) 
         real = [(a, bests[b]) for a in bests for b in bests if a != b and bests[b] not in tied[a]]
         verdict = ("a real difference: " + "; ".join(f"on {a}, {r} is distinguishably worse than "
                                                      f"{bests[a]}" for a, r in real) if real else
-                   "within noise: each target's best regime is statistically indistinguishable "
-                   "from the best on the others")
+                   "within noise: each target's best regime is not shown worse than the best on the "
+                   "others (familywise 5%)")
         out.append(f"{where}: the best regime differs between targets ({listing}), {verdict}.")
     return out
 

@@ -1,4 +1,6 @@
-"""Intervals that include training (seed) noise, and familywise decisions (no I/O, numpy only).
+"""The per-condition noise model the validation comparison still uses (race_cli/report/validation.py,
+race_cli/plan/validate.py); the report's ranking uses race_cli/stats, where this is headed. Its t
+functions are scipy's (race_cli/stats/quantiles.py).
 
 One condition's jobs form a table: regime r has n_r seeds, each scored on the same n items
 (paired across regimes). Within a regime the per-item score of seed s on item i is modelled
@@ -19,8 +21,8 @@ over the condition's regimes* that have two or more seeds — a two-seed regime 
 degree of freedom — so even a one-seed regime of a condition with replicated regimes gets the
 seed term. Any contrast of regime means (a gap best − other, best − control) gets the same
 treatment with the items paired: var_i(contrast of item means)/n + seed term × Σ c_r²/n_r.
-Intervals are t intervals with Satterthwaite's degrees of freedom (the seed mean square's few
-degrees of freedom dominate with two seeds). Without per-item scores the table has one column
+Intervals scale each part by the t quantile at its own degrees of freedom (Banerjee's combination),
+summarised as one effective df. Without per-item scores the table has one column
 (n = 1) and everything comes from the seeds. With one seed everywhere there is no seed term:
 the interval covers evaluation noise only, and the caller must say so.
 
@@ -45,74 +47,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from race_cli.stats import quantiles as _q
+
 ALPHA = 0.05
 
 
-# --- Student's t without scipy ------------------------------------------------------------
+# --- Student's t: scipy's (race_cli/stats/quantiles.py) ------------------------------------------
 
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularised incomplete beta (Lentz; Numerical Recipes 6.4)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 3e-14:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(lbt) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with df > 0 degrees of freedom (df = inf: the normal)."""
-    if not math.isfinite(df) or df > 1e7:
-        return 0.5 * math.erfc(-t / math.sqrt(2.0))
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
-
-
-def t_quantile(q: float, df: float) -> float:
-    """The q-quantile of Student's t (bisection on t_cdf; |error| < 1e-10)."""
-    if not 0.0 < q < 1.0:
-        raise ValueError(f"quantile level {q} is not in (0, 1)")
-    if q < 0.5:
-        return -t_quantile(1.0 - q, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < q:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < q:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-10:
-            break
-    return 0.5 * (lo + hi)
+t_quantile = _q.t_quantile  # (level, df)
+t_cdf = lambda t, df: 1.0 - _q.t_sf(t, df)  # noqa: E731  P(T <= t)
 
 
 # --- variance components of one condition -------------------------------------------------
@@ -176,7 +119,7 @@ def noise_of(codes: np.ndarray, table: np.ndarray, n_reg: int | None = None) -> 
 
 
 def contrast_se(noise: Noise, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Standard error and Satterthwaite degrees of freedom of contrasts of regime means.
+    """Standard error and effective degrees of freedom (Banerjee) of contrasts of regime means.
 
     c [K, R] contrast weights (a row e_r is regime r's mean; e_a − e_b a paired gap). Returns
     (se [K], df [K]); df = inf when the item part alone is known exactly, nan se when there is
@@ -197,7 +140,7 @@ def contrast_se(noise: Noise, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # B the seed part with its residual: always positive, never clipped below the seed level
         item = np.maximum(a - e, 0.0)
         v = item + b
-        # degrees of freedom: the modified-large-sample combination (Graybill & Wang) — each
+        # degrees of freedom: Banerjee's combination — each
         # part scaled by its own t quantile, sqrt(t_a² I + t_s² B) — expressed as the df whose
         # t quantile gives the same 95% half-width. Satterthwaite's estimate undercovered with
         # two seeds (0.927 measured), as it grows exactly when B is drawn small.
@@ -235,22 +178,11 @@ def mls_quantile(noise: Noise, c: np.ndarray, level: float) -> np.ndarray:
     return np.where(v > 0, q, ta if n > 1 else ts)
 
 
-_T975_DF = np.geomspace(0.5, 1e5, 600)
-_T975 = None
-
-
 def _t975(df: float) -> float:
-    return 1.959963984540054 if not math.isfinite(df) else t_quantile(0.975, df)
+    return _q.t_quantile(0.975, df)
 
 
-def _df_for_t975(q: np.ndarray) -> np.ndarray:
-    """The degrees of freedom whose 97.5% t quantile is q (interpolated in log df; inf at the normal's)."""
-    global _T975
-    if _T975 is None:
-        _T975 = np.array([t_quantile(0.975, d) for d in _T975_DF])
-    q = np.asarray(q, float)
-    df = np.exp(np.interp(-q, -_T975, np.log(_T975_DF)))  # _T975 falls as df grows
-    return np.where(q <= _T975[-1], math.inf, df)
+_df_for_t975 = _q.df_for_t975
 
 
 def t_interval(est: np.ndarray, se: np.ndarray, df: np.ndarray, level: float = 0.95,
