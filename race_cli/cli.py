@@ -272,18 +272,25 @@ def report(
     at_budget: Optional[str] = typer.Option(None, "--at-budget", help="Predict every regime's score and the "
                                             "ranking at this budget from its compute curve: FLOPs (2.4e12) or a "
                                             "multiple of each condition's budget (3x)."),
+    full: bool = typer.Option(False, "--full", help="Print the whole report here after the findings (rankings, "
+                              "joint comparison, frontier, ...); by default the console shows the findings only. "
+                              "The files always hold everything."),
     assume_seed_sd: Optional[float] = typer.Option(None, "--assume-seed-sd", help="With one seed per regime: "
                                                    "the seed spread to assume (e.g. 0.02), so that ≈ best and "
                                                    "> start can be tested; the report says it was assumed."),
 ) -> None:
     """Rank the compute-allocation regimes of finished sweeps, with intervals, fits and plots.
 
+    Opens with the findings: per target and condition the winner or "not separated", the model-size and
+    feedback answers, the race validate command, and what would settle each open call. --full prints the
+    rest here too; summary.md always has all of it.
+
     A pilot grid is a diagnostic, not a promise of held-out gains: validate the named regimes.
     """
     from race_cli.report.command import report as report_main
 
     raise typer.Exit(report_main(list(sweep_dirs), target=target, by=by or None, fmt=fmt.value, out=out,
-                                 plots=plots, bootstrap=bootstrap, seed=seed, at_budget=at_budget,
+                                 plots=plots, bootstrap=bootstrap, seed=seed, at_budget=at_budget, full=full,
                                  assume_seed_sd=assume_seed_sd))
 
 
