@@ -272,12 +272,12 @@ def report(
     at_budget: Optional[str] = typer.Option(None, "--at-budget", help="Predict every regime's score and the "
                                             "ranking at this budget from its compute curve: FLOPs (2.4e12) or a "
                                             "multiple of each condition's budget (3x)."),
-    full: bool = typer.Option(False, "--full", help="Print the whole report here after the findings (rankings, "
-                              "joint comparison, frontier, ...); by default the console shows the findings only. "
-                              "The files always hold everything."),
     assume_seed_sd: Optional[float] = typer.Option(None, "--assume-seed-sd", help="With one seed per regime: "
                                                    "the seed spread to assume (e.g. 0.02), so that ≈ best and "
                                                    "> start can be tested; the report says it was assumed."),
+    full: bool = typer.Option(False, "--full", help="Print the whole report here after the findings (rankings, "
+                              "joint comparison, frontier, ...); by default the console shows the findings only. "
+                              "The files always hold everything."),
 ) -> None:
     """Rank the compute-allocation regimes of finished sweeps, with intervals, fits and plots.
 
@@ -414,6 +414,10 @@ def _os_error_message(exc: OSError) -> tuple[str, int]:
     import errno
 
     name = errno.errorcode.get(exc.errno or 0, "")
+    if name in ("ENOSPC", "EDQUOT"):  # the one message for a full disk (race_cli/io.py), whoever was writing
+        from race_cli.io import disk_full_message
+
+        return disk_full_message(exc), 1
     where = exc.filename if exc.filename is not None else "a file"
     hints = {"ENOSPC": "free some space, then rerun the same command (it resumes)",
              "EDQUOT": "free some space, then rerun the same command",

@@ -246,6 +246,53 @@ def open_append(path: str | os.PathLike, mode: int | None = None):
     return os.fdopen(fd, "ab")
 
 
+# --- disk full: one OSError, one message, whichever library was writing ------------------------
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)  # the machine, not the command line
+
+
+def os_error_from(exc: BaseException, path: str | os.PathLike | None = None) -> OSError | None:
+    """The OSError a library's own exception stands for, or None: safetensors (and peft's
+    save_pretrained through it) reports a full disk as SafetensorError('... os error 28' /
+    'Os { code: 28, ...'), other writers as '[Errno 28] ...' inside their message."""
+    import re
+
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc
+    m = re.search(r"os error (\d+)|Os \{ code: (\d+)|\[Errno (\d+)\]", str(exc))
+    code = int(next(g for g in m.groups() if g)) if m else None
+    if code in DISK_ERRNOS:
+        return OSError(code, os.strerror(code), None if path is None else str(path))
+    return None
+
+
+class disk_errors:
+    """`with disk_errors(path):` around a library's writes: an exception that stands for a full (or
+    failing) disk leaves as the OSError it is, so every write path ends in `disk_full_message`."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = path
+
+    def __enter__(self) -> "disk_errors":
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or (isinstance(exc, OSError) and exc.errno is not None) or not isinstance(exc, Exception):
+            return False
+        err = os_error_from(exc, self.path)
+        if err is None:
+            return False
+        raise err from None
+
+
+def disk_full_message(exc: OSError, where: str | os.PathLike | None = None, kept: str = "",
+                      then: str = "") -> str:
+    """The one message for a full disk (ENOSPC, EDQUOT) wherever it happens: what, where, what to do."""
+    where = where if where is not None else (exc.filename or "a file")
+    return (f"the disk is full ({exc.strerror or os.strerror(exc.errno or errno.ENOSPC)}) while writing {where}"
+            f"{'; ' + kept if kept else ''}. Free some space, then rerun the same command{then}.")
+
+
 def fsync_file(path: str | os.PathLike) -> None:
     """Make a file's (or folder's) written bytes durable, e.g. after appends made with durable=False."""
     fd = os.open(path, os.O_RDONLY)

@@ -928,3 +928,165 @@ def test_a_job_config_linked_to_dev_zero_does_not_hang_race_run(tmp_path):
     with pytest.raises(RaceError, match="config.yaml is a symbolic link"):
         run_main([], sweep_dir=sweep, workers=1, report=False, live=False, job_command=fake_command, say=lambda m: None)
     assert snapshot(tmp_path) == before
+
+
+# --- a full disk on every write path: one message (issue 36) --------------------------------------
+
+SAFETENSORS_FULL = ('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                    'message: "No space left on device" })')  # what safetensors (and peft through it) raises
+
+
+def _job_message(exc: OSError, job_dir: Path) -> str:
+    """What a job prints for `exc` (Job._os_error, without building a job)."""
+    from race_cli.engine.job import Job
+
+    fake = Job.__new__(Job)
+    fake.job_dir = job_dir
+    return Job._os_error(fake, exc)
+
+
+def _need_dev_full() -> None:
+    """/dev/full (every write fails with ENOSPC) as a character device; opened for writing only, never
+    renamed over (an atomic write onto it would replace the device with a file)."""
+    import stat
+
+    if not (os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode)):
+        pytest.skip("no /dev/full character device on this machine")
+
+
+class _LoraLike:
+    """A model whose save_pretrained fails as peft's (adapter) or transformers' (full weights) does on a full disk."""
+
+    def __init__(self):
+        import torch
+
+        self.w = torch.nn.Parameter(torch.zeros(2))
+
+    def save_pretrained(self, path):
+        from safetensors import SafetensorError
+
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "adapter_config.json").write_text("{}")  # half a folder, as a real save leaves it
+        raise SafetensorError(SAFETENSORS_FULL)
+
+    def named_parameters(self):
+        return [("w", self.w)]
+
+
+def test_every_checkpoint_write_path_ends_in_the_disk_full_message(tmp_path, monkeypatch):
+    """adapter / full weights (save_pretrained through safetensors), trainable weights (safetensors),
+    optimizer and RNG (torch.save): each full disk leaves as OSError(ENOSPC), nothing half-written,
+    and the job's message is the one message."""
+    import errno
+
+    import torch
+
+    from race_cli.engine import checkpoint as ckpt_io
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+    cases = {}
+    # 1. adapter (LoRA) and 2. full weights: the same call, model.save_pretrained
+    with pytest.raises(OSError) as err:
+        ckpt_io.save(tmp_path / "a", model=_LoraLike(), optimizer=opt, scheduler=sched, state={"iteration": 1})
+    cases["adapter"] = err.value
+    # 3. trainable weights through safetensors' save_file
+    import safetensors.torch
+
+    monkeypatch.setattr(safetensors.torch, "save_file", lambda *a, **k: (_ for _ in ()).throw(
+        __import__("safetensors").SafetensorError(SAFETENSORS_FULL)))
+    with pytest.raises(OSError) as err:
+        ckpt_io._save_safetensors({"w": torch.zeros(2)}, tmp_path / "t.safetensors")
+    cases["trainable"] = err.value
+    # 4. optimizer state through torch.save: /dev/full is a real full disk (given a path, torch said RuntimeError)
+    _need_dev_full()
+    with pytest.raises(OSError) as err:
+        ckpt_io._save_torch({"optimizer": opt.state_dict()}, Path("/dev/full"))
+    cases["optimizer"] = err.value
+    for name, exc in cases.items():
+        assert exc.errno == errno.ENOSPC, (name, exc)
+        msg = _job_message(exc, tmp_path / "a")
+        assert msg.startswith("the disk is full (No space left on device) while writing "), (name, msg)
+        assert "Free some space, then rerun the same command: the job resumes from its last checkpoint." in msg
+    assert not list((tmp_path / "a").glob(".checkpoint*")) and not (tmp_path / "a" / "checkpoint").exists()
+
+
+def test_metrics_and_report_files_on_a_full_disk_end_in_the_same_message(tmp_path, capsys, monkeypatch):
+    """metrics.jsonl appends (a real ENOSPC from /dev/full) and report files (atomic writes): one message."""
+    import errno
+
+    import race_cli.io as io_mod
+    from race_cli.cli import _os_error_message
+
+    _need_dev_full()
+    monkeypatch.setattr(io_mod, "open_append", lambda path, mode=None: open("/dev/full", "ab"))
+    with pytest.raises(OSError) as err:
+        io_mod.append_jsonl(tmp_path / "metrics.jsonl", [{"iteration": 0}])
+    assert err.value.errno == errno.ENOSPC
+    assert _job_message(err.value, tmp_path).startswith("the disk is full (No space left on device) while writing")
+    monkeypatch.undo()
+
+    from report_fixtures import build_sweep
+
+    sweep = build_sweep(tmp_path / "runs" / "s", seeds=(0, 1), n_items=40, iterations=4)
+
+    def full(path, *a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    import race_cli.report.command as report_cmd
+
+    monkeypatch.setattr(report_cmd, "atomic_write_text", full)
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(sweep), "--no-plots", "--out", "rep")
+    assert code == 1, text
+    msg, exit_code = _os_error_message(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "X"))
+    assert exit_code == 1 and msg == "the disk is full (No space left on device) while writing X. Free some space, " \
+                                     "then rerun the same command."
+    assert "the disk is full (No space left on device) while writing" in text and "Free some space" in text, text
+    assert "Traceback" not in text
+
+
+def test_a_lora_job_whose_disk_fills_at_a_checkpoint_says_so_and_resumes_exactly(tmp_path, capsys, monkeypatch):
+    """peft's save_pretrained raising SafetensorError(os error 28) at the second checkpoint: exit 1, the
+    disk-full message, no traceback; with space again, the same command resumes, and metrics and ledger
+    equal an uninterrupted run's."""
+    import peft
+
+    from test_job import build_model, overrides
+
+    model = build_model(tmp_path / "model")
+    ov = overrides(model, **{"checkpoint.every": 1, "budget.max_iterations": 3})
+    assert "lora.enabled=false" not in ov  # the default: LoRA
+    code, text = cli(monkeypatch, capsys, tmp_path, "train", *ov, "--out", "whole")
+    assert code == 0, text
+
+    real = peft.PeftModel.save_pretrained
+    calls = {"n": 0}
+
+    def fills(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second checkpoint: the first one stays complete
+            from safetensors import SafetensorError
+
+            raise SafetensorError(SAFETENSORS_FULL)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(peft.PeftModel, "save_pretrained", fills)
+    code, text = cli(monkeypatch, capsys, tmp_path, "train", *ov, "--out", "cut")
+    assert code == 1, text
+    assert "the disk is full (No space left on device)" in text and "Free some space, then rerun" in text, text
+    assert "Traceback" not in text and "SafetensorError" not in text
+    assert not list((tmp_path / "cut").glob(".checkpoint.tmp-*"))
+    monkeypatch.setattr(peft.PeftModel, "save_pretrained", real)
+    code, text = cli(monkeypatch, capsys, tmp_path, "train", *ov, "--out", "cut")
+    assert code == 0, text
+
+    def metrics(job):
+        rows = [json.loads(line) for line in (tmp_path / job / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+    def ledger(job):
+        doc = json.loads((tmp_path / job / "ledger.json").read_text())
+        return {k: v for k, v in doc["actual"].items() if k not in ("seconds",)}
+
+    assert metrics("cut") == metrics("whole")
+    assert ledger("cut")["flops"] == ledger("whole")["flops"] and ledger("cut")["tokens"] == ledger("whole")["tokens"]

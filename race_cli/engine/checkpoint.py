@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from race_cli.io import _fsync_dir, dumps, read_json
+from race_cli.io import _fsync_dir, disk_errors, dumps, read_json
 
 NAME, OLD, TMP_PREFIX = "checkpoint", ".checkpoint.old", ".checkpoint.tmp-"
 
@@ -56,31 +56,22 @@ def _fsync_tree(folder: Path) -> None:
 
 
 def _save_torch(obj: Any, path: Path) -> None:
-    """torch.save, separated so a test can make the disk 'full' half-way through a checkpoint."""
+    """torch.save, separated so a test can make the disk 'full' half-way through a checkpoint. It writes
+    through a Python file: given a path, torch reports a full disk as RuntimeError('unexpected pos ...'),
+    through a file object as the OSError(ENOSPC) it is."""
     import torch
 
-    torch.save(obj, path)
+    with open(path, "wb") as f:
+        torch.save(obj, f)
 
 
 def _save_safetensors(tensors: dict, path: Path) -> None:
     """safetensors' save_file; its own error for a full disk ("os error 28") becomes the OSError it is,
     so the job's message says what to do (free space) instead of naming a library error."""
-    import errno
-
     from safetensors.torch import save_file
 
-    try:
+    with disk_errors(path):  # SafetensorError is not an OSError
         save_file(tensors, str(path))
-    except OSError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - SafetensorError is not an OSError
-        import re
-
-        m = re.search(r"os error (\d+)|Os \{ code: (\d+)", str(exc))  # its Display / Debug of the io::Error
-        code = int(m.group(1) or m.group(2)) if m else None
-        if code in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
-            raise OSError(code, os.strerror(code), str(path)) from None
-        raise
 
 
 def rng_state() -> dict:
@@ -145,7 +136,8 @@ def save(job_dir: Path, *, model: Any, optimizer: Any, scheduler: Any, state: di
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
-        model.save_pretrained(str(tmp / "adapter"))
+        with disk_errors(tmp / "adapter"):  # peft / transformers write through safetensors: its error for a full disk
+            model.save_pretrained(str(tmp / "adapter"))
         trainable = {n: p.detach().cpu().contiguous().clone() for n, p in model.named_parameters() if p.requires_grad}
         _save_safetensors(trainable, tmp / "trainable.safetensors")
         _save_torch({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optim.pt")
@@ -336,6 +328,11 @@ def publish_adapter(ckpt_path: Path, job_dir: Path) -> Path:
     tmp, dest, old = job_dir / ".adapter.tmp", job_dir / "adapter", job_dir / ".adapter.old"
     for p in (tmp, old):
         shutil.rmtree(p, ignore_errors=True)
-    shutil.copytree(ckpt_path / "adapter", tmp)
-    _fsync_tree(tmp)
+    try:
+        with disk_errors(tmp):  # copytree gathers its errors in shutil.Error (no errno): the full disk is named
+            shutil.copytree(ckpt_path / "adapter", tmp)
+        _fsync_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return _swap_in(tmp, dest, old)

@@ -685,8 +685,9 @@ class Job:
         kept = ("files already written, including the last complete checkpoint, are intact" if have else
                 "files already written are intact (the job has no checkpoint yet)")
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return (f"the disk is full ({exc.strerror}) while writing {where}; {kept}. Free some space, then rerun "
-                    "the same command: the job resumes from its last checkpoint.")
+            from race_cli.io import disk_full_message
+
+            return disk_full_message(exc, where, kept, then=": the job resumes from its last checkpoint")
         if exc.errno == errno.ELOOP:
             return (f"{where} is a symbolic link: race never writes through links in a job folder; {kept}. Remove "
                     "the link, then rerun.")
