@@ -405,7 +405,7 @@ def test_each_note_sits_under_its_own_condition(tmp_path, capsys):
         noted = {c.split()[0] for c, v in rec["no_gain"].items() if v}
         assert noted == {"model=tiny-s"}  # the sweep's truth: only tiny-s's start is out of reach
         heads = {m: f"model={m} budget_flops=" for m in ("tiny-m", "tiny-s")}
-        text = buf.getvalue().split("joint comparison")[0]  # the rankings' part
+        text = buf.getvalue().split("joint comparison: every model")[0]  # the findings and the rankings
         assert _note_owner(text.splitlines(), heads) == ["tiny-s"], text
         md = (tmp_path / f"r{width}" / "summary.md").read_text().split("## Joint")[0]
         md_heads = {m: f"#### model={m} " for m in heads}

@@ -61,8 +61,14 @@ def short_label(g: pd.DataFrame, varying: list[str]) -> str:
     parts = []
     for c in varying:
         v = r.get(c)
-        parts.append(f"{_num(v):.3g}" if c == "budget_flops" else str(v))
+        parts.append(f"{_num(v):.3g}" if c == "budget_flops" else _short(v))
     return " ".join(parts) or str(r.get("condition", ""))
+
+
+def _short(v: Any) -> str:
+    """'prm:tiny-prm' -> 'tiny-prm' (the reward model's name says it is one)."""
+    text = str(v)
+    return text.split(":", 1)[1] if text.startswith("prm:") else text
 
 
 def _varying(ranking: pd.DataFrame) -> list[str]:
@@ -212,9 +218,9 @@ def _joint_line(sent: pd.DataFrame, target: str, questions: tuple[str, ...], wha
             winner = r.get("winner")
             verdict = (f"{winner} ahead" if isinstance(winner, str) and winner else
                        "not tested (its gate)" if str(r.get("gate", "")) == "not tested" else "not separated")
-            scope = "per allocation" if "matched" in q else "best vs best"
-            return (f"{what}, {scope}: {r['a']} − {r['b']} {_signed(r['diff'])} [{_signed(r['ci_lo'])}, "
-                    f"{_signed(r['ci_hi'])}], {verdict}")
+            scope = "" if "matched" in q else " (best vs best)"  # allocation by allocation: the legend says it
+            return (f"{what}{scope}: {_short(r['a'])} − {_short(r['b'])} {_signed(r['diff'])} "
+                    f"[{_signed(r['ci_lo'])}, {_signed(r['ci_hi'])}], {verdict}")
     return None
 
 
@@ -259,7 +265,7 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
 
 
 LEGEND = ("gap: best − runner-up (≥ its familywise lower bound); N seeds: per regime, for 80% power to "
-          "separate that gap.")
+          "separate that gap; size, feedback: the joint comparison's mean difference at the same G, μ.")
 
 
 def _job_seconds(jobs: pd.DataFrame) -> dict[str, float]:
