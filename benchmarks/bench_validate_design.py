@@ -141,6 +141,9 @@ def run_scenario(name: str, kind: str, control: str, gap: float | None, reuse: b
     rows = []
     while len(rows) < n:
         rows += run_sweep(rng, kind, control, gap, reuse)
+        if len(rows) % 200 == 0:  # progress, to stderr: conditions so far and the share confirmed
+            print(f"  {name}: {len(rows)} conditions, confirmed {np.mean([r['verdict'] == V.CONFIRMED for r in rows]):.3f}",
+                  file=sys.stderr, flush=True)
     rows = rows[:n]
     conf = np.array([r["verdict"] == V.CONFIRMED for r in rows])
     seeds = np.array([r["seeds"] for r in rows])

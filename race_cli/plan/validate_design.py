@@ -145,7 +145,7 @@ def plan_seeds(noise: Any, regimes: list[str], best: str, ctl: str, n_validated:
     i, j = regimes.index(best), regimes.index(ctl)
     pp = pair_parts(noise, i, j)
     point = noise.point
-    draws = draws_of(noise, 2000, np.random.default_rng(0))
+    draws = draws_of(noise, 1000, np.random.default_rng(0))
     observed = float((1.0 if maximize else -1.0) * (point[i] - point[j]))
     _, bias, _ = VP.shrunk_gap(point, draws, maximize, second=control)  # lowest: the same, best − lowest
     target_gap = float(gap) if gap is not None else max(0.0, observed - bias)

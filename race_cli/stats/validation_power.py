@@ -43,7 +43,7 @@ ALPHA = 0.025  # one-sided level of CONFIRMED: the lower end of a two-sided 95% 
 DEFAULT_POWER = 0.8
 DEFAULT_MAX_SEEDS = 8  # per validated regime: 8 conditions × 2 regimes × 8 seeds = 128 jobs at most
 MIN_SEEDS = 2  # one seed per regime has no seed variance: no verdict (see report/validation.py)
-N_SIM = 20000  # simulated validations per power (binomial sd near 0.8: 0.003)
+N_SIM = 4000  # simulated validations per power (binomial sd near 0.8: 0.006), as stats/power.py
 
 
 # --- the test (the report's) ---------------------------------------------------------------------
