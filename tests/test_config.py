@@ -118,3 +118,52 @@ def test_schema_defaults_equal_conf_config_yaml():
     # and what a job gets with no overrides is that value too (grid=none: no grid axes)
     cfg = OmegaConf.to_container(compose(["grid=none"]), resolve=True)
     assert {k: v for k, v in _leaves(cfg).items() if k in given} == given
+
+
+# --- issue 36: the fast paths of large sweeps give what Hydra gives ------------------------------------
+
+@pytest.mark.parametrize("text", ["seed=0", "seed=123", "seed=-0", "seed=+5", "+seed=7", "seed=00", "seed=012",
+                                  "seed=1_000", "grpo.group_size=8", "a.b_c.d=99999999999999999", "seed= 1",
+                                  "seed=1e3", "x-y=3", "seed=" + "9" * 19])
+def test_plain_integer_overrides_parse_as_hydra_parses_them(text):
+    from race_cli.config.sweep import _parse_value, _plain, parse_override
+
+    ov = parse_override(text)
+    expected = (ov.get_key_element().lstrip("+"), _plain(ov.value()))
+    _parse_value.cache_clear()
+    got = _parse_value(text)
+    assert got == expected and type(got[1]) is type(expected[1])
+
+
+def test_jobs_equal_up_to_their_seed_share_one_regime_and_plan_as_if_composed_alone():
+    """build_plan composes and budgets a regime once and gives each seed its own config: every job's
+    config equals its own full composition, and its budget its own solve."""
+    from omegaconf import OmegaConf
+
+    from race_cli.config.compose import compose
+    from race_cli.cost.budget import plan_budget
+    from race_cli.plan.build import build_plan
+
+    plan = build_plan(["grid=none", "grpo.group_size=4,8", "seed=0,7"])
+    assert len(plan.jobs) == 4
+    for job in plan.jobs:
+        alone = OmegaConf.to_container(compose(job.overrides), resolve=True)
+        assert job.config == alone, job.overrides
+        assert plan_budget(alone, job.backend).ledger() == job.budget.ledger()
+    seeds = sorted((j.config["grpo"]["group_size"], j.config["seed"]) for j in plan.jobs)
+    assert seeds == [(4, 0), (4, 7), (8, 0), (8, 7)]
+
+
+def test_a_large_plan_says_how_far_it_is():
+    from race_cli.plan.build import PROGRESS_JOBS, _Progress
+
+    lines: list[str] = []
+    p = _Progress(PROGRESS_JOBS + 2000, lines.append)
+    p.last = -10.0  # as if the last line were long ago
+    for _ in range(PROGRESS_JOBS + 2000):
+        p.tick()
+        p.last = min(p.last, -10.0)
+    p.done()
+    assert lines[0].startswith(f"\rplanning {PROGRESS_JOBS + 2000} jobs: ") and "%" in lines[0]
+    assert lines[-1].startswith(f"\rplanned {PROGRESS_JOBS + 2000} jobs in ")
+    assert _Progress(100, lines.append).on is False

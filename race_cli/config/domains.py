@@ -285,15 +285,21 @@ def _flat() -> list[tuple[str, tuple[str, ...], Domain]]:
     return _CACHE["flat"]
 
 
+def _flat_by_key(keys: set[str]) -> list[tuple[str, tuple[str, ...], Domain]]:
+    if "index" not in _CACHE:
+        _CACHE["index"] = {k: (k, parts, dom) for k, parts, dom in _flat()}
+    index = _CACHE["index"]
+    return [index[k] for k in keys if k in index]
+
+
 def field_problems(cfg: Any, keys: Optional[set[str]] = None) -> list[str]:
     """Every field of `cfg` (a plain dict or an OmegaConf DictConfig) checked against its domain.
 
     `keys`: check only these dotted keys (and nothing under a null or missing section)."""
     problems: list[str] = []
     null_sections: list[tuple[str, ...]] = []
-    for key, parts, dom in _flat():
-        if keys is not None and key not in keys:
-            continue
+    flat = _flat() if keys is None else [e for e in _flat_by_key(keys)]
+    for key, parts, dom in flat:
         if any(parts[: len(s)] == s for s in null_sections):
             continue
         node, missing = cfg, False
