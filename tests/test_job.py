@@ -134,6 +134,7 @@ def test_job_writes_the_documented_files(model_dir, tmp_path):
 
     summary = read_json(job / "summary.json")
     assert summary["state"] == "done" and summary["knobs"] == {"group_size": 4, "updates_per_batch": 1,
+                                                                "update_group_size": 4,  # m = G: no down-sampling
                                                                 "prompts_per_iter": 2, "iterations": 3}
     assert summary["condition"] == {"model": "tiny-rand", "budget_flops": 1e12, "reward": "rule", "task": "arithmetic"}
     assert summary["overrides"] == ov and summary["seed"] == 0
