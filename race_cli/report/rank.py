@@ -40,7 +40,7 @@ import pandas as pd
 
 from race_cli.report.table import CONDITION_COLS, SweepData
 
-SHORT = {"group_size": "G", "updates_per_batch": "μ", "prompts_per_iter": "B",
+SHORT = {"group_size": "G", "updates_per_batch": "μ", "update_group_size": "m", "prompts_per_iter": "B",
          "budget_flops": "C", "model": "model", "reward": "reward"}
 
 
