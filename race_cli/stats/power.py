@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from race_cli.stats.decisions import ALPHA, holm_above, worse_than_best
-from race_cli.stats.variance import Parts
+from race_cli.stats.variance import HETERO_DF, Parts
 
 POWER = 0.80
 N_SIM = 2000  # simulated pilots per effect size (binomial sd of a power near 0.8: 0.009)
@@ -52,7 +52,8 @@ class Design:
     def df_seed(self) -> float:
         if self.seeds < 2:
             return math.inf if self.assumed_seed_sd is not None else 0.0
-        return float(self.pool_df) if self.pool_df is not None else float(self.regimes * (self.seeds - 1))
+        pool = float(self.pool_df) if self.pool_df is not None else float(self.regimes * (self.seeds - 1))
+        return 1.0 / (1.0 / pool + 1.0 / HETERO_DF)  # as stats/variance.moderate gives a pooled regime
 
     def resid(self) -> float:
         """Per-item, per-job evaluation residual variance that does not cancel between two jobs."""
