@@ -2,7 +2,7 @@
 
     python benchmarks/bench_report.py [--jobs 5000] [--items 200] [--repeats 5] [--plots]
     python benchmarks/bench_report.py --conditions 834 --sweep-dir /tmp/sweep834 \
-        --trees /work/base /work/main [--runs 3] [--profile]
+        --trees /work/base /work/main [--runs 3] [--profile] [--read-only]
 
 Builds the sweep once (tests/report_fixtures.py: 50 conditions × 20 regimes × 5 seeds by
 default, 200 per-item scores per job), then runs reading, ranking (1000 bootstrap draws),
@@ -19,7 +19,7 @@ summary, ledger, metrics, and the sweep's plan.json), then runs `race report SWE
 alternating the trees `runs` times, and prints every wall time and the median per tree. With
 --profile it also runs each tree once under cProfile and prints the top functions by own time
 and the cumulative time of the stages named in issue 32 (bounded JSON reads, job identity,
-statistics, console rendering).
+statistics, console rendering). --read-only times the reader alone (`read_sweeps`, same alternation).
 """
 
 from __future__ import annotations
@@ -136,9 +136,15 @@ def make_scale_sweep(root: Path, n_conditions: int, n_regimes: int, n_seeds: int
     return root
 
 
+READ_ONLY = "import sys; from race_cli.report.table import read_sweeps; read_sweeps([sys.argv[1]])"
+READ_ONLY_STAGE = False  # --read-only: time the reader (read_sweeps) alone, not the whole command
+
+
 def _report_cmd(tree: Path, sweep: Path, out: Path, prof: Path | None) -> tuple[list[str], dict]:
     env = dict(os.environ, PYTHONPATH=str(tree), COLUMNS="160")
     run = ["-m", "cProfile", "-o", str(prof)] if prof else []
+    if READ_ONLY_STAGE:
+        return [sys.executable, *run, "-c", READ_ONLY, str(sweep)], env
     return [sys.executable, *run, "-m", "race_cli", "report", str(sweep), "--no-plots", "--out", str(out)], env
 
 
@@ -197,6 +203,8 @@ def print_profile(tree: Path, prof: Path, top: int = 10) -> None:
 
 
 def scale_main(a: argparse.Namespace) -> None:
+    global READ_ONLY_STAGE
+    READ_ONLY_STAGE = a.read_only
     sweep = Path(a.sweep_dir)
     if not (sweep / "plan.json").is_file():
         t0 = time.perf_counter()
@@ -205,7 +213,8 @@ def scale_main(a: argparse.Namespace) -> None:
     n_jobs = sum(1 for _ in (sweep / "jobs").iterdir())
     trees = [Path(t).resolve() for t in a.trees]
     print(f"{sweep}: {n_jobs} jobs ({a.conditions} conditions × {a.regimes} regimes × {a.seeds} seeds, "
-          f"{a.items} items); race report SWEEP --no-plots, {a.runs} alternating runs per tree")
+          f"{a.items} items); {'read_sweeps only' if a.read_only else 'race report SWEEP --no-plots'}, "
+          f"{a.runs} alternating runs per tree")
     walls: dict[Path, list[float]] = {t: [] for t in trees}
     cpus: dict[Path, list[float]] = {t: [] for t in trees}
     with tempfile.TemporaryDirectory() as tmp:
@@ -242,6 +251,7 @@ def main() -> None:
     ap.add_argument("--trees", nargs="+", default=[str(ROOT)], help="source trees to time (PYTHONPATH=tree)")
     ap.add_argument("--runs", type=int, default=3, help="alternating runs per tree (with --conditions)")
     ap.add_argument("--profile", action="store_true", help="also one run per tree under cProfile")
+    ap.add_argument("--read-only", action="store_true", help="with --conditions: time read_sweeps alone")
     a = ap.parse_args()
     if a.conditions:
         return scale_main(a)
