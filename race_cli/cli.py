@@ -272,7 +272,7 @@ def report(
     at_budget: Optional[str] = typer.Option(None, "--at-budget", help="Predict every regime's score and the "
                                             "ranking at this budget from its compute curve: FLOPs (2.4e12) or a "
                                             "multiple of each condition's budget (3x)."),
-    assume_seed_sd: Optional[float] = typer.Option(None, "--assume-seed-sd", help="With one seed per regime: "
+    assume_seed_sd: Optional[float] = typer.Option(None, "--assume-seed-sd", min=1e-6, max=0.999, help="With one seed per regime: "
                                                    "the seed spread to assume (e.g. 0.02), so that ≈ best and "
                                                    "> start can be tested; the report says it was assumed."),
     full: bool = typer.Option(False, "--full", help="Print the whole report here after the findings (rankings, "
