@@ -206,7 +206,7 @@ def test_joint_section_is_in_every_output_and_fits_80_columns(joint):
 
 def test_the_cli_through_a_pipe_prints_the_sentences_whole(joint):
     _, _, root = joint
-    p = subprocess.run([sys.executable, "-m", "race_cli", "report", str(root), "--no-plots"],
+    p = subprocess.run([sys.executable, "-m", "race_cli", "report", str(root), "--no-plots", "--full"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     flat = " ".join(p.stdout.split())
