@@ -583,3 +583,6 @@ def test_one_seed_per_regime_gives_no_verdict_unless_a_seed_sd_is_assumed(tmp_pa
     assert c["verdict"] == V.CONFIRMED and "assumed" in c["noise"] and "assumed seed sd" in c["sentence"]
     # the assumed seed sd enters as a job-mean variance of 0.03² per regime: se >= √(2·0.03²)
     assert c["diff_se"] >= 0.03 * np.sqrt(2) - 1e-9
+    # race report --assume-seed-sd passes it on to the validation's test
+    got = run_report([val], plots=False, bootstrap=200, console=_console(), assume_seed_sd=0.03)["validation"]
+    assert got["conditions"][0]["verdict"] == V.CONFIRMED

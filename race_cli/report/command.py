@@ -271,7 +271,7 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
     # --- a validation sweep (race validate wrote provenance.json): did the pilot's call hold?
     from race_cli.report.validation import report_validation
 
-    validation = report_validation(sweep_dirs, data, out_dir, fmt, console, bootstrap, seed)
+    validation = report_validation(sweep_dirs, data, out_dir, fmt, console, bootstrap, seed, assume_seed_sd)
     files += validation["files"] if validation else []
     return {"out_dir": out_dir, "files": files, "ranking": ranking, "recommendations": rec, "frontier": front,
             "findings": flines, "settles": settles,
