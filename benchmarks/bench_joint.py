@@ -3,12 +3,15 @@
     python benchmarks/bench_joint.py                       # 300 conditions per kind and scenario
     python benchmarks/bench_joint.py --conditions 100      # quicker, noisier
     python benchmarks/bench_joint.py --scenario 0.03,2     # one scenario: seed sd, seeds per regime
+    python benchmarks/bench_joint.py --conditions 1000 --in-memory   # >= 1,000 per scenario, no folders
 
 Every simulated joint condition is written as real job folders (tests/report_fixtures.py's writer,
 plus a .hydra/config.yaml naming each model's architecture, so the report knows which is larger) and
 read back by the report's own code (read_sweeps, then the joint section's calls: joint_table,
 model_sizes, joint_compare; `--full-report` runs the whole run_report instead, within-condition rankings
-included, and gets the same sentences); the harness only counts the sentences' verdicts.
+included, and gets the same sentences); `--in-memory` feeds joint_compare the table joint_table would
+build from those folders (the same draws, the same procedure: for 1,000 conditions per scenario in
+minutes rather than hours of folder writing); the harness only counts the sentences' verdicts.
 
 One joint condition: two model sizes (tiny-s and tiny-m shapes) × rule and PRM reward × the default
 grid's three μ, every job scored on the same 200 items, k = 4 sampled completions each, correct with
@@ -35,8 +38,8 @@ Kinds of truth, per scenario:
 
 "any false" counts a joint condition in which some sentence names a side that is not truly ahead by that
 sentence's own comparison (true_difference: best against best, the picked regimes' gains, or the mean over
-matched allocations): the familywise error the report controls (Bonferroni over the condition's claims,
-report/joint.py).
+matched allocations): the familywise error the report controls (the gatekept graph over the condition's
+claims, report/joint.py, stats/gatekeeping.py).
 """
 
 from __future__ import annotations
@@ -89,44 +92,83 @@ def start_of(kind: str, size: str) -> float:
     return 0.40 + SIZE_GAP if (kind == "size" and size == "m") else 0.40
 
 
-def write_condition(jobs: Path, c: int, kind: str, n_seeds: int, seed_sd: float, rng) -> str:
-    """One joint condition (its own task name); returns the task."""
-    import yaml
-
+def draw_condition(c: int, kind: str, n_seeds: int, seed_sd: float, rng):
+    """One joint condition's jobs (its own task name): (task, [job dicts with per-item final and start
+    scores]). The same draws feed the job folders (write_condition) and the in-memory table (table_of)."""
     task = f"{kind}{c:05d}"
     d = rng.uniform(-0.2, 0.2, N_ITEMS)
     h = seed_sd * math.sqrt(3.0)
+    jobs = []
     for size in ("s", "m"):
         dm = d + rng.uniform(-0.05, 0.05, N_ITEMS)
         model = f"{task}-{size}"
         for reward, fb in REWARDS.items():
-            cond = {"model": model, "budget_flops": BUDGET, "reward": reward, "task": task}
             for mu, p in GRID:
                 for s in range(n_seeds):
                     fin = rng.binomial(SAMPLES, truth(kind, size, reward, mu) + dm + rng.uniform(-h, h)) / SAMPLES
                     ini = rng.binomial(SAMPLES, start_of(kind, size) + dm) / SAMPLES
-                    jid = write_job(jobs, cond, Regime(4, mu, p * (1 - fb)), s, {TARGET: fin}, rng, feedback=fb,
-                                    iterations=2, eval_every=2, start={TARGET: ini})
-                    # the model's shapes (its size), and what tells one run from another (the report refuses
-                    # two folders with the same config and seed as a counterfeit second seed)
-                    (jobs / jid / ".hydra" / "config.yaml").write_text(
-                        yaml.safe_dump({"model": {"name": model, "arch": ARCH[size]}, "seed": s, "run": jid}))
+                    jobs.append({"size": size, "model": model, "reward": reward, "fb": fb, "mu": mu, "p": p,
+                                 "seed": s, "fin": fin, "ini": ini})
+    return task, jobs
+
+
+def write_condition(jobs_dir: Path, c: int, kind: str, n_seeds: int, seed_sd: float, rng) -> str:
+    """One joint condition as real job folders; returns the task."""
+    import yaml
+
+    task, jobs = draw_condition(c, kind, n_seeds, seed_sd, rng)
+    aux = np.random.default_rng([c, n_seeds])  # the writer's own draws (metrics), apart from the truth's
+    for j in jobs:
+        cond = {"model": j["model"], "budget_flops": BUDGET, "reward": j["reward"], "task": task}
+        jid = write_job(jobs_dir, cond, Regime(4, j["mu"], j["p"] * (1 - j["fb"])), j["seed"], {TARGET: j["fin"]}, aux,
+                        feedback=j["fb"], iterations=2, eval_every=2, start={TARGET: j["ini"]})
+        # the model's shapes (its size), and what tells one run from another (the report refuses
+        # two folders with the same config and seed as a counterfeit second seed)
+        (jobs_dir / jid / ".hydra" / "config.yaml").write_text(
+            yaml.safe_dump({"model": {"name": j["model"], "arch": ARCH[j["size"]]}, "seed": j["seed"], "run": jid}))
     return task
 
 
+def table_of(task: str, jobs: list[dict]) -> list[dict]:
+    """joint_table's rows for one drawn condition, without the folders (the in-memory harness: the same
+    joint_compare, fed the columns read_sweeps + joint_table would give it)."""
+    ids = [f"{TARGET}-eval-{i}" for i in range(N_ITEMS)]
+    return [{"budget": BUDGET, "task": task, "target": TARGET, "sweep": "mem", "job_id": f"{task}-{k}",
+             "model": j["model"], "reward": j["reward"], "seed": j["seed"], "value": float(j["fin"].mean()),
+             "start_value": float(j["ini"].mean()), "ids": ids, "scores": j["fin"], "start_ids": ids,
+             "start": j["ini"], "share_feedback": j["fb"], "iterations": 2.0, "group_size": 4,
+             "updates_per_batch": j["mu"], "prompts_per_iter": 8} for k, j in enumerate(jobs)]
+
+
+def _linear_params(size: str) -> int:
+    from race_cli.cost.flops import Arch
+
+    a = Arch.from_config(ARCH[size])
+    return int(a.n_body + a.n_head)
+
+
 def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_boot: int,
-                 full_report: bool = False) -> dict:
+                 full_report: bool = False, in_memory: bool = False) -> dict:
     from rich.console import Console
 
     rng = np.random.default_rng([seed, int(seed_sd * 1000), n_seeds])
     root = tmp / f"joint-{seed_sd}-{n_seeds}"
     (root / "jobs").mkdir(parents=True)
-    t0 = time.perf_counter()
-    kinds = {}
+    t0, c0 = time.perf_counter(), time.process_time()
+    kinds, rows, sizes = {}, [], {}
     for kind in ("null", "size", "skewed"):
         for c in range(n):
-            kinds[write_condition(root / "jobs", c, kind, n_seeds, seed_sd, rng)] = kind
-    if full_report:
+            if in_memory:
+                task, jobs = draw_condition(c, kind, n_seeds, seed_sd, rng)
+                rows += table_of(task, jobs)
+                sizes |= {f"{task}-{sz}": _linear_params(sz) for sz in ("s", "m")}
+            else:
+                task = write_condition(root / "jobs", c, kind, n_seeds, seed_sd, rng)
+            kinds[task] = kind
+    if in_memory:
+        joint = J.joint_compare(pd.DataFrame(rows), ["group_size", "updates_per_batch", "prompts_per_iter"],
+                                {TARGET: True}, sizes, n_boot=n_boot, seed=seed)
+    elif full_report:
         res = run_report([root], plots=False, bootstrap=n_boot, console=Console(file=io.StringIO(), width=200))
         joint = res["joint"]
     else:  # the calls run_report makes for its joint section, without the within-condition rankings
@@ -134,6 +176,7 @@ def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_b
         ranked = {TARGET: rankable(data.jobs, TARGET)}
         joint = J.joint_compare(J.joint_table(data, [TARGET], ranked), data.knob_cols, {TARGET: True},
                                 J.model_sizes([root], data.jobs), n_boot=n_boot, seed=seed)
+    cpu = time.process_time() - c0
     s = joint["sentences"]
     s = s[s["question"] != "split"]
     count = {k: {"n": 0, "final": 0, "final_big": 0, "matched": 0, "matched_big": 0, "gain": 0, "feedback": 0,
@@ -155,6 +198,7 @@ def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_b
     rate = lambda k, f: count[k][f] / max(count[k]["n"], 1)
     half = lambda q: float(np.median((s.loc[s["question"] == q, "ci_hi"] - s.loc[s["question"] == q, "ci_lo"]) / 2))
     return {"seed_sd": seed_sd, "n_seeds": n_seeds, "conditions": n, "seconds": time.perf_counter() - t0,
+            "cpu_seconds": cpu,
             "null_final": rate("null", "final"), "null_matched": rate("null", "matched"),
             "null_gain": rate("null", "gain"), "null_feedback": rate("null", "feedback"),
             "null_any": rate("null", "any"),
@@ -241,6 +285,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--full-report", action="store_true",
                     help="read each sweep with the whole run_report (within-condition rankings and fits too: "
                          "the same joint section, ~3x slower)")
+    ap.add_argument("--in-memory", action="store_true",
+                    help="feed joint_compare the table joint_table would read from the folders, without writing "
+                         "them (same draws, same procedure; 1,000 conditions per scenario in minutes)")
     ap.add_argument("--size-gap", type=float, default=SIZE_GAP,
                     help="the size truth's difference (default 0.06; e.g. race plan's detectable figure)")
     a = ap.parse_args(argv)
@@ -249,7 +296,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     results = []
     with tempfile.TemporaryDirectory(prefix="race-joint-") as tmp:
         for sd, k in scen:
-            r = run_scenario(Path(tmp), a.conditions, sd, k, a.seed, a.bootstrap, a.full_report)
+            r = run_scenario(Path(tmp), a.conditions, sd, k, a.seed, a.bootstrap, a.full_report, a.in_memory)
             print(f"scenario seed sd {sd}, {k} seeds: {r['seconds']:.0f} s: {json.dumps(r)}", file=sys.stderr,
                   flush=True)
             results.append(r)

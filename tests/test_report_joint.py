@@ -13,11 +13,23 @@ items, so the seed mean square is 0 and every interval is the item part alone: a
 
 The joint condition makes 10 claims that could name a winner (model size: best against best and
 allocation by allocation, each on final scores and on gains; feedback: both kinds at tiny-m, at tiny-s and
-across sizes), so each claim's two-sided level is 1 − 0.05/10 (Bonferroni: any false winner at most 5%),
-and a best-against-best interval is further widened over the k regimes its side's best was picked from.
-t quantiles (scipy.stats.t.ppf, df 39): 1 − 0.05/(2·10·4) (k = 4 regimes per size), 1 − 0.05/(2·10·2)
-(k = 2 per (size, reward)), 1 − 0.05/(2·10) (allocation by allocation), 1 − 0.05/56 → 3.353410 (≈ best:
-Bonferroni over 28 pairs, the ranking's own family).
+across sizes). They share a familywise 5% by a gatekept graph (stats/gatekeeping.joint_design): size and
+feedback start with α/2 each, on the allocation-by-allocation claim (size; feedback across sizes); a
+rejected claim passes its share on. By hand, in the order the graph rejects:
+
+    size_matched ½ (rejected) → size_final ¼, size_gain_matched ¼
+    feedback_all_matched ½ (rejected) → feedback_matched tiny-m ⅛, tiny-s ⅛, feedback_all ¼
+    size_final ¼ (rejected) → size_gain ¼
+    feedback_matched tiny-s ⅛ (rejected) → feedback tiny-s ⅛
+    feedback tiny-s ⅛ (rejected) → the size pair's entry, already rejected, so on through it:
+        size_gain_matched + ⅛·½, size_gain + ⅛·½ (through size_final): 5/16 each
+    nothing else is rejected; feedback tiny-m (behind feedback_matched tiny-m) is never reached.
+
+A claim at weight w is a two-sided test at level w·α. Allocation by allocation is one contrast: the t
+quantile at 1 − wα/2 (df 39). Best against best is the intersection–union test with Dunnett's
+many-to-one critical value over the k regimes of a side (4 per size, 2 per size and reward) at one-sided
+wα/2; with every seed part zero the contrasts share nothing but items, λ = 0 (q_best integrates it). A claim never reached shows its interval at α/10 for reference.
+≈ best in the joint ranking is the ranking's own REGWQ over the 8 regimes (stats/decisions.py).
 """
 
 from __future__ import annotations
@@ -49,8 +61,28 @@ GRID = {("tiny-m", "rule", 1): 36, ("tiny-m", "rule", 2): 30, ("tiny-m", "prm", 
         ("tiny-s", "rule", 1): 12, ("tiny-s", "rule", 2): 8, ("tiny-s", "prm", 1): 24, ("tiny-s", "prm", 2): 20}
 START = {"tiny-m": 24, "tiny-s": 0}
 N_CLAIMS = 10
-Q_SIZE, Q_FB, Q_MATCHED = (float(t_dist.ppf(1 - 0.05 / (2 * N_CLAIMS * k), N - 1)) for k in (4, 2, 1))
-Q_PAIRS = 3.353409611022939
+WEIGHTS = {("size_matched", None): 1 / 2, ("feedback_all_matched", "across sizes"): 1 / 2, ("size_final", None): 1 / 4,
+           ("size_gain_matched", None): 5 / 16, ("size_gain", None): 5 / 16, ("feedback_matched", "tiny-m"): 1 / 8,
+           ("feedback_matched", "tiny-s"): 1 / 8, ("feedback", "tiny-s"): 1 / 8, ("feedback_all", "across sizes"): 1 / 4,
+           ("feedback", "tiny-m"): 0.0}
+
+
+def q_matched(w: float) -> float:
+    """One contrast at two-sided level w·α: the t quantile at 1 − wα/2."""
+    return float(t_dist.ppf(1 - w * 0.05 / 2, N - 1))
+
+
+def q_best(w: float, k: int) -> float:
+    """Dunnett's many-to-one value at one-sided wα/2 over k arms with λ = 0: k independent normals over one
+    shared χ² denominator (a multivariate t), P(max ≤ c) = E_S[Φ(c·S)^k], S² ~ χ²_39/39 — integrated here
+    with scipy.integrate.quad (Šidák's t.ppf((1 − wα/2)^(1/k)) treats the denominators as independent and
+    is 0.05% wider)."""
+    from scipy import integrate, optimize, stats
+
+    df = N - 1
+    cdf = lambda c: integrate.quad(lambda s: stats.norm.cdf(c * s) ** k * stats.chi.pdf(s * np.sqrt(df), df)
+                                   * np.sqrt(df), 0, np.inf)[0]
+    return float(optimize.brentq(lambda c: cdf(c) - (1 - w * 0.05 / 2), 1.0, 10.0, xtol=1e-10))
 
 
 def first(c: int, n: int = N) -> np.ndarray:
@@ -129,13 +161,19 @@ def test_joint_ranking_orders_every_regime_at_the_budget(joint):
     assert rk.iloc[0]["regime"] == "tiny-m · rule · μ=1" and bool(rk.iloc[0]["is_best"])
     # gains over each regime's own model's start (0.6 for tiny-m, 0 for tiny-s)
     assert list(rk["gain"]) == pytest.approx([0.3, 0.275, 0.15, 0.1, 0.6, 0.5, 0.3, 0.2])
-    # ≈ best, Bonferroni over 28 pairs: best − tiny-m prm μ=2 = 0.2 with d = 1 on items 28..35
-    m, lo, _ = hand_interval(first(36) - first(28), Q_PAIRS)
-    assert m == pytest.approx(0.2) and lo == pytest.approx(-0.01479, abs=2e-5)  # reaches zero: ≈ best
-    m, lo, _ = hand_interval(first(36) - first(24), Q_PAIRS)
-    assert lo == pytest.approx(0.05393, abs=2e-5)  # tiny-s prm μ=1 (0.6): distinguishably worse
+    # ≈ best: REGWQ over the 8 regimes. Best − tiny-m prm μ=2 (positions 0..3 of the order, p = 4) = 0.2 with
+    # d = 1 on items 28..35, tested at α_4 = 1 − 0.95^(4/8) on the range of 4: its bound clears zero;
+    # best − tiny-m rule μ=2 (p = 3, α_3 = 1 − 0.95^(3/8)) = 0.15 with d = 1 on items 30..35 does not
+    from scipy.stats import studentized_range
+
+    q4 = studentized_range.ppf(0.95 ** 0.5, 4, N - 1) / math.sqrt(2)
+    m, lo, _ = hand_interval(first(36) - first(28), q4)
+    assert m == pytest.approx(0.2) and lo > 0
+    q3 = studentized_range.ppf(0.95 ** (3 / 8), 3, N - 1) / math.sqrt(2)
+    m, lo, _ = hand_interval(first(36) - first(30), q3)
+    assert m == pytest.approx(0.15) and lo < 0
     tied = set(rk.loc[rk["tied_best"].astype(bool), "regime"])
-    assert tied == {"tiny-m · rule · μ=1", "tiny-m · prm · μ=1", "tiny-m · rule · μ=2", "tiny-m · prm · μ=2"}
+    assert tied == {"tiny-m · rule · μ=1", "tiny-m · prm · μ=1", "tiny-m · rule · μ=2"}
 
 
 # Intervals agree with the hand t intervals to 1e-9: with the seeds agreeing, stats.contrast_se gives the
@@ -143,10 +181,11 @@ def test_joint_ranking_orders_every_regime_at_the_budget(joint):
 def test_bigger_policy_is_ahead_on_final_scores(joint):
     res = joint[0]
     s = sentence(res, "size_final")
-    m, lo, hi = hand_interval(first(36) - first(24), Q_SIZE)  # tiny-m rule μ=1 − tiny-s prm μ=1
+    m, lo, hi = hand_interval(first(36) - first(24), q_best(1 / 4, 4))  # tiny-m rule μ=1 − tiny-s prm μ=1
     assert (s["a"], s["b"], s["winner"]) == ("tiny-m", "tiny-s", "tiny-m")
-    assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
-    assert (m, lo, hi) == pytest.approx((0.3, 0.04464, 0.55536), abs=2e-5)
+    assert s["weight"] == pytest.approx(1 / 4) and s["level"] == pytest.approx(1 - 0.05 / 4)
+    assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)  # λ 0, df 39: no rounding
+    assert (m, lo, hi) == pytest.approx((0.3, 0.06898, 0.53102), abs=2e-5)  # Bonferroni over 10 claims: lo 0.04464
     assert f"= +0.300 [{lo:+.3f}, {hi:+.3f}]" in s["text"]
     assert "the larger policy tiny-m is ahead at 8e+11 FLOPs" in s["text"]
 
@@ -155,9 +194,9 @@ def test_equal_gains_over_own_starts_are_a_tie(joint):
     """tiny-s gains twice as much (+0.6 vs +0.3) but the gain difference is within noise: no winner."""
     s = sentence(joint[0], "size_gain")
     d = (first(36) - first(24)) - (first(24) - first(0))  # per item: −1 on 0..23, +1 on 24..35
-    m, lo, hi = hand_interval(d, Q_SIZE)
-    assert (m, lo, hi) == pytest.approx((-0.3, -0.80151, 0.20151), abs=2e-5)
-    assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
+    m, lo, hi = hand_interval(d, q_best(5 / 16, 4))
+    assert (m, lo, hi) == pytest.approx((-0.3, -0.74177, 0.14177), abs=2e-5)
+    assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
     assert s["winner"] is None or (isinstance(s["winner"], float) and math.isnan(s["winner"]))
     assert "tiny-m gains +0.300 from 0.600, tiny-s +0.600 from 0.000" in s["text"]
     assert "within noise: neither size gains more" in s["text"]
@@ -166,17 +205,18 @@ def test_equal_gains_over_own_starts_are_a_tie(joint):
 def test_feedback_tie_at_one_size_and_a_winner_at_the_other(joint):
     res = joint[0]
     m_tie = sentence(res, "feedback", "tiny-m")
-    m, lo, hi = hand_interval(first(36) - first(35), Q_FB)  # rule μ=1 − prm μ=1: one item apart
-    assert (m_tie["diff"], m_tie["ci_lo"], m_tie["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
-    assert lo < 0 < hi and "within noise: neither reward system is ahead" in m_tie["text"]
+    # behind feedback_matched tiny-m, which is within noise: never tested; its interval at α/10 for reference
+    m, lo, hi = hand_interval(first(36) - first(35), q_best(1 / N_CLAIMS, 2))  # rule μ=1 − prm μ=1
+    assert (m_tie["diff"], m_tie["ci_lo"], m_tie["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
+    assert lo < 0 < hi and "not tested" in m_tie["text"] and m_tie["gate"] == "not tested"
     s_win = sentence(res, "feedback", "tiny-s")
-    m, lo, hi = hand_interval(first(12) - first(24), Q_FB)
-    assert (s_win["diff"], s_win["ci_lo"], s_win["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
+    m, lo, hi = hand_interval(first(12) - first(24), q_best(1 / 8, 2))
+    assert (s_win["diff"], s_win["ci_lo"], s_win["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
     assert hi < 0 and s_win["winner"] == "prm"
     assert "prm is ahead: its stronger feedback is worth its share of the budget" in s_win["text"]
     across = sentence(res, "feedback_all")
-    m, lo, hi = hand_interval(first(36) - first(35), Q_SIZE)  # bests picked from 4 regimes each
-    assert (across["diff"], across["ci_lo"], across["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
+    m, lo, hi = hand_interval(first(36) - first(35), q_best(1 / 4, 4))  # bests picked from 4 regimes each
+    assert (across["diff"], across["ci_lo"], across["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
     assert "within noise" in across["text"]
     split = sentence(res, "split")
     assert split["text"].startswith("Search or learning (the within-condition rankings): ")
@@ -259,21 +299,22 @@ def matched_items(pairs, shift: np.ndarray | None = None) -> np.ndarray:
 
 def test_allocation_by_allocation_size_comparison(joint):
     """tiny-m minus tiny-s at the same reward and μ: (36−12, 30−8, 35−24, 28−20)/40 averaged = 0.40625,
-    the item-level t interval of the per-item average at 1 − 0.05/10; every allocation favours tiny-m."""
+    the item-level t interval of the per-item average at two-sided α/2 (the size family's entry); every
+    allocation favours tiny-m."""
     res = joint[0]
     s = sentence(res, "size_matched")
     pairs = [(GRID[("tiny-m", r, mu)], GRID[("tiny-s", r, mu)]) for r in ("prm", "rule") for mu in (1, 2)]
-    m, lo, hi = hand_interval(matched_items(pairs), Q_MATCHED)
+    m, lo, hi = hand_interval(matched_items(pairs), q_matched(1 / 2))
     assert m == pytest.approx(65 / 160)
     assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
     assert lo > 0 and s["winner"] == "tiny-m" and s["n_pairs"] == 4 and s["n_claims"] == N_CLAIMS
-    assert s["level"] == pytest.approx(1 - 0.05 / N_CLAIMS)
+    assert s["level"] == pytest.approx(1 - 0.05 / 2)
     assert "tiny-m minus tiny-s at the same reward, μ (4 allocations" in s["text"]
     assert f"averages +0.406 [{lo:+.3f}, {hi:+.3f}], items paired, tiny-m ahead in 4 of 4" in s["text"]
     assert "the larger policy tiny-m is ahead at 8e+11 FLOPs, averaged over these allocations" in s["text"]
     # gains: each side minus its own start (0.6 and 0), per item
     g = sentence(res, "size_gain_matched")
-    m, lo, hi = hand_interval(matched_items(pairs, first(START["tiny-m"]) - first(START["tiny-s"])), Q_MATCHED)
+    m, lo, hi = hand_interval(matched_items(pairs, first(START["tiny-m"]) - first(START["tiny-s"])), q_matched(5 / 16))
     assert m == pytest.approx(65 / 160 - 0.6)
     assert (g["diff"], g["ci_lo"], g["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
     assert lo < 0 < hi and "within noise: neither size gains more on average" in g["text"]  # a tie
@@ -288,15 +329,26 @@ def test_allocation_by_allocation_feedback_comparison(joint):
         q = "feedback_matched" if scope != "across sizes" else "feedback_all_matched"
         s = sentence(res, q, scope)
         pairs = [(GRID[(m_, "rule", mu)], GRID[(m_, "prm", mu)]) for m_ in models for mu in (1, 2)]
-        m, lo, hi = hand_interval(matched_items(pairs), Q_MATCHED)
+        m, lo, hi = hand_interval(matched_items(pairs), q_matched(WEIGHTS[(q, scope)]))
         assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9), scope
         assert verdict in s["text"], s["text"]
         assert (s["winner"] == "prm") == verdict.startswith("prm"), scope
 
 
+def test_the_gates_weights_by_hand(joint):
+    """Every claim's weight where the graph stopped (the module docstring's walk-through)."""
+    s = joint[0]["joint"]["sentences"]
+    s = s[s["question"] != "split"]
+    got = {(q, None if q.startswith("size") else sc): w for q, sc, w in zip(s["question"], s["scope"], s["weight"])}
+    assert got == pytest.approx(WEIGHTS)
+    assert set(s.loc[s["winner"].notna(), "question"] + "/" + s.loc[s["winner"].notna(), "scope"].fillna("")) == {
+        "size_final/", "size_matched/", "feedback/tiny-s", "feedback_matched/tiny-s", "feedback_all_matched/across sizes"}
+
+
 def test_more_claims_mean_wider_intervals(tmp_path):
     """A third, smaller size adds two size pairs (four claims each) and one feedback scope (two): 20
-    claims, so every interval is at 1 − 0.05/20 — the family grows with the comparisons made."""
+    claims; the size family's α/2 is shared by three pairs, so each pair's allocation-by-allocation claim
+    opens at α/6 — the family's share thins with the comparisons made."""
     grid = GRID | {("tiny-x", r, mu): c - 4 for (m_, r, mu), c in GRID.items() if m_ == "tiny-s"}
     root = write_grid(tmp_path / "sweep", grid, START | {"tiny-x": 0})
     res = run_report([root], console=quiet(), plots=False, bootstrap=200)
@@ -306,8 +358,7 @@ def test_more_claims_mean_wider_intervals(tmp_path):
     assert set(s["n_claims"].dropna()) == {20}
     one = sm[(sm["a"] == "tiny-m") & (sm["b"] == "tiny-s")].iloc[0]
     pairs = [(GRID[("tiny-m", r, mu)], GRID[("tiny-s", r, mu)]) for r in ("prm", "rule") for mu in (1, 2)]
-    q20 = float(t_dist.ppf(1 - 0.05 / (2 * 20), N - 1))
-    m, lo, hi = hand_interval(matched_items(pairs), q20)
+    m, lo, hi = hand_interval(matched_items(pairs), q_matched(1 / 6))
     assert (one["diff"], one["ci_lo"], one["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
     # tiny-s − tiny-x: four items apart in every allocation, the same items (c−4 .. c−1) for each
     sx = sm[(sm["a"] == "tiny-s") & (sm["b"] == "tiny-x")].iloc[0]
@@ -331,7 +382,7 @@ def test_checkpoint_budgets_are_compared_jointly_and_the_crossing_is_found(tmp_p
     assert list(sm["diff"]) == pytest.approx([-0.25, 65 / 160])
     assert list(sm["winner"]) == ["tiny-s", "tiny-m"]
     pairs = [(HALF[("tiny-m", r, mu)], HALF[("tiny-s", r, mu)]) for r in ("prm", "rule") for mu in (1, 2)]
-    m, lo, hi = hand_interval(matched_items(pairs), Q_MATCHED)
+    m, lo, hi = hand_interval(matched_items(pairs), q_matched(1 / 2))
     row = sm.iloc[0]
     assert (row["ci_lo"], row["ci_hi"]) == pytest.approx((lo, hi), abs=1e-9)
     assert "budget=4e+11 (jobs at 0.5 of 8e+11)" in row["joint"]

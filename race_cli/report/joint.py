@@ -20,17 +20,26 @@ checks that the item ids agree), so item noise is paired across models and rewar
 is across regimes within a condition. When the jobs share no item ids the comparison falls back to
 job-level scores (seeds only, unpaired) and says so.
 
-Statistics: report/stats.py, nothing re-derived here. The joint regimes' noise is `noise_of` over
-all of them (seed noise pooled over every regime of the joint condition), the joint ranking is
-`rank_decisions` (≈ best: Bonferroni over every pair) and `gain_decisions` (> start: Holm), the
-best share comes from `draws_of`. A gain is over the regime's *own* model's start: the iteration-0
-evaluation, item by item, averaged over every job of that model in the joint condition (the reward
-does not change iteration 0). A best-versus-best sentence picks each side's best from up to k
-regimes, so its interval is a t interval at level 1 − α/k (Bonferroni over the regimes either best
-could have been), and one side is named ahead only when its best beats *every* regime of the other
-side at that level (an intersection–union test): under any truth in which the other side's best is
-at least as good, the chance of naming a winner is at most α = 5%. A difference within noise is
-reported as such, never as a winner. benchmarks/bench_joint.py measures both error rates.
+Statistics: race_cli/stats (variance parts, decisions, the gatekept graph), nothing re-derived here.
+The joint regimes' noise is `variance.noise_of` over all of them, the seed variance moderated per reward
+system over the joint condition's regimes (rule and reward-model training noise differ); the joint
+ranking is `decisions.rank_decisions` (≈ best: REGWQ over every pair) and `gain_decisions` (> start:
+Holm on bounds), the best share comes from `draws.draws_of`. A gain is over the regime's *own* model's
+start: the iteration-0 evaluation, item by item, averaged over every job of that model in the joint
+condition (the reward does not change iteration 0).
+
+The claims (the sentences that can name a winner) share one familywise α per joint condition through a
+gatekept graph (stats/gatekeeping.joint_design, Bretz et al. 2009): size and feedback start with α/2
+each, split over their pairs, on the allocation-by-allocation claim (for feedback, across sizes first);
+a claim shown passes its level on (to best against best and to the gains; feedback across sizes to each
+size), and a pair's last claims pass theirs to the other pairs. Every interval scales the item part at its
+n − 1 df and the pure seed part at the seed df (the residual split, `_half`). A best-versus-best sentence
+names a side ahead only when one of its regimes beats *every* regime of the other side (intersection–
+union), at Dunnett's many-to-one critical value over that side's k regimes (the other side's true best
+plays the common arm): under any truth in which the other side's best is at least as good, the chance of
+naming a winner is within the claim's share. A claim whose gate stays shut is not tested. A difference
+within noise is reported as such, never as a winner. benchmarks/bench_joint.py measures the error rates
+and the power.
 
 Across budgets (several `budget.flops` in one sweep, or per-checkpoint budgets: `joint_compare`
 takes a table of (budget, job, item scores), whatever their source), the best model size and
@@ -51,6 +60,10 @@ ALPHA = 0.05
 AXES = ("model", "reward")  # the condition columns ranked across: what the within rankings hold fixed
 GROUP = ("budget", "task", "target")  # a joint condition
 MAX_MODELS, MAX_REWARDS = 12, 6  # beyond this a joint condition holds separate experiments, not one grid
+NOT_TESTABLE = ("not testable with one seed per regime (the interval covers evaluation noise only; "
+                "race report --assume-seed-sd supplies the missing term)")
+GATED = ("not tested: the claims before it in its gatekept sequence (allocation by allocation first) were not "
+         "all shown, so no share of the 5% reached it (interval at 1 − 5%/N, for reference)")
 NO_INTERVAL = "no interval (nothing to estimate the noise from: one value per regime, or identical ones), so no winner is named"
 
 
@@ -158,7 +171,12 @@ def _aligned(g: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray | None, str
         return None, None, ("seeds only, unpaired (the jobs share no item ids: different models or "
                             "rewards were scored on different items, so items cannot be paired)")
     cols = sorted(common)
-    pick = lambda ids, sc: pd.Series(sc, index=ids).loc[cols].to_numpy(float)
+
+    def pick(ids, sc) -> np.ndarray:
+        if len(ids) == len(cols) and list(ids) == cols:
+            return np.asarray(sc, float)
+        at = {k: i for i, k in enumerate(ids)}
+        return np.asarray(sc, float)[[at[k] for k in cols]]
     final = np.vstack([pick(i, s) for i, s in zip(id_lists, g["scores"])])
     most = max(len(i) for i in id_lists)
     method = (f"items (paired across models and rewards, n={len(cols)}) × seeds" if len(cols) == most else
@@ -169,54 +187,109 @@ def _aligned(g: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray | None, str
     return final, start, method
 
 
-def _versus(noise, a_idx: np.ndarray, b_idx: np.ndarray, sign: float, alpha: float,
-            pick: tuple[int, int] | None = None) -> dict:
-    """Best of side A against best of side B: the difference A − B (raw units) with its interval at
-    level 1 − α/k (k: regimes on the larger side), and the winner by the intersection–union rule (a
-    side's best must beat every regime of the other side at that level).
+def _parts(noise, c: np.ndarray):
+    from race_cli.stats.variance import contrast_parts
+
+    return contrast_parts(noise, c)
+
+
+def _half(parts, q) -> np.ndarray:
+    """Half-widths with the residual split: Var = A + (S − E), the item part A (every item-level term of the
+    contrast, the evaluation residual included) at its n − 1 df and the pure seed part S − E (the job-mean
+    variance net of the residual it carries, floored at 0) at the seed df — the residual is no longer
+    scaled by the seed's few-df quantile (stats/variance.Parts: A = item, E = resid, S = seed)."""
+    pure = np.maximum(parts.seed - parts.resid, 0.0)
+    with np.errstate(invalid="ignore"):
+        seed = np.where(pure > 0, np.asarray(q(parts.df_seed)) ** 2 * pure, 0.0)  # a zero part has no df to scale
+        item = np.where(parts.item > 0, np.asarray(q(parts.df_item)) ** 2 * parts.item,
+                        np.where(np.isnan(parts.item), np.nan, 0.0))
+    return np.sqrt(item + seed)
+
+
+def _t(level: float):
+    from race_cli.stats.quantiles import t_quantile
+
+    return lambda df: t_quantile(level, df)
+
+
+def _df95(parts, est_se: np.ndarray) -> np.ndarray:
+    """One df summarising a combined 95% half-width (display only)."""
+    from race_cli.stats.quantiles import df_for_t975
+
+    h = _half(parts, _t(0.975))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(est_se > 0, df_for_t975(h / np.where(est_se > 0, est_se, 1.0)), math.inf)
+
+
+def _versus(noise, a_idx: np.ndarray, b_idx: np.ndarray, sign: float, pick: tuple[int, int] | None = None):
+    """Best of side A against best of side B, as a claim: a function of the claim's two-sided level L
+    returning the difference A − B (raw units), its interval and the winner.
+
+    A is named ahead when some regime a of A beats *every* regime of B (intersection–union) with
+    critical values from Dunnett's many-to-one distribution over A's k_A regimes at one-sided L/2:
+    under any truth in which B's best is at least as good as A's, the chance is ≤ L/2 (the true best
+    b* of B plays the common arm; the correlation λ² is taken as the smallest share of any b's own
+    seed part in a contrast a − b, so the bound holds by Slepian's inequality). B ahead likewise.
+    Each variance part (item, residual, seed) is scaled at its own df. The interval shown is the
+    point pair's difference ± that critical half-width.
 
     pick: the two regimes, when another comparison chose them (the gains of the final's bests)."""
-    from race_cli.report import stats as S
+    from race_cli.stats.gatekeeping import many_to_one_quantile
 
     R = len(noise.n_seeds)
     point = noise.m.mean(axis=1)
     if pick is None:
         pick = (int(a_idx[np.argmax(sign * point[a_idx])]), int(b_idx[np.argmax(sign * point[b_idx])]))
     a, b = pick
+    testable = bool(noise.has_seed_noise)
+
+    def side(win_idx: np.ndarray, lose_idx: np.ndarray, sgn: float):
+        """est [W, L] of sgn·(w − l), the parts, and λ for Dunnett over the W candidates."""
+        c = np.zeros((len(win_idx) * len(lose_idx), R))
+        rows = np.arange(len(c))
+        c[rows, np.repeat(win_idx, len(lose_idx))] += 1.0
+        c[rows, np.tile(lose_idx, len(win_idx))] -= 1.0
+        est = sgn * (c @ point)
+        parts = _parts(noise, c)
+        own = np.tile(noise.seed_var[lose_idx] / np.maximum(noise.n_seeds[lose_idx], 1), len(win_idx))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lam2 = np.where(parts.var > 0, own / np.where(parts.var > 0, parts.var, 1.0), 0.0)
+        lam = float(np.sqrt(np.clip(np.nanmin(lam2), 0.0, 0.99))) if len(lam2) else 0.0
+        return est, parts, lam
+
+    sides = {"a": (a_idx, b_idx, sign), "b": (b_idx, a_idx, sign)}  # c = winner − loser, in the better direction
+    pre = {k: side(*v) for k, v in sides.items()}
+    pair = _parts(noise, np.eye(R)[[a]] - np.eye(R)[[b]])
+    se = float(pair.se[0]) if np.isfinite(pair.se[0]) and pair.se[0] > 0 else math.nan
+    df = float(_df95(pair, np.array([se]))[0]) if np.isfinite(se) else math.nan
+    diff = float(point[a] - point[b])
     k = max(len(a_idx), len(b_idx))
 
-    def lower(win: int, others: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """est, lower bound and half-width of sign·(win − other) for each other regime."""
-        c = np.zeros((len(others), R))
-        c[:, win] += 1.0
-        c[np.arange(len(others)), others] -= 1.0
-        est = sign * (c @ point)
-        se, df = S.contrast_se(noise, c)
-        se = np.where(se > 0, se, np.nan)  # a zero standard error (identical seeds, no items) is no evidence
-        q = np.where(np.isfinite(se) & (df > 0), S.mls_quantile(noise, c, 1 - alpha / (2 * k)), np.nan)
-        return est, est - q * se, q * se
+    def at(L: float) -> dict:
+        crit = {}
+        for key, (win, lose, _) in sides.items():
+            est, parts, lam = pre[key]
+            q = lambda d, kw=len(win), lam=lam: many_to_one_quantile(L / 2, kw, lam, d)
+            h = _half(parts, q).reshape(len(win), len(lose))
+            ok = np.isfinite(h) & (parts.se.reshape(len(win), len(lose)) > 0)
+            crit[key] = (est.reshape(len(win), len(lose)), h, ok, q)
+        # the interval of the point pair: its own contrast at A's (or B's, the larger) Dunnett level
+        kw = "a" if len(a_idx) >= len(b_idx) else "b"
+        half = float(_half(pair, crit[kw][3])[0]) if np.isfinite(se) else math.nan
+        beats = {key: bool(testable and (ok.all(axis=1) & (e - h > 0).all(axis=1)).any())
+                 for key, (e, h, ok, _) in crit.items()}
+        winner = "a" if beats["a"] else "b" if beats["b"] else None
+        return {"a": a, "b": b, "diff": diff, "lo": diff - half, "hi": diff + half, "se": se, "df": df, "k": k,
+                "level": 1 - L, "winner": winner, "testable": testable}
 
-    def beats_all(win: int, others: np.ndarray) -> bool:
-        lo = lower(win, others)[1]
-        return bool(np.all(np.isfinite(lo)) and np.all(lo > 0))
-
-    est, _, half = lower(a, np.array([b]))
-    se, df = S.contrast_se(noise, np.eye(R)[[a]] - np.eye(R)[[b]])
-    se = np.where(se > 0, se, np.nan)
-    diff = float(point[a] - point[b])
-    winner = "a" if beats_all(a, b_idx) else "b" if beats_all(b, a_idx) else None
-    return {"a": a, "b": b, "diff": diff, "lo": diff - float(half[0]), "hi": diff + float(half[0]),
-            "se": float(se[0]), "df": float(df[0]), "k": k, "level": 1 - alpha / k, "winner": winner}
+    return at
 
 
-def _matched(noise, cols: dict, side: str, a_val, b_val, match: list[str], mask: np.ndarray, sign: float,
-             alpha: float) -> dict | None:
-    """Side A against side B allocation by allocation: the mean over matched pairs (a regime of A and
-    the regime of B equal to it on every `match` column) of A − B, with its interval at level 1 − α
-    (one contrast of regime means: no selection, so no widening beyond the claims' Bonferroni α).
-    None when no regime of A has a match on side B."""
-    from race_cli.report import stats as S
-
+def _matched(noise, cols: dict, side: str, a_val, b_val, match: list[str], mask: np.ndarray, sign: float):
+    """Side A against side B allocation by allocation, as a claim (a function of its two-sided level L):
+    the mean over matched pairs (a regime of A and the regime of B equal to it on every `match` column)
+    of A − B, with its interval at level 1 − L (one contrast of regime means: no selection), each
+    variance part at its own df. None when no regime of A has a match on side B."""
     R = len(noise.n_seeds)
     point = noise.m.mean(axis=1)
     A = np.flatnonzero(mask & (cols[side] == a_val))
@@ -231,28 +304,56 @@ def _matched(noise, cols: dict, side: str, a_val, b_val, match: list[str], mask:
         c[0, a] += 1.0 / len(pairs)
         c[0, b] -= 1.0 / len(pairs)
     diff = float(sign * (c @ point)[0])
-    se, df = S.contrast_se(noise, c)
-    ok = np.isfinite(se[0]) and se[0] > 0 and df[0] > 0
-    half = float(S.mls_quantile(noise, c, 1 - alpha / 2)[0] * se[0]) if ok else math.nan
-    lo, hi = diff - half, diff + half
-    winner = ("a" if lo > 0 else "b" if hi < 0 else None) if ok else None
+    parts = _parts(noise, c)
+    se0 = float(parts.se[0])
+    ok = np.isfinite(se0) and se0 > 0
+    testable = bool(noise.has_seed_noise)
+    df = float(_df95(parts, np.array([se0]))[0]) if ok else math.nan
     ahead = int(sum(sign * (point[a] - point[b]) > 0 for a, b in pairs))
-    return {"pairs": pairs, "diff": diff, "lo": lo, "hi": hi, "se": float(se[0]), "df": float(df[0]), "k": 1,
-            "level": 1 - alpha, "winner": winner, "a_ahead": ahead}
+
+    def at(L: float) -> dict:
+        half = float(_half(parts, _t(1 - L / 2))[0]) if ok else math.nan
+        lo, hi = diff - half, diff + half
+        winner = ("a" if lo > 0 else "b" if hi < 0 else None) if ok and testable else None
+        return {"pairs": pairs, "diff": diff, "lo": lo, "hi": hi, "se": se0 if ok else math.nan, "df": df, "k": 1,
+                "level": 1 - L, "winner": winner, "a_ahead": ahead, "testable": testable}
+
+    return at
 
 
 def _gain_noise(noise, start_rows: np.ndarray, sign: float):
-    """The noise of the gains: each regime's items minus its own model's pooled start, signed."""
-    from race_cli.report import stats as S
+    """The noise of the gains: each regime's items minus its own model's pooled start, signed (the start is
+    common to a model's jobs, so the seed spreads are the final scores')."""
+    from dataclasses import replace
 
-    return S.Noise(m=sign * (noise.m - start_rows), n_seeds=noise.n_seeds, ms_seed=noise.ms_seed,
-                   df_seed=noise.df_seed, ms_resid=noise.ms_resid, df_resid=noise.df_resid)
+    return replace(noise, m=sign * (noise.m - start_rows))
+
+
+def _joint_noise(codes: np.ndarray, table: np.ndarray, R: int, rewards: np.ndarray):
+    """The joint condition's variance model (stats/variance.py): per-item paired scores, seed variance
+    moderated per reward system over the condition's regimes of that reward (rule and reward-model
+    training noise differ: one pool would understate a rule contrast's seed part)."""
+    from dataclasses import replace
+
+    from race_cli.stats import variance as V
+
+    noise = V.noise_of(codes, table, R)
+    sv, sd, out = np.zeros(R), np.zeros(R), np.zeros(R, dtype=bool)
+    for rw in dict.fromkeys(rewards):
+        idx = rewards == rw
+        prior = V.fit_prior(noise.job_var[idx], noise.job_df[idx], key=str(rw))
+        if not prior.df_total:
+            continue
+        sv[idx], sd[idx] = V.moderate(noise.job_var[idx], noise.job_df[idx], prior)
+        out[idx] = V.outliers(noise.job_var[idx], noise.job_df[idx], prior)
+    return replace(noise, seed_var=sv, seed_df=sd, outlier=out)
 
 
 def _condition(g: pd.DataFrame, knobs: list[str], maximize: bool, n_boot: int, rng, alpha: float,
                level: float) -> tuple[dict, dict]:
     """One joint condition: (ranking columns, context for the sentences)."""
-    from race_cli.report import stats as S
+    from race_cli.stats import decisions as D
+    from race_cli.stats.draws import draws_of, p_best
 
     sign = 1.0 if maximize else -1.0
     reg_cols = ["model", "reward"] + knobs
@@ -261,10 +362,10 @@ def _condition(g: pd.DataFrame, knobs: list[str], maximize: bool, n_boot: int, r
     R = len(regs)
     final, start, method = _aligned(g)
     values = g["value"].to_numpy(float) if final is None else final.mean(axis=1)
-    noise = S.noise_of(codes, final if final is not None else values, R)
-    dec = S.rank_decisions(noise, maximize, level, alpha)
-    weights = S.item_weights(noise.n, n_boot, rng) if noise.n > 1 else None
-    draws = S.draws_of(noise, n_boot, rng, weights)
+    rewards = np.array([r["reward"] for r in regs], dtype=object)
+    noise = _joint_noise(codes, final if final is not None else values, R, rewards)
+    dec = D.rank_decisions(noise, maximize, level, alpha)
+    draws = draws_of(noise, n_boot, rng)
     models = np.array([r["model"] for r in regs], dtype=object)
     job_model = g["model"].to_numpy(object)
     # --- gains over each regime's own model's start
@@ -280,9 +381,9 @@ def _condition(g: pd.DataFrame, knobs: list[str], maximize: bool, n_boot: int, r
         sv = g["start_value"].to_numpy(float)
         per_model = {m: sv[job_model == m].mean() for m in set(models)}
         start_of = np.array([per_model[m] for m in models])
-        gnoise = S.noise_of(codes, sign * (values - np.array([per_model[m] for m in job_model])), R)
+        gnoise = _joint_noise(codes, sign * (values - np.array([per_model[m] for m in job_model])), R, rewards)
     if gnoise is not None:
-        gd = S.gain_decisions(gnoise, level, alpha)
+        gd = D.gain_decisions(gnoise, level, alpha)
     else:
         nan = np.full(R, np.nan)
         gd = {"gain": nan, "gain_ci_lo": nan, "gain_ci_hi": nan, "beats_start": np.zeros(R, bool)}
@@ -295,11 +396,12 @@ def _condition(g: pd.DataFrame, knobs: list[str], maximize: bool, n_boot: int, r
             **{k: np.array([r[k] for r in regs], dtype=object) for k in knobs},
             "rank": ranks, "is_best": np.arange(R) == dec["best"],
             "mean": point, "ci_lo": dec["ci_lo"], "ci_hi": dec["ci_hi"], "tied_best": dec["tied_best"],
-            "p_best": S.p_best(draws, maximize), "start": start_of, "gain": gd["gain"],
+            "p_best": p_best(draws, maximize), "start": start_of, "gain": gd["gain"],
             "gain_ci_lo": gd["gain_ci_lo"], "gain_ci_hi": gd["gain_ci_hi"], "beats_start": gd["beats_start"],
             "share_feedback": per_reg("share_feedback"), "iterations": per_reg("iterations"),
             "n_seeds": noise.n_seeds, "n_items": np.full(R, noise.n), "method": np.full(R, method, dtype=object),
-            "seed_noise": np.full(R, noise.has_seed_noise)}
+            "seed_noise": np.full(R, noise.has_seed_noise), "seed_df": noise.seed_df,
+            "seed_outlier": noise.outlier}
     ctx = {"noise": noise, "gnoise": gnoise, "sign": sign, "cols": cols, "method": method}
     return cols, ctx
 
@@ -317,7 +419,7 @@ def _knob_part(cols: dict, i: int, knobs: list[str], drop: tuple[str, ...]) -> s
     return " ".join(parts + ([kn] if kn and kn != "(one regime)" else []))
 
 
-def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: float, alpha: float) -> list[dict]:
+def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: float, decide) -> list[dict]:
     cols, noise, gnoise, sign = ctx["cols"], ctx["noise"], ctx["gnoise"], ctx["sign"]
     paired = _pairing(ctx)
     models = list(dict.fromkeys(cols["model"]))
@@ -328,7 +430,7 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
         for small in models[i + 1:]:
             A = np.flatnonzero(cols["model"] == big)
             B = np.flatnonzero(cols["model"] == small)
-            v = _versus(noise, A, B, sign, alpha)
+            v = decide(("size_final", big, small, None), _versus(noise, A, B, sign))
             a, b = v["a"], v["b"]
             it_a, it_b = cols["iterations"][a], cols["iterations"][b]
             longer = (f", {it_b / it_a:.1f}× the iterations" if known and np.isfinite(it_a) and np.isfinite(it_b)
@@ -344,12 +446,12 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
                     f"{verdict}.")
             pair = {"a": big, "b": small, "a_regime": cols["regime"][a], "b_regime": cols["regime"][b]}
             out.append({"question": "size_final", **pair, **_num(v), "winner": _win(v, big, small), "text": text})
-            out += _size_matched(ctx, knobs, big, small, known, budget, alpha)
+            out += _size_matched(ctx, knobs, big, small, known, budget, decide)
             if gnoise is None:
                 out.append({"question": "size_gain", **pair, "winner": None,
                             "text": f"{q}, gains over their own starts: no starting evaluation was recorded."})
                 continue
-            gv = _versus(gnoise, A, B, 1.0, alpha, pick=(a, b))  # gains are signed already
+            gv = decide(("size_gain", big, small, None), _versus(gnoise, A, B, 1.0, pick=(a, b)))  # signed already
             verdict = _verdict(gv, f"{big} gains more from the budget",
                                f"{small} gains more from the budget",
                                "within noise: neither size gains more from the budget")
@@ -361,7 +463,7 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
     return out
 
 
-def _size_matched(ctx: dict, knobs: list[str], big, small, known: bool, budget: float, alpha: float) -> list[dict]:
+def _size_matched(ctx: dict, knobs: list[str], big, small, known: bool, budget: float, decide) -> list[dict]:
     """Bigger policy or smaller trained longer at the same allocation: the larger minus the smaller at
     the same reward, G and μ, averaged over every allocation both ran (final scores; gains when the
     starts were recorded). The question a fixed split asks: at this split, which size does the budget
@@ -375,9 +477,10 @@ def _size_matched(ctx: dict, knobs: list[str], big, small, known: bool, budget: 
     for question, noise, sgn in (("size_matched", ctx["noise"], sign), ("size_gain_matched", ctx["gnoise"], 1.0)):
         if noise is None:
             continue
-        v = _matched(noise, cols, "model", big, small, match, everywhere, sgn, alpha)
-        if v is None:
+        fn = _matched(noise, cols, "model", big, small, match, everywhere, sgn)
+        if fn is None:
             continue
+        v = decide((question, big, small, None), fn)
         ratio = np.array([cols["iterations"][b] / cols["iterations"][a] for a, b in v["pairs"]])
         longer = (f"; {small} runs {np.nanmean(ratio):.1f}× the iterations" if known and np.isfinite(ratio).any()
                   else "")
@@ -413,12 +516,18 @@ def _verdict(v: dict, a_ahead: str, b_ahead: str, tie: str) -> str:
         return a_ahead
     if v["winner"] == "b":
         return b_ahead
-    return NO_INTERVAL if not np.isfinite(v["lo"]) else tie
+    if not np.isfinite(v["lo"]):
+        return NO_INTERVAL
+    if not v.get("testable", True):
+        return NOT_TESTABLE
+    if v.get("gate") == "not tested":
+        return GATED
+    return tie
 
 
 def _num(v: dict) -> dict:
     return {"diff": v["diff"], "ci_lo": v["lo"], "ci_hi": v["hi"], "se": v["se"], "df": v["df"], "k": v["k"],
-            "level": v["level"]}
+            "level": v["level"], "gate": v.get("gate"), "weight": v.get("weight", math.nan)}
 
 
 def _ahead_count(v: dict, a, b) -> str:
@@ -431,7 +540,7 @@ def _win(v: dict, a: str, b: str) -> str | None:
     return a if v["winner"] == "a" else b if v["winner"] == "b" else None
 
 
-def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, alpha: float) -> list[dict]:
+def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, decide) -> list[dict]:
     cols, noise, sign = ctx["cols"], ctx["noise"], ctx["sign"]
     paired = _pairing(ctx)
     fb = {r: np.nanmean(cols["share_feedback"][cols["reward"] == r]) for r in dict.fromkeys(cols["reward"])}
@@ -447,7 +556,8 @@ def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, alpha: float
                 B = np.flatnonzero(mask & (cols["reward"] == strong))
                 if not len(A) or not len(B):
                     continue
-                v = _versus(noise, A, B, sign, alpha)
+                v = decide(("feedback" if scope != "across sizes" else "feedback_all", weak, strong, scope),
+                           _versus(noise, A, B, sign))
                 a, b = v["a"], v["b"]
                 drop = ("model", "reward") if scope != "across sizes" else ("reward",)
                 share = lambda j: (f", {100 * cols['share_feedback'][j]:.0f}% of its FLOPs on feedback"
@@ -466,9 +576,11 @@ def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, alpha: float
                             "b_regime": cols["regime"][b], **_num(v), "winner": _win(v, weak, strong),
                             "text": text})
                 match = (["model"] if scope == "across sizes" else []) + knobs
-                mv = _matched(noise, cols, "reward", weak, strong, match, mask, sign, alpha)
-                if mv is None:
+                fn = _matched(noise, cols, "reward", weak, strong, match, mask, sign)
+                if fn is None:
                     continue
+                mv = decide(("feedback_matched" if scope != "across sizes" else "feedback_all_matched", weak, strong,
+                             scope), fn)
                 what = "the same " + ", ".join((["model"] if scope == "across sizes" else [])
                                                + [SHORT.get(k, k) for k in knobs]) if match else "one allocation"
                 verdict = _verdict(mv, f"{weak} is ahead on average: at these allocations the budget buys more as "
@@ -486,8 +598,36 @@ def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, alpha: float
 
 
 def _claims(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: float, alpha: float) -> list[dict]:
-    """Every comparison of one joint condition, each interval at familywise share `alpha`."""
-    return _size_sentences(ctx, knobs, sizes, budget, alpha) + _feedback_sentences(ctx, knobs, budget, alpha)
+    """Every comparison of one joint condition, familywise `alpha` by a gatekept graph
+    (stats/gatekeeping.joint_design): each pair's allocation-by-allocation claim opens it at the pair's
+    share of α, a rejected claim passes its level on (best against best, gains), and a pair's last claims
+    pass theirs to the other pairs. A claim whose gate stayed shut is not tested (no winner named; its
+    interval is shown at the Bonferroni share over every claim, for reference)."""
+    from race_cli.stats.gatekeeping import graph_test, joint_design
+
+    fns: dict[tuple, object] = {}
+
+    def record(key: tuple, fn) -> dict:
+        fns[key] = fn
+        return fn(alpha)
+
+    _size_sentences(ctx, knobs, sizes, budget, record)
+    _feedback_sentences(ctx, knobs, budget, record)
+    keys = list(fns)
+    n = max(len(keys), 1)
+    if keys:
+        res = graph_test(joint_design(keys), lambda i, L: fns[keys[i]](L)["winner"] is not None, alpha)
+        weight = dict(zip(keys, res.weight))
+    else:
+        weight = {}
+
+    def decide(key: tuple, fn) -> dict:
+        w = float(weight.get(key, 0.0))
+        if w > 1e-12:
+            return fn(w * alpha) | {"gate": "tested", "weight": w}
+        return fn(alpha / n) | {"winner": None, "gate": "not tested", "weight": 0.0}
+
+    return _size_sentences(ctx, knobs, sizes, budget, decide) + _feedback_sentences(ctx, knobs, budget, decide)
 
 
 def _split_sentence(rec: pd.DataFrame | None, budget: float, task, target: str) -> dict | None:
@@ -597,7 +737,8 @@ def per_budget(sentences: pd.DataFrame) -> list[dict]:
             for _, r in g[g["question"] == q].iterrows():
                 win = r["winner"] if isinstance(r["winner"], str) else None
                 scope = f" with {r['scope']}" if q == "feedback_matched" else ""
-                verdict = f"{win} ahead" if win else ("within noise" if np.isfinite(r["ci_lo"]) else "no interval")
+                verdict = (f"{win} ahead" if win else "not tested" if r.get("gate") == "not tested" else
+                           "within noise" if np.isfinite(r["ci_lo"]) else "no interval")
                 cells.append(f"{what}{scope} {r['a']} − {r['b']} {r['diff']:+.3f} {_ci(r['ci_lo'], r['ci_hi'])} "
                              f"{verdict}")
         if cells:
@@ -650,10 +791,8 @@ def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, boo
         order = np.lexsort((cols["regime"].astype(str), cols["rank"]))
         parts.append(pd.DataFrame({**{k: [v] * len(order) for k, v in head.items()},
                                    **{k: np.asarray(v)[order] for k, v in cols.items()}}))
-        found = _claims(ctx, knobs, sizes, float(budget), alpha)
+        found = _claims(ctx, knobs, sizes, float(budget), alpha)  # gatekept: any false winner at most α
         n_claims = sum(1 for f in found if "diff" in f)  # the sentences that could name a winner
-        if n_claims > 1:  # Bonferroni over them: any false winner in this joint condition at most α
-            found = _claims(ctx, knobs, sizes, float(budget), alpha / n_claims)
         found = [f | {"n_claims": n_claims} for f in found]
         split = _split_sentence(rec, float(budget), task, target)
         found += [split] if split else []

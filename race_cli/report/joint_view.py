@@ -20,18 +20,21 @@ HEAD = ["rank", "regime", "final [95% CI]", "start", "gain [95% CI]", "> start",
         "feedback", "iterations", "seeds"]
 NARROW_HEAD = ["rank", "regime", "final ± 95%", "gain ± 95%", "≈ best"]
 INTRO = ("Every job at one budget spent the same FLOPs, so all (model, reward, G, μ) of a budget and target are "
-         "ranked together here: intervals and ≈ best as in the rankings above, with the seed noise pooled over "
-         "every regime of the joint condition and items paired across models and rewards; start and gain are "
-         "over each regime's own model's starting policy. The sentences of one joint condition share a "
-         "familywise 5%: with N claims each interval is at 1 − 5%/N (Bonferroni). Allocation by allocation "
-         "compares two sizes (or reward systems) at the same remaining knobs, averaged over the allocations both "
-         "ran; best against best picks each side's best from up to k regimes, so its interval is further "
-         "widened over k, and a side is named ahead only when its best beats every regime of the other side "
+         "ranked together here: intervals and ≈ best as in the rankings above, with the seed variance pooled per "
+         "reward system over the joint condition's regimes and items paired across models and rewards; start and "
+         "gain are over each regime's own model's starting policy. The sentences of one joint condition share a "
+         "familywise 5% through a gatekept sequence: size and feedback start with 2.5% each, on the allocation-by-"
+         "allocation claim (two sizes, or two reward systems, at the same remaining knobs, averaged over the "
+         "allocations both ran); a claim shown passes its share on to best against best and to the gains, and a "
+         "pair's last claims to the other pairs; a claim whose gate stays shut is not tested. Best against best "
+         "picks each side's best from up to k regimes: a side is named ahead only when one of its regimes beats "
+         "every regime of the other side, at Dunnett's many-to-one critical value over its k regimes "
          "(docs/report.md).")
 
 
 ACROSS_INTRO = ("Across budgets: at each budget (a sweep's own, or its jobs' equal-FLOP checkpoints: eval.at) the "
-                "size and feedback answers, each interval at its joint condition's Bonferroni level; the rankings "
+                "size and feedback answers, each interval at the level its joint condition's gatekept sequence gave "
+                "it; the rankings "
                 "and every sentence of the checkpoint budgets are in summary.md.")
 
 

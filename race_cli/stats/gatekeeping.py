@@ -147,11 +147,16 @@ _GH = np.polynomial.hermite_e.hermegauss(64)  # nodes, weights for ∫ f(u) e^{-
 
 @lru_cache(maxsize=256)
 def _chi_nodes(df: float, n: int = 48) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes s and weights of E[f(S)], S = sqrt(χ²_df / df) (generalised Gauss–Laguerre in χ²/2)."""
-    from scipy.special import gammaln, roots_genlaguerre
+    """Nodes s and weights of E[f(S)], S = sqrt(χ²_df / df): generalised Gauss–Laguerre in χ²/2 up to 50 df,
+    beyond it Gauss–Hermite on the Wilson–Hilferty cube-root normal approximation of χ²/df."""
+    if df > 50:
+        z, wz = np.polynomial.hermite_e.hermegauss(24)
+        v = 2.0 / (9.0 * df)
+        x = np.maximum(1.0 - v + z * math.sqrt(v), 1e-6) ** 3
+        return np.sqrt(x), wz / wz.sum()
+    from scipy.special import roots_genlaguerre
 
-    x, wt = roots_genlaguerre(n, df / 2.0 - 1.0)  # ∫ f(x) x^{df/2-1} e^{-x} dx; χ²/2 = x
-    wt = wt / math.exp(gammaln(df / 2.0))
+    x, wt = roots_genlaguerre(n, df / 2.0 - 1.0)  # ∫ f(x) x^{df/2-1} e^{-x} dx, x = χ²/2
     return np.sqrt(2.0 * x / df), wt / wt.sum()
 
 
@@ -196,7 +201,7 @@ def dunnett_quantile(level: float, lam: np.ndarray, df: float) -> float:
 
 def many_to_one_quantile(level: float, k: int, lam: float, df) -> np.ndarray | float:
     """`dunnett_quantile` for k arms with one common λ (elementwise over an array of df), cached: λ rounded
-    down to 0.02 and df down to 3 significant digits, both conservative (a smaller correlation, fewer df)."""
+    down to 0.02 and df down to 2 significant digits, both conservative (a smaller correlation, fewer df)."""
     lam_r = math.floor(max(0.0, float(lam)) / 0.02) * 0.02
     one = lambda d: _m2o(round(float(level), 12), int(k), round(lam_r, 2), _down(float(d)))
     if np.ndim(df) == 0:
@@ -211,11 +216,11 @@ def _down(df: float) -> float:
         return math.inf
     if df <= 0:
         return df
-    e = math.floor(math.log10(df)) - 2
+    e = math.floor(math.log10(df)) - 1
     return math.floor(df / 10 ** e) * 10 ** e
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=65536)
 def _m2o(level: float, k: int, lam: float, df: float) -> float:
     if not df > 0:
         return math.nan
