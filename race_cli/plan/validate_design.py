@@ -35,7 +35,7 @@ def _finite(v: Any) -> float:
 
 
 def pilot_eval_seed(pilot: Path, job_ids: list[str]) -> int:
-    """task.eval_seed of the pilot's jobs: from a job's composed config (.hydra/config.yaml), else its
+    """task.eval_seed of the pilot's jobs: from a job's composed config (folder.job_config), else its
     overrides, else the schema's default."""
     from race_cli.config.schema import TaskConf
 
@@ -44,12 +44,12 @@ def pilot_eval_seed(pilot: Path, job_ids: list[str]) -> int:
         try:
             import yaml
 
-            cfg = yaml.safe_load((jd / ".hydra" / "config.yaml").read_text(encoding="utf-8"))
+            cfg = yaml.safe_load(folder.job_config(jd).read_text(encoding="utf-8"))
             return int(cfg["task"]["eval_seed"])
         except (OSError, ValueError, TypeError, KeyError, AttributeError, ImportError):
             pass
         try:
-            for line in (jd / ".hydra" / "overrides.yaml").read_text(encoding="utf-8").splitlines():
+            for line in folder.job_overrides(jd).read_text(encoding="utf-8").splitlines():
                 key, _, value = line.strip().lstrip("- ").strip("'\"").partition("=")
                 if key.lstrip("+~") == "task.eval_seed":
                     return int(value)
