@@ -88,3 +88,73 @@ def test_the_ranking_at_a_budget_follows_crossing_curves():
     at_4c = predict_at(cc, 4 * 8e11)
     assert at_4c.iloc[0]["regime"] == "slow" and at_4c.iloc[0]["extrapolation"] == pytest.approx(4, rel=0.03)
     del rng
+
+
+def _flat(v: float):
+    from race_cli.report.curve import CurveFit
+
+    return CurveFit(r0=v, a=v, c_mid=1e11, b=1.0, rmse=0.0, ok=True)  # R(C) = v at every C
+
+
+def test_approx_best_at_a_budget_holds_its_familywise_error_with_six_equal_regimes():
+    """Known truth: six regimes with the same score at X. Each pilot's point prediction is the truth plus
+    N(0, 0.02²) per regime, and its refits scatter around the point prediction as a fresh pilot would
+    (N(0, 0.02²)). ≈ best: the gap to the best within its studentized-range bound on the refits' t scale;
+    some regime is called not ≈ best in at most 5% of 200 pilots (+2 binomial standard errors, 0.031). The
+    bound's level (the range's 95% over six regimes, ~ the 0.17% tail of one gap) is beyond what a
+    percentile of 200 refits can resolve: the earlier rule (the gap's 0.05/30 percentile) read it from the
+    most extreme refit."""
+    from race_cli.report.curve import ConditionCurves, predict_at
+
+    rng = np.random.default_rng(5)
+    R, B, sd = 6, 200, 0.02
+    false = 0
+    for _ in range(200):
+        point = 0.5 + sd * rng.standard_normal(R)
+        draws = point[None, :] + sd * rng.standard_normal((B, R))
+        cc = ConditionCurves(regimes=[f"r{i}" for i in range(R)], fits=[_flat(v) for v in point],
+                             draws=[[_flat(v) for v in draws[:, r]] for r in range(R)], c_max=np.full(R, 8e11),
+                             points=[], df_seed=0.0)
+        p = predict_at(cc, 8e11)
+        false += int((~p["tied_best"]).any())
+    assert false / 200 <= 0.05 + 0.031
+
+
+def test_approx_best_at_a_budget_by_hand():
+    """Two regimes, point predictions 0.50 and 0.40, refits at ±0.02·u around them in opposite directions (u
+    the normal scores of 200 draws): the gap's draws are 0.10 + 0.04·u, the quartiles give the scale 0.04,
+    and the bound is 0.10 − q·0.04 with q = the studentized range's 95% for two means / √2 = t(0.975, 74)
+    = 1.99 → 0.020 > 0: the second regime is not ≈ best."""
+    from scipy.stats import norm
+
+    from race_cli.report.curve import ConditionCurves, predict_at
+
+    u = norm.ppf((np.arange(200) + 0.5) / 200)
+    d0, d1 = 0.50 + 0.02 * u, 0.40 - 0.02 * u  # the gap draws: 0.10 + 0.04·u (sd 0.04)
+    cc = ConditionCurves(regimes=["a", "b"], fits=[_flat(0.5), _flat(0.4)],
+                         draws=[[_flat(v) for v in d0], [_flat(v) for v in d1]], c_max=np.full(2, 8e11), points=[],
+                         df_seed=0.0)
+    p = predict_at(cc, 8e11).set_index("regime")
+    scale = (np.quantile(0.1 + 0.04 * u, 0.75) - np.quantile(0.1 + 0.04 * u, 0.25)) / (2 * norm.ppf(0.75))
+    assert scale == pytest.approx(0.04, rel=0.01)
+    # q: the range of two means at 95% / √2 = t at 97.5%, with the quartile scale's ~0.37·200 = 74 df
+    from scipy.stats import t as t_dist
+
+    assert p.loc["b", "gap_lo"] == pytest.approx(0.10 - t_dist.ppf(0.975, 0.37 * 200) * scale, abs=1e-6)
+    assert not p.loc["b", "tied_best"] and p.loc["a", "tied_best"]
+
+
+def test_extrapolation_warnings_follow_the_measured_limits():
+    """The rules as docs/frontier.md states them: beyond 2x always; beyond 1x unless the point fit and at
+    least half of the refits put C_mid inside the pilot; not identified at a bound or with >= 90% of the
+    refits at one."""
+    from race_cli.report.curve import degenerate_warning, extrapolation_warning
+
+    assert extrapolation_warning(2.5, 1.0, True).startswith("2.5x") and "beyond 2x" in extrapolation_warning(2.5, 1.0)
+    assert extrapolation_warning(1.8, 0.6, True) == ""
+    assert "not established" in extrapolation_warning(1.8, 0.4, True)
+    assert "not established" in extrapolation_warning(1.8, 0.9, False)  # the point fit not bent: warned
+    assert extrapolation_warning(1.0, 0.0, False) == ""  # at the pilot's own compute: no extrapolation
+    assert degenerate_warning(0.5, 1.5, 0.0, 1.0, 0.5) == ""
+    assert "90% of its refits" in degenerate_warning(0.5, 1.5, 0.0, 1.0, 0.9)
+    assert "bound of B" in degenerate_warning(0.5, 5.0, 0.0, 1.0, 0.0)

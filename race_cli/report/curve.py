@@ -2,111 +2,45 @@
 
     R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B)
 
-the saturating sigmoid used for RL compute scaling: R0 the starting score (the condition's
-iteration-0 evaluation, pooled over its jobs, not fitted), A the asymptote, C_mid the compute at
-which half the gain A − R0 is reached, B the steepness. The points are the regime's mean score
-at each checkpoint (report/frontier.py) against the mean FLOPs its jobs had spent there. The fit is
-scipy.optimize.least_squares (dogbox, bounded, analytic Jacobian: A within the score's range, B in
-[0.3, 5], C_mid within 1/30 .. 30× the observed compute; several starts, the best kept).
+the saturating sigmoid used for RL compute scaling (race_cli/stats/curves.py fits it): R0 the starting
+score (the condition's iteration-0 evaluation, pooled over its jobs, not fitted), A the asymptote, C_mid
+the compute at which half the gain A − R0 is reached, B the steepness. The points are the regime's mean
+score at each checkpoint (report/frontier.py) against the mean FLOPs its jobs had spent there.
 
-Uncertainty: B draws, each refitted (warm-started at the point fit). A draw resamples the items
-(one weight vector shared by every regime, checkpoint and the start, so everything stays paired)
-and adds training (seed) noise: per checkpoint the seed variance pooled over the condition's regimes
-(race_cli/report/stats.py, scaled per draw by df/χ²_df), one standard normal per regime and draw
-shared by all of its checkpoints (a lucky run stays ahead). `predict_at` turns the draws into each
-regime's predicted score at a budget X with a 95% percentile interval, the ranking at X, and the
-regimes ≈ best there (the gap's Bonferroni percentile interval over every pair reaches zero).
+Uncertainty: B draws, each refitted (warm-started at the point fit). A draw resamples the items (one
+weight vector shared by every regime, checkpoint and the start, so everything stays paired) and adds
+training (seed) noise: per regime a normal vector over the checkpoints with the seed covariance estimated
+from the observed per-seed trajectories (stats/curves.seed_covariance, pooled over the condition's
+replicated regimes, net of evaluation noise), scaled per draw by df/χ²_df. `predict_at` turns the draws
+into each regime's predicted score at a budget X with a 95% percentile interval, the ranking at X, and
+the regimes ≈ best there: the gap to the best is within its studentized-range bound (all pairs,
+familywise 5%), the gap's scale a t scale fitted to the refits' quartiles (stats/curves.t_scale) — the
+bound's level (the range's 95% over R regimes) is far beyond what a percentile of 200 refits resolves.
 
-How far to trust an extrapolation is measured, not assumed: benchmarks/bench_curve.py fits
-synthetic pilots (the default grid's items, samples, seeds and checkpoints, its measured seed
-spread) and measures the coverage of the interval at X = k·C (docs/frontier.md): curves that bend
-inside the pilot kept >= 93% up to 4x, a curve still rising at C fell to ~80% from 1.5x; so the
-report warns beyond MAX_EXTRAPOLATION, and beyond 1x when the fitted C_mid lies past the pilot.
+What the report can see of a fit, and warns about (measured by benchmarks/bench_curve.py, docs/frontier.md):
+- not identified: the point fit, or at least BOUND_SHARE of the refits, ran into a bound of B or A;
+- not yet bent: beyond UNBENT_MAX × the observed compute unless the point fit's C_mid lies inside the
+  observed compute *and* at least BENT_SHARE of the refits' do (a still-rising truth whose point fit merely
+  looks bent is caught by its refits when most of them are not bent);
+- beyond MAX_EXTRAPOLATION × the observed compute always.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-B_RANGE = (0.3, 5.0)  # steepness bounds
-MID_SPAN = 30.0  # C_mid within [C_min / 30, C_max · 30]
+from race_cli.stats.curves import B_RANGE, MID_SPAN, CurveFit, at_bound, fit_curve, seed_covariance, sigmoid, t_scale  # noqa: F401
+
 CURVE_DRAWS = 200  # refits per regime for the intervals (each a least-squares fit)
-MAX_EXTRAPOLATION = 4.0  # X / (largest compute observed) beyond which the report always warns (bench_curve.py)
-UNBENT_MAX = 1.0  # ... and beyond this when the fitted C_mid lies past the observed compute (not yet bending)
-
-
-def sigmoid(c, r0: float, a: float, c_mid: float, b: float):
-    """R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B); R(0) = R0."""
-    c = np.asarray(c, float)
-    with np.errstate(divide="ignore", over="ignore"):
-        return r0 + (a - r0) / (1.0 + np.exp(b * (math.log(c_mid) - np.log(np.maximum(c, 1e-300)))))
-
-
-@dataclass
-class CurveFit:
-    r0: float
-    a: float
-    c_mid: float
-    b: float
-    rmse: float
-    ok: bool
-
-    def __call__(self, c):
-        return sigmoid(c, self.r0, self.a, self.c_mid, self.b)
-
-
-def _solve(c: np.ndarray, y: np.ndarray, r0: float, lo: float, hi: float, starts: list[np.ndarray]):
-    from scipy.optimize import least_squares
-
-    lc = np.log(c)
-    lb = np.array([lo, lc.min() - math.log(MID_SPAN), B_RANGE[0]])
-    ub = np.array([hi, lc.max() + math.log(MID_SPAN), B_RANGE[1]])
-
-    def resid(th):
-        a, lm, b = th
-        return r0 + (a - r0) / (1.0 + np.exp(b * (lm - lc))) - y
-
-    def jac(th):  # d resid / d (A, ln C_mid, B)
-        a, lm, b = th
-        e = np.exp(b * (lm - lc))
-        s = 1.0 / (1.0 + e)
-        ds = -s * s * e
-        return np.stack([s, (a - r0) * ds * b, (a - r0) * ds * (lm - lc)], axis=1)
-
-    best = None
-    for x0 in starts:
-        x0 = np.clip(x0, lb + 1e-9, ub - 1e-9)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            r = least_squares(resid, x0, jac=jac, bounds=(lb, ub), method="dogbox", x_scale=[0.1, 1.0, 1.0])
-        if best is None or r.cost < best.cost:
-            best = r
-    return best
-
-
-def fit_curve(c, y, r0: float, lo: float = 0.0, hi: float = 1.0, warm: CurveFit | None = None) -> CurveFit:
-    """Least-squares fit of A, C_mid, B to points (c > 0, y), R0 fixed. lo/hi bound the asymptote
-    (the score's range: [0, 1] for an accuracy). warm: start from this fit only (bootstrap refits)."""
-    c, y = np.asarray(c, float), np.asarray(y, float)
-    keep = np.isfinite(c) & np.isfinite(y) & (c > 0)
-    c, y = c[keep], y[keep]
-    if len(c) < 3:
-        return CurveFit(r0, float("nan"), float("nan"), float("nan"), float("nan"), False)
-    if warm is not None and warm.ok:
-        starts = [np.array([warm.a, math.log(warm.c_mid), warm.b])]
-    else:
-        top = y[np.argmax(np.abs(y - r0))]
-        lc = np.log(c)
-        starts = [np.array([a0, m0, b0]) for a0 in (top, r0 + 1.5 * (top - r0))
-                  for m0 in (lc.min(), np.median(lc), lc.max() + 1.0) for b0 in (1.0, 2.5)]
-    r = _solve(c, y, r0, lo, hi, starts)
-    a, lm, b = r.x
-    return CurveFit(r0, float(a), float(math.exp(lm)), float(b), float(np.sqrt(np.mean(r.fun ** 2))), bool(r.success))
+MAX_EXTRAPOLATION = 2.0  # X / (largest compute observed) beyond which the report always warns (bench_curve.py)
+UNBENT_MAX = 1.0  # ... and beyond this unless the refits put C_mid inside the observed compute
+BENT_SHARE = 0.5  # share of refits with C_mid <= the largest observed compute for "bent" (with the point fit's)
+BOUND_SHARE = 0.9  # share of refits at a bound of B or A from which a fit is "not identified" (see docs/frontier.md)
+ALPHA = 0.05
 
 
 # --- one condition's regimes, with draws ---------------------------------------------------------
@@ -121,6 +55,9 @@ class ConditionCurves:
     draws: list[list[CurveFit]]  # [R][B]
     c_max: np.ndarray  # [R] largest compute observed
     points: list[tuple[np.ndarray, np.ndarray]]  # per regime (compute [F], mean score [F])
+    df_seed: float = 0.0  # the seed covariance's degrees of freedom (0: evaluation noise only)
+    lo: float = 0.0  # the asymptote's bounds (the score's range)
+    hi: float = 1.0
 
 
 def fit_condition(regime_of_job: np.ndarray, regimes: list[str], compute: np.ndarray, scores: np.ndarray,
@@ -132,8 +69,6 @@ def fit_condition(regime_of_job: np.ndarray, regimes: list[str], compute: np.nda
     [J, F, n] per-item scores on the same n items at every checkpoint; start [n] the starting
     policy's per-item scores (pooled over the condition's jobs).
     """
-    from race_cli.report import stats as S
-
     rng = np.random.default_rng(seed)
     R = len(regimes)
     J, F, n = scores.shape
@@ -143,53 +78,71 @@ def fit_condition(regime_of_job: np.ndarray, regimes: list[str], compute: np.nda
     reg_y = np.stack([job_means[regime_of_job == r].mean(axis=0) for r in range(R)])  # [R, F]
     r0 = float(np.mean(start))
     fits = [fit_curve(reg_c[r], reg_y[r], r0, lo, hi) for r in range(R)]
-    # seed noise per checkpoint, pooled over regimes (stats.noise_of on that checkpoint's table)
-    seed_sd = np.zeros(F)
-    df_seed = 0.0
-    for f in range(F):
-        ok = np.isfinite(scores[:, f, :]).all(axis=1)
-        if ok.all():
-            nz = S.noise_of(regime_of_job, scores[:, f, :], R)
-            if nz.has_seed_noise:
-                seed_sd[f], df_seed = math.sqrt(nz.seed_var), nz.df_seed
-    w = S.item_weights(n, n_boot, rng).astype(float) / n if n > 1 else np.ones((n_boot, 1))  # [B, n]
-    z = rng.standard_normal((n_boot, R))
+    filled = np.nan_to_num(scores)
+    cov, df_seed = seed_covariance(regime_of_job, filled)  # [F, F] one run's effect across checkpoints
+    w = (np.bincount((rng.integers(0, n, size=(n_boot, n)) + n * np.arange(n_boot)[:, None]).ravel(),
+                     minlength=n_boot * n).reshape(n_boot, n).astype(float) / n) if n > 1 else np.ones((n_boot, 1))
+    ev, evec = np.linalg.eigh(cov)
+    root = evec * np.sqrt(np.maximum(ev, 0.0))  # [F, F]: root @ rootᵀ = cov
+    z = rng.standard_normal((n_boot, R, F)) @ root.T  # [B, R, F] one run's effect per regime and draw
     scale = np.sqrt(df_seed / rng.chisquare(df_seed, size=n_boot)) if df_seed > 0 else np.zeros(n_boot)
     r0_draws = w @ start  # [B]
-    filled = np.nan_to_num(scores)
     draws: list[list[CurveFit]] = [[] for _ in range(R)]
     for r in range(R):
         sc = filled[regime_of_job == r].mean(axis=0)  # [F, n] seed-averaged item scores
         yb = w @ sc.T  # [B, F]
-        yb += (scale * z[:, r])[:, None] * seed_sd[None, :] / math.sqrt(max(n_seeds[r], 1))
+        yb += scale[:, None] * z[:, r, :] / math.sqrt(max(n_seeds[r], 1))
         draws[r] = [fit_curve(reg_c[r], yb[b], float(r0_draws[b]), lo, hi, warm=fits[r]) for b in range(n_boot)]
     return ConditionCurves(regimes=list(regimes), fits=fits, draws=draws, c_max=np.nanmax(reg_c, axis=1),
-                           points=[(reg_c[r], reg_y[r]) for r in range(R)])
+                           points=[(reg_c[r], reg_y[r]) for r in range(R)], df_seed=df_seed, lo=lo, hi=hi)
 
 
-def predict_at(cc: ConditionCurves, x: float, maximize: bool = True, level: float = 0.95) -> pd.DataFrame:
-    """Each regime's predicted score at budget x: point, percentile interval, rank, share of draws in
-    which it is best, ≈ best (Bonferroni over pairs), and the extrapolation factor x / c_max."""
+def _at(x: float, par) -> np.ndarray:
+    """Every draw's curve at x, vectorised: [B, R] from the parameter arrays par(name) -> [B, R]."""
+    r0, a, b = par("r0"), par("a"), par("b")
+    lm = np.log(np.maximum(par("c_mid"), 1e-300))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return r0 + (a - r0) / (1.0 + np.exp(b * (lm - math.log(x))))
+
+
+def predict_at(cc: ConditionCurves, x: float, maximize: bool = True, level: float = 0.95,
+               alpha: float = ALPHA) -> pd.DataFrame:
+    """Each regime's predicted score at budget x: point, percentile interval, rank, best share (a ranking
+    score, not a probability), ≈ best (the gap to the best within its studentized-range bound, familywise
+    alpha over all pairs, on a t scale fitted to the refits), the extrapolation factor x / c_max, and what
+    the refits say of the fit: the share at a bound of B or A, the share with C_mid inside the pilot."""
+    from race_cli.stats.quantiles import range_quantile
+
     R = len(cc.regimes)
     sign = 1.0 if maximize else -1.0
     point = np.array([float(f(x)) for f in cc.fits])
-    d = np.array([[float(f(x)) for f in dr] for dr in cc.draws]).T  # [B, R]
+    par = lambda k: np.array([[getattr(f, k) for f in dr] for dr in cc.draws], float).T  # [B, R]
+    d = _at(x, par)  # [B, R]
     a = (1 - level) / 2
     lo, hi = np.nanquantile(d, [a, 1 - a], axis=0)
     best = int(np.nanargmax(sign * point))
     gap = sign * (d[:, [best]] - d)  # [B, R]
-    n_pairs = max(1, R * (R - 1) // 2)
-    gap_lo = np.nanquantile(gap, (1 - level) / (2 * n_pairs), axis=0)
-    tied = gap_lo <= 0
+    # the scale is read from B refits' quartiles (an IQR has ~37% of the sd's efficiency: ~0.37·B df), on top
+    # of the seed variance's own df
+    df = 1.0 / ((1.0 / cc.df_seed if cc.df_seed > 0 else 0.0) + 1.0 / (0.37 * max(d.shape[0], 1)))
+    q = float(range_quantile(1 - alpha, R, df)) / math.sqrt(2.0) if R >= 2 else 0.0
+    gap_point = sign * (point[best] - point)
+    gap_lo = gap_point - q * t_scale(gap, cc.df_seed if cc.df_seed > 0 else math.inf)  # the draws' shape: t_df_seed
+    tied = ~(gap_lo > 0)
     tied[best] = True
     top = (sign * d) >= np.nanmax(sign * d, axis=1, keepdims=True) - 1e-12
     p_best = (top / top.sum(axis=1, keepdims=True)).mean(axis=0)
     ranks = 1 + (sign * point[None, :] > sign * point[:, None]).sum(axis=1)
+    shares = [at_bound([f.a for f in dr], [f.b for f in dr], cc.lo, cc.hi) for dr in cc.draws]
+    bound_share = np.array([float(np.mean(hb | ha)) if len(hb) else math.nan for hb, ha in shares])
+    bent_share = np.array([float(np.mean([f.c_mid <= c for f in dr])) if dr else math.nan
+                           for dr, c in zip(cc.draws, cc.c_max)])
     return pd.DataFrame({"regime": cc.regimes, "budget": x, "predicted": point, "pred_lo": lo, "pred_hi": hi,
                          "rank": ranks, "is_best": np.arange(R) == best, "tied_best": tied, "p_best": p_best,
-                         "extrapolation": x / cc.c_max, "a": [f.a for f in cc.fits],
+                         "gap_lo": gap_lo, "extrapolation": x / cc.c_max, "a": [f.a for f in cc.fits],
                          "c_mid": [f.c_mid for f in cc.fits], "b": [f.b for f in cc.fits],
-                         "r0": [f.r0 for f in cc.fits], "rmse": [f.rmse for f in cc.fits]}
+                         "r0": [f.r0 for f in cc.fits], "rmse": [f.rmse for f in cc.fits],
+                         "bound_share": bound_share, "bent_share": bent_share}
                         ).sort_values(["rank", "regime"], kind="stable").reset_index(drop=True)
 
 
@@ -212,26 +165,36 @@ def parse_at_budget(text: str) -> tuple[float, bool]:
     return v, rel
 
 
-def degenerate_warning(a: float, b: float, lo: float, hi: float) -> str:
-    """'' unless the fit ran into a bound (steepness B at 0.3 or 5, asymptote A at the score's limit):
-    then the checkpoints do not identify the curve and its prediction (and interval) mean nothing."""
-    at = [n for n, hit in (("B", b <= B_RANGE[0] + 1e-6 or b >= B_RANGE[1] - 1e-6),
-                            ("A", np.isfinite(lo) and a <= lo + 1e-6 or np.isfinite(hi) and a >= hi - 1e-6)) if hit]
-    if not at:
-        return ""
-    return (f"the fit ran into the bound of {' and '.join(at)}: the checkpoints do not identify this curve "
-            "(too few or too noisy points); do not use its prediction")
+def degenerate_warning(a: float, b: float, lo: float, hi: float, bound_share: float = math.nan) -> str:
+    """'' unless the fit ran into a bound (steepness B at 0.3 or 5, asymptote A at the score's limit), or
+    at least BOUND_SHARE of its refits did: then the checkpoints do not identify the curve and its
+    prediction (and interval) mean nothing."""
+    hb, ha = at_bound([a], [b], lo, hi)
+    at = [n for n, hit in (("B", bool(hb[0])), ("A", bool(ha[0]))) if hit]
+    if at:
+        return (f"the fit ran into the bound of {' and '.join(at)}: the checkpoints do not identify this curve "
+                "(too few or too noisy points); do not use its prediction")
+    if np.isfinite(bound_share) and bound_share >= BOUND_SHARE:
+        return (f"{100 * bound_share:.0f}% of its refits ran into a bound of B or A: the checkpoints do not identify "
+                "this curve (too few or too noisy points); do not use its prediction")
+    return ""
 
 
-def extrapolation_warning(factor: float, bent: bool) -> str:
+def extrapolation_warning(factor: float, bent, point_bent: bool = True) -> str:
     """'' when the prediction at `factor` x the observed compute is within what bench_curve.py measured
-    to cover the truth in >= 90% of pilots; else why not."""
+    to cover the truth in >= 90% of pilots; else why not. bent: the share of refits whose C_mid lies
+    inside the observed compute (or, for a stored prediction without it, whether the point fit's does);
+    point_bent: whether the point fit's does. Bent means both."""
     if factor > MAX_EXTRAPOLATION:
-        return (f"{factor:.1f}x the largest compute observed, beyond {MAX_EXTRAPOLATION:g}x, where no curve's "
-                "coverage was measured")
-    if factor > UNBENT_MAX and not bent:
-        return (f"{factor:.1f}x the largest compute observed while the fitted curve has not bent yet (C_mid beyond "
-                "the pilot): such extrapolations covered the truth in only ~80% of synthetic pilots")
+        return (f"{factor:.1f}x the largest compute observed, beyond {MAX_EXTRAPOLATION:g}x, where the intervals' "
+                "measured coverage falls below 90%")
+    share = float(bent) if not isinstance(bent, (bool, np.bool_)) else (1.0 if bent else 0.0)
+    if not point_bent:
+        share = min(share, 0.0)
+    if factor > UNBENT_MAX and not share >= BENT_SHARE:
+        return (f"{factor:.1f}x the largest compute observed while the curve's bend is not established (only "
+                f"{100 * share:.0f}% of its refits put C_mid inside the pilot): such extrapolations covered the "
+                "truth too rarely in synthetic pilots")
     return ""
 
 
@@ -293,8 +256,9 @@ def predictions(data, cps, targets: list[str], by: list[str], at: float, relativ
             p = predict_at(cc, x, (maximize or {}).get(t, True))
             p.insert(0, "condition", condition_label(cond | {"target": t}))
             p.insert(1, "target", t)
-            p["warning"] = [degenerate_warning(a, b, lo, hi) or extrapolation_warning(e, c_mid <= x / e)
-                            for e, c_mid, a, b in zip(p["extrapolation"], p["c_mid"], p["a"], p["b"])]
+            p["warning"] = [degenerate_warning(a, b, lo, hi, bs) or extrapolation_warning(e, bent, c_mid <= x / e)
+                            for e, a, b, bs, bent, c_mid in zip(p["extrapolation"], p["a"], p["b"], p["bound_share"],
+                                                                p["bent_share"], p["c_mid"])]
             parts.append(p)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
@@ -310,10 +274,12 @@ def prediction_rows(g: pd.DataFrame) -> list[list[str]]:
 
 PRED_INTRO = ("Each regime's compute curve R(C) = R0 + (A − R0)/(1 + (C_mid/C)^B), fitted to its equal-FLOP "
               "checkpoints (R0 the condition's start), predicts its score at the budget; intervals from "
-              "{n} refits on draws that resample items and add seed noise. ≈ best: the gap to the predicted "
-              "best is not distinguishable from zero (Bonferroni over pairs). × observed: the budget over the "
-              "largest compute measured; ⚠ where the intervals' measured coverage falls below 90%: beyond {k:g}x, "
-              "or beyond 1x for a curve not yet bending (benchmarks/bench_curve.py).")
+              "{n} refits on draws that resample items and add seed noise (correlated across checkpoints as the "
+              "seeds' trajectories are). ≈ best: the gap to the predicted best is within its studentized-range "
+              "bound (familywise 5% over all pairs). best share: a ranking score, not a probability. × observed: "
+              "the budget over the largest compute measured; ⚠ where the intervals' measured coverage falls below "
+              "90%: beyond {k:g}x, beyond 1x unless the refits establish the bend, or a fit the checkpoints do not "
+              "identify (benchmarks/bench_curve.py).")
 
 
 def markdown_section(pred: pd.DataFrame, n_boot: int) -> list[str]:

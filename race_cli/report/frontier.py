@@ -151,7 +151,7 @@ def frontier_table(data: SweepData, cps: Checkpoints, targets: list[str], by: li
 
 def best_per_budget(fr: pd.DataFrame) -> pd.DataFrame:
     """Per (condition, fraction): the best regime, its score and interval, its gain over the start
-    and whether it beats it, and the regimes ≈ best (indistinguishable from it, familywise 5%)."""
+    and whether it beats it, and the regimes ≈ best (not shown worse than it, familywise 5%)."""
     rows = []
     for (cond, f), g in fr.groupby(["condition", "fraction"], sort=True):
         b = g[g["is_best"].astype(bool)].iloc[0]

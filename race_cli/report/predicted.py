@@ -181,7 +181,7 @@ def markdown_lines(t: pd.DataFrame) -> list[str]:
 
 
 NARROW = 120  # a console narrower than this (a pipe is 80) gets PRED_NARROW; summary.md keeps every column
-PRED_NARROW = ["regime", "realised", "endpoint ± 95%", "error", "covered", "curve ± 95%", "error", "covered"]
+PRED_NARROW = ["regime", "realised", "endpoint ± 95%", "error", "in PI", "curve ± 95%", "error", "in PI"]
 
 
 def _pm(v: float, lo: float, hi: float) -> str:
@@ -194,7 +194,7 @@ def _pm(v: float, lo: float, hi: float) -> str:
 def narrow_rows(t: pd.DataFrame) -> list[list[str]]:
     """PRED_NARROW cells: what fits 80 columns without breaking a number."""
     full = prediction_rows(t)
-    return [[row[0], row[1], _pm(float(r.endpoint_pred), float(r.pilot_ci_lo), float(r.pilot_ci_hi)), row[3], row[4],
+    return [[row[0], row[1], _pm(float(r.endpoint_pred), float(r.endpoint_lo), float(r.endpoint_hi)), row[3], row[4],
              _pm(float(r.curve_pred), float(r.curve_lo), float(r.curve_hi)) + (" ⚠" if getattr(r, "curve_warning", "")
                                                                                else ""), row[6], row[7]]
             for row, r in zip(full, t.itertuples())]
