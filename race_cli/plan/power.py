@@ -93,16 +93,22 @@ def joint_detectable(n: int, k: int, seeds: int, sizes: int, rewards: int, alloc
     """The smallest differences the joint comparison's allocation-by-allocation claims detect with 80%
     power: `size` (larger − smaller at the same reward, G, μ: rewards × allocations pairs) and `feedback`
     (rule − reward model across sizes at the same model, G, μ: sizes × allocations pairs), each tested at
-    the joint condition's Bonferroni share α/N, with seed noise pooled over all its regimes. The
+    the entry level the joint comparison's gatekept graph gives it (stats/gatekeeping.joint_design: α split
+    evenly between the size and the feedback family, then between a family's pairs), with seed noise pooled
+    over one reward system's regimes as the report pools it (stats/variance.HETERO_DF). The
     contrast averages P paired differences: Σ c²/n_r = 2/(P s), item part 2 σ_e²/(P s n), plus, for a
     size contrast, the two models' own item effects, which every allocation shares: 2 σ_im²/n."""
     from race_cli.stats.quantiles import t_quantile
 
+    from race_cli.stats.variance import HETERO_DF
+
     s2e = 0.25 / (1 if greedy else k)
-    regimes = sizes * rewards * allocations
-    df_seed = float(regimes * (seeds - 1))
-    df_resid = df_seed * (n - 1)
+    pooled = float(sizes * allocations * (seeds - 1))  # one reward system's regimes (the report's seed pool)
+    df_seed = 1.0 / (1.0 / pooled + 1.0 / HETERO_DF) if pooled > 0 else 0.0
+    df_resid = pooled * (n - 1)
     claims = max(1, joint_claims(sizes, rewards))
+    size_pairs, reward_pairs = sizes * (sizes - 1) // 2, rewards * (rewards - 1) // 2
+    families = (size_pairs > 0) + (reward_pairs > 0)
     out: dict[str, float] = {"claims": float(claims), "seed_df": df_seed}
     for name, pairs, present in (("size", rewards * allocations, sizes > 1),
                                  ("feedback", sizes * allocations, rewards > 1)):
@@ -119,7 +125,8 @@ def joint_detectable(n: int, k: int, seeds: int, sizes: int, rewards: int, alloc
             v = a - e + b
             se = math.sqrt(v)
             df = min(df_seed, v * v / (a * a / (n - 1) + b * b / df_seed + e * e / df_resid))
-        out[name] = _shift(t_quantile(1 - alpha / (2 * claims), df), df, power) * se
+        level = alpha / max(families, 1) / max(size_pairs if name == "size" else reward_pairs, 1)  # entry level
+        out[name] = _shift(t_quantile(1 - level / 2, df), df, power) * se
     return out
 
 
@@ -180,7 +187,7 @@ def joint_power_lines(rows: list[JointPower]) -> list[str]:
     """One line per joint condition for `race plan`."""
     fmt = lambda v: "–" if not math.isfinite(v) else f"{v:.3f}"
     return [f"joint comparison at {r.budget:.3g} FLOPs on {r.target} ({r.sizes} sizes × {r.rewards} reward systems "
-            f"× {r.allocations} allocations, {r.items} × {r.samples} × {r.seeds}; {r.claims} claims, Bonferroni): "
+            f"× {r.allocations} allocations, {r.items} × {r.samples} × {r.seeds}; {r.claims} claims, gatekept): "
             f"smallest model-size difference detected with 80% power allocation by allocation {fmt(r.size)}, "
             f"smallest rule − reward-model difference across sizes {fmt(r.feedback)}." for r in rows]
 
@@ -300,8 +307,8 @@ def print_power(rows: list[Power], source: str, eval_share: str | None = None, f
     t = Table(title="Power before spending: the smallest effects detected with 80% power (the report's tests)",
               title_justify="left",
               caption=f"seed spread σ_b {rows[0].seed_sd:.3g}: {source}. gain: a regime's gain over the start "
-                      "(Holm, familywise 2.5% one-sided); gap: between two regimes (Bonferroni over pairs, "
-                      "familywise 5%). Per-item sampling variance taken at its largest (score 0.5): "
+                      "(Holm, familywise 2.5% one-sided); gap: the better of two regimes the only one ≈ best "
+                      "(studentized range step-down, familywise 5%). Per-item sampling variance taken at its largest (score 0.5): "
                       "race_cli/plan/power.py.", caption_justify="left")
     console = Console(file=file) if file is not None else Console(stderr=True)  # the terminal's width
     if console.width < 120:  # a pipe or an 80-column terminal: short headers, one space apart, nothing folded
