@@ -561,16 +561,26 @@ def print_picks(picks: list[Pick], prov: dict, console) -> None:
               caption=f"fresh seeds from {st['seeds'][0]}; evaluation on task.eval_seed {ev.get('eval_seed')} "
               f"(the pilot's {ev.get('pilot_eval_seed')}): {ev.get('note', '')}; the pilot's interval is its 95% "
               "interval (evaluation items and seeds).", caption_justify="left")
-    for h in ["condition", "role", "regime", "pilot rank", "pilot mean [95% CI]", "best share", "budget: pilot → validation",
-              "jobs"]:
-        t.add_column(h, justify="left" if h in ("condition", "role", "regime") else "right")
+    narrow_table(t, console)
+    # the best share stays in provenance.json: beside ≈ best it reads as a certainty it is not (docs/report.md)
+    for h in ["condition", "role", "regime", "rank", "pilot mean [95% CI]", "budget", "jobs"]:
+        t.add_column(h, justify="left" if h in ("condition", "role", "regime") else "right",
+                     no_wrap=h != "condition")
     for pk in picks:
         r = order.get((pk.condition, pk.regime), {})
         ci = (f"{_finite(r.get('mean')):.3f} [{_finite(r.get('ci_lo')):.3f}, {_finite(r.get('ci_hi')):.3f}]")
         t.add_row(pk.condition, pk.role, pk.regime, str(r.get("rank", "?")), ci.replace("nan", "–"),
-                  f"{_finite(r.get('p_best')):.2f}".replace("nan", "–"),
-                  f"{pk.pilot_budget:.3g} → {pk.budget:.3g}", str(len(pk.job_ids)))
+                  f"{pk.pilot_budget:.3g}→{pk.budget:.3g}", str(len(pk.job_ids)))
     console.print(t)
+
+
+def narrow_table(t, console) -> None:
+    """On a console under 120 columns (a pipe, an 80-column terminal): no frame, one space between
+    columns, so that numbers and words are never folded (tests/test_console_width.py)."""
+    from rich import box
+
+    if console.width < 120:
+        t.box, t.show_edge, t.padding, t.pad_edge = box.SIMPLE_HEAD, False, (0, 1), False
 
 
 def validate_main(pilot: Path, *, budget: float | None = None, scale: float | None = None,
@@ -592,12 +602,12 @@ def validate_main(pilot: Path, *, budget: float | None = None, scale: float | No
                                                 margin=margin, unlearned=unlearned, control=control,
                                                 power=power, gap=gap, max_seeds=max_seeds)
     out = Path(out) if out is not None else default_out(pilot, budget, scale, replicate)
-    console = Console(width=max(160, Console().width))
+    console = Console()  # the terminal's width: narrow tables at 80 columns and in a pipe
     print_picks(picks, prov, console)
     print_power_plan(prov, console)
     print_plan(plan, "table")
     err = Console(stderr=True)
-    say = say or (lambda s: err.print(s, highlight=False, soft_wrap=True))
+    say = say or (lambda s: err.print(s, highlight=False))  # wrapped at the terminal's width
     for n in notes:
         say(f"note: {n}")
     if seeds == 1:

@@ -279,14 +279,15 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
            f"charged to the budgets ({_flops(totals['budget'])} FLOPs budgeted in all).", "",
            "## Rankings", "",
            "Intervals: 95% t intervals whose variance adds each regime's evaluation-item noise and "
-           "the training (seed) noise pooled over the condition's regimes (docs/report.md; their "
+           "the training (seed) noise, pooled over the sweep's regimes of one reward system and moderated per "
+           "regime (the pool and its df are printed with each condition; docs/report.md; their "
            "coverage is measured by benchmarks/bench_calibration.py). final: the regime's score at the "
            "end. start: its starting policy's score (iteration-0 evaluation, same items). gain: the "
            "improvement over the start (final − start; start − final for a lower-is-better target), "
            "items paired. > start: the gain is above zero after Holm's correction over the "
            "condition's regimes (familywise 2.5%, one-sided). ≈ best: the gap to the best is not "
-           "distinguishable from zero by a Bonferroni interval over every pair of regimes "
-           "(familywise 5%). best share: the share of "
+           "shown above zero by the studentized-range step-down over the condition's regimes (REGWQ, "
+           "familywise 5%): not shown worse. best share: the share of "
            f"{n_boot} draws (items resampled, seed noise added) in which the regime is best (the "
            "CSV's p_best) — a ranking score, not a calibrated probability of being best: with two "
            "seeds it is overconfident (its reliability table is in docs/report.md). "
