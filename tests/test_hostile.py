@@ -894,6 +894,7 @@ CASES_26 = [  # (id, args, exit code, message fragment)
     ("train-out-foreign", ["train", "grid=none", "--out", "."], 2, "is not a job folder (no .hydra/config.yaml)"),
     ("gpu-mem-inf", ["plan", "grid=none", "--gpu-mem", "1e400GB"], 2, "--gpu-mem '1e400GB' is out of range"),
     ("mem-gpu-mem-inf", ["mem", "--gpu-mem", "1e400GB"], 2, "--gpu-mem '1e400GB' is out of range"),
+    ("gpu-mem-zero", ["plan", "grid=none", "--gpu-mem", "0GB"], 2, "--gpu-mem '0GB' is out of range"),
     ("validate-scale-huge", ["validate", "nowhere", "--scale", "1e300"], 2,
      "invalid value for '--scale'"),
     ("validate-seeds-huge", ["validate", "nowhere", "--seeds", "100000"], 2,

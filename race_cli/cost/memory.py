@@ -646,7 +646,7 @@ def parse_size(text: str) -> int:
         raise RaceError(f"--gpu-mem {text!r} is not a size: expected a number with a unit such as 80GiB, 24GB or "
                         "141GiB (GiB = 2^30 bytes, GB = 10^9).")
     size = float(m.group(1)) * _UNITS[unit]
-    if not size < MAX_DEVICE_BYTES:  # 1e400GB is inf; nothing near a PiB is one device
-        raise RaceError(f"--gpu-mem {text!r} is out of range: expected the memory of one device, at most "
-                        f"{MAX_DEVICE_BYTES // 2**40} TiB (e.g. 80GiB).")
+    if not 2**20 <= size < MAX_DEVICE_BYTES:  # 1e400GB is inf; nothing near a PiB (or under a MiB) is one device
+        raise RaceError(f"--gpu-mem {text!r} is out of range: expected the memory of one device, at least 1 MiB "
+                        f"and at most {MAX_DEVICE_BYTES // 2**40} TiB (e.g. 80GiB).")
     return int(size)
