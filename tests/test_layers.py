@@ -123,8 +123,9 @@ def test_cost_is_pure():
             continue
         if m in audits:
             # of the engine they use its log-prob code (what they measure) and engine/hf.py (how to build a
-            # transformers/peft model on every supported version), nothing of a job's lifecycle
-            engine_ok = {"race_cli.engine.logprobs", "race_cli.engine.hf"}
+            # transformers/peft model on every supported version), and the PRM's own scoring forward (what the
+            # reward ledger is audited against), nothing of a job's lifecycle
+            engine_ok = {"race_cli.engine.logprobs", "race_cli.engine.hf", "race_cli.rewards.prm"}
             assert all(under(d, "cost") or d in engine_ok or d == "race_cli.errors" for d in g[m]), (m, g[m])
             continue
         assert all(under(d, "cost") or d == "race_cli.errors" for d in g[m]), (m, g[m])

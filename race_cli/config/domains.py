@@ -244,6 +244,14 @@ def d(default: Any = MISSING, domain: Optional[Domain] = None, *, factory: Optio
 
 # --- walking a config ---------------------------------------------------------------------------
 
+_ROOT: list[type] = []  # RaceConfig, registered by race_cli/config/schema.py (importing it here would be a cycle)
+
+
+def register_root(cls: type) -> None:
+    """schema.py names its root dataclass once, at import."""
+    _ROOT[:] = [cls]
+
+
 def domains(root: type | None = None) -> dict[str, Domain]:
     """Dotted key -> Domain for every field of the schema (sections too); a field without one is
     listed with None (tests/test_schema_domains.py fails on it)."""
@@ -251,7 +259,9 @@ def domains(root: type | None = None) -> dict[str, Domain]:
     import typing
 
     if root is None:
-        from race_cli.config.schema import RaceConfig as root  # noqa: N813
+        if not _ROOT:
+            raise RuntimeError("race_cli.config.schema registers the schema's root; import it first")
+        root = _ROOT[0]
     out: dict[str, Domain] = {}
 
     def walk(cls: type, prefix: str) -> None:

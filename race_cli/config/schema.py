@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from race_cli.config.domains import (INT_LIMIT, PATH_MAX, AnyPlain, Bool, Choice, Int, ListOf, MapOf, Real, Section,
-                                     Text, d, field_problems)
+                                     Text, d, field_problems, register_root)
 
 SEED_MAX = 2**32 - 1  # numpy's np.random.seed takes 0 .. 2**32 - 1
 NAME = Text(1, 100)  # short names that end up in job ids, reports and file names
@@ -198,6 +198,9 @@ class RaceConfig:
     threads: int = d(0, Int(0, 4096))  # torch CPU threads; 0 = leave torch's default (race run divides the cores)
 
 
+register_root(RaceConfig)  # domains() walks it (config/domains.py cannot import this module back)
+
+
 # LoRA ranks vLLM accepts as max_lora_rank (vllm/config: LoRAConfig's possible_max_ranks, the same
 # in every version of the `vllm` extra's range); vLLM refuses others when the engine starts.
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
@@ -226,13 +229,19 @@ def _get(cfg: Any, dotted: str) -> Any:
 
 
 def validate(cfg: Any) -> list[str]:
-    """Every problem of one composed config, as messages (empty list = valid): first each field
-    against its domain; when every field is in its domain, the cross-field rules."""
+    """Every problem of one composed config, as messages (empty list = valid): each field against its
+    domain, then the cross-field rules, so that one run reports every problem at once. A rule is
+    written for in-domain values: where a field is out of its domain a rule that trips over its type
+    is skipped (the field's own message already names the problem)."""
     problems = field_problems(cfg)
-    if problems:  # the rules below compare values and would trip over a wrong type
-        return problems
     for rule in CROSS_FIELD_RULES:
-        problems.extend(rule(cfg))
+        try:
+            found = rule(cfg)
+        except Exception:  # noqa: BLE001 — only while some field is already out of its domain
+            if not problems:
+                raise
+            continue
+        problems.extend(m for m in found if m not in problems)
     return problems
 
 

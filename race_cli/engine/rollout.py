@@ -170,7 +170,7 @@ class HFRollout:
         if seeds is not None and not greedy:  # common random numbers: the tokens are picked by RowSampler
             if len(seeds) != len(rows):
                 raise ValueError(f"{len(seeds)} seeds for {len(rows)} rows")
-            from race_cli.engine.rollout_lean import row_uniforms
+            from race_cli.engine.sampling import row_uniforms
 
             u = row_uniforms(seeds, self.max_new_tokens, self.device)  # [N, S_max]
             extra["logits_processor"] = LogitsProcessorList(
@@ -211,7 +211,7 @@ class RowSampler:
     def __call__(self, input_ids, scores):
         import torch
 
-        from race_cli.engine.rollout_lean import pick
+        from race_cli.engine.sampling import pick
 
         step = input_ids.size(1) - self.prompt_len  # tokens generated so far
         tok = pick(scores.float(), greedy=False, temperature=self.temperature, top_p=self.top_p,

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from race_cli.engine.rollout import Rollout, _finish
+from race_cli.engine.sampling import eval_row_seed, pick, row_uniforms, top_p_filter  # noqa: F401 (re-exported)
 from race_cli.errors import RaceError
 from race_cli.cost.flops import Arch, Flops, Lora, generate_flops, merge_flops
 
@@ -272,70 +273,6 @@ def block(w: Weights, x, cos, sin, cache_k, cache_v, start: int, bias):
         gate, up = L.gate_up(h).chunk(2, dim=-1)
         x = L.down.add_to(x, F.silu(gate) * up)
     return x
-
-
-def top_p_filter(scores, top_p: float):
-    """transformers' TopPLogitsWarper: drop the least likely tokens whose mass is <= 1 - top_p. [n, V]."""
-    import torch
-
-    sorted_logits, sorted_idx = torch.sort(scores, descending=False)
-    cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-    remove = cum <= (1 - top_p)
-    remove[..., -1:] = False  # keep at least the most likely token
-    return scores.masked_fill(remove.scatter(1, sorted_idx, remove), float("-inf"))
-
-
-def row_uniforms(seeds: list[int], steps: int, device: str = "cpu"):
-    """Counter-based uniforms [N, steps] float64: row i's numbers depend on seeds[i] alone (a CPU
-    generator seeded with it), whatever the other rows, the batch, the device or the training stream.
-
-    Common random numbers: the evaluation seeds row (item, sample k) by (eval.sample_seed, target,
-    item id, k) (`eval_row_seed`), so every job and checkpoint draws item i's k-th sample from the
-    same numbers, and sampling leaves the training generator untouched.
-    """
-    import torch
-
-    out = torch.empty(len(seeds), steps, dtype=torch.float64)
-    g = torch.Generator()
-    for i, s in enumerate(seeds):
-        g.manual_seed(int(s))
-        out[i] = torch.rand(steps, generator=g, dtype=torch.float64)
-    return out.to(device)
-
-
-def eval_row_seed(sample_seed: int, target: str, item_id: str, k: int) -> int:
-    """The seed of one evaluation row: sample k of item `item_id` of `target` (63 bits of BLAKE2b,
-    the same in every process and on every backend)."""
-    import hashlib
-
-    key = f"{int(sample_seed)}|{target}|{item_id}|{int(k)}".encode()
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
-
-
-def pick(logits, *, greedy: bool, temperature: float, top_p: float, u=None):
-    """Next tokens [n] from float32 logits [n, V]: argmax, or a draw from softmax(logits / T) within top-p.
-
-    The draw inverts the CDF with one uniform per row (u * total mass, first token whose
-    cumulative mass exceeds it): exactly the categorical distribution, without torch.multinomial's
-    per-call validity checks and its V exponential draws per row. `u` [n]: the rows' uniforms
-    (common random numbers, `row_uniforms`); None = torch's generator (the training stream).
-    Two policies with close CDFs map the same u to the same token mostly: item-paired
-    differences lose most of their sampling noise.
-    """
-    import torch
-
-    if greedy:
-        return logits.argmax(dim=-1)
-    scores = logits / temperature if temperature != 1.0 else logits
-    if top_p < 1.0:
-        scores = top_p_filter(scores, top_p)
-    cdf = scores.softmax(dim=-1).cumsum(dim=-1)  # [n, V]
-    if u is None:
-        u = torch.rand(cdf.size(0), 1, device=cdf.device, dtype=cdf.dtype)
-    else:
-        u = u.to(device=cdf.device, dtype=cdf.dtype).view(-1, 1)
-    u = u * cdf[:, -1:]  # [n, 1]
-    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.size(1) - 1)
 
 
 def sample(model: Any, prompts: list[list[int]], *, group_size: int, greedy: bool, max_new_tokens: int,

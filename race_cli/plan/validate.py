@@ -561,6 +561,8 @@ def print_picks(picks: list[Pick], prov: dict, console) -> None:
               caption=f"fresh seeds from {st['seeds'][0]}; evaluation on task.eval_seed {ev.get('eval_seed')} "
               f"(the pilot's {ev.get('pilot_eval_seed')}): {ev.get('note', '')}; the pilot's interval is its 95% "
               "interval (evaluation items and seeds).", caption_justify="left")
+    from race_cli.plan.render import narrow_table
+
     narrow_table(t, console)
     # the best share stays in provenance.json: beside ≈ best it reads as a certainty it is not (docs/report.md)
     for h in ["condition", "role", "regime", "rank", "pilot mean [95% CI]", "budget", "jobs"]:
@@ -573,14 +575,6 @@ def print_picks(picks: list[Pick], prov: dict, console) -> None:
                   f"{pk.pilot_budget:.3g}→{pk.budget:.3g}", str(len(pk.job_ids)))
     console.print(t)
 
-
-def narrow_table(t, console) -> None:
-    """On a console under 120 columns (a pipe, an 80-column terminal): no frame, one space between
-    columns, so that numbers and words are never folded (tests/test_console_width.py)."""
-    from rich import box
-
-    if console.width < 120:
-        t.box, t.show_edge, t.padding, t.pad_edge = box.SIMPLE_HEAD, False, (0, 1), False
 
 
 def validate_main(pilot: Path, *, budget: float | None = None, scale: float | None = None,

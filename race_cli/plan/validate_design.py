@@ -250,7 +250,7 @@ def print_power_plan(prov: dict, console) -> None:
               "the pilot's components (seed variance pooled over the pilot's conditions of the same reward); "
               "gap sized for: --gap, or the pilot's observed gap less its selection bias (winner's curse); job "
               "time: the condition's planned job seconds, summed.", caption_justify="left")
-    from race_cli.plan.validate import narrow_table
+    from race_cli.plan.render import narrow_table
 
     narrow_table(t, console)
     for h in POWER_HEAD:
