@@ -22,8 +22,8 @@ from race_cli.config.sweep import job_id
 def test_default_plan_is_the_tiny_grid():
     plan = build_plan([])
     assert plan.grid["name"] == "tiny"
-    assert len(plan.jobs) == 2 * 3 * 2 * 2  # model x m (update_group_size) x reward x seed of conf/grid/tiny.yaml
-    assert plan.jobs[0].job_id == "tiny-s_m2_rule_s0"
+    assert len(plan.jobs) == 2 * 3 * 2 * 2  # model x mu x reward x seed of conf/grid/tiny.yaml
+    assert plan.jobs[0].job_id == "tiny-s_mu1_rule_s0"
     assert {j.config["seed"] for j in plan.jobs} == {0, 1}  # two seeds: intervals with training noise
     from race_cli.plan.build import one_seed_regimes
 
@@ -173,7 +173,7 @@ def test_cli_plan_formats_and_exit_codes(tmp_path):
     res = _race("plan", "--format", "csv", "model=tiny-s")
     assert res.returncode == 0 and res.stdout.splitlines()[0].startswith("job_id,model,group_size")
     res = _race("plan")
-    assert "tiny-s_m2_rule_s0" in res.stdout and "total" in res.stdout
+    assert "tiny-s_mu1_rule_s0" in res.stdout and "total" in res.stdout
     res = _race("plan", "grpo.group_size=abc", "--out", str(tmp_path / "s"))
     assert res.returncode == 2 and "Wrong type for grpo.group_size" in res.stderr
     assert not (tmp_path / "s").exists()
