@@ -98,7 +98,8 @@ def _design(g: pd.DataFrame, k: int):
 
     n = int(np.nanmax(g["n_items"])) if "n_items" in g and np.isfinite(_num(g["n_items"].max())) else 0
     seeds = int(np.nanmin(g["n_seeds"])) if "n_seeds" in g else 1
-    sd = np.nanmedian(g["seed_sd"].to_numpy(float)) if "seed_sd" in g else math.nan
+    sds = g["seed_sd"].to_numpy(float) if "seed_sd" in g else np.array([math.nan])
+    sd = float(np.nanmedian(sds)) if np.isfinite(sds).any() else math.nan  # one seed: no spread measured
     if n < 2 or not math.isfinite(sd):
         return None
     return Design(n=n, k=k, seeds=max(seeds, 1), regimes=len(g), seed_sd=max(float(sd), 0.005))
@@ -190,6 +191,8 @@ def _call(g: pd.DataFrame) -> str:
     """'G=4 μ=2 wins by +0.050 (≥ +0.008)' or 'G=4 μ=2 ≈ G=4 μ=1, not separated: gap +0.021 (≥ -0.034)'."""
     g = g.sort_values("rank") if "rank" in g else g
     best = str(g["regime"].iloc[0])
+    if "testable" in g and not bool(g["testable"].fillna(True).astype(bool).any()):  # one seed: nothing decided
+        return f"not testable with one seed ({best} gains {_signed(g['gain'].iloc[0])} on evaluation noise alone)"
     if "beats_start" in g and not bool(g["beats_start"].any()):
         return f"no regime beats its start ({best} gains {_signed(g['gain'].iloc[0])})"
     if len(g) < 2:
