@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 from race_cli import folder
 from race_cli.errors import RaceError
-from race_cli.plan.validate_design import (eval_freshness, fresh_eval_seed, pilot_eval_seed, pilot_noise,  # noqa: F401
+from race_cli.plan.validate_design import (_finite, eval_freshness, fresh_eval_seed, pilot_eval_seed, pilot_noise,  # noqa: F401
                                            plan_all_seeds, plan_seeds, print_power_plan)
 from race_cli.stats.validation_power import DEFAULT_MAX_SEEDS, DEFAULT_POWER
 
@@ -125,14 +125,6 @@ def _records(doc: dict, key: str) -> list[dict]:
             seen.add(k)
             uniq.append(r)
     return uniq
-
-
-def _finite(v: Any) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if math.isfinite(v) else math.nan
 
 
 def choose_target(doc: dict, recs: list[dict], target: str | None, pilot: Path) -> str:
