@@ -559,7 +559,7 @@ def print_picks(picks: list[Pick], prov: dict, console) -> None:
     # the best share stays in provenance.json: beside ≈ best it reads as a certainty it is not (docs/report.md)
     for h in ["condition", "role", "regime", "rank", "pilot mean [95% CI]", "budget", "jobs"]:
         t.add_column(h, justify="left" if h in ("condition", "role", "regime") else "right",
-                     no_wrap=h != "condition")
+                     no_wrap=h != "condition", min_width=16 if h == "condition" else None)
     for pk in picks:
         r = order.get((pk.condition, pk.regime), {})
         ci = (f"{_finite(r.get('mean')):.3f} [{_finite(r.get('ci_lo')):.3f}, {_finite(r.get('ci_hi')):.3f}]")

@@ -254,8 +254,8 @@ def print_power_plan(prov: dict, console) -> None:
 
     narrow_table(t, console)
     for h in POWER_HEAD:
-        t.add_column(h, justify="left" if h in ("condition", "control") else "right",
-                     no_wrap=h not in ("condition", "control"))
+        t.add_column(h, justify="left" if h in ("condition", "control") else "right", overflow="fold",
+                     min_width=16 if h == "condition" else None)  # rich would squeeze the wrapping columns to 0
     for r in power_rows(prov):
         t.add_row(*r)
     console.print(t)
