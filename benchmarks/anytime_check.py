@@ -5,7 +5,7 @@
     python benchmarks/anytime_check.py runs/<pilot> runs/half [--fraction 0.5]
 
 For every regime and target: the C/2 jobs' final scores against the C jobs' checkpoint at the same
-fraction (same items, paired; seeds of both kinds pooled as in the report: race_cli/report/stats.py),
+fraction (same items, paired; seeds of both kinds pooled as in the report: race_cli/stats/variance.py),
 the difference (C/2 job − C job's checkpoint) with its 95% t interval. The learning rate is constant
 after warm-up (grpo.warmup_iters: 0 in the default grid), so the two should agree within noise.
 """
@@ -20,10 +20,20 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
-from race_cli.report import stats as S  # noqa: E402
+from race_cli.stats import decisions as D, quantiles as Q, variance as V  # noqa: E402
 from race_cli.report.frontier import read_checkpoints, sweep_at  # noqa: E402
 from race_cli.report.rank import _item_matrix, label_jobs, rankable, regime_columns  # noqa: E402
 from race_cli.report.table import read_sweeps  # noqa: E402
+
+
+def _holm(pvals: np.ndarray, alpha: float) -> np.ndarray:
+    """Holm's step-down on p-values: which hypotheses are rejected at familywise alpha."""
+    out = np.zeros(len(pvals), dtype=bool)
+    for i, k in enumerate(np.argsort(pvals)):
+        if pvals[k] > alpha / (len(pvals) - i):
+            break
+        out[k] = True
+    return out
 
 
 def main(argv: list[str]) -> None:
@@ -63,16 +73,16 @@ def main(argv: list[str]) -> None:
                 spent.append((float(ga["flops_at"].mean()), float(gb["flops_total"].mean())))
             if not names:
                 continue
-            noise = S.noise_of(np.concatenate(codes), np.vstack(tables), 2 * len(names))
+            noise = V.noise_of(np.concatenate(codes), np.vstack(tables), 2 * len(names))
             point = noise.m.mean(axis=1)
             for j, reg in enumerate(names):
                 c = np.zeros((1, 2 * len(names)))
                 c[0, 2 * j], c[0, 2 * j + 1] = 1.0, -1.0
-                se, df = S.contrast_se(noise, c)
+                parts = V.contrast_parts(noise, c)
                 diff = float(c[0] @ point)
-                lo, hi = S.t_interval(np.array([diff]), se, df)
-                pvals.append(2 * min(S.p_above(np.array([diff]), se, df)[0],
-                                     S.p_above(np.array([-diff]), se, df)[0]))
+                iv = D.intervals(np.array([diff]), parts)
+                lo, hi = iv.low, iv.high
+                pvals.append(float(2 * Q.t_sf(abs(diff) / parts.se[0], iv.df[0])))  # at the interval's effective df
                 n_all += 1
                 n_out += int(not lo[0] <= 0 <= hi[0])
                 diffs.append(diff)
@@ -82,7 +92,7 @@ def main(argv: list[str]) -> None:
         if diffs:
             print(f"  {t}: mean difference {np.mean(diffs):+.3f} over {len(diffs)} regimes")
     if n_all:
-        held = S.holm(np.array(pvals), 0.05)
+        held = _holm(np.array(pvals), 0.05)
         print(f"{n_out} of {n_all} intervals exclude zero (about {0.05 * n_all:.1f} expected by chance at 95% if "
               f"the assumption holds); after Holm's correction over the {n_all}, {int(held.sum())} differ.")
 
