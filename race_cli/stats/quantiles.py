@@ -5,11 +5,11 @@
 - `range_quantile(level, k, df)`: the studentized range of k means, exact at k = 2 through t
   (q = √2·t at (1 + level)/2), by a tabulated quadrature otherwise (scipy.stats.studentized_range's
   formula, the same values to 1e-5, ~1000× faster), cached;
-- `dunnett_quantile(level, k, rho, df, two_sided)`: the many-to-one (Dunnett) quantile of k
-  equicorrelated t statistics (scipy.stats.multivariate_t / multivariate_normal), cached;
 - `half_width(parts, q)`: the interval half-width with each variance part scaled by the quantile at its
   own degrees of freedom (Banerjee 1961, "modified large-sample"): sqrt(q(df_item)²·item −
   q(df_resid)²·resid + q(df_seed)²·seed), the item-minus-residual bracket floored at zero.
+
+Dunnett's many-to-one quantile lives with the procedure that uses it (stats/gatekeeping.py).
 """
 
 from __future__ import annotations
@@ -99,38 +99,6 @@ def range_quantile(level: float, k: int, df) -> np.ndarray | float:
     uniq, inv = np.unique(d, return_inverse=True)
     vals = np.array([_range_q(round(float(level), 12), int(k), _sig(float(u))) for u in uniq])
     return vals[inv].reshape(d.shape)
-
-
-@lru_cache(maxsize=1024)
-def _dunnett_q(level: float, k: int, rho: float, df: float, two_sided: bool) -> float:
-    from scipy.optimize import brentq
-    from scipy.stats import multivariate_normal, multivariate_t
-
-    if k == 1:
-        return t_quantile(0.5 + level / 2 if two_sided else level, df)
-    cov = np.full((k, k), rho) + (1 - rho) * np.eye(k)
-    dist = (multivariate_normal(mean=np.zeros(k), cov=cov) if not math.isfinite(df)
-            else multivariate_t(loc=np.zeros(k), shape=cov, df=df))
-    rng = np.random.default_rng(0)  # scipy's quasi-Monte Carlo integration: a fixed seed for a fixed answer
-
-    def cover(x: float) -> float:
-        lower = -np.full(k, x) if two_sided else np.full(k, -np.inf)
-        try:
-            return float(dist.cdf(np.full(k, x), lower_limit=lower, random_state=rng)) - level
-        except TypeError:  # scipy without lower_limit for the t: one-sided, or the normal's symmetric box
-            return float(dist.cdf(np.full(k, x))) - level
-    lo = t_quantile(0.5 + level / 2 if two_sided else level, df)
-    hi = t_quantile(1 - (1 - level) / (2 * k if two_sided else k), df) + 1e-6  # Bonferroni bounds it
-    if cover(lo) >= 0:
-        return lo
-    return float(brentq(cover, lo, hi, xtol=1e-4))
-
-
-def dunnett_quantile(level: float, k: int, rho: float = 0.5, df: float = math.inf,
-                     two_sided: bool = False) -> float:
-    """Dunnett's critical value: P(max_j T_j <= q) = level (|T_j| when two_sided) for k t statistics
-    with common correlation rho (0.5 for equal arms against one control) and df degrees of freedom."""
-    return _dunnett_q(round(float(level), 12), int(k), round(float(rho), 3), _sig(float(df)), bool(two_sided))
 
 
 def half_width(item, resid, seed, q_item, q_resid, q_seed):
