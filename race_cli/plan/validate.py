@@ -48,7 +48,7 @@ from typing import Any, Callable
 from race_cli import folder
 from race_cli.errors import RaceError
 from race_cli.plan.validate_design import (_finite, eval_freshness, fresh_eval_seed, pilot_eval_seed, pilot_noise,  # noqa: F401
-                                           plan_all_seeds, plan_seeds, print_power_plan)
+                                           plan_all_seeds, plan_seeds)
 from race_cli.stats.validation_power import DEFAULT_MAX_SEEDS, DEFAULT_POWER
 
 REPORT_JSON = folder.report_dir("") / "report.json"  # relative to the pilot's folder
@@ -540,35 +540,6 @@ def default_out(pilot: Path, budget: float | None, scale: float | None, replicat
 # --- the command ---------------------------------------------------------------------------
 
 
-def print_picks(picks: list[Pick], prov: dict, console) -> None:
-    """What the pilot predicted for each regime to be validated, and where it goes."""
-    from rich.table import Table
-
-    order = {(c["condition"], r["regime"]): r for c in prov["conditions"] for r in c["predicted_order"]}
-    st = prov["settings"]
-    ev = st.get("eval_items") or {}
-    t = Table(title=f"race validate: {len(picks)} regime(s) from pilot {prov['pilot']['sweep']} "
-              f"(target {prov['target']}; {st['selection']} + control: the pilot's {st.get('control', 'lowest')})",
-              title_justify="left",
-              caption=f"fresh seeds from {st['seeds'][0]}; evaluation on task.eval_seed {ev.get('eval_seed')} "
-              f"(the pilot's {ev.get('pilot_eval_seed')}): {ev.get('note', '')}; the pilot's interval is its 95% "
-              "interval (evaluation items and seeds).", caption_justify="left")
-    from race_cli.plan.render import narrow_table
-
-    narrow_table(t, console)
-    # the best share stays in provenance.json: beside ≈ best it reads as a certainty it is not (docs/report.md)
-    for h in ["condition", "role", "regime", "rank", "pilot mean [95% CI]", "budget", "jobs"]:
-        t.add_column(h, justify="left" if h in ("condition", "role", "regime") else "right",
-                     no_wrap=h != "condition", min_width=16 if h == "condition" else None)
-    for pk in picks:
-        r = order.get((pk.condition, pk.regime), {})
-        ci = (f"{_finite(r.get('mean')):.3f} [{_finite(r.get('ci_lo')):.3f}, {_finite(r.get('ci_hi')):.3f}]")
-        t.add_row(pk.condition, pk.role, pk.regime, str(r.get("rank", "?")), ci.replace("nan", "–"),
-                  f"{pk.pilot_budget:.3g}→{pk.budget:.3g}", str(len(pk.job_ids)))
-    console.print(t)
-
-
-
 def validate_main(pilot: Path, *, budget: float | None = None, scale: float | None = None,
                   seeds: int | None = DEFAULT_SEEDS, top: int | None = None, tied: bool = False,
                   target: str | None = None, out: Path | None = None, dry_run: bool = False, typed: list[str] | None = None,
@@ -581,6 +552,7 @@ def validate_main(pilot: Path, *, budget: float | None = None, scale: float | No
     from rich.console import Console
 
     from race_cli.plan.render import print_plan
+    from race_cli.plan.validate_preview import print_picks, print_power_plan
 
     pilot = Path(pilot)
     plan, prov, picks, notes = build_validation(pilot, budget=budget, scale=scale, seeds=seeds, top=top,

@@ -10,7 +10,7 @@ race_cli/plan/validate.py builds the validation sweep; this module decides two t
   system (stats/variance, as the report pools), takes each condition's best − control variance parts
   (report/validation.pair_parts), and sizes the seeds with stats/validation_power: the fewest whose
   planned test, simulated through the report's own interval, confirms the gap to detect with the
-  target power, at most max_seeds. `print_power_plan` shows the plan per condition.
+  target power, at most max_seeds. plan/validate_preview.print_power_plan shows the plan per condition.
 """
 
 from __future__ import annotations
@@ -213,49 +213,3 @@ def plan_all_seeds(conditions: list[dict], noises: dict[str, tuple[Any, list[str
         if new == n_of:
             break
         n_of = new
-
-
-def power_rows(prov: dict) -> list[list[str]]:
-    """Cells of the per-condition seed plan: seeds, FLOPs, planned job time, the gap sized for, the power
-    there and the gap the seeds confirm with the target power."""
-    from race_cli.cost.walltime import fmt_duration
-
-    out = []
-    for c in prov["conditions"]:
-        pp = c.get("power_plan") or {}
-        f = lambda k, nd=3: "–" if not math.isfinite(_finite(pp.get(k))) else f"{_finite(pp.get(k)):.{nd}f}"  # noqa: E731
-        gap = f("gap") + (" (--gap)" if pp.get("gap_source") == "--gap" else
-                          f" (obs {f('observed_gap')} − bias {f('selection_bias')})" if "observed_gap" in pp else "")
-        out.append([c["condition"], c.get("control") or "–", str(pp.get("seeds", "?"))
-                    + (" (max)" if pp.get("capped") else ""),
-                    "–" if not math.isfinite(_finite(pp.get("flops"))) else f"{pp['flops']:.3g}",
-                    fmt_duration(pp.get("planned_seconds")), gap, f("power_at_gap", 2), f("detectable_gap"),
-                    "/".join(f"{v ** 0.5:.3f}" for v in pp["parts"]["seed_var"]) if "parts" in pp else "–"])
-    return out
-
-
-POWER_HEAD = ["condition", "control", "seeds", "FLOPs", "job time", "gap sized for", "power there",
-              "gap confirmed at power", "job sd best/ctl"]
-
-
-def print_power_plan(prov: dict, console) -> None:
-    from rich.table import Table
-
-    st = prov["settings"]
-    how = ("fixed by --seeds" if st.get("seeds_by") == "fixed"
-           else f"by power {st.get('power'):g}, at most {st.get('max_seeds')} per regime")
-    t = Table(title=f"seeds per condition ({how})",
-              title_justify="left", caption="the test: best − control, items paired, 95% interval above "
-              f"{st.get('margin') or 0:g} (report/validation.py); its power from the same variance model with "
-              "the pilot's components (seed variance pooled over the pilot's conditions of the same reward); "
-              "gap sized for: --gap, or the pilot's observed gap less its selection bias (winner's curse); job "
-              "time: the condition's planned job seconds, summed.", caption_justify="left")
-    from race_cli.plan.render import narrow_table
-
-    narrow_table(t, console)
-    for h in POWER_HEAD:
-        t.add_column(h, justify="left" if h in ("condition", "control") else "right", overflow="fold",
-                     min_width=16 if h == "condition" else None)  # rich would squeeze the wrapping columns to 0
-    for r in power_rows(prov):
-        t.add_row(*r)
-    console.print(t)
