@@ -531,3 +531,31 @@ def _section(res, target: str) -> list[str]:
     i = next(k for k, x in enumerate(lines) if x.startswith(f"{target} ("))
     j = next((k for k in range(i + 1, len(lines)) if not lines[k].startswith("  ")), len(lines))
     return lines[i + 1:j]
+
+
+# --- the recommendation's words agree with ≈ best ------------------------------------------
+
+
+def _rec(**kw) -> pd.Series:
+    base = dict(target="arithmetic", best_regime="G=8 μ=2", best_p=0.25, best_p_policy=0.25, best_mean=0.682,
+                best_ci_lo=0.655, best_ci_hi=0.708, best_sel_lo=0.650, best_sel_hi=0.714, n_regimes=5,
+                best_gain=0.1, best_gain_ci_lo=0.05, best_gain_ci_hi=0.15, learned=True, n_beat_start=5,
+                seed_noise=True, testable=True, expected_drop=0.01, n_tied=1, best_p_best=1.0,
+                validate="G=8 μ=2")
+    return pd.Series({**base, **kw})
+
+
+def test_the_recommendation_says_the_best_set_not_the_best_share():
+    """A best share of 1.00 beside a regime the familywise test cannot separate from the best reads as a
+    certainty (docs/report.md): the paragraph says the ≈ best set instead; the share stays in the files."""
+    from race_cli.report.recommend import recommendation_text
+
+    alone = recommendation_text(_rec())
+    assert "of draws" not in alone and "100%" not in alone
+    assert "every other regime is shown worse (familywise 5%): it alone is ≈ best." in alone
+    shared = recommendation_text(_rec(n_tied=3, validate="G=8 μ=2; G=4 μ=2; G=8 μ=1"))
+    assert "of draws" not in shared and "100%" not in shared
+    assert "≈ best together with 2 other regime(s) not shown worse than it (familywise 5%)." in shared
+    assert shared.count("not shown worse") == 1  # said once
+    one_seed = recommendation_text(_rec(seed_noise=False, testable=False, n_tied=5))
+    assert "≈ best and > start not testable with one seed" in one_seed and "together with" not in one_seed

@@ -147,11 +147,14 @@ def recommendation_text(rec: pd.Series) -> str:
           "no regime beats its start, so there is no pilot-best regime; the highest final score is")
     split = rec.get("best_p_policy", np.nan)
     split = f", policy split {split:.3f}" if isinstance(split, float) and np.isfinite(split) else ""
-    s += (f" {rec['best_regime']} (p = {rec['best_p']:.3f}{split}), {t} {rec['best_mean']:.3f}{ci}{gain}, "
-          f"best in {100 * rec['best_p_best']:.0f}% of draws")
+    s += f" {rec['best_regime']} (p = {rec['best_p']:.3f}{split}), {t} {rec['best_mean']:.3f}{ci}{gain}"
     if not rec.get("seed_noise", True) and np.isfinite(rec["best_ci_lo"]):
         s += (" (intervals cover evaluation noise only: one seed per regime; ≈ best and > start not testable "
               "with one seed)")
+    elif not rec.get("testable", True):
+        s += "; ≈ best not testable with one seed"
+    else:  # the familywise ≈ best set, as the table's column says it (the best share stays in the files)
+        s += "; " + _best_set(rec)
     s += ". "
     drop = rec.get("expected_drop", np.nan)
     if rec.get("learned") and isinstance(drop, float) and np.isfinite(drop) and rec["n_regimes"] > 1:
@@ -159,8 +162,6 @@ def recommendation_text(rec: pd.Series) -> str:
               f"when run again (winner's curse): about {rec['best_mean'] - (drop if _higher(rec) else -drop):.3f}. ")
     if rec.get("learned") and rec.get("n_beat_start", 0) < rec["n_regimes"]:
         s += f"{rec['n_beat_start']} of {rec['n_regimes']} regimes beat their start. "
-    if rec["n_tied"] > 1:
-        s += f"{rec['n_tied'] - 1} other regime(s) are not shown worse than it (familywise 5%). "
     if isinstance(rec.get("fit_text"), str):
         s += rec["fit_text"] + " "
     if rec.get("learned"):
@@ -172,6 +173,16 @@ def recommendation_text(rec: pd.Series) -> str:
         s += (f"Nothing is worth validating for {t} until a regime beats its start: give the jobs "
               "more budget or an easier task, or score more evaluation items.")
     return s
+
+
+def _best_set(rec: pd.Series) -> str:
+    """The ≈ best decision (familywise 5%) in words: whether the best stands alone or among others."""
+    others = int(rec.get("n_tied", 1)) - 1
+    if rec.get("n_regimes", 1) <= 1:
+        return "the only regime ranked"
+    if others <= 0:
+        return "every other regime is shown worse (familywise 5%): it alone is ≈ best"
+    return f"≈ best together with {others} other regime(s) not shown worse than it (familywise 5%)"
 
 
 def _higher(rec: pd.Series) -> bool:
