@@ -122,6 +122,26 @@ def test_race_report_and_race_runs_end_at_80_columns(pilot, printed, tmp_path):
     assert not broken(printed), broken(printed)[:3]
 
 
+def test_race_runs_end_in_a_pipe_without_columns_fits_80(pilot, printed, monkeypatch, capsys):
+    """`race run > log` (or `| tee`) with COLUMNS unset and no terminal anywhere: rich's 80 columns, the
+    narrow table (it used to widen a pipe to 140 columns)."""
+    import os
+
+    from race_cli.report.command import print_report_top
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+    def no_terminal(fd=None):
+        raise OSError("not a terminal")
+
+    monkeypatch.setattr(os, "get_terminal_size", no_terminal)
+    capsys.readouterr()
+    print_report_top(pilot, lambda s: None)  # the tables and headings only (the plain sentences go to `say`)
+    out = capsys.readouterr().out
+    assert "top of the ranking" in out and not _lines_over(out), _lines_over(out)[:5]
+    assert printed and not broken(printed), broken(printed)[:3]
+
+
 @pytest.fixture
 def validation(tmp_path):
     """A pilot, its validation sweep (race validate, 2 seeds) and the validation's finished jobs."""

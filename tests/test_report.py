@@ -397,7 +397,7 @@ def test_each_note_sits_under_its_own_condition(tmp_path, capsys):
     from race_cli.report.command import print_report_top
 
     root = _two_verdicts(tmp_path / "s")  # a note printed above its table's title reads as tiny-m's
-    for width in (80,):  # the narrow table here; race run's end below draws the wide one
+    for width in (80,):  # the narrow table; race run's end below takes the console's width (80 in a pipe)
         buf = StringIO()
         res = run_report([root], console=Console(file=buf, width=width), plots=False, bootstrap=300,
                          out=tmp_path / f"r{width}")

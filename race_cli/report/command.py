@@ -303,14 +303,11 @@ TOP_LEFT_OUT = ("search / learning / feedback", "budget spent", "policy split", 
 
 
 def _top_console():
-    """The console `race run` ends on: a terminal's own width; a pipe or a log 140 columns (room for the
-    table's columns) unless COLUMNS says how wide it is."""
+    """The console `race run` ends on: a terminal's own width, COLUMNS where set, else (a pipe, a log) rich's
+    80 columns, as `race report` prints: the narrow table then (issue 34; the files have every column)."""
     from rich.console import Console
 
-    console = Console()
-    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
-        console = Console(width=max(console.width, 140))
-    return console
+    return Console()
 
 
 def print_report_top(sweep: Path, say) -> None:
