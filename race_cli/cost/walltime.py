@@ -11,9 +11,8 @@ records (`actual.flops` / `actual.seconds`, docs/files.md), so a finished sweep 
 (`calibrate`, `race plan --calibrate-from SWEEP`).
 
 CPU defaults (CPU_RATES) were measured on the default grid (conf/grid/tiny.yaml) with the update
-skipping zero-advantage rows, one thread per job, two workers on two cores; the ledger's wall
-seconds were scaled to an idle machine by the run's CPU seconds / wall seconds (the machine was
-shared): see docs/design.md "Planned wall time". GPU figures are stated assumptions per GPU kind
+skipping zero-advantage rows, one thread per job, two workers on two cores, on an idle machine
+(benchmarks/rate_probe.py): see docs/design.md "Planned wall time". GPU figures are stated assumptions per GPU kind
 (GPU_KINDS): the update and the reward model run at an assumed share of the matmul peak; the
 rollout is memory-bound, each decode step reading the weights once at an assumed share of the
 memory bandwidth, for the longest completion of the batch. A vLLM job whose engine sleeps at
@@ -44,19 +43,18 @@ class Rates:
 
 
 # Measured on the default grid (see the module docstring): model-convention FLOP/s per phase, seconds per
-# evaluation point (arithmetic + arithmetic-hard, 200 items x 4 samples each), setup seconds per job. The run
-# (2026-12-01, 24 jobs, 2 workers x 1 thread, load average 8 on 2 cores) had its ledgers' wall seconds scaled by
-# its CPU seconds / job wall seconds = 926 s / 2805 s = 0.330: what each job got of a core, so these are the
-# figures of an idle 2-core machine (`race plan --calibrate-from` uses a sweep's own, unscaled).
-# Not an idle measurement: benchmarks/rate_probe.py re-measures them on a quiet machine and prints the block
-# to paste here (then IDLE_SCALE is 1). CPU_SOURCE is what `race plan` says about them.
-IDLE_SCALE = 0.330
-CPU_SOURCE = ("CPU defaults from one run on a loaded 2-core machine (2026-12-01, load ~8), seconds scaled by its "
-              "CPU/wall ratio 0.33; not measured idle (benchmarks/rate_probe.py re-measures)")
+# evaluation point (arithmetic + arithmetic-hard, 400 items x 2 samples each, common random numbers), setup
+# seconds per job. Measured 2026-12-02 on AMD EPYC, 2 cores, load 0.82 before / 0.82 after (nothing else
+# running): one fresh-clone `race run` of the default grid, 24 jobs on 2 workers x 1 thread, 17m44s wall,
+# read by benchmarks/rate_probe.py --from. These are the rates of two jobs sharing the two cores, as the
+# default runs them (a lone job runs faster). The day before, the same kind of machine ran the previous
+# default in 7 min: machines of one name differ by 2x, which is what `race plan --calibrate-from` is for.
+CPU_SOURCE = ("CPU defaults measured on an idle 2-core AMD EPYC (2026-12-02, load 0.8: the default grid's own two "
+              "jobs), benchmarks/rate_probe.py; another machine: race plan --calibrate-from a finished sweep")
 CPU_RATES: dict[str, Rates] = {
-    "tiny-s": Rates({"rollout": 1.11e10, "update": 2.68e10, "reward": 2.43e10}, eval_s=0.98, overhead_s=2.7,
+    "tiny-s": Rates({"rollout": 3.57e9, "update": 1.27e10, "reward": 1.06e10}, eval_s=2.68, overhead_s=4.5,
                     source=CPU_SOURCE),
-    "tiny-m": Rates({"rollout": 1.86e10, "update": 3.91e10, "reward": 2.40e10}, eval_s=2.06, overhead_s=1.3,
+    "tiny-m": Rates({"rollout": 6.90e9, "update": 2.38e10, "reward": 1.18e10}, eval_s=5.13, overhead_s=1.9,
                     source=CPU_SOURCE),
 }
 
