@@ -42,6 +42,19 @@ def test_an_unmeasured_models_evaluation_is_priced_at_its_rollouts_seconds_per_c
     assert t.eval == pytest.approx(3 * 2.06)
 
 
+def test_evaluation_is_scaled_to_the_jobs_own_completions_per_point():
+    # eval_s 2.68 s was measured at 1,600 completions a point (2 targets x 400 items x 2 samples); a job that
+    # evaluates 200 items greedily (200 completions a point) pays 2.68 x 200 / 1600 = 0.335 s a point
+    r = W.Rates({"rollout": 1e9, "update": 1e9, "reward": 1e9}, eval_s=2.68, overhead_s=0.0, source="test",
+                eval_completions=1600)
+    t = W.job_seconds({"rollout": 0.0, "update": 0.0, "reward": 0.0}, r, iterations=10, eval_at=[0, 1],
+                      generations=(200, 1000))
+    assert t.eval == pytest.approx(2 * 0.335)
+    assert W.CPU_RATES["tiny-s"].eval_completions == 1600  # the default grid's evaluation, where eval_s comes from
+    unknown = W.Rates(r.flops_per_s, eval_s=2.68, overhead_s=0.0, source="test")  # measured at an unknown size
+    assert W.job_seconds({}, unknown, iterations=10, eval_at=[0, 1], generations=(200, 1000)).eval == pytest.approx(5.36)
+
+
 def test_grid_seconds_is_the_pools_longest_first_schedule():
     # 5 -> A (5), 4 -> B (4), 3 -> B (7), 3 -> A (8), 3 -> B (10): the grid ends at 10
     assert W.grid_seconds([3, 5, 3, 4, 3], slots=2) == 10

@@ -40,6 +40,8 @@ class Rates:
     source: str  # where the figures come from (shown with the estimate)
     eval_assumed: bool = False  # eval_s was not measured for this model (job_seconds then prices evaluation
     # by its completions at the rollout's seconds per completion)
+    eval_completions: float | None = None  # completions per evaluation point eval_s was measured at (None:
+    # unknown, eval_s is used as it is); job_seconds scales eval_s to a job's own completions per point
 
 
 # Measured on the default grid (see the module docstring): model-convention FLOP/s per phase, seconds per
@@ -49,13 +51,14 @@ class Rates:
 # read by benchmarks/rate_probe.py --from. These are the rates of two jobs sharing the two cores, as the
 # default runs them (a lone job runs faster). The day before, the same kind of machine ran the previous
 # default in 7 min: machines of one name differ by 2x, which is what `race plan --calibrate-from` is for.
+DEFAULT_EVAL_COMPLETIONS = 2 * 400 * 2  # the default grid's evaluation point: 2 targets x 400 items x 2 samples
 CPU_SOURCE = ("CPU defaults measured on an idle 2-core AMD EPYC (2026-12-02, load 0.8: the default grid's own two "
               "jobs), benchmarks/rate_probe.py; another machine: race plan --calibrate-from a finished sweep")
 CPU_RATES: dict[str, Rates] = {
     "tiny-s": Rates({"rollout": 3.57e9, "update": 1.27e10, "reward": 1.06e10}, eval_s=2.68, overhead_s=4.5,
-                    source=CPU_SOURCE),
+                    source=CPU_SOURCE, eval_completions=DEFAULT_EVAL_COMPLETIONS),
     "tiny-m": Rates({"rollout": 6.90e9, "update": 2.38e10, "reward": 1.18e10}, eval_s=5.13, overhead_s=1.9,
-                    source=CPU_SOURCE),
+                    source=CPU_SOURCE, eval_completions=DEFAULT_EVAL_COMPLETIONS),
 }
 
 
@@ -181,7 +184,9 @@ def job_seconds(planned_flops: Mapping[str, float], rates: Rates, *, iterations:
     generations: (completions per evaluation point, training rollout completions). With rates that were
     not measured for this model (`rates.eval_assumed`), an evaluation point is priced as that many
     completions at the rollout's own seconds per completion — a fixed seconds-per-point figure
-    measured on a tiny model says nothing about 1,319 GSM8K items on a 7B policy."""
+    measured on a tiny model says nothing about 1,319 GSM8K items on a 7B policy. With rates measured at
+    `rates.eval_completions` completions per point, eval_s is scaled to the job's own (200 greedy items
+    cost an eighth of the default's 1,600 completions)."""
     phases = {}
     for p in PHASES:
         f = float(planned_flops.get(p) or 0.0)
@@ -190,6 +195,8 @@ def job_seconds(planned_flops: Mapping[str, float], rates: Rates, *, iterations:
     per_point = rates.eval_s
     if generations is not None and rates.eval_assumed and generations[1] > 0:
         per_point = phases["rollout"] * generations[0] / generations[1]
+    elif generations is not None and rates.eval_completions and generations[0] > 0:
+        per_point = rates.eval_s * generations[0] / rates.eval_completions
     return JobTime(phases, per_point * eval_points(iterations, eval_every, eval_at), rates.overhead_s, rates.source)
 
 
@@ -253,12 +260,19 @@ class Measured:
     seconds: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in PHASES})
     eval_seconds: float = 0.0
     eval_runs: int = 0
+    eval_completions: float | None = 0.0  # summed over the runs; None once a job's is unknown
     overhead_seconds: float = 0.0
     jobs: int = 0
 
-    def add(self, ledger: Mapping, wall_seconds: float | None) -> None:
-        """One finished job: its ledger.json and its wall seconds (status started -> finished), if known."""
+    def add(self, ledger: Mapping, wall_seconds: float | None, completions_per_run: float | None = None) -> None:
+        """One finished job: its ledger.json, its wall seconds (status started -> finished) and the
+        completions of one of its evaluation points, if known."""
         act, ev = ledger["actual"], ledger.get("eval") or {}
+        runs = int(ev.get("runs") or 0)
+        if completions_per_run is None or self.eval_completions is None:
+            self.eval_completions = None if runs else self.eval_completions
+        else:
+            self.eval_completions += runs * float(completions_per_run)
         for p in PHASES:
             self.flops[p] += float(act["flops"].get(p) or 0.0)
             self.seconds[p] += float(act["seconds"].get(p) or 0.0)
@@ -275,8 +289,10 @@ class Measured:
                    else fallback.flops_per_s[p]) for p in PHASES}
         eval_s = self.eval_seconds / self.eval_runs if self.eval_runs else fallback.eval_s
         overhead = self.overhead_seconds / self.jobs if self.jobs else fallback.overhead_s
+        per_point = (self.eval_completions / self.eval_runs if self.eval_runs and self.eval_completions
+                     else None if self.eval_runs else fallback.eval_completions)
         return Rates(fps, eval_s=eval_s, overhead_s=overhead, source=source,
-                     eval_assumed=fallback.eval_assumed and not self.eval_runs)
+                     eval_assumed=fallback.eval_assumed and not self.eval_runs, eval_completions=per_point)
 
 
 def calibrate(measured: Mapping[str, Measured], fallback, source: str) -> dict[str, Rates]:

@@ -62,16 +62,30 @@ def _ledger(d: Path) -> dict | None:
         flops = {p: _number(act["flops"].get(p)) for p in ("rollout", "update", "reward")}
         secs = {p: _number(act["seconds"].get(p)) for p in ("rollout", "update", "reward", "total")}
         evs, runs = _number(ev.get("seconds", 0.0)), ev.get("runs", 0)
+        items = [_number(t.get("items")) for t in (ev.get("targets") or {}).values()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     if None in flops.values() or None in secs.values() or evs is None or not isinstance(runs, int):
         return None
-    return {"actual": {"flops": flops, "seconds": secs}, "eval": {"seconds": evs, "runs": max(0, runs)}}
+    return {"actual": {"flops": flops, "seconds": secs}, "eval": {"seconds": evs, "runs": max(0, runs)},
+            "items": sum(items) if items and None not in items else None}
+
+
+def _completions_per_run(d: Path, items: float | None) -> float | None:
+    """Completions of one evaluation point: the ledger's items over every target × the job's eval.samples."""
+    if items is None:
+        return None
+    try:
+        k = folder.job_config_data(d).get("eval", {}).get("samples", 1)
+    except (RaceError, OSError, ValueError, AttributeError):
+        return None
+    return items * k if isinstance(k, int) and not isinstance(k, bool) and k >= 1 else None
 
 
 def sweep_rates(sweep: Path) -> dict[str, Rates]:
-    """Per model: FLOP/s per phase, seconds per evaluation point and setup seconds per job, pooled over the
-    sweep's finished jobs (their ledgers and status times)."""
+    """Per model: FLOP/s per phase, seconds per evaluation point (with the completions it was measured at)
+    and setup seconds per job, pooled over the sweep's finished jobs (their ledgers, configs and status
+    times)."""
     from race_cli.status import read_status
 
     per_model: dict[str, Measured] = {}
@@ -79,7 +93,8 @@ def sweep_rates(sweep: Path) -> dict[str, Rates]:
         led = _ledger(d)
         if led is None:
             continue
-        per_model.setdefault(str(row.get("model")), Measured()).add(led, _wall_seconds(read_status(d)))
+        per_model.setdefault(str(row.get("model")), Measured()).add(led, _wall_seconds(read_status(d)),
+                                                                    _completions_per_run(d, led["items"]))
     rates = calibrate(per_model, cpu_rates, source=f"measured: {sweep}")
     if not rates:
         raise RaceError(f"{sweep}: no finished job has a readable ledger.json (actual flops and seconds per phase).")
