@@ -52,6 +52,8 @@ def regime_columns(jobs: pd.DataFrame, knob_cols: list[str], by: list[str]) -> l
     cols = [k for k in knob_cols if k not in by and k in jobs and jobs[k].nunique(dropna=True) > 1]
     cols += [c for c in CONDITION_COLS if c not in by and c not in cols and c in jobs
              and jobs[c].nunique(dropna=True) > 1]
+    if "update_group_size" in cols and "group_size" in jobs and (jobs["update_group_size"] == jobs["group_size"]).all():
+        cols.remove("update_group_size")  # no job down-samples: m is G everywhere, "G=8 m=8" says nothing more
     return cols
 
 
