@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -102,7 +103,18 @@ def _design(g: pd.DataFrame, k: int):
     sd = float(np.nanmedian(sds)) if np.isfinite(sds).any() else math.nan  # one seed: no spread measured
     if n < 2 or not math.isfinite(sd):
         return None
-    return Design(n=n, k=k, seeds=max(seeds, 1), regimes=len(g), seed_sd=max(float(sd), 0.005))
+    sd = max(float(sd), 0.005)
+    sd = math.ceil(sd / 10 ** (math.floor(math.log10(sd)) - 1)) * 10 ** (math.floor(math.log10(sd)) - 1)
+    return Design(n=n, k=k, seeds=max(seeds, 1), regimes=len(g), seed_sd=sd)  # sd up to 2 digits: designs repeat
+
+
+@lru_cache(maxsize=65536)
+def _power(kind: str, d, effect: float) -> float:
+    """The report's power for one design and effect (stats/power.py), remembered: a sweep's conditions share
+    designs, and the settle search asks the same ones again."""
+    from race_cli.stats import power as P
+
+    return (P.separation_power if kind == "separation" else P.gain_power)(d, effect, n_sim=POWER_SIMS)
 
 
 def _first(pred, lo: int, cap: int) -> int | None:
@@ -134,20 +146,23 @@ def settle(g: pd.DataFrame, label: str, k: int, wall_s: float | None, workers: i
     if learned:
         if "tied_best" not in g or int(g["tied_best"].sum()) <= 1 or len(g) < 2:
             return None
-        effect = abs(_num(g["gap_to_best"].iloc[1]))
-        test = lambda dd: P.separation_power(dd, effect, n_sim=POWER_SIMS) >= P.POWER  # noqa: E731
+        effect, kind = abs(_num(g["gap_to_best"].iloc[1])), "separation"
     else:
-        effect = _num(g["gain"].iloc[0]) if "gain" in g else math.nan
-        if not math.isfinite(effect) or effect <= 0:
-            return Settle(str(g["condition"].iloc[0]), label, None, None, 0, 0.0, None)
-        test = lambda dd: P.gain_power(dd, effect, n_sim=POWER_SIMS) >= P.POWER  # noqa: E731
+        effect, kind = (_num(g["gain"].iloc[0]) if "gain" in g else math.nan), "gain"
     if not math.isfinite(effect) or effect <= 0:
         return Settle(str(g["condition"].iloc[0]), label, None, None, 0, 0.0, None)
-    seeds = _first(lambda s: test(P.with_seeds(d, s)), max(d.seeds + 1, 2), MAX_SEEDS)
+    effect = math.floor(effect * 1000) / 1000  # to 0.001, down: never more power than the gap observed
+    test = lambda dd: _power(kind, dd, effect) >= P.POWER  # noqa: E731
+    lo = max(d.seeds + 1, 2)
+    # out of reach at the most seeds (or items) searched: say so without searching (most open calls of a
+    # large sweep are gaps within noise); otherwise the fewest that reach 80%
+    seeds = _first(lambda s: test(P.with_seeds(d, s)), lo, MAX_SEEDS) if lo <= MAX_SEEDS and test(
+        P.with_seeds(d, MAX_SEEDS)) else None
     items = None
     if seeds is None:
         base = d if d.seeds >= 2 else P.with_seeds(d, 2)
-        items = _first(lambda n: test(replace(base, n=n)), d.n + 1, MAX_ITEMS)
+        items = _first(lambda n: test(replace(base, n=n)), d.n + 1, MAX_ITEMS) if test(
+            replace(base, n=MAX_ITEMS)) else None
     if seeds is None and items is None:
         return Settle(str(g["condition"].iloc[0]), label, None, None, 0, math.nan, None)
     s_new = seeds if seeds is not None else base.seeds

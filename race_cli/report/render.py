@@ -295,11 +295,12 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
            "across reward systems.", ""]
     from race_cli.report.recommend import compute_totals
 
+    by_cond = dict(tuple(jobs.groupby("condition", sort=False))) if "condition" in jobs else {}  # once, not a mask each
     for target, gt in _by_target(ranking, targets):
         out += [f"### Target: {target}", "", _target_line(target, maximize, gt), ""]
         for cond, g in gt.groupby("condition", sort=False):
             jc = g["job_condition"].iloc[0] if "job_condition" in g else cond
-            t = compute_totals(jobs[jobs["condition"] == jc]) if "condition" in jobs else None
+            t = compute_totals(by_cond.get(jc, jobs.iloc[:0])) if "condition" in jobs else None
             flops = (f"Training compute of this condition's readable jobs: {_flops(t['total'])} FLOPs "
                      f"(search {_share(t, 'rollout')}, learning {_share(t, 'update')}, feedback "
                      f"{_share(t, 'reward')}).") if t else ""
