@@ -125,12 +125,11 @@ def with_checkpoints(table: pd.DataFrame, data, cps, targets: list[str]) -> pd.D
     return pd.concat(parts, ignore_index=True)
 
 
-def model_sizes(sweep_dirs: list[Path], jobs: pd.DataFrame) -> dict[str, int]:
+def model_sizes(sweep_dirs: list[Path], jobs: pd.DataFrame, tries: int = 5) -> dict[str, int]:
     """Linear parameters (N_body + N_head, race_cli/cost/flops.py) of each model, read from the
-    `model.arch` block of one job's .hydra/config.yaml; a model whose config cannot be read is left out
-    (its sentences then name it without calling it larger or smaller)."""
-    import yaml
-
+    `model.arch` block of one job's .hydra/config.yaml (bounded, C-speed safe YAML: folder.job_config_data);
+    a model none of whose first `tries` configs can be read is left out (its sentences then name it
+    without calling it larger or smaller)."""
     from race_cli import folder
     from race_cli.cost.flops import Arch
     from race_cli.errors import RaceError
@@ -138,14 +137,13 @@ def model_sizes(sweep_dirs: list[Path], jobs: pd.DataFrame) -> dict[str, int]:
     where = {Path(d).resolve().name: Path(d) for d in sweep_dirs}
     out: dict[str, int] = {}
     for model, g in jobs.groupby("model", sort=True):
-        for _, j in g.iterrows():
+        for sweep, job_id in list(zip(g["sweep"], g["job_id"]))[:tries]:
             try:
-                cfg = yaml.safe_load(folder.job_config(folder.job_dir(where[j["sweep"]], j["job_id"]))
-                                     .read_text(encoding="utf-8"))
+                cfg = folder.job_config_data(folder.job_dir(where[sweep], job_id))
                 arch = Arch.from_config(cfg["model"]["arch"])
                 out[str(model)] = int(arch.n_body + arch.n_head)
                 break
-            except (OSError, KeyError, TypeError, ValueError, RaceError, yaml.YAMLError):
+            except (KeyError, TypeError, ValueError, AttributeError, RaceError):
                 continue
     return out
 
