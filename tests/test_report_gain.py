@@ -75,14 +75,14 @@ def test_gain_and_interval_on_four_items_by_hand():
 def test_gain_interval_over_seeds_when_the_start_has_no_item_scores():
     # Two seeds of one regime, job-level scores only: gains 0.5 − 0.4 = 0.1 and 0.6 − 0.3 = 0.3.
     # Point 0.2; seed variance (ddof 1) 0.02, of the mean 0.01, se 0.1, one degree of freedom, which the
-    # heterogeneity prior (stats/variance.HETERO_DF = 34) turns into 1/(1/1 + 1/34) = 0.97143 df:
-    # t(0.97143) 97.5% = 13.62426, interval 0.2 ± 1.362426 = [−1.16243, 1.56243]: two seeds cannot
+    # heterogeneity prior (stats/variance.HETERO_DF = 12) turns into 1/(1/1 + 1/12) = 0.923077 df:
+    # t(0.923077) 97.5% = 15.50304, interval 0.2 ± 1.550304 = [−1.35030, 1.75030]: two seeds cannot
     # show this gain (the old two-seed bootstrap said [0.1, 0.3], covering nothing but the seeds).
     jobs = [{"sweep": "s", "job_id": f"j{k}", "group_size": 4, "eval/arith": e, "eval_initial/arith": i}
             for k, (e, i) in enumerate([(0.5, 0.4), (0.6, 0.3)])]
     r = rank_all(_data(jobs, {}, {}), "arith", by=[], n_boot=4000, seed=0).iloc[0]
     assert r["gain"] == pytest.approx(0.2) and r["start"] == pytest.approx(0.35)
-    assert (r["gain_ci_lo"], r["gain_ci_hi"]) == (pytest.approx(-1.16243, abs=1e-5), pytest.approx(1.56243, abs=1e-5))
+    assert (r["gain_ci_lo"], r["gain_ci_hi"]) == (pytest.approx(-1.35030, abs=1e-5), pytest.approx(1.75030, abs=1e-5))
     assert not r["beats_start"] and r["gain_method"] == "seeds only (no per-item start scores)"
 
 
