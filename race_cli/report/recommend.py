@@ -201,6 +201,7 @@ def target_differences(rec: pd.DataFrame, ranking: pd.DataFrame, by: list[str]) 
         return []
     others = [c for c in by if c != "target" and c in rec]
     groups = rec.groupby(others, dropna=False, sort=False) if others else [((), rec)]
+    rank_of = dict(tuple(ranking.groupby("condition", sort=False)))  # once, not a mask per condition
     out = []
     for key, g in groups:
         if g["target"].nunique() < 2:
@@ -220,7 +221,7 @@ def target_differences(rec: pd.DataFrame, ranking: pd.DataFrame, by: list[str]) 
             continue
         tied = {}  # target -> regimes within noise of its best
         for cond, t in zip(g["condition"], g["target"]):
-            r = ranking[ranking["condition"] == cond]
+            r = rank_of.get(cond, ranking.iloc[:0])
             tied[t] = set(r.loc[r["tied_best"].astype(bool), "regime"])
         real = [(a, bests[b]) for a in bests for b in bests if a != b and bests[b] not in tied[a]]
         verdict = ("a real difference: " + "; ".join(f"on {a}, {r} is distinguishably worse than "

@@ -130,6 +130,11 @@ def noise_note(g: pd.DataFrame) -> str | None:
     return None
 
 
+def _rows_by_condition(df: pd.DataFrame) -> dict:
+    """{condition: its rows}, grouped once (a boolean mask per condition is O(conditions²))."""
+    return dict(tuple(df.groupby("condition", sort=False))) if "condition" in df and len(df) else {}
+
+
 def _by_target(ranking: pd.DataFrame, targets: list[str]):
     """(target, that target's ranking rows) in the order the targets were given."""
     for t in targets:
@@ -183,11 +188,12 @@ def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: p
         console.print(t)
         if len(un) > MAX_LISTED:
             console.print(f"… and {len(un) - MAX_LISTED} more (all in runs.csv)")
+    rec_of = _rows_by_condition(rec)
     for target, gt in _by_target(ranking, targets):
         console.rule(f"[bold]target: {target}")
         console.print(_target_line(target, maximize, gt), highlight=False)
         for cond, g in gt.groupby("condition", sort=False):
-            r = rec[rec["condition"] == cond]
+            r = rec_of.get(cond, rec.iloc[:0])
             # heading, then this condition's note, then its table: a note printed above a table's own
             # title reads as the foot of the table before it
             console.print(f"[bold]{condition_heading(cond, g)}[/]", highlight=False)
@@ -296,6 +302,7 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
     from race_cli.report.recommend import compute_totals
 
     by_cond = dict(tuple(jobs.groupby("condition", sort=False))) if "condition" in jobs else {}  # once, not a mask each
+    rec_of = _rows_by_condition(rec)
     for target, gt in _by_target(ranking, targets):
         out += [f"### Target: {target}", "", _target_line(target, maximize, gt), ""]
         for cond, g in gt.groupby("condition", sort=False):
@@ -304,7 +311,7 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
             flops = (f"Training compute of this condition's readable jobs: {_flops(t['total'])} FLOPs "
                      f"(search {_share(t, 'rollout')}, learning {_share(t, 'update')}, feedback "
                      f"{_share(t, 'reward')}).") if t else ""
-            r = rec[rec["condition"] == cond]
+            r = rec_of.get(cond, rec.iloc[:0])
             out += [f"#### {cond}", ""]
             if len(r) and r.iloc[0]["no_gain"]:
                 out += [f"**{r.iloc[0]['no_gain']}**", ""]
