@@ -501,7 +501,11 @@ def test_the_tests_power_by_hand_and_the_fewest_seeds_that_reach_it():
     pp = VP.PairParts(item_var=0.01, seed_var=(4e-4, 4e-4), resid_var=0.2, n_items=400)
     q = VP.planned_parts(pp, 4)
     assert (q.item[0], q.resid[0], q.seed[0]) == pytest.approx((2.75e-4, 2.5e-4, 2e-4))
-    assert q.df_seed[0] == 6 and q.df_item == 399 and q.df_resid == 2 * 3 * 399
+    # seed df: the pool's 2·3 = 6 combined with the heterogeneity prior, as stats/variance.moderate gives the
+    # test when the spreads agree (d0 = inf): 1/(1/6 + 1/HETERO_DF) (5.1 at 34 df, 4 at 12)
+    from race_cli.stats.variance import HETERO_DF
+
+    assert q.df_seed[0] == pytest.approx(1 / (1 / 6 + 1 / HETERO_DF)) and q.df_item == 399 and q.df_resid == 2 * 3 * 399
     plan = VP.seeds_for_power(lambda n: VP.planned_parts(pp, n), 0.04)
     powers = [VP.confirm_power(0.04, VP.planned_parts(pp, n)) for n in range(2, 9)]
     first = next(n for n, pw in zip(range(2, 9), powers) if pw >= 0.8)
@@ -547,10 +551,12 @@ def test_validate_sizes_seeds_by_power_against_the_runner_up_on_fresh_items(pilo
         from race_cli.report.validation import pair_parts  # noqa: F401 (the parts come from the same model)
         from race_cli.stats import validation_power as VP
 
+        inf = lambda k: float("inf") if pp["parts"][k] is None else pp["parts"][k]  # noqa: E731
         parts = VP.PairParts(item_var=pp["parts"]["item_var"], seed_var=tuple(pp["parts"]["seed_var"]),
                              resid_var=pp["parts"]["resid_var"], n_items=pp["parts"]["n_items"],
-                             prior_d0=float("inf") if pp["parts"]["prior_d0"] is None else pp["parts"]["prior_d0"])
-        # (provenance.json stores an infinite prior df, spreads that agree with one variance, as null)
+                             prior_d0=inf("prior_d0"), seed_df=inf("seed_df"), item_df=inf("item_df"),
+                             item_resid=pp["parts"]["item_resid"])
+        # (provenance.json stores an infinite df, spreads that agree with one variance, as null)
         assert pp["power_at_gap"] >= 0.8 and not pp["capped"]
         if pp["seeds"] > 2:
             assert VP.confirm_power(pp["gap"], VP.planned_parts(parts, pp["seeds"] - 1, 2, pp["pool_df"])) < 0.8

@@ -10,7 +10,9 @@ race_cli/plan/validate.py builds the validation sweep; this module decides two t
   system (stats/variance, as the report pools), takes each condition's best − control variance parts
   (report/validation.pair_parts), and sizes the seeds with stats/validation_power: the fewest whose
   planned test, simulated through the report's own interval, confirms the gap to detect with the
-  target power, at most max_seeds. plan/validate_preview.print_power_plan shows the plan per condition.
+  target power — expected over the pilot's uncertainty about its own variance estimates, rather than
+  with them taken as the truth — at most max_seeds. plan/validate_preview.print_power_plan shows the
+  plan per condition.
 """
 
 from __future__ import annotations
@@ -163,7 +165,8 @@ def plan_seeds(noise: Any, regimes: list[str], best: str, ctl: str, n_validated:
             "power_at_gap": sp.power_at_gap, "detectable_gap": sp.detectable, "se": sp.se,
             "df_seed": sp.df_seed, "capped": sp.capped, "max_seeds": max_seeds, "pool_df": pool_df,
             "parts": {"item_var": pp.item_var, "seed_var": list(pp.seed_var), "resid_var": pp.resid_var,
-                      "n_items": pp.n_items, "prior_d0": pp.prior_d0}}
+                      "n_items": pp.n_items, "prior_d0": pp.prior_d0, "seed_df": pp.seed_df,
+                      "item_df": pp.item_df, "item_resid": pp.item_resid}}
 
 
 def plan_all_seeds(conditions: list[dict], noises: dict[str, tuple[Any, list[str]]], target: str, *,

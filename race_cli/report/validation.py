@@ -150,16 +150,28 @@ def test_parts(noise, c: np.ndarray):
 def pair_parts(noise, i: int, j: int):
     """The variance components of regime i − regime j in one (pooled) condition's noise, a pilot's:
     the item × regime part var_i(m_i − m_j) − MS_resid·(1/n_i + 1/n_j) floored at 0, the two moderated
-    job-mean variances, the residual and the pool's prior df; stats/validation_power.PairParts."""
+    job-mean variances, the residual and the pool's prior df; and how well they are known: the df of
+    the seed variances (the pool's Σd where it has one variance, else the pair's moderated df:
+    stats/variance.contrast_parts, the report's), of var_i (n − 1) and its residual share
+    MS_resid·(1/n_i + 1/n_j); stats/validation_power.PairParts."""
     from race_cli.stats.validation_power import PairParts
+    from race_cli.stats.variance import contrast_parts
 
     n = noise.n
     k = 1.0 / max(noise.n_seeds[i], 1) + 1.0 / max(noise.n_seeds[j], 1)
     d = noise.m[i] - noise.m[j]
     item = max(0.0, float(d.var(ddof=1)) - noise.ms_resid * k) if n > 1 else 0.0
     d0 = noise.prior.d0 if noise.prior is not None else math.inf
+    if noise.prior is not None and not noise.prior.assumed and not math.isfinite(d0):
+        seed_df = float(noise.prior.df_total)  # both regimes read the pool's s0², estimated on Σd df
+    else:
+        c = np.zeros(len(noise.n_seeds))
+        c[i], c[j] = 1.0, -1.0
+        seed_df = float(contrast_parts(noise, c[None, :]).df_seed[0])
     return PairParts(item_var=item, seed_var=(float(noise.seed_var[i]), float(noise.seed_var[j])),
-                     resid_var=float(noise.ms_resid), n_items=n, prior_d0=float(d0))
+                     resid_var=float(noise.ms_resid), n_items=n, prior_d0=float(d0),
+                     seed_df=seed_df if seed_df > 0 else math.inf, item_df=n - 1.0 if n > 1 else math.inf,
+                     item_resid=float(noise.ms_resid * k) if n > 1 else 0.0)
 
 
 def _num(v: Any) -> float:

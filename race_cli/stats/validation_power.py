@@ -8,7 +8,7 @@ own degrees of freedom, stats/variance.contrast_parts on the sweep-pooled varian
 end is a one-sided 2.5% bound (`confirm_interval`).
 
 Power: `confirm_power` simulates the statistics the test reads — the estimate normal around the true
-gap with the planned variance, the seed part scaled by χ²_df/df — and passes each through the same
+gap with the true variance, the seed part scaled by χ²_df/df — and passes each through the same
 `confirm_interval`, so the plan's power is the test's by construction (as stats/power.py does for the
 pilot's decisions). `planned_parts` gives the parts a validation with n seeds per regime would show,
 from the pilot's components (`PairParts`):
@@ -19,13 +19,37 @@ from the pilot's components (`PairParts`):
   pilot's item count, which the validation keeps);
 - resid_var: the seed × item residual variance of one per-item score;
 - prior_d0: the pilot pool's prior df (limma's d0; inf when its spreads agree): the validation's
-  moderated seed df is min(d0 + n − 1, the pool's total df).
+  moderated seed df is min(d0 + n − 1, the pool's total df), or with d0 = inf the pool's total df
+  combined with stats/variance.HETERO_DF, as stats/variance.moderate gives the test.
+
+The pilot's components are estimates from two seeds per regime: on the default grid one pooled s0²
+from 24 one-df spreads, and item_var a small difference of two larger variances (199 df). Taken as the
+truth, plans for power 0.8 confirmed their gap 0.77 of the time (benchmarks/bench_validate_design.py,
+shrunk gap: 0.66 where the pilot had under-estimated the variance, 0.89 where it had over-estimated it;
+power is concave above one half, so a low estimate costs more than a high one gives back), and they
+read the test's seed df as the pool's Σd where the test reads 1/(1/Σd + 1/HETERO_DF) (a median 96
+against 25 df at HETERO_DF 34). `planned_parts` gives the test's df and carries how well the pilot knows
+its components (`PlannedParts`); `confirm_power` averages the power over that uncertainty — the expected
+power, or assurance (O'Hagan, Stevens & Campbell 2005; Julious & Owen 2006 for a variance estimated
+with d df). Each simulated validation first draws its truth:
+
+- seed: a variance the pilot estimated with d df has the truth estimate · d/χ²_d (the scaled inverse
+  χ², limma's posterior of σ² given s̃²; as χ²_d/d is also the estimate's pivot, the average over
+  pilots of the power at the truth is the planned one where the sizing scales with the estimate).
+  Where the pilot's pool had one variance (d0 = inf) d is the pool's Σd and the test will read the
+  validation pool's variance (its estimate χ²_{pool_df}/pool_df around the pool's), while the pair's
+  own variances stray from the pool's by χ²_h/h each (h = HETERO_DF, the allowance the test's df
+  makes); otherwise d is the pair's moderated df and the test reads the pair's own variances, at its df;
+- item: the pilot's var_i of the per-item gap · d_i/χ²_{d_i} (d_i = items − 1), less its residual
+  share, floored at 0.
+
+A plain `Parts` is a truth known (the power of the test alone).
 
 `shrunk_gap`: the pilot's best − runner-up gap is the largest of several noisy gaps and overstates the
 truth (the winner's curse); the selection bias is measured on draws of the pilot's own estimates (a
 parametric bootstrap: the bias of the selected gap when the truth is the point estimate) and removed,
 floored at zero. `seeds_for_power`: the fewest seeds whose planned test confirms the gap with the
-target power, capped.
+target (expected) power, capped.
 """
 
 from __future__ import annotations
@@ -37,7 +61,7 @@ from typing import Callable
 import numpy as np
 
 from race_cli.stats.decisions import intervals
-from race_cli.stats.variance import Parts
+from race_cli.stats.variance import HETERO_DF, Parts
 
 ALPHA = 0.025  # one-sided level of CONFIRMED: the lower end of a two-sided 95% interval
 DEFAULT_POWER = 0.8
@@ -83,60 +107,111 @@ def confidence_level(diff: float, parts: Parts, margin: float = 0.0) -> float:
 
 @dataclass(frozen=True)
 class PairParts:
-    """The pilot's variance components of one condition's best − control difference (module docstring)."""
+    """The pilot's variance components of one condition's best − control difference (module docstring),
+    and how well the pilot knows them (inf df: as known; the defaults)."""
 
     item_var: float
     seed_var: tuple[float, float]
     resid_var: float
     n_items: int
     prior_d0: float = math.inf
+    seed_df: float = math.inf  # df of the estimate seed_var comes from: the pool's Σd where the pool has one
+    # variance (prior_d0 = inf), else the pair's moderated df (the report's contrast df)
+    item_df: float = math.inf  # df of the pilot's var_i of the per-item gap (items − 1)
+    item_resid: float = 0.0  # the residual share of that variance, MS_resid·(1/n_b + 1/n_c): item_var is net of it
 
 
-def planned_parts(pp: PairParts, n_seeds: int, n_regimes: int = 2, pool_df: float | None = None) -> Parts:
+@dataclass
+class PlannedParts(Parts):
+    """A validation's Parts [1] at the pilot's estimates, with what confirm_power needs to draw their
+    truth (module docstring). pooled: the test will read one pooled seed variance (the pilot's pool had
+    one, d0 = inf), whose estimate has pool_df df around the pool's variance, while the pair's own
+    variances stray from the pool's by χ²_h/h each (h = HETERO_DF, the test's own allowance)."""
+
+    seed_df_pilot: float = math.inf  # the truth of the seed part: seed · seed_df_pilot/χ²
+    pooled: bool = False
+    pool_df: float = math.inf
+    hetero_df: float = math.inf
+    item_var: float = 0.0  # the truth's item × regime variance: max(0, (item_var + item_resid)·d/χ²_d − item_resid)
+    item_resid: float = 0.0
+    item_df_pilot: float = math.inf
+    n_items: int = 1
+
+
+def planned_parts(pp: PairParts, n_seeds: int, n_regimes: int = 2, pool_df: float | None = None) -> PlannedParts:
     """The parts of best − control in a validation with n_seeds per regime on pp.n_items fresh items, at
     their expectations: item = (item_var + 2·s2_e/n)/n_items, resid = 2·s2_e/(n·n_items), seed =
     (s̃_b² + s̃_c²)/n; df: items n_items − 1, residual n_regimes·(n − 1)·(n_items − 1), seed
-    min(d0 + n − 1, pool_df) (pool_df: the validation pool's total seed df; default this condition's,
-    n_regimes·(n − 1))."""
+    min(d0 + n − 1, pool_df), or 1/(1/pool_df + 1/HETERO_DF) when d0 = inf (stats/variance.moderate)
+    (pool_df: the validation pool's total seed df; default this condition's, n_regimes·(n − 1)). With
+    pp's df, the pilot's uncertainty about its components (PlannedParts)."""
     n, k = int(n_seeds), max(int(pp.n_items), 1)
     e = float(pp.resid_var) if k > 1 else 0.0
     total = float(pool_df) if pool_df is not None else float(n_regimes * (n - 1))
-    df_seed = min(pp.prior_d0 + n - 1, total)
+    pooled = not math.isfinite(pp.prior_d0)
+    df_seed = 1.0 / (1.0 / total + 1.0 / HETERO_DF) if pooled else min(pp.prior_d0 + n - 1, total)
     item = (max(pp.item_var, 0.0) + 2 * e / n) / k if k > 1 else 0.0
     resid = 2 * e / (n * k) if k > 1 else 0.0
-    return Parts(item=np.array([item]), resid=np.array([resid]), seed=np.array([sum(pp.seed_var) / n]),
-                 df_item=k - 1.0 if k > 1 else math.inf,
-                 df_resid=n_regimes * (n - 1) * (k - 1.0) if k > 1 else math.inf, df_seed=np.array([df_seed]))
+    return PlannedParts(item=np.array([item]), resid=np.array([resid]), seed=np.array([sum(pp.seed_var) / n]),
+                        df_item=k - 1.0 if k > 1 else math.inf,
+                        df_resid=n_regimes * (n - 1) * (k - 1.0) if k > 1 else math.inf, df_seed=np.array([df_seed]),
+                        seed_df_pilot=float(pp.seed_df), pooled=pooled, pool_df=total, hetero_df=HETERO_DF,
+                        item_var=max(float(pp.item_var), 0.0), item_resid=float(pp.item_resid),
+                        item_df_pilot=float(pp.item_df) if k > 1 else math.inf, n_items=k)
 
 
-def _simulated(parts: Parts, n_sim: int, seed: int) -> tuple[np.ndarray, Parts]:
-    """Standard normal draws [S] of the estimate and the parts [S] as the test would estimate them: the
-    seed part scaled by χ²_df/df (item and residual parts, with hundreds of df, at their expectation)."""
+def _chi2_scale(df: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """[n] draws of χ²_df/df, a variance's estimate over its truth at df degrees of freedom (ones where df
+    is infinite: known)."""
+    return rng.chisquare(df, n) / df if math.isfinite(df) and df < 1e6 else np.ones(n)
+
+
+def _simulated(parts: Parts, n_sim: int, seed: int) -> tuple[np.ndarray, Parts, np.ndarray]:
+    """Standard normal draws [S] of the estimate, the parts [S] as the test would estimate them (the seed
+    part scaled by χ²_df/df; item and residual parts, with hundreds of df, at their expectation) and the
+    true variance [S] of the estimate. A PlannedParts draws each simulation's truth first (module
+    docstring); a plain Parts is the truth."""
     rng = np.random.default_rng(seed)
     z = rng.standard_normal(n_sim)
     df = float(parts.df_seed[0])
-    scale = rng.chisquare(df, n_sim) / df if math.isfinite(df) and df < 1e6 else np.ones(n_sim)
-    sim = Parts(item=np.full(n_sim, parts.item[0]), resid=np.full(n_sim, parts.resid[0]),
-                seed=parts.seed[0] * scale, df_item=parts.df_item, df_resid=parts.df_resid,
+    if not isinstance(parts, PlannedParts):
+        seed_true, item_true = np.full(n_sim, parts.seed[0]), np.full(n_sim, parts.item[0])
+        seed_est = seed_true * _chi2_scale(df, n_sim, rng)
+    else:
+        truth = parts.seed[0] / _chi2_scale(parts.seed_df_pilot, n_sim, rng)  # of what the pilot estimated
+        if parts.pooled:  # the test reads the validation pool's variance; the pair's own stray from the pool's
+            seed_est = truth * _chi2_scale(parts.pool_df, n_sim, rng)
+            stray = (_chi2_scale(parts.hetero_df, n_sim, rng) + _chi2_scale(parts.hetero_df, n_sim, rng)) / 2
+            seed_true = truth * stray
+        else:  # the test reads the pair's own (moderated) variances
+            seed_true = truth
+            seed_est = seed_true * _chi2_scale(df, n_sim, rng)
+        gap_var = parts.item_var + parts.item_resid  # the pilot's var_i of the per-item gap
+        item_var = np.maximum(gap_var / _chi2_scale(parts.item_df_pilot, n_sim, rng) - parts.item_resid, 0.0)
+        item_true = parts.item[0] + (item_var - parts.item_var) / parts.n_items
+    resid = np.full(n_sim, parts.resid[0])
+    sim = Parts(item=item_true, resid=resid, seed=seed_est, df_item=parts.df_item, df_resid=parts.df_resid,
                 df_seed=np.array([df]))  # one df for every draw: its quantile is computed once, broadcast
-    return z, sim
+    true_var = np.maximum(item_true - resid, 0.0) + seed_true
+    return z, sim, true_var
 
 
 def _lower_ends(parts: Parts, n_sim: int, seed: int, alpha: float) -> np.ndarray | None:
     """Lower ends [S] of the report's interval (confirm_interval) in simulated validations whose true gap
-    is 0: the estimate se·z, the parts as the test would estimate them. The interval's half-width does not
-    depend on the estimate, so at a true gap Δ the lower end is Δ + these: one simulation serves every Δ."""
+    is 0: the estimate the true se·z, the parts as the test would estimate them. The interval's half-width
+    does not depend on the estimate, so at a true gap Δ the lower end is Δ + these: one simulation serves every Δ."""
     if not (parts.df_seed[0] > 0 and np.isfinite(parts.var[0]) and parts.var[0] > 0):
         return None
-    z, sim = _simulated(parts, n_sim, seed)
-    lo, _ = confirm_interval(math.sqrt(float(parts.var[0])) * z, sim, alpha)
+    z, sim, var = _simulated(parts, n_sim, seed)
+    lo, _ = confirm_interval(np.sqrt(var) * z, sim, alpha)
     return lo
 
 
 def confirm_power(gap: float, parts: Parts, margin: float = 0.0, n_sim: int = N_SIM, seed: int = 0,
                   alpha: float = ALPHA) -> float:
     """P(CONFIRMED) when the true gap is `gap`: the share of simulated validations whose interval
-    (confirm_interval, the report's) lies above the margin."""
+    (confirm_interval, the report's) lies above the margin. For PlannedParts the expected power over the
+    pilot's uncertainty about its components (each simulation draws its truth); for a Parts, the truth's."""
     lo = _lower_ends(parts, n_sim, seed, alpha)
     return math.nan if lo is None else float(np.mean(gap + lo > margin))
 
@@ -174,7 +249,8 @@ def seeds_for_power(parts_of: Callable[[int], Parts], gap: float, power: float =
                     max_seeds: int = DEFAULT_MAX_SEEDS, margin: float = 0.0,
                     min_seeds: int = MIN_SEEDS) -> SeedPlan:
     """The fewest seeds per regime (min_seeds..max_seeds) whose planned test confirms `gap` with
-    probability >= power; max_seeds, capped, when none does or when there is no gap above the margin.
+    probability >= power (confirm_power: expected over the pilot's uncertainty for PlannedParts);
+    max_seeds, capped, when none does or when there is no gap above the margin.
 
     parts_of(n) -> the planned Parts of best − control with n seeds per regime (planned_parts)."""
     if gap > margin:
