@@ -22,6 +22,8 @@ from typing import Any, Iterable
 
 MAX_JOB_FILE = 256 * 2**20  # bytes: the largest job file race reads back (metrics.jsonl of a long run is ~MBs)
 MAX_JSON_DEPTH = 64  # race's own files nest at most ~6 deep
+MAX_JSON_VALUES = 16_000_000  # commas + brackets of one document: a 100,000-job plan.json has ~4M; 256 MB of
+# `[],` would parse into 64M Python lists (~6 GB), so a document past this is refused before it is parsed
 
 
 class LinkRefused(OSError):
@@ -191,8 +193,9 @@ def json_depth(data: bytes, limit: int = MAX_JSON_DEPTH) -> int:
 
 def loads_bounded(text: str | bytes, where: str = "JSON") -> Any:
     """json.loads, with every way a hostile document breaks it turned into ValueError (a subclass:
-    json.JSONDecodeError passes through): nesting past MAX_JSON_DEPTH, Python's recursion limit,
-    integers longer than Python converts (ValueError already), bytes that are not UTF-8.
+    json.JSONDecodeError passes through): more than MAX_JSON_VALUES values (counted before parsing),
+    nesting past MAX_JSON_DEPTH, Python's recursion limit, integers longer than Python converts
+    (ValueError already), bytes that are not UTF-8.
 
     The document is parsed first (json's C parser; a torn or corrupt document raises its
     JSONDecodeError, and one nested past the recursion limit stops there), then its depth is
@@ -202,6 +205,10 @@ def loads_bounded(text: str | bytes, where: str = "JSON") -> Any:
         data, text = text, text.decode("utf-8")
     else:
         data = text.encode("utf-8", "surrogatepass")
+    values = data.count(b",") + data.count(b"[") + data.count(b"{")  # an upper bound (strings included), memchr speed
+    if values > MAX_JSON_VALUES:
+        raise ValueError(f"{where} holds more than {MAX_JSON_VALUES:,} values ({values:,} commas and brackets): "
+                         "larger than any file race writes; not read")
     try:
         obj = json.loads(text)
     except RecursionError:

@@ -134,3 +134,14 @@ def test_a_sweep_of_distinct_jobs_parses_no_config(tmp_path, monkeypatch):
     parsed = []
     monkeypatch.setattr(table, "job_identity", lambda jd: parsed.append(jd))
     assert len(table.read_sweeps([sweep]).jobs) == 15 and parsed == []
+
+
+def test_a_document_of_too_many_values_is_refused_before_it_is_parsed(monkeypatch):
+    # 256 MB of "[]," would parse into 85M lists (~6 GB): counted first (commas and brackets), refused
+    bomb = b"[" + b"[]," * 9_000_000 + b"[]]"  # 27 MB: 9M + 2 opening brackets and 9M commas = 18,000,002 > 16M
+    with pytest.raises(ValueError, match="more than 16,000,000 values"):
+        io.loads_bounded(bomb, "metrics.jsonl")
+    monkeypatch.setattr(io, "MAX_JSON_VALUES", 10)
+    assert io.loads_bounded(b'{"a": [1, 2, 3], "b": 4}') == {"a": [1, 2, 3], "b": 4}  # 5 commas and brackets
+    with pytest.raises(ValueError, match="more than 10 values"):
+        io.loads_bounded(b"[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]")  # 10 commas + 1 bracket
