@@ -313,7 +313,8 @@ def validate(
     control: str = typer.Option("runner-up", "--control", help="The control the pilot's best is tested against: "
                                 "runner-up (its closest rival) or lowest (its lowest-ranked regime)."),
     power: float = typer.Option(0.8, "--power", min=0.5, max=0.999, help="Size the seeds so that the test confirms the gap with this "
-                                "probability (from the pilot's variance model; ignored with --seeds)."),
+                                "probability (from the pilot's variance model, averaged over the uncertainty of its "
+                                "estimates; ignored with --seeds)."),
     gap: Optional[float] = typer.Option(None, "--gap", min=1e-4, max=1.0, help="The true gap best − control to size for (default: the "
                                         "pilot's observed gap less its winner's-curse bias)."),
     max_seeds: int = typer.Option(8, "--max-seeds", min=1, max=512, help="At most this many seeds per regime when sizing by power."),

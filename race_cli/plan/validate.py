@@ -24,8 +24,10 @@ variance pooled over its conditions of one reward system and moderated, the item
 evaluation residual: report/validation.pair_parts) gives the parts of the validation's best − control
 test for n seeds (stats/validation_power.planned_parts), and the fewest n whose test (simulated through
 the report's own interval) confirms the gap with probability --power (0.8) is taken, at most
---max-seeds; the gap is --gap, or the pilot's best − control gap less its winner's-curse bias. --seeds N
-fixes the count and prints what it buys.
+--max-seeds; that probability is the expected power over the pilot's uncertainty about its own variance
+estimates (two seeds per regime know a seed variance only roughly; taken as the truth they promised
+0.8 and gave 0.75-0.77 in benchmarks/bench_validate_design.py). The gap is --gap, or the pilot's
+best − control gap less its winner's-curse bias. --seeds N fixes the count and prints what it buys.
 
 The sweep folder gets `provenance.json` (race_cli/report/validation.py defines it): the pilot sweep,
 the recommendation with its interval, the pilot's predicted order, the seed plan, the evaluation items
