@@ -248,7 +248,7 @@ def test_report_of_a_validation_gives_the_known_verdicts_and_correlations(pilot,
     assert rule["diff"] == pytest.approx(0.30, abs=0.05) and rule["diff_lo"] > 0.15 and rule["one_sided_conf"] > 0.999
     assert rule["spearman"] == pytest.approx(1.0) and rule["spearman_lo"] == pytest.approx(1.0)
     assert prm["verdict"] == V.REVERSED and prm["val_best"] == "G=4 μ=2"
-    assert prm["diff"] == pytest.approx(-0.20, abs=0.05) and prm["diff_hi"] < 0 and prm["one_sided_conf"] < 0.001
+    assert prm["diff"] == pytest.approx(-0.20, abs=0.05) and prm["diff_hi"] < 0 and prm["one_sided_conf"] < 0.01
     assert prm["spearman"] == pytest.approx(-0.4)
     assert prm["spearman_lo"] <= -0.4 <= prm["spearman_hi"]
     # a scale-up (2e12 vs the pilot's 1e12): absolute gains at both budgets and the marginal gain
