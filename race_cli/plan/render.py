@@ -357,12 +357,3 @@ def print_memory(overrides: Sequence[str], *, gpu_mem: int | None = None, audit:
     console.print(t)
     console.print(f"largest error {worst:.1%} (tolerance {memory_audit.TOLERANCE:.0%})")
     return 0 if worst <= memory_audit.TOLERANCE else 1
-
-
-def narrow_table(t, console) -> None:
-    """On a console under 120 columns (a pipe, an 80-column terminal): no frame, one space between
-    columns, so that numbers and words are never folded (tests/test_console_width.py)."""
-    from rich import box
-
-    if console.width < 120:
-        t.box, t.show_edge, t.padding, t.pad_edge = box.SIMPLE_HEAD, False, (0, 1), False
