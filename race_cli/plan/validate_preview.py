@@ -137,7 +137,8 @@ def power_rows(prov: dict, labels: dict[str, str] | None = None) -> list[list[st
     out = []
     for c in prov["conditions"]:
         pp = c.get("power_plan") or {}
-        f = lambda k, nd=3: "–" if not math.isfinite(_finite(pp.get(k))) else f"{_finite(pp.get(k)):.{nd}f}"  # noqa: E731
+        f = lambda k, nd=3: "–" if not math.isfinite(_finite(pp.get(k))) else f"{_finite(pp.get(k)) + 0.0:.{nd}f}".replace(  # noqa: E731
+            f"-{0:.{nd}f}", f"{0:.{nd}f}")  # a bias of -0.0004 reads 0.000, not -0.000
         sd = "/".join(f"{v ** 0.5:.3f}" for v in pp["parts"]["seed_var"]) if "parts" in pp else "–"
         out.append([(labels or {}).get(c["condition"], c["condition"]), c.get("control") or "–",
                     str(pp.get("seeds", "?")) + (" (max)" if pp.get("capped") else ""),
