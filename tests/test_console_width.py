@@ -136,10 +136,16 @@ def test_race_runs_end_in_a_pipe_without_columns_fits_80(pilot, printed, monkeyp
 
     monkeypatch.setattr(os, "get_terminal_size", no_terminal)
     capsys.readouterr()
-    print_report_top(pilot, lambda s: None)  # the tables and headings only (the plain sentences go to `say`)
+    said: list[str] = []
+    print_report_top(pilot, said.append)  # tables and headings to the console, the plain sentences to `say`
     out = capsys.readouterr().out
     assert "top of the ranking" in out and not _lines_over(out), _lines_over(out)[:5]
     assert printed and not broken(printed), broken(printed)[:3]
+    # the sentences (joint comparison, where the full report is) fold between words at the same 80 columns;
+    # only a single word longer than that (a deep tmp path) may stand alone on a longer line
+    assert any(x.startswith("joint comparison, ") for x in said) and any(x.startswith("full report: ") for x in said)
+    long = [line for x in said for line in x.splitlines() if len(line) > WIDTH and len(line.split()) > 1]
+    assert not long, long[:3]
 
 
 @pytest.fixture

@@ -396,7 +396,7 @@ def test_checkpoint_budgets_are_compared_jointly_and_the_crossing_is_found(tmp_p
 
     said: list[str] = []
     print_report_top(root, said.append)
-    joint_lines = [x for x in said if x.startswith("joint comparison, ")]
+    joint_lines = [" ".join(x.split()) for x in said if x.startswith("joint comparison, ")]  # folded at the width
     assert len(joint_lines) == 1 and "budget=8e+11" in joint_lines[0]
     assert "size, allocation by allocation tiny-m − tiny-s +0.406" in joint_lines[0]
 

@@ -310,6 +310,14 @@ def _top_console():
     return Console()
 
 
+def _wrapped(text: str, width: int) -> str:
+    """A sentence folded at the console's width between words (a path or a number is never split), as
+    rich folds the tables above it: in a pipe without COLUMNS, 80."""
+    import textwrap
+
+    return textwrap.fill(text, width=max(width, 40), break_long_words=False, break_on_hyphens=False)
+
+
 def print_report_top(sweep: Path, say) -> None:
     """The top of each condition's ranking and where the full report is; a report problem never
     hides the run's own result (it is printed as a warning). Each condition: its heading, its note
@@ -334,7 +342,7 @@ def print_report_top(sweep: Path, say) -> None:
             for cond, g in ranking.groupby("condition", sort=False):
                 console.print(f"[bold]top of the ranking: {condition_heading(cond, g)}[/]", highlight=False)
                 if no_gain.get(cond):  # a ranking that is not a finding must not read like one
-                    say(no_gain[cond])
+                    say(_wrapped(no_gain[cond], console.width))
                 t = Table()
                 if console.width < NARROW:  # an 80-column terminal: the columns that fit, none cut
                     for h in NARROW_HEAD:
@@ -351,8 +359,9 @@ def print_report_top(sweep: Path, say) -> None:
                 console.print(t)
         for line in res["joint"].get("per_budget", []):  # the paper's question at the sweep's own budgets
             if line["checkpoint"] >= 1.0:
-                say("joint comparison, " + line["text"])
-        say(f"full report: {res['out_dir'] / 'summary.md'} (and {', '.join(f for f in res['files'] if f != 'summary.md')})")
+                say(_wrapped("joint comparison, " + line["text"], console.width))
+        say(_wrapped(f"full report: {res['out_dir'] / 'summary.md'} (and "
+                     f"{', '.join(f for f in res['files'] if f != 'summary.md')})", console.width))
     except RaceError as exc:
         say("report not written: " + " ".join(exc.problems) + f" (race report {sweep} to retry)")
     except Exception as exc:  # noqa: BLE001 - the run's result must still be printed
