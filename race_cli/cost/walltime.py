@@ -46,18 +46,19 @@ class Rates:
 
 # Measured on the default grid (see the module docstring): model-convention FLOP/s per phase, seconds per
 # evaluation point (arithmetic + arithmetic-hard, 400 items x 2 samples each, common random numbers), setup
-# seconds per job. Measured 2026-12-02 on AMD EPYC, 2 cores, load 0.82 before / 0.82 after (nothing else
-# running): one fresh-clone `race run` of the default grid, 24 jobs on 2 workers x 1 thread, 17m44s wall,
-# read by benchmarks/rate_probe.py --from. These are the rates of two jobs sharing the two cores, as the
-# default runs them (a lone job runs faster). The day before, the same kind of machine ran the previous
-# default in 7 min: machines of one name differ by 2x, which is what `race plan --calibrate-from` is for.
+# seconds per job. The median of two fresh-clone `race run`s of the default grid on an idle 2-core AMD EPYC
+# (2026-12-02, nothing else running: load 0.8-1.0, the runs' own two jobs), 24 jobs on 2 workers x 1 thread
+# each, 17m44s and 14m55s wall (the same grid, the same machine: it drifts that much), read by
+# benchmarks/rate_probe.py --from. These are the rates of two jobs sharing the two cores, as the default runs
+# them (a lone job runs faster). The day before, a machine of the same name ran the previous default in
+# 7 min: machines differ by 2x, which is what `race plan --calibrate-from` is for.
 DEFAULT_EVAL_COMPLETIONS = 2 * 400 * 2  # the default grid's evaluation point: 2 targets x 400 items x 2 samples
-CPU_SOURCE = ("CPU defaults measured on an idle 2-core AMD EPYC (2026-12-02, load 0.8: the default grid's own two "
-              "jobs), benchmarks/rate_probe.py; another machine: race plan --calibrate-from a finished sweep")
+CPU_SOURCE = ("CPU defaults measured on an idle 2-core AMD EPYC (2026-12-02, median of 2 runs of the default grid), "
+              "benchmarks/rate_probe.py; another machine: race plan --calibrate-from a finished sweep")
 CPU_RATES: dict[str, Rates] = {
-    "tiny-s": Rates({"rollout": 3.57e9, "update": 1.27e10, "reward": 1.06e10}, eval_s=2.68, overhead_s=4.5,
+    "tiny-s": Rates({"rollout": 4.01e9, "update": 1.43e10, "reward": 1.18e10}, eval_s=2.44, overhead_s=4.1,
                     source=CPU_SOURCE, eval_completions=DEFAULT_EVAL_COMPLETIONS),
-    "tiny-m": Rates({"rollout": 6.90e9, "update": 2.38e10, "reward": 1.18e10}, eval_s=5.13, overhead_s=1.9,
+    "tiny-m": Rates({"rollout": 7.43e9, "update": 2.50e10, "reward": 1.28e10}, eval_s=4.85, overhead_s=1.8,
                     source=CPU_SOURCE, eval_completions=DEFAULT_EVAL_COMPLETIONS),
 }
 
