@@ -104,7 +104,8 @@ def _design(g: pd.DataFrame, k: int):
     if n < 2 or not math.isfinite(sd):
         return None
     sd = max(float(sd), 0.005)
-    sd = math.ceil(sd / 10 ** (math.floor(math.log10(sd)) - 1)) * 10 ** (math.floor(math.log10(sd)) - 1)
+    unit = 10.0 ** (math.floor(math.log10(sd)) - 1)
+    sd = math.ceil(round(sd / unit, 9)) * unit  # up to two significant digits (round first: 0.022/0.001 is not 22)
     return Design(n=n, k=k, seeds=max(seeds, 1), regimes=len(g), seed_sd=sd)  # sd up to 2 digits: designs repeat
 
 
