@@ -23,7 +23,7 @@ from typing import Any, Iterable
 MAX_JOB_FILE = 256 * 2**20  # bytes: the largest job file race reads back (metrics.jsonl of a long run is ~MBs)
 MAX_JSON_DEPTH = 64  # race's own files nest at most ~6 deep
 MAX_JSON_VALUES = 16_000_000  # commas + brackets of one document: a 100,000-job plan.json has ~4M; 256 MB of
-# `[],` would parse into 64M Python lists (~6 GB), so a document past this is refused before it is parsed
+# `[],` would parse into ~85M Python lists (GBs), so a document past this is refused before it is parsed
 
 
 class LinkRefused(OSError):
