@@ -8,9 +8,18 @@ df/χ²_df, so each margin is t-shaped with the pool's degrees of freedom.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from race_cli.stats.variance import Noise
+
+
+def chi2_scale(df: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """[n] draws of χ²_df/df: a variance's estimate over its truth at df degrees of freedom (ones where df
+    is infinite or past 1e6: known). The power simulations (stats/power.py, stats/validation_power.py)
+    scale their seed parts by it."""
+    return rng.chisquare(df, n) / df if math.isfinite(df) and df < 1e6 else np.ones(n)
 
 
 def item_weights(n: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from race_cli.stats.decisions import ALPHA, holm_above, worse_than_best
+from race_cli.stats.draws import chi2_scale
 from race_cli.stats.variance import HETERO_DF, Parts
 
 POWER = 0.80
@@ -93,13 +94,6 @@ def gain_parts(d: Design) -> Parts:
                  d.df_seed * (n - 1), np.array([d.df_seed]))
 
 
-def _seed_scale(d: Design, rng: np.random.Generator, size: int) -> np.ndarray:
-    df = d.df_seed
-    if not math.isfinite(df) or df > 1e6:
-        return np.ones(size)
-    return rng.chisquare(df, size) / df
-
-
 def separation_power(d: Design, delta: float, n_sim: int = N_SIM, seed: int = 0, alpha: float = ALPHA) -> float:
     """Share of simulated pilots in which regime 0, better than every other by delta, is the only ≈ best."""
     R = d.regimes
@@ -109,7 +103,7 @@ def separation_power(d: Design, delta: float, n_sim: int = N_SIM, seed: int = 0,
     p = gap_parts(d)
     v = float(p.var[0])
     z = rng.standard_normal((n_sim, R))
-    scale = _seed_scale(d, rng, n_sim)
+    scale = chi2_scale(d.df_seed, n_sim, rng)
     point = np.zeros((n_sim, R))
     point[:, 0] = delta
     point += math.sqrt(v / 2) * z  # gaps have variance v
@@ -133,7 +127,7 @@ def gain_power(d: Design, delta: float, n_sim: int = N_SIM, seed: int = 0, alpha
     est = np.zeros((n_sim, R))
     est[:, 0] = delta
     est += float(p.se[0]) * rng.standard_normal((n_sim, R))
-    scale = _seed_scale(d, rng, n_sim)
+    scale = chi2_scale(d.df_seed, n_sim, rng)
     parts = Parts(np.full((n_sim, R), p.item[0]), np.full((n_sim, R), p.resid[0]),
                   p.seed[0] * np.broadcast_to(scale[:, None], (n_sim, R)), p.df_item, p.df_resid,
                   np.full((n_sim, R), p.df_seed[0]))

@@ -61,6 +61,7 @@ from typing import Callable
 import numpy as np
 
 from race_cli.stats.decisions import intervals
+from race_cli.stats.draws import chi2_scale
 from race_cli.stats.variance import HETERO_DF, Parts
 
 ALPHA = 0.025  # one-sided level of CONFIRMED: the lower end of a two-sided 95% interval
@@ -160,12 +161,6 @@ def planned_parts(pp: PairParts, n_seeds: int, n_regimes: int = 2, pool_df: floa
                         item_df_pilot=float(pp.item_df) if k > 1 else math.inf, n_items=k)
 
 
-def _chi2_scale(df: float, n: int, rng: np.random.Generator) -> np.ndarray:
-    """[n] draws of χ²_df/df, a variance's estimate over its truth at df degrees of freedom (ones where df
-    is infinite: known)."""
-    return rng.chisquare(df, n) / df if math.isfinite(df) and df < 1e6 else np.ones(n)
-
-
 def _simulated(parts: Parts, n_sim: int, seed: int) -> tuple[np.ndarray, Parts, np.ndarray]:
     """Standard normal draws [S] of the estimate, the parts [S] as the test would estimate them (the seed
     part scaled by χ²_df/df; item and residual parts, with hundreds of df, at their expectation) and the
@@ -176,18 +171,18 @@ def _simulated(parts: Parts, n_sim: int, seed: int) -> tuple[np.ndarray, Parts, 
     df = float(parts.df_seed[0])
     if not isinstance(parts, PlannedParts):
         seed_true, item_true = np.full(n_sim, parts.seed[0]), np.full(n_sim, parts.item[0])
-        seed_est = seed_true * _chi2_scale(df, n_sim, rng)
+        seed_est = seed_true * chi2_scale(df, n_sim, rng)
     else:
-        truth = parts.seed[0] / _chi2_scale(parts.seed_df_pilot, n_sim, rng)  # of what the pilot estimated
+        truth = parts.seed[0] / chi2_scale(parts.seed_df_pilot, n_sim, rng)  # of what the pilot estimated
         if parts.pooled:  # the test reads the validation pool's variance; the pair's own stray from the pool's
-            seed_est = truth * _chi2_scale(parts.pool_df, n_sim, rng)
-            stray = (_chi2_scale(parts.hetero_df, n_sim, rng) + _chi2_scale(parts.hetero_df, n_sim, rng)) / 2
+            seed_est = truth * chi2_scale(parts.pool_df, n_sim, rng)
+            stray = (chi2_scale(parts.hetero_df, n_sim, rng) + chi2_scale(parts.hetero_df, n_sim, rng)) / 2
             seed_true = truth * stray
         else:  # the test reads the pair's own (moderated) variances
             seed_true = truth
-            seed_est = seed_true * _chi2_scale(df, n_sim, rng)
+            seed_est = seed_true * chi2_scale(df, n_sim, rng)
         gap_var = parts.item_var + parts.item_resid  # the pilot's var_i of the per-item gap
-        item_var = np.maximum(gap_var / _chi2_scale(parts.item_df_pilot, n_sim, rng) - parts.item_resid, 0.0)
+        item_var = np.maximum(gap_var / chi2_scale(parts.item_df_pilot, n_sim, rng) - parts.item_resid, 0.0)
         item_true = parts.item[0] + (item_var - parts.item_var) / parts.n_items
     resid = np.full(n_sim, parts.resid[0])
     sim = Parts(item=item_true, resid=resid, seed=seed_est, df_item=parts.df_item, df_resid=parts.df_resid,
