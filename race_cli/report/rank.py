@@ -216,12 +216,12 @@ def _start_matrix(keys: list[tuple[str, str]], target: str, items_initial: dict,
     return np.vstack(rows)
 
 
-def _gain_inputs(jobs: pd.DataFrame, keys, target: str, data_initial: dict, columns, scores,
+def _gain_inputs(jobs: dict[str, np.ndarray], keys, target: str, data_initial: dict, columns, scores,
                  values: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, str]:
     """Per-job gain over the start and, when the start was scored item by item, per-item gains.
 
-    Returns (gain values [J] or None, gain scores [J, n] or None, start values [J] or None,
-    how the interval is drawn).
+    jobs: the condition's job arrays (`_job_arrays`). Returns (gain values [J] or None, gain scores
+    [J, n] or None, start values [J] or None, how the interval is drawn).
     """
     start = None
     if scores is not None:
@@ -234,10 +234,9 @@ def _gain_inputs(jobs: pd.DataFrame, keys, target: str, data_initial: dict, colu
         d = scores - pooled  # [J, n] item by item: final − start, same items (paired)
         return (d.mean(axis=1), d, pooled.mean(axis=1),
                 f"items (paired with the start, pooled over the condition's {len(start)} jobs) × seeds")
-    col = f"eval_initial/{target}"
-    if col not in jobs:
+    if "start" not in jobs:
         return None, None, None, "no starting evaluation recorded"
-    init = pd.to_numeric(jobs[col], errors="coerce").to_numpy(float)
+    init = jobs["start"]
     if not np.isfinite(init).all():
         return None, None, None, "no starting evaluation recorded for some jobs"
     return values - init, None, init, "seeds only (no per-item start scores)"
@@ -249,29 +248,62 @@ def rank_condition(jobs: pd.DataFrame, reg_cols: list[str], target: str, items: 
                    assume_seed_sd: float | None = None) -> pd.DataFrame:
     """Rank the regimes of one condition's ranked jobs (done, readable, target recorded), its seed
     variance pooled over its own regimes only."""
-    inp = _condition_inputs(jobs, reg_cols, target, items, items_initial or {})
+    arrays = _job_arrays(jobs, reg_cols, target)
+    codes, regs = _number_regimes(_regime_rows(arrays, reg_cols), reg_cols)
+    inp = _condition_inputs(arrays, codes, regs, reg_cols, target, items, items_initial or {})
     prior = _prior_for(inp["noise"], None, assume_seed_sd)
     return pd.DataFrame(_condition_columns(inp, prior, n_boot, rng, maximize, level)[0])
 
 
-def _condition_inputs(jobs, reg_cols, target, items, items_initial) -> dict:
-    """One condition's matrices and raw noise (the seed pool is applied later, over the sweep)."""
+SHARE_COLS = ["p", "share_search", "share_learning", "share_feedback", "budget_spent", "flops_total",
+              "informative_share"]  # per-job costs the ranking averages per regime
+
+
+def _job_arrays(jobs: pd.DataFrame, reg_cols: list[str], target: str) -> dict[str, np.ndarray]:
+    """The columns of `jobs` the ranking reads, as numpy arrays in row order: sweep, job_id, `value`
+    (eval/<target>), `start` (eval_initial/<target> as numbers; absent when no job recorded it), the
+    regime columns as objects and the SHARE_COLS present. Taken once for a whole sweep and cut per
+    condition (`{k: a[rows] ...}`): a pandas lookup per condition and column cost seconds on 800 conditions."""
+    out = {"sweep": jobs["sweep"].to_numpy(object), "job_id": jobs["job_id"].to_numpy(object),
+           "value": jobs[f"eval/{target}"].to_numpy(float)}
+    if f"eval_initial/{target}" in jobs:
+        out["start"] = pd.to_numeric(jobs[f"eval_initial/{target}"], errors="coerce").to_numpy(float)
+    out |= {c: jobs[c].astype(object).to_numpy() for c in reg_cols}
+    out |= {c: jobs[c].to_numpy(float) for c in SHARE_COLS if c in jobs}
+    return out
+
+
+def _regime_rows(arrays: dict[str, np.ndarray], reg_cols: list[str]) -> tuple[tuple, ...]:
+    """Each job's regime values, one tuple per job, each value as (type, value): 1 == True and 4 == 4.0,
+    but a regime numbered for one must not be reused for the other (`_number_regimes` caches on these)."""
+    columns = [arrays[c] for c in reg_cols]
+    return tuple(tuple((type(a[i]), a[i]) for a in columns) for i in range(len(arrays["sweep"])))
+
+
+def _number_regimes(rows: tuple[tuple, ...], reg_cols: list[str]) -> tuple[np.ndarray, list[dict]]:
+    """(codes [J], regimes): each job's regime index 0..R-1 in order of first appearance, and each regime's
+    {column: value} as pandas types them (pd.factorize over the jobs' values). rows: `_regime_rows`."""
+    if not reg_cols:
+        return np.zeros(len(rows), dtype=int), [{}]
+    values = [np.array([row[i][1] for row in rows], dtype=object) for i in range(len(reg_cols))]
+    codes, uniq = pd.factorize(pd.MultiIndex.from_arrays(values, names=reg_cols))
+    return codes, [dict(zip(reg_cols, u)) for u in uniq]
+
+
+def _condition_inputs(jobs: dict[str, np.ndarray], codes: np.ndarray, regs: list[dict], reg_cols: list[str],
+                      target: str, items: dict, items_initial: dict) -> dict:
+    """One condition's matrices and raw noise (the seed pool is applied later, over the sweep).
+
+    jobs: the condition's `_job_arrays`; codes, regs: its regimes (`_number_regimes`)."""
     from race_cli.stats.variance import noise_of
 
-    col = f"eval/{target}"
     keys = list(zip(jobs["sweep"], jobs["job_id"]))
     scores, method, columns = _item_matrix(keys, target, items)
-    values = jobs[col].to_numpy(float) if scores is None else scores.mean(axis=1)
+    values = jobs["value"] if scores is None else scores.mean(axis=1)
     gain_v, gain_s, start_v, gain_method = _gain_inputs(jobs, keys, target, items_initial, columns,
                                                         scores, values)
-    if reg_cols:
-        codes, uniq = pd.factorize(pd.MultiIndex.from_frame(jobs[reg_cols].astype(object)))
-        regs = [dict(zip(reg_cols, u)) for u in uniq]
-    else:
-        codes, regs = np.zeros(len(jobs), dtype=int), [{}]
     n_reg = len(regs)
-    shares = {c: jobs[c].to_numpy(float) for c in ["p", "share_search", "share_learning", "share_feedback",
-                                                    "budget_spent", "flops_total", "informative_share"] if c in jobs}
+    shares = {c: jobs[c] for c in SHARE_COLS if c in jobs}
     return {"codes": codes, "regs": regs, "reg_cols": reg_cols, "scores": scores, "values": values,
             "method": method, "gain_v": gain_v, "gain_s": gain_s, "start_v": start_v, "gain_method": gain_method,
             "noise": noise_of(codes, scores if scores is not None else values, n_reg), "shares": shares}
@@ -405,6 +437,18 @@ def rankable(jobs: pd.DataFrame, target: str) -> pd.Series:
         pd.to_numeric(jobs[col], errors="coerce"))
 
 
+def _condition_rows(jobs: pd.DataFrame, by: list[str]) -> list[tuple[tuple, np.ndarray]]:
+    """(key, row positions) of each condition, as `jobs.groupby(by, dropna=False, sort=True)` orders and
+    keys them (a tuple of the `by` values; its rows in table order), from one grouping of the whole table."""
+    if not by:
+        return [((), np.arange(len(jobs)))]
+    groups = jobs.groupby(by, dropna=False, sort=True)
+    number = groups.ngroup().to_numpy()
+    keys = list(groups.size().index)
+    rows = np.split(np.argsort(number, kind="stable"), np.cumsum(np.bincount(number, minlength=len(keys)))[:-1])
+    return [(k if isinstance(k, tuple) else (k,), r) for k, r in zip(keys, rows)]
+
+
 def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, seed: int = 0,
              maximize: bool = True, level: float = 0.95,
              draws_out: dict[str, np.ndarray] | None = None,
@@ -422,12 +466,17 @@ def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, se
     jobs = data.jobs[rankable(data.jobs, target)]
     reg_cols = regime_columns(jobs, data.knob_cols, by)
     rng = np.random.default_rng(seed)
-    groups = jobs.groupby(by, dropna=False, sort=True) if by else [((), jobs)]
+    arrays = _job_arrays(jobs, reg_cols, target)
+    regime_rows = _regime_rows(arrays, reg_cols)
+    numbered: dict[tuple, tuple] = {}  # conditions whose jobs list the same regimes in the same order (most)
     conds, inputs = [], []
-    for key, g in groups:
-        key = key if isinstance(key, tuple) else (key,)
+    for key, rows in _condition_rows(jobs, by):
         conds.append(dict(zip(by, key)))
-        inputs.append(_condition_inputs(g, reg_cols, target, data.items, data.items_initial))
+        regimes = tuple(regime_rows[i] for i in rows)
+        if regimes not in numbered:
+            numbered[regimes] = _number_regimes(regimes, reg_cols)
+        inputs.append(_condition_inputs({k: a[rows] for k, a in arrays.items()}, *numbered[regimes], reg_cols,
+                                        target, data.items, data.items_initial))
     keys = [pool_key(c) for c in conds]
     pools = fit_pools([i["noise"] for i in inputs], keys)
     parts: list[dict] = []  # column arrays per condition, joined once at the end (fast)
