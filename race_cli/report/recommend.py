@@ -31,11 +31,19 @@ def fit_all(ranking: pd.DataFrame, maximize: bool | dict[str, bool] = True,
     if "p" not in ranking:
         return {}
     out = {}
-    for cond, g in ranking.groupby("condition", sort=False):
-        mx = maximize if isinstance(maximize, bool) else maximize.get(g["target"].iloc[0], True)
-        out[cond] = fit_response(g["p"].to_numpy(float), g["mean"].to_numpy(float), mx,
-                                 (draws or {}).get(cond))
+    p, mean = ranking["p"].to_numpy(float), ranking["mean"].to_numpy(float)
+    target = ranking["target"].to_numpy(object) if not isinstance(maximize, bool) else None
+    for cond, rows in condition_rows(ranking).items():
+        mx = maximize if isinstance(maximize, bool) else maximize.get(target[rows[0]], True)
+        out[cond] = fit_response(p[rows], mean[rows], mx, (draws or {}).get(cond))
     return out
+
+
+def condition_rows(table: pd.DataFrame) -> dict[str, np.ndarray]:
+    """{condition: the positions of its rows}, conditions in order of first appearance, as
+    `table.groupby("condition", sort=False)` yields them (one grouping; no DataFrame per condition)."""
+    rows = table.groupby("condition", sort=False).indices
+    return {c: rows[c] for c in table["condition"].unique() if c in rows}
 
 
 def no_gain_sentence(g: pd.DataFrame) -> str | None:
@@ -85,12 +93,16 @@ def _seed_df(g: pd.DataFrame) -> str:
 def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) -> pd.DataFrame:
     """One row per condition: what to validate, and why."""
     rows = []
-    for cond, g in ranking.groupby("condition", sort=False):
-        best = g[g["is_best"]].iloc[0]
-        tied = g[g["tied_best"]]
+    cols = {c: ranking[c].to_numpy() for c in ranking.columns}  # read once, cut per condition
+    for cond, at in condition_rows(ranking).items():
+        best = {c: a[at[np.flatnonzero(cols["is_best"][at])[0]]] for c, a in cols.items()}  # first best row
+        tied = at[cols["tied_best"][at].astype(bool)]
         fit = fits.get(cond)
-        learned = bool(g["beats_start"].astype(bool).any()) if "beats_start" in g else False
-        testable = bool(g["testable"].iloc[0]) if "testable" in g else True
+        beats = cols["beats_start"][at].astype(bool) if "beats_start" in cols else None
+        learned = bool(beats.any()) if beats is not None else False
+        testable = bool(cols["testable"][at[0]]) if "testable" in cols else True
+        # no_gain_sentence is None exactly when some gain is known and some regime beats its start
+        gain_known = "gain" in cols and np.isfinite(cols["gain"][at].astype(float)).any()
         row = {"condition": cond, **{c: best[c] for c in by if c in best}, "target": best["target"],
                "best_regime": best["regime"], "best_mean": best["mean"], "best_ci_lo": best["ci_lo"],
                "best_ci_hi": best["ci_hi"], "best_p_best": best["p_best"],
@@ -99,9 +111,8 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
                "best_start": best.get("start", np.nan), "best_gain": best.get("gain", np.nan),
                "best_gain_ci_lo": best.get("gain_ci_lo", np.nan),
                "best_gain_ci_hi": best.get("gain_ci_hi", np.nan),
-               "learned": learned, "n_beat_start": int(g["beats_start"].astype(bool).sum())
-               if "beats_start" in g else 0,
-               "no_gain": no_gain_sentence(g) or "",
+               "learned": learned, "n_beat_start": int(beats.sum()) if beats is not None else 0,
+               "no_gain": "" if learned and gain_known else no_gain_sentence(ranking.iloc[at]) or "",
                "best_p": best.get("p", np.nan), "best_share_search": best.get("share_search", np.nan),
                "best_share_learning": best.get("share_learning", np.nan),
                "best_share_feedback": best.get("share_feedback", np.nan),
@@ -109,27 +120,30 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
                "split_star": best.get("p_policy", np.nan),  # the recommended policy split (below)
                "expected_drop": best.get("expected_drop", np.nan),
                "seed_noise": bool(best.get("seed_noise", True)),
-               "n_regimes": len(g), "n_tied": len(tied),
-               "validate": "; ".join(tied["regime"]) if learned else ""}
+               "n_regimes": len(at), "n_tied": len(tied),
+               "validate": "; ".join(cols["regime"][tied]) if learned else ""}
         if fit is not None:
             row.update(fit_model=fit.model or "none", fit_fallback=fit.fallback,
                        fit_reason=fit.reason, p_star=fit.p_star, y_star=fit.y_star,
                        p_fit_opt=fit.p_fit_opt, p_star_lo=fit.p_star_lo, p_star_hi=fit.p_star_hi,
                        p_min=fit.p_min, p_max=fit.p_max, p_star_inside=fit.inside,
                        p_star_interval_inside=fit.interval_inside, fit_text=describe_fit(fit))
-            if learned and not fit.fallback and "p" in g:  # the pilot regime closest to the fit's optimum
-                near = g.iloc[int(np.argmin(np.abs(g["p"].to_numpy(float) - fit.p_star)))]
-                row["nearest_regime"] = near["regime"]
+            if learned and not fit.fallback and "p" in cols:  # the pilot regime closest to the fit's optimum
+                near = at[int(np.argmin(np.abs(cols["p"][at].astype(float) - fit.p_star)))]
+                near_regime = cols["regime"][near]
+                row["nearest_regime"] = near_regime
                 # p* in the comparable variable: the nearest regime's feedback share held fixed
-                row["split_star"] = fit.p_star / (1.0 - float(near.get("share_feedback", 0.0) or 0.0))
-                if near["regime"] not in row["validate"].split("; "):
-                    row["validate"] += f"; {near['regime']} (nearest to fit p*)"
+                feedback = cols["share_feedback"][near] if "share_feedback" in cols else 0.0
+                row["split_star"] = fit.p_star / (1.0 - float(feedback or 0.0))
+                if near_regime not in row["validate"].split("; "):
+                    row["validate"] += f"; {near_regime} (nearest to fit p*)"
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def recommendation_text(rec: pd.Series) -> str:
-    """One paragraph per condition, for the terminal and summary.md; it names its target."""
+def recommendation_text(rec: pd.Series | dict) -> str:
+    """One paragraph per condition, for the terminal and summary.md; it names its target.
+    rec: one row of the recommendations (a Series, or a {column: value} record)."""
     t = rec["target"]
     lo, hi = rec.get("best_sel_lo", np.nan), rec.get("best_sel_hi", np.nan)
     if isinstance(lo, float) and np.isfinite(lo) and rec.get("n_regimes", 1) > 1:  # the winner's interval
@@ -264,11 +278,34 @@ def _short(v: object) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
+TOTALS = {"rollout": "flops_rollout", "update": "flops_update", "reward": "flops_reward",
+          "total": "flops_total", "eval": "eval_flops", "budget": "budget_ledger"}  # total -> job column summed
+
+
 def compute_totals(jobs: pd.DataFrame) -> dict[str, float]:
     """Total model-convention FLOPs of all readable jobs, split by phase (+ eval, not charged)."""
-    ok = jobs[jobs["readable"].astype(bool)] if "flops_total" in jobs else jobs.iloc[:0]
-    tot = {ph: float(ok[f"flops_{ph}"].sum()) if f"flops_{ph}" in ok else 0.0
-           for ph in ["rollout", "update", "reward", "total"]}
-    tot["eval"] = float(ok["eval_flops"].sum()) if "eval_flops" in ok else 0.0
-    tot["budget"] = float(ok["budget_ledger"].sum()) if "budget_ledger" in ok else 0.0
-    return tot
+    return _totals(_total_columns(jobs), np.arange(len(jobs)))
+
+
+def totals_by(jobs: pd.DataFrame, key: str) -> dict:
+    """{value of jobs[key]: compute_totals of its jobs} (e.g. per condition), from one pass over the table."""
+    cols = _total_columns(jobs)
+    return {k: _totals(cols, rows) for k, rows in jobs.groupby(key, sort=False).indices.items()}
+
+
+def _total_columns(jobs: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The TOTALS columns present as float arrays, missing values read as 0 (Series.sum skips them),
+    and `readable`: which jobs count (none without a flops_total column)."""
+    out = {"readable": (jobs["readable"].astype(bool).to_numpy() if "flops_total" in jobs
+                        else np.zeros(len(jobs), dtype=bool))}
+    for col in TOTALS.values():
+        if col in jobs:
+            out[col] = np.nan_to_num(jobs[col].to_numpy(float, na_value=np.nan), nan=0.0, posinf=np.inf,
+                                     neginf=-np.inf)
+    return out
+
+
+def _totals(cols: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, float]:
+    """compute_totals of the jobs at these row positions (`_total_columns` of the table)."""
+    ok = rows[cols["readable"][rows]]
+    return {name: float(cols[col][ok].sum()) if col in cols else 0.0 for name, col in TOTALS.items()}

@@ -53,7 +53,7 @@ def _signed(v: Any) -> str:
     return "–" if v is None or not np.isfinite(v) else f"{v:+.3f}"
 
 
-def gain_cell(r: pd.Series) -> str:
+def gain_cell(r: pd.Series | dict) -> str:
     """'+0.050 [+0.010, +0.090]', or '–' without a starting evaluation."""
     g = r.get("gain", np.nan)
     if not np.isfinite(g):
@@ -64,18 +64,20 @@ def gain_cell(r: pd.Series) -> str:
 
 def ranking_rows(g: pd.DataFrame) -> list[list[str]]:
     """Display cells of one condition's ranking (shared by rich and markdown)."""
-    rows = []
-    for _, r in g.iterrows():
-        beats = "–" if not np.isfinite(r.get("gain", np.nan)) else ("yes" if r["beats_start"] else "no")
-        rows.append([str(r["rank"]), r["regime"] + (" ★" if r["is_best"] else ""),
-                     f"{_f(r['mean'])} [{_f(r['ci_lo'])}, {_f(r['ci_hi'])}]",
-                     _f(r.get("start", np.nan)), gain_cell(r), beats, _f(r["p_best"], 2),
-                     "yes" if r["tied_best"] else "no", _f(r.get("p", np.nan)),
-                     _f(r.get("p_policy", np.nan)),
-                     " / ".join(pct(r.get(f"share_{n}", np.nan), 0) for n in ["search", "learning", "feedback"]),
-                     _f(r.get("informative_share", np.nan), 2),
-                     pct(r.get("budget_spent", np.nan), 0), str(r["n_seeds"])])
-    return rows
+    return [ranking_cells(r) for r in g.to_dict("records")]
+
+
+def ranking_cells(r: dict) -> list[str]:
+    """Display cells of one ranking row ({column: value}, as DataFrame.to_dict("records") gives them)."""
+    beats = "–" if not np.isfinite(r.get("gain", np.nan)) else ("yes" if r["beats_start"] else "no")
+    return [str(r["rank"]), r["regime"] + (" ★" if r["is_best"] else ""),
+            f"{_f(r['mean'])} [{_f(r['ci_lo'])}, {_f(r['ci_hi'])}]",
+            _f(r.get("start", np.nan)), gain_cell(r), beats, _f(r["p_best"], 2),
+            "yes" if r["tied_best"] else "no", _f(r.get("p", np.nan)),
+            _f(r.get("p_policy", np.nan)),
+            " / ".join(pct(r.get(f"share_{n}", np.nan), 0) for n in ["search", "learning", "feedback"]),
+            _f(r.get("informative_share", np.nan), 2),
+            pct(r.get("budget_spent", np.nan), 0), str(r["n_seeds"])]
 
 
 RANK_HEAD = ["rank", "regime", "final [95% CI]", "start", "gain [95% CI]", "> start", "best share",
@@ -123,11 +125,21 @@ def narrow_rows(g: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-def noise_note(g: pd.DataFrame) -> str | None:
-    """The sentence a one-seed condition prints wherever its intervals appear, else None."""
-    if "seed_noise" in g and not bool(g["seed_noise"].iloc[0]):
+def noise_note(first: pd.Series | dict) -> str | None:
+    """The sentence a one-seed condition prints wherever its intervals appear, else None.
+    first: the condition's first ranking row."""
+    if "seed_noise" in first and not bool(first["seed_noise"]):
         return "Intervals above: one seed per regime, so they cover evaluation noise only, not training (seed) noise."
     return None
+
+
+def _records_by_condition(df: pd.DataFrame) -> dict[str, list[dict]]:
+    """{condition: its rows as {column: value} dicts, in table order}, from one to_dict of the whole table
+    (a DataFrame per condition, and a row Series per row, cost seconds on 800 conditions)."""
+    out: dict[str, list[dict]] = {}
+    for r in df.to_dict("records") if "condition" in df else []:
+        out.setdefault(r["condition"], []).append(r)
+    return out
 
 
 def _rows_by_condition(df: pd.DataFrame) -> dict:
@@ -208,8 +220,8 @@ def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: p
             for row in narrow_rows(g) if narrow else ranking_rows(g):
                 t.add_row(*[row[i] for i in keep])
             console.print(t)
-            if noise_note(g):
-                console.print(noise_note(g), highlight=False)
+            if noise_note(g.iloc[0]):
+                console.print(noise_note(g.iloc[0]), highlight=False)
             if len(r):
                 console.print(recommendation_text(r.iloc[0]), highlight=False)
     if joint is not None:
@@ -299,27 +311,27 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
            "seeds it is overconfident (its reliability table is in docs/report.md). "
            "p: learning / total FLOPs; policy split: learning / (search + learning), comparable "
            "across reward systems.", ""]
-    from race_cli.report.recommend import compute_totals
+    from race_cli.report.recommend import compute_totals, totals_by
 
-    by_cond = dict(tuple(jobs.groupby("condition", sort=False))) if "condition" in jobs else {}  # once, not a mask each
-    rec_of = _rows_by_condition(rec)
+    by_cond = totals_by(jobs, "condition") if "condition" in jobs else {}  # one pass, not a mask per condition
+    rec_of = _records_by_condition(rec)
     for target, gt in _by_target(ranking, targets):
         out += [f"### Target: {target}", "", _target_line(target, maximize, gt), ""]
-        for cond, g in gt.groupby("condition", sort=False):
-            jc = g["job_condition"].iloc[0] if "job_condition" in g else cond
-            t = compute_totals(by_cond.get(jc, jobs.iloc[:0])) if "condition" in jobs else None
+        for cond, rows in _records_by_condition(gt).items():
+            jc = rows[0]["job_condition"] if "job_condition" in rows[0] else cond
+            t = (by_cond[jc] if jc in by_cond else compute_totals(jobs.iloc[:0])) if "condition" in jobs else None
             flops = (f"Training compute of this condition's readable jobs: {_flops(t['total'])} FLOPs "
                      f"(search {_share(t, 'rollout')}, learning {_share(t, 'update')}, feedback "
                      f"{_share(t, 'reward')}).") if t else ""
-            r = rec_of.get(cond, rec.iloc[:0])
+            r = rec_of.get(cond, [])
             out += [f"#### {cond}", ""]
-            if len(r) and r.iloc[0]["no_gain"]:
-                out += [f"**{r.iloc[0]['no_gain']}**", ""]
-            out += [flops, "", md_table(RANK_HEAD, ranking_rows(g)), ""]
-            if noise_note(g):
-                out += [f"*{noise_note(g)}*", ""]
-            if len(r):
-                out += [recommendation_text(r.iloc[0]), ""]
+            if r and r[0]["no_gain"]:
+                out += [f"**{r[0]['no_gain']}**", ""]
+            out += [flops, "", md_table(RANK_HEAD, [ranking_cells(x) for x in rows]), ""]
+            if noise_note(rows[0]):
+                out += [f"*{noise_note(rows[0])}*", ""]
+            if r:
+                out += [recommendation_text(r[0]), ""]
     out += joint or []  # the joint comparison's section (report/joint_view.py)
     if moves or diffs:
         out += ["## Conditional frontier", ""] + [f"- {m}" for m in moves] + [""]
