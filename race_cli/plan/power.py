@@ -250,7 +250,7 @@ def plan_power(jobs: Sequence[Any], seed_sd: float) -> list[Power]:
             if not n or n < 2:
                 continue
             gain, gap, df = detectable(n, k, seeds, len(regs), seed_sd, greedy=greedy,
-                                       pool_df=pool[cond[2]] if seeds >= 2 else None)
+                                       pool_df=pool[cond[2]] if seeds >= 2 else None, crn=not greedy)
             out.append(Power(f"{cond[0]} C={cond[1]:.3g} {cond[2]}", t, n, k, seeds, len(regs), seed_sd, gain,
                              gap, df))
     return out

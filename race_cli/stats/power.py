@@ -32,6 +32,12 @@ POWER = 0.80
 N_SIM = 2000  # simulated pilots per effect size (binomial sd of a power near 0.8: 0.009)
 ITEM_REGIME_SD = 0.05  # assumed sd of an item's score change between two regimes beyond their mean gap
 GAIN_ITEM_SD = 0.18  # per-item spread of the gain over the start (measured on the default grid's pilot)
+# Under common random numbers (every evaluation draws sample j of item i from one keyed stream), the share
+# of a sample's randomness two policies' completions keep in common: measured with benchmarks/bench_crn.py
+# on the G=4 pilot's final policies (docs/embedded-study.md), CRN removes 33-35% of the binomial part of a
+# paired difference between two seeds of one regime and 24-27% between distant regimes. Not all of it:
+# once two completions part at one token their contexts differ and the rest is drawn independently.
+CRN_SHARE = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class Design:
     pool_df: float | None = None  # the seed pool's total df; None: this condition alone, R·(s − 1)
     item_regime_sd: float = ITEM_REGIME_SD
     gain_item_sd: float = GAIN_ITEM_SD
-    crn: bool = False  # evaluation with common random numbers: paired differences lose most sampling noise
+    crn: bool = False  # evaluation with common random numbers: paired differences lose CRN_SHARE of sampling noise
     assumed_seed_sd: float | None = None  # one seed: the report's --assume-seed-sd
 
     @property
@@ -61,10 +67,12 @@ class Design:
         s2 = 0.25 / self.k  # a score near 0.5: the largest a Bernoulli has
         if not self.crn:
             return s2
-        # common random numbers: two jobs' samples of an item differ only where their probabilities do:
-        # var(1[U<P1] − 1[U<P2]) ≈ E|P1 − P2|, P1 − P2 ~ N(0, 2σ_g² + 2σ_b²); half of it per job
+        # common random numbers: on the CRN_SHARE of samples two jobs draw alike they differ only where
+        # their probabilities do, var(1[U<P1] − 1[U<P2]) ≈ E|P1 − P2| with P1 − P2 ~ N(0, 2σ_g² + 2σ_b²),
+        # half of it per job; the other samples are drawn independently
         spread = math.sqrt(2 * (self.item_regime_sd ** 2 + self.seed_sd ** 2))
-        return min(s2, 0.5 * spread * math.sqrt(2 / math.pi) / self.k)
+        alike = min(s2, 0.5 * spread * math.sqrt(2 / math.pi) / self.k)
+        return (1 - CRN_SHARE) * s2 + CRN_SHARE * alike
 
 
 def gap_parts(d: Design) -> Parts:
@@ -82,11 +90,11 @@ def gap_parts(d: Design) -> Parts:
 
 
 def gain_parts(d: Design) -> Parts:
-    """Expected parts of one regime's gain over the start (the start pooled over the condition's jobs)."""
-    s, n, e = d.seeds, d.n, 0.25 / d.k  # the start is scored by other jobs: no pairing of its samples
-    jobs = d.regimes * s
+    """Expected parts of one regime's gain over the start: the start is one evaluation shared by the
+    condition's jobs (priced without CRN credit: a trained policy's completions part from the start's)."""
+    s, n, e = d.seeds, d.n, 0.25 / d.k
     sd = d.assumed_seed_sd if d.seeds < 2 and d.assumed_seed_sd is not None else d.seed_sd
-    item = (d.gain_item_sd ** 2 + e / s + e / jobs) / n
+    item = (d.gain_item_sd ** 2 + e / s + e) / n
     if d.seeds < 2:
         return Parts(np.array([item]), np.zeros(1), np.array([sd ** 2 if d.df_seed else 0.0]), n - 1.0,
                      math.inf, np.array([d.df_seed]))
