@@ -308,8 +308,9 @@ def print_power(rows: list[Power], source: str, eval_share: str | None = None, f
               title_justify="left",
               caption=f"seed spread σ_b {rows[0].seed_sd:.3g}: {source}. gain: a regime's gain over the start "
                       "(Holm, familywise 2.5% one-sided); gap: the better of two regimes the only one ≈ best "
-                      "(studentized range step-down, familywise 5%). Per-item sampling variance taken at its largest (score 0.5): "
-                      "race_cli/plan/power.py.", caption_justify="left")
+                      "(studentized range step-down, familywise 5%). Per-item sampling variance taken at its largest (score 0.5), "
+                      "a third of it common to two jobs (common random numbers, as measured on the default pilot); "
+                      "the start one shared evaluation: race_cli/plan/power.py.", caption_justify="left")
     console = Console(file=file) if file is not None else Console(stderr=True)  # the terminal's width
     if console.width < 120:  # a pipe or an 80-column terminal: short headers, one space apart, nothing folded
         from rich import box
