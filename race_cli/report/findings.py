@@ -56,14 +56,14 @@ def _signed(v: Any) -> str:
     return "–" if not math.isfinite(x) else f"{x:+.3f}"
 
 
-def short_label(g: pd.DataFrame, varying: list[str]) -> str:
-    """'tiny-s rule': the condition columns that differ across the sweep (budget as '8e+11')."""
-    r = g.iloc[0]
+def short_label(first: dict[str, Any], varying: list[str]) -> str:
+    """'tiny-s rule': the condition columns that differ across the sweep (budget as '8e+11').
+    first: the condition's first ranking row, {column: value}."""
     parts = []
     for c in varying:
-        v = r.get(c)
+        v = first.get(c)
         parts.append(f"{_num(v):.3g}" if c == "budget_flops" else _short(v))
-    return " ".join(parts) or str(r.get("condition", ""))
+    return " ".join(parts) or str(first.get("condition", ""))
 
 
 def _short(v: Any) -> str:
@@ -94,19 +94,30 @@ def infer_samples(items: dict | None) -> int:
 # --- what would settle an open call ------------------------------------------------------------
 
 
-def _design(g: pd.DataFrame, k: int):
+def _largest(values) -> float:
+    """The largest value that is not NaN (Series.max skips them), NaN when there is none."""
+    v = np.asarray(values, float)
+    v = v[~np.isnan(v)]
+    return float(v.max()) if len(v) else math.nan
+
+
+def _design(g: pd.DataFrame | dict[str, np.ndarray], k: int):
+    """The power model's design of one condition (stats/power.py Design), or None when unknown.
+    g: the condition's ranking rows, a DataFrame or {column: values} (`_conditions`)."""
     from race_cli.stats.power import Design
 
-    n = int(np.nanmax(g["n_items"])) if "n_items" in g and np.isfinite(_num(g["n_items"].max())) else 0
+    most = _largest(g["n_items"]) if "n_items" in g else math.nan
+    n = int(most) if math.isfinite(most) else 0
     seeds = int(np.nanmin(g["n_seeds"])) if "n_seeds" in g else 1
-    sds = g["seed_sd"].to_numpy(float) if "seed_sd" in g else np.array([math.nan])
+    sds = np.asarray(g["seed_sd"], float) if "seed_sd" in g else np.array([math.nan])
     sd = float(np.nanmedian(sds)) if np.isfinite(sds).any() else math.nan  # one seed: no spread measured
     if n < 2 or not math.isfinite(sd):
         return None
     sd = max(float(sd), 0.005)
     unit = 10.0 ** (math.floor(math.log10(sd)) - 1)
     sd = math.ceil(round(sd / unit, 9)) * unit  # up to two significant digits (round first: 0.022/0.001 is not 22)
-    return Design(n=n, k=k, seeds=max(seeds, 1), regimes=len(g), seed_sd=sd)  # sd up to 2 digits: designs repeat
+    return Design(n=n, k=k, seeds=max(seeds, 1), regimes=len(g["regime"]),  # every ranking row has a regime
+                  seed_sd=sd)  # sd up to 2 digits: designs repeat
 
 
 @lru_cache(maxsize=65536)
@@ -133,25 +144,24 @@ def _first(pred, lo: int, cap: int) -> int | None:
     return hi
 
 
-def settle(g: pd.DataFrame, label: str, k: int, wall_s: float | None, workers: int) -> Settle | None:
+def settle(g: dict[str, np.ndarray], label: str, k: int, wall_s: float | None, workers: int) -> Settle | None:
     """Seeds per regime (or items) at which the report's test separates the observed best − runner-up gap
     (or, with no regime beating its start, finds the best's gain) with 80% power; None when nothing is open
-    or the design is unknown."""
+    or the design is unknown. g: one condition's rows, best first (`_conditions`)."""
     from race_cli.stats import power as P
 
     d = _design(g, k)
     if d is None:
         return None
-    g = g.sort_values("rank") if "rank" in g else g
     learned = bool(g["beats_start"].any()) if "beats_start" in g else True
     if learned:
-        if "tied_best" not in g or int(g["tied_best"].sum()) <= 1 or len(g) < 2:
+        if "tied_best" not in g or int(g["tied_best"].sum()) <= 1 or len(g["regime"]) < 2:
             return None
-        effect, kind = abs(_num(g["gap_to_best"].iloc[1])), "separation"
+        effect, kind = abs(_num(g["gap_to_best"][1])), "separation"
     else:
-        effect, kind = (_num(g["gain"].iloc[0]) if "gain" in g else math.nan), "gain"
+        effect, kind = (_num(g["gain"][0]) if "gain" in g else math.nan), "gain"
     if not math.isfinite(effect) or effect <= 0:
-        return Settle(str(g["condition"].iloc[0]), label, None, None, 0, 0.0, None)
+        return Settle(str(g["condition"][0]), label, None, None, 0, 0.0, None)
     effect = math.floor(effect * 1000) / 1000  # to 0.001, down: never more power than the gap observed
     test = lambda dd: _power(kind, dd, effect) >= P.POWER  # noqa: E731
     lo = max(d.seeds + 1, 2)
@@ -165,17 +175,17 @@ def settle(g: pd.DataFrame, label: str, k: int, wall_s: float | None, workers: i
         items = _first(lambda n: test(replace(base, n=n)), d.n + 1, MAX_ITEMS) if test(
             replace(base, n=MAX_ITEMS)) else None
     if seeds is None and items is None:
-        return Settle(str(g["condition"].iloc[0]), label, None, None, 0, math.nan, None)
+        return Settle(str(g["condition"][0]), label, None, None, 0, math.nan, None)
     s_new = seeds if seeds is not None else base.seeds
     extra = max(0, s_new - d.seeds) * d.regimes
-    budget = _num(g["budget_flops"].iloc[0]) if "budget_flops" in g else math.nan
+    budget = _num(g["budget_flops"][0]) if "budget_flops" in g else math.nan
     flops = extra * budget if math.isfinite(budget) else math.nan
     secs = None
     if wall_s is not None and math.isfinite(wall_s) and extra:
         from race_cli.cost.walltime import grid_seconds
 
         secs = grid_seconds([wall_s] * extra, max(1, min(workers, extra)))
-    return Settle(str(g["condition"].iloc[0]), label, seeds, items, extra, flops, secs)
+    return Settle(str(g["condition"][0]), label, seeds, items, extra, flops, secs)
 
 
 def short_settle(s: Settle) -> str:
@@ -203,23 +213,40 @@ def settle_text(s: Settle) -> str:
 # --- the lines ---------------------------------------------------------------------------------
 
 
-def _call(g: pd.DataFrame) -> str:
-    """'G=4 μ=2 wins by +0.050 (≥ +0.008)' or 'G=4 μ=2 ≈ G=4 μ=1, not separated: gap +0.021 (≥ -0.034)'."""
-    g = g.sort_values("rank") if "rank" in g else g
-    best = str(g["regime"].iloc[0])
-    if "testable" in g and not bool(g["testable"].fillna(True).astype(bool).any()):  # one seed: nothing decided
-        return f"not testable with one seed ({best} gains {_signed(g['gain'].iloc[0])} on evaluation noise alone)"
+def _conditions(ranking: pd.DataFrame) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, Any]]]:
+    """({condition: its rows best first, {column: values}}, {condition: its first row in table order}),
+    from one pass over the ranking (a DataFrame per condition and a pandas lookup per cell cost seconds on
+    800 conditions). Best first is the order DataFrame.sort_values("rank") gives (the same quicksort)."""
+    from race_cli.report.recommend import condition_rows
+
+    cols = {c: ranking[c].to_numpy() for c in ranking.columns}
+    rows, first = {}, {}
+    for cond, at in condition_rows(ranking).items():
+        first[cond] = {c: a[at[0]] for c, a in cols.items()}
+        if "rank" in cols:
+            at = at[np.argsort(cols["rank"][at], kind="quicksort")]
+        rows[cond] = {c: a[at] for c, a in cols.items()}
+    return rows, first
+
+
+def _call(g: dict[str, np.ndarray]) -> str:
+    """'G=4 μ=2 wins by +0.050 (≥ +0.008)' or 'G=4 μ=2 ≈ G=4 μ=1, not separated: gap +0.021 (≥ -0.034)'.
+    g: one condition's rows, best first (`_conditions`)."""
+    best = str(g["regime"][0])
+    if "testable" in g and not bool(np.where(pd.isna(g["testable"]), True, g["testable"]).astype(bool).any()):
+        # one seed: nothing decided
+        return f"not testable with one seed ({best} gains {_signed(g['gain'][0])} on evaluation noise alone)"
     if "beats_start" in g and not bool(g["beats_start"].any()):
-        return f"no regime beats its start ({best} gains {_signed(g['gain'].iloc[0])})"
-    if len(g) < 2:
+        return f"no regime beats its start ({best} gains {_signed(g['gain'][0])})"
+    if len(g["regime"]) < 2:
         return f"{best} (one regime)"
-    second = g.iloc[1]
-    gap, lo = _signed(second.get("gap_to_best")), _signed(second.get("gap_ci_lo"))
+    second = g["regime"][1]
+    gap_lo = g["gap_ci_lo"][1] if "gap_ci_lo" in g else None
+    gap, lo = _signed(g["gap_to_best"][1] if "gap_to_best" in g else None), _signed(gap_lo)
     tied = int(g["tied_best"].sum()) if "tied_best" in g else 0
     if tied == 1:  # the step-down test separated it (its first-step bound may still reach zero)
-        return f"{best} wins by {gap} over {second['regime']}" + (f" (≥ {lo})" if _num(second.get("gap_ci_lo")) > 0
-                                                                    else "")
-    return f"{best} ≈ {second['regime']}: gap {gap} (≥ {lo})" + (f", {tied} ≈ best" if tied > 2 else "")
+        return f"{best} wins by {gap} over {second}" + (f" (≥ {lo})" if _num(gap_lo) > 0 else "")
+    return f"{best} ≈ {second}: gap {gap} (≥ {lo})" + (f", {tied} ≈ best" if tied > 2 else "")
 
 
 def _joint_line(sent: pd.DataFrame, target: str, questions: tuple[str, ...], what: str) -> str | None:
@@ -256,7 +283,9 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
     sent = sent if isinstance(sent, pd.DataFrame) else pd.DataFrame()
     wall = _job_seconds(jobs)
     lines, settles = ["Findings: which regime, which size, does the reward model pay, what next"], []
-    width = max(len(short_label(g, varying)) for _, g in ranking.groupby("condition", sort=False))
+    rows, first = _conditions(ranking)
+    labels = {cond: short_label(r, varying) for cond, r in first.items()}
+    width = max(len(label) for label in labels.values())
     for t in targets:
         gt = ranking[ranking["target"] == t] if "target" in ranking else ranking
         if not len(gt):
@@ -264,10 +293,10 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
         budgets = sorted({_num(b) for b in gt.get("budget_flops", pd.Series(dtype=float))} - {math.nan})
         at = f" at {budgets[0]:.3g} FLOPs" if len(budgets) == 1 else ""
         lines.append(f"{t} ({'higher' if maximize.get(t, True) else 'lower'} is better){at}:")
-        for cond, g in gt.groupby("condition", sort=False):
-            label = short_label(g, varying)
+        for cond in gt["condition"].unique():
+            g, label = rows[cond], labels[cond]
             line = f"  {label.ljust(width)}  {_call(g)}"
-            s = settle(g, label, k, wall.get(str(g["job_condition"].iloc[0]) if "job_condition" in g else cond), workers)
+            s = settle(g, label, k, wall.get(str(g["job_condition"][0]) if "job_condition" in g else cond), workers)
             if s is not None:
                 settles.append(s)
                 line += "; " + short_settle(s)
@@ -291,8 +320,12 @@ def _job_seconds(jobs: pd.DataFrame) -> dict[str, float]:
     """Mean wall seconds of a finished job per condition (summary.json seconds.total)."""
     if "seconds_total" not in jobs or "condition" not in jobs:
         return {}
-    ok = jobs[pd.to_numeric(jobs["seconds_total"], errors="coerce").notna()]
-    return {str(c): float(pd.to_numeric(g["seconds_total"]).mean()) for c, g in ok.groupby("condition")}
+    secs = pd.to_numeric(jobs["seconds_total"], errors="coerce")
+    ok = jobs[secs.notna()]
+    secs = secs[secs.notna()].to_numpy()
+    # Series.mean: the float64 sum over the count (one grouping, no Series per condition)
+    return {str(c): float(secs[at].sum(dtype=np.float64) / len(at))
+            for c, at in ok.groupby("condition").indices.items()}
 
 
 def validate_line(rec: pd.DataFrame, sweeps: list[str]) -> str:
