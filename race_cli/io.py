@@ -111,6 +111,11 @@ def atomic_write_text(path: str | os.PathLike, text: str, durable: bool = True) 
 
 def _jsonable(x: Any) -> Any:
     """Plain JSON: numpy scalars become Python numbers, non-finite floats become null."""
+    kind = type(x)
+    if kind is str or kind is int or kind is bool or x is None:  # most of a report: already plain
+        return x
+    if kind is float:
+        return x if math.isfinite(x) else None
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -205,7 +210,8 @@ def loads_bounded(text: str | bytes, where: str = "JSON") -> Any:
         data, text = text, text.decode("utf-8")
     else:
         data = text.encode("utf-8", "surrogatepass")
-    values = data.count(b",") + data.count(b"[") + data.count(b"{")  # an upper bound (strings included), memchr speed
+    opens = data.count(b"[") + data.count(b"{")
+    values = data.count(b",") + opens  # an upper bound (strings included), memchr speed
     if values > MAX_JSON_VALUES:
         raise ValueError(f"{where} holds more than {MAX_JSON_VALUES:,} values ({values:,} commas and brackets): "
                          "larger than any file race writes; not read")
@@ -214,8 +220,8 @@ def loads_bounded(text: str | bytes, where: str = "JSON") -> Any:
     except RecursionError:
         raise ValueError(f"{where} nests too deeply to read") from None
     # a document with at most MAX_JSON_DEPTH opening brackets (strings included) cannot nest deeper:
-    # two counts at memchr speed settle a metrics line or a summary without cutting out its strings
-    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and json_depth(data) > MAX_JSON_DEPTH:
+    # the count above settles a metrics line or a summary without cutting out its strings
+    if opens > MAX_JSON_DEPTH and json_depth(data) > MAX_JSON_DEPTH:
         raise ValueError(f"{where} nests deeper than {MAX_JSON_DEPTH} levels")
     return obj
 
