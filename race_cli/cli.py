@@ -70,6 +70,10 @@ def plan(
     seed_sd: Optional[str] = typer.Option(None, "--seed-sd", help="Seed spread for the power table: a number "
                                           "(0.02) or an earlier sweep whose report measured it (default 0.02, "
                                           "the default grid's measured spread)."),
+    gpus_per_job: int = typer.Option(1, "--gpus-per-job", min=1, max=1024, help="GPUs each GPU job will hold, "
+                                     "as race run --gpus-per-job gives them: that many GPU-hours per job-hour, "
+                                     "GPUs // N jobs at once, and with 2 or more the PRM planned on the job's "
+                                     "second GPU."),
 ) -> None:
     """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split, peak memory and wall time.
 
@@ -103,8 +107,12 @@ def plan(
         from race_cli.plan.power import seed_sd_from
 
         sd = seed_sd_from(seed_sd)
+        if spec is not None and gpus_per_job > spec.count:
+            raise RaceError(f"--gpus-per-job {gpus_per_job} but --gpu {gpu} has {spec.count} GPU(s): a job "
+                            f"cannot hold more GPUs than there are. Plan for more (--gpu {spec.kind.name}x"
+                            f"{gpus_per_job}) or fewer per job.")
         p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes, rates=rates,
-                       informative=informative, gpu=spec)
+                       informative=informative, gpu=spec, gpus_per_job=gpus_per_job)
         if out is not None:
             written = write_sweep(p, out)
     except RaceError as exc:

@@ -252,6 +252,43 @@ def test_gpu_option_wins_over_the_detected_gpu(monkeypatch):
     assert there.slots == 8 and "H100" in there.wall_source and "A10," not in there.wall_source
 
 
+def test_two_gpus_per_job_double_the_gpu_hours_halve_the_slots_and_move_the_prm(monkeypatch):
+    """race plan --gpus-per-job 2 (as race run --gpus-per-job 2 gives them): each job holds 2 of the 8
+    H100s, so GPU-hours are 2 x its hours, 4 jobs run at once, and the PRM (prm-7b) sits on the job's
+    second GPU (engine/setup.reward_device): the policy's GPU has its ~15 GB of weights free for
+    bigger micro-batches; rule-reward jobs plan the same memory."""
+    from race_cli import machine
+    from race_cli.cost.walltime import grid_seconds, parse_gpu
+    from race_cli.plan.render import wall_line
+
+    monkeypatch.setattr(machine, "gpu_visible", lambda device: False)
+    monkeypatch.setattr(machine, "gpu_name", lambda: None)
+    spec = parse_gpu("H100x8")
+    one, two = (build_plan(["grid=pilot", "model=qwen2.5-0.5b"], gpu_mem=spec.kind.memory_bytes, gpu=spec,
+                           gpus_per_job=n) for n in (1, 2))
+    assert one.slots == 8 and two.slots == 4 and all(j.gpus == 2 for j in two.jobs)
+    r1 = {r["job_id"]: r for r in one.rows()}
+    r2 = {r["job_id"]: r for r in two.rows()}
+    hours = sum(r["planned_seconds"] for r in r2.values()) / 3600
+    assert sum(r["planned_gpu_hours"] for r in r2.values()) == pytest.approx(2 * hours)
+    assert sum(r["planned_gpu_hours"] for r in r1.values()) == pytest.approx(hours)
+    assert two.grid_seconds() == pytest.approx(grid_seconds([r["planned_seconds"] for r in r2.values()], 4))
+    prm = [k for k in r1 if "prm" in k]
+    rule = [k for k in r1 if "rule" in k]
+    assert prm and rule
+    assert all(r2[k]["micro_batch_size"] > r1[k]["micro_batch_size"] for k in prm)
+    assert all(r2[k]["micro_batch_size"] == r1[k]["micro_batch_size"] for k in rule)
+    line = wall_line(two)
+    assert "8 H100 GPU(s), 2 per job, 4 job(s) at once" in line and f"{2 * hours:.3g} GPU-hours" in line
+
+
+def test_more_gpus_per_job_than_the_plan_has_is_exit_2(tmp_path):
+    res = _race("plan", "--gpu", "H100x2", "--gpus-per-job", "4", "--out", str(tmp_path / "s"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "--gpus-per-job 4 but --gpu H100x2 has 2 GPU(s)" in res.stderr and "--gpu H100x4" in res.stderr
+    assert not (tmp_path / "s").exists()
+
+
 @pytest.mark.parametrize("text", ["bogus", "H100x0", "x8"])
 def test_an_unknown_gpu_kind_is_exit_2_naming_the_known_ones(tmp_path, text):
     res = _race("plan", "--gpu", text, "--out", str(tmp_path / "s"))

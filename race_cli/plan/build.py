@@ -189,7 +189,7 @@ def _fixed_override(key: str, value: Any) -> str:
 
 def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool = False,
                check_budget: bool = True, gpu_mem: int | None = None, rates: dict | None = None,
-               informative: dict | None = None, gpu: Any = None,
+               informative: dict | None = None, gpu: Any = None, gpus_per_job: int = 1,
                too_many: str = "Check the axes, or pass --yes to plan it anyway.",
                say: Callable[[str], None] | None = None) -> Plan:
     """Expand, compose, validate and budget-match every job; RaceError lists every problem.
@@ -201,7 +201,8 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     assumptions). `informative` (plan/measured.sweep_informative): the measured share of rows the
     update runs on, per regime or reward type, for jobs that leave grpo.expected_informative_share null.
     `gpu` (walltime.GpuSpec, race plan --gpu H100x8): plan backends, wall time and GPU-hours for that
-    device instead of the one detected here (its memory comes in as `gpu_mem`).
+    device instead of the one detected here (its memory comes in as `gpu_mem`). `gpus_per_job` (as `race
+    run --gpus-per-job`): GPUs per GPU job; with 2 or more the PRM is planned on the job's second GPU.
     `say`: where a progress line goes for large sweeps (default: stderr, when more than PROGRESS_JOBS jobs).
     """
     from race_cli.cost.memory import plan_memory
@@ -261,12 +262,14 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
         regime = _split_seed(job.overrides)[0]
         who = "This job" if jid == "job" else f"Job {jid}"
         if regime not in solved:
-            backend = job_backend(job.config, on_gpu=on_gpu(job.config, gpu),
+            job_on_gpu = on_gpu(job.config, gpu)
+            backend = job_backend(job.config, on_gpu=job_on_gpu,
                                   vllm_installed=machine.vllm_installed())  # the job resolves it again where it runs
             budget = plan_budget(job.config, backend)
             try:
                 memory, mem_problems = plan_memory(job.config, gpu_mem, vllm_installed=machine.vllm_installed(),
-                                                   kv_release=machine.vllm_kv_release()), []
+                                                   kv_release=machine.vllm_kv_release(),
+                                                   reward_gpu=job_on_gpu and gpus_per_job >= 2), []
             except RaceError as exc:
                 memory, mem_problems = None, exc.problems
             problem = check_fits(budget)
@@ -280,7 +283,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
             capped.append(jid)
     if short:
         raise RaceError(*short)
-    slots, source = plan_wall(reps, rates, gpu)
+    slots, source = plan_wall(reps, rates, gpu, gpus_per_job)
     for job in jobs:
         rep = solved[_split_seed(job.overrides)[0]][5]
         job.wall, job.gpus = rep.wall, rep.gpus

@@ -193,7 +193,12 @@ def wall_line(plan: Any) -> str:
     rows = plan.rows()
     gpu_hours = sum(r.get("planned_gpu_hours") or 0.0 for r in rows)
     gpu = getattr(plan, "gpu", None)
-    if gpu_hours:
+    per_job = max((getattr(j, "gpus", 0) or 0 for j in plan.jobs), default=0)
+    if gpu_hours and per_job > 1:  # race plan --gpus-per-job N: N GPUs a job, slots jobs at once
+        where = (f"{gpu.count} {gpu.kind.name} GPU(s), {per_job} per job, {plan.slots} job(s) at once "
+                 f"(--gpu {gpu.kind.name}x{gpu.count}; not detected here)" if gpu is not None
+                 else f"{plan.slots * per_job} GPU(s), {per_job} per job, {plan.slots} job(s) at once")
+    elif gpu_hours:
         where = (f"{plan.slots} {gpu.kind.name} GPU(s) (--gpu {gpu.kind.name}x{gpu.count}; not detected here)"
                  if gpu is not None else f"{plan.slots} GPU(s)")
     else:

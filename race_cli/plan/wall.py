@@ -7,7 +7,10 @@ sweep's, plan/measured.sweep_rates) has that model; they run on one single-threa
 at most one per job (the pool's rule, pool/local.default_workers). GPU jobs use the stated
 assumptions of the GPU kind nvidia-smi names (walltime.GPU_KINDS; H100 when it names none known),
 one job per visible GPU. `race plan --gpu H100x8` plans for 8 H100s instead of what is detected here
-(GpuSpec): the kind's rates and memory, one job per GPU.
+(GpuSpec): the kind's rates and memory, one job per GPU. `--gpus-per-job N` (as `race run` takes it)
+gives every GPU job N GPUs: N× its GPU-hours, count // N jobs at once; with N ≥ 2 the PRM sits on the
+job's second GPU (engine/setup.reward_device), which cost/memory.plan_memory charges there. The rates
+stay one GPU's: nothing in a job splits the policy's work across GPUs.
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ def on_gpu(config: dict, gpu: walltime.GpuSpec | None = None) -> bool:
     return machine.gpu_visible(config["device"])
 
 
-def plan_wall(jobs: Sequence, rates: dict | None = None, gpu: walltime.GpuSpec | None = None) -> tuple[int, str]:
+def plan_wall(jobs: Sequence, rates: dict | None = None, gpu: walltime.GpuSpec | None = None,
+              gpus_per_job: int = 1) -> tuple[int, str]:
     """Set each job's planned wall time; returns (slots, where the rates come from). `gpu` (race plan
-    --gpu KINDxN) plans for that device and count instead of the one detected here."""
+    --gpu KINDxN) plans for that device and count instead of the one detected here; `gpus_per_job`:
+    GPUs each GPU job holds (its GPU-hours, how many run at once)."""
     on = [on_gpu(j.config, gpu) for j in jobs]
     kind = None
     if any(on):
@@ -69,10 +74,10 @@ def plan_wall(jobs: Sequence, rates: dict | None = None, gpu: walltime.GpuSpec |
             from dataclasses import replace
 
             job.wall = replace(job.wall, sleep=b.iterations * walltime.sleep_seconds(mem.sleep_weight_bytes))
-        job.gpus = 1 if job_on_gpu else 0
+        job.gpus = gpus_per_job if job_on_gpu else 0
         sources.add(r.source)
     if sum(on):
-        slots = gpu.count if gpu is not None else max(1, len(machine.visible_gpus()))
+        slots = max(1, (gpu.count if gpu is not None else max(1, len(machine.visible_gpus()))) // gpus_per_job)
     else:
         slots = cpu_workers(machine.cpu_cores(), len(jobs))
     return slots, "; ".join(sorted(sources))
