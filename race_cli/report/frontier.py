@@ -43,11 +43,11 @@ class Checkpoints:
         return sorted({f for p in self.points.values() for f in p})
 
 
-def _points_of(summary: dict) -> dict[float, dict]:
+def _points_of(eval_points: list | None) -> dict[float, dict]:
     """summary.json's eval_points -> {fraction: {"flops", "iteration", "accuracy", "items"}}; the first
     point that covers a fraction stands for it. Malformed entries raise ValueError/TypeError/KeyError."""
     out: dict[float, dict] = {}
-    for pt in summary.get("eval_points") or []:
+    for pt in eval_points or []:
         fr = [float(f) for f in pt["at"]]
         if not fr:
             continue  # an eval.every point: not a scheduled budget fraction
@@ -61,16 +61,22 @@ def _points_of(summary: dict) -> dict[float, dict]:
     return out
 
 
-def read_checkpoints(sweep_dirs: list[Path], jobs: pd.DataFrame) -> tuple[Checkpoints, list[str]]:
+def read_checkpoints(sweep_dirs: list[Path], jobs: pd.DataFrame,
+                     eval_points: dict | None = None) -> tuple[Checkpoints, list[str]]:
     """The eval_points of every done, readable job; (checkpoints, one problem line per job whose
-    points could not be read — those jobs are left out of the frontier, not of the ranking)."""
+    points could not be read — those jobs are left out of the frontier, not of the ranking).
+    eval_points: the summaries' eval_points already read (SweepData.eval_points); a job without an
+    entry there is read from its summary.json."""
     by_name = {Path(d).resolve().name: Path(d) for d in sweep_dirs}
     cps, problems = Checkpoints(), []
     ok = jobs[(jobs["state"] == "done") & jobs["readable"].astype(bool)]
     for sweep, job_id in zip(ok["sweep"], ok["job_id"]):
-        path = folder.summary_file(folder.jobs_dir(by_name[sweep]) / job_id)
         try:
-            pts = _points_of(json.loads(path.read_text(encoding="utf-8")))
+            if eval_points is not None and (sweep, job_id) in eval_points:
+                pts = _points_of(eval_points[(sweep, job_id)])
+            else:
+                path = folder.summary_file(folder.jobs_dir(by_name[sweep]) / job_id)
+                pts = _points_of(json.loads(path.read_text(encoding="utf-8")).get("eval_points"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError, KeyError,
                 AttributeError) as e:
             problems.append(f"{sweep}/{job_id}: eval_points unreadable ({type(e).__name__}: {e})")
@@ -353,7 +359,7 @@ def frontier_report(sweep_dirs: list[Path], data: SweepData, targets: list[str],
                     n_boot: int, seed: int, maximize: dict[str, bool]) -> dict:
     """Everything the report shows of the frontier: {"table", "best", "sentences", "problems", "checkpoints"};
     empty tables when no job recorded checkpoints (older sweeps)."""
-    cps, problems = read_checkpoints(sweep_dirs, data.jobs)
+    cps, problems = read_checkpoints(sweep_dirs, data.jobs, data.eval_points)
     fr = frontier_table(data, cps, targets, by, n_boot=n_boot, seed=seed, maximize=maximize)
     if not len(fr):
         return {"table": fr, "best": pd.DataFrame(), "sentences": [], "problems": problems, "checkpoints": cps}

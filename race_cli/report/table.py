@@ -56,6 +56,8 @@ class SweepData:
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     knob_cols: list[str] = field(default_factory=list)  # allocation knobs seen in summaries
     targets: list[str] = field(default_factory=list)  # eval targets any job recorded
+    # (sweep, job_id) -> summary.json's eval_points as read (None: none); report/frontier.py parses them
+    eval_points: dict[tuple[str, str], Any] = field(default_factory=dict)
 
 
 LOWER_IS_BETTER = ("loss", "error", "perplexity", "ppl", "regret")  # name fragments
@@ -367,6 +369,7 @@ def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[s
     row["informative_share"] = float(share) if isinstance(share, (int, float)) and not isinstance(share, bool) else np.nan
     row["_knobs"] = list((s.get("knobs") or {}).keys())
     row["_targets"] = [str(t) for t in (s.get("targets") or [])]
+    row["_eval_points"] = s.get("eval_points")
     items = {("final", t): v for t, v in _item_block(s.get("eval_items"), "eval_items").items()}
     items |= {("initial", t): v for t, v in
               _item_block(s.get("eval_items_initial"), "eval_items_initial").items()}
@@ -448,6 +451,7 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
     items_initial: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = {}
     knob_cols: list[str] = []
     named_targets: list[str] = []  # in the order summaries list them
+    eval_points: dict[tuple[str, str], Any] = {}
     for d in sweep_dirs:
         sweep = d.resolve().name
         job_dirs = sorted(p for p in folder.jobs_dir(d).iterdir() if p.is_dir())
@@ -461,6 +465,8 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
             for t in row.pop("_targets", []):
                 if t not in named_targets:
                     named_targets.append(t)
+            if "_eval_points" in row:
+                eval_points[(sweep, row["job_id"])] = row.pop("_eval_points")
             rows.append(row)
             curves.extend(curve)
             seen.add(jd.name)
@@ -492,4 +498,5 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
     curves_df = pd.DataFrame(curves, columns=["job_id", "sweep", "iteration", "flops_total",
                                               "target", "value"])
     return SweepData(jobs=jobs, items=items, items_initial=items_initial, curves=curves_df,
-                     knob_cols=[k for k in knob_cols if k not in DERIVED_KNOBS], targets=targets)
+                     knob_cols=[k for k in knob_cols if k not in DERIVED_KNOBS], targets=targets,
+                     eval_points=eval_points)
