@@ -20,6 +20,8 @@ alternating the trees `runs` times, and prints every wall time and the median pe
 --profile it also runs each tree once under cProfile and prints the top functions by own time
 and the cumulative time of the stages named in issue 32 (bounded JSON reads, job identity,
 statistics, console rendering). --read-only times the reader alone (`read_sweeps`, same alternation).
+The environment passes through: OPENBLAS_NUM_THREADS=1 shows what OpenBLAS's threads cost the small
+matrix products of the bootstrap (on a busy 2-core machine, 2-3 s of a 16 s report; same output).
 """
 
 from __future__ import annotations
@@ -178,12 +180,20 @@ STAGES = {  # where issue 32's profile found the time, and the stages after it (
     "job identity (table.job_identity)": ("table.py", "job_identity"),
     "reading (table.read_sweeps)": ("table.py", "read_sweeps"),
     "ranking (rank.rank_all)": ("rank.py", "rank_all"),
+    "  seed noise (stats/variance.noise_of)": ("variance.py", "noise_of"),
+    "  decisions (stats/decisions.rank_decisions)": ("decisions.py", "rank_decisions"),
+    "  item weights (stats/draws.item_weights)": ("draws.py", "item_weights"),
+    "  draws (stats/draws.draws_of)": ("draws.py", "draws_of"),
+    "response fits (recommend.fit_all)": ("recommend.py", "fit_all"),
+    "recommendations (recommend.recommend)": ("recommend.py", "recommend"),
+    "frontier (frontier.frontier_report)": ("frontier.py", "frontier_report"),
     "joint comparison (joint.joint_compare)": ("joint.py", "joint_compare"),
+    "model sizes (joint.model_sizes)": ("joint.py", "model_sizes"),
     "findings (findings.findings)": ("findings.py", "findings"),
+    "  power simulations (stats/power.separation_power)": ("power.py", "separation_power"),
     "console tables (render.print_report)": ("render.py", "print_report"),
     "summary.md (render.markdown_summary)": ("render.py", "markdown_summary"),
-    "hand-written t (report/stats.py t_cdf)": ("stats.py", "t_cdf"),
-    "hand-written t (report/stats.py t_quantile)": ("stats.py", "t_quantile"),
+    "report.json (render.to_json)": ("render.py", "to_json"),
 }
 
 
