@@ -147,31 +147,31 @@ def _narrow_table(plan: Any, rows: list[dict], console) -> Any:
              "peak mem": _peak(max(rows, key=lambda r: r.get("planned_peak_bytes", 0))),
              "wall": fmt_duration(sum(r.get("planned_seconds") or 0.0 for r in rows))}
 
-    def build(cols: list[str]):
-        t = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), pad_edge=False)
-        for c in cols:
-            t.add_column(c, justify="left" if c in ("job id", "model", "reward") else "right", no_wrap=True)
-        for c in cells:
-            t.add_row(*[c[k] for k in cols])
-        t.add_section()
-        t.add_row(*[total.get(k, "") for k in cols])
-        return t
-
+    # every column's width from its cells once (rich would measure each cell again for every try and
+    # for the print: minutes for a 100,000-job plan); the table is built once, at these widths
+    width = {c: max(_cell_width(console, x) for x in [c, total.get(c, "")] + [cell[c] for cell in cells])
+             for c in NARROW_COLS}
     cols = list(NARROW_COLS)
     same = lambda c: len({cell[c] for cell in cells}) == 1  # noqa: E731 - one value for every job
     drop = [c for c in SAID_BY_ID if same(c) or all(_said_by_id(c, r) for r in rows)] + ["mb"]
-    table = build(cols)
-    while _natural_width(console, table) > console.width and drop:
+    while sum(width[c] for c in cols) + len(cols) - 1 > console.width and drop:  # one space between columns
         cols.remove(drop.pop(0))
-        table = build(cols)
-    return table
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), pad_edge=False)
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("job id", "model", "reward") else "right", no_wrap=True,
+                     width=width[c])
+    for c in cells:
+        t.add_row(*[c[k] for k in cols])
+    t.add_section()
+    t.add_row(*[total.get(k, "") for k in cols])
+    return t
 
 
-def _natural_width(console, table) -> int:
-    """The table's width with no limit (console.measure caps it at the console's width)."""
-    from rich.measure import Measurement
+def _cell_width(console, text: str) -> int:
+    """The cells a table cell's text takes as rich prints it (markup read where there is any)."""
+    from rich.cells import cell_len
 
-    return Measurement.get(console, console.options.update(max_width=10**5), table).maximum
+    return console.render_str(text).cell_len if "[" in text else cell_len(text)
 
 
 def _said_by_id(col: str, r: dict) -> bool:
