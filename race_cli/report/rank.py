@@ -437,12 +437,13 @@ def rankable(jobs: pd.DataFrame, target: str) -> pd.Series:
         pd.to_numeric(jobs[col], errors="coerce"))
 
 
-def _condition_rows(jobs: pd.DataFrame, by: list[str]) -> list[tuple[tuple, np.ndarray]]:
-    """(key, row positions) of each condition, as `jobs.groupby(by, dropna=False, sort=True)` orders and
-    keys them (a tuple of the `by` values; its rows in table order), from one grouping of the whole table."""
+def group_rows(table: pd.DataFrame, by: list[str]) -> list[tuple[tuple, np.ndarray]]:
+    """(key, row positions) of each group of `table` by the `by` columns, as `table.groupby(by, dropna=False,
+    sort=True)` orders and keys them (a tuple of the `by` values; its rows in table order), from one
+    grouping of the whole table: no DataFrame per group. No `by`: one group of every row, key ()."""
     if not by:
-        return [((), np.arange(len(jobs)))]
-    groups = jobs.groupby(by, dropna=False, sort=True)
+        return [((), np.arange(len(table)))]
+    groups = table.groupby(by, dropna=False, sort=True)
     number = groups.ngroup().to_numpy()
     keys = list(groups.size().index)
     rows = np.split(np.argsort(number, kind="stable"), np.cumsum(np.bincount(number, minlength=len(keys)))[:-1])
@@ -470,7 +471,7 @@ def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, se
     regime_rows = _regime_rows(arrays, reg_cols)
     numbered: dict[tuple, tuple] = {}  # conditions whose jobs list the same regimes in the same order (most)
     conds, inputs = [], []
-    for key, rows in _condition_rows(jobs, by):
+    for key, rows in group_rows(jobs, by):
         conds.append(dict(zip(by, key)))
         regimes = tuple(regime_rows[i] for i in rows)
         if regimes not in numbered:

@@ -252,20 +252,22 @@ def frontier_moves(rec: pd.DataFrame, by: list[str]) -> list[str]:
     The split is the policy-side one, learning / (search + learning): p itself counts reward
     FLOPs in its denominator, so a PRM regime has a lower p than the same regime under the
     rule reward, and "p moves along reward" would mostly report the PRM's cost."""
+    from race_cli.report.rank import group_rows
+
     out = []
+    cols = {c: rec[c].tolist() for c in rec.columns}  # Python values, as iterating a column gives them
     for c in by:
         if c not in rec or rec[c].nunique(dropna=True) < 2:
             continue
         others = [o for o in by if o != c and o in rec]
-        groups = rec.groupby(others, dropna=False, sort=True) if others else [((), rec)]
-        for key, g in groups:
-            if len(g) < 2:
+        for key, at in group_rows(rec, others):
+            if len(at) < 2:
                 continue
-            key = key if isinstance(key, tuple) else (key,)
             fixed = ", ".join(f"{o}={_short(v)}" for o, v in zip(others, key))
-            learned = g["learned"] if "learned" in g else [True] * len(g)
+            g = {k: [v[i] for i in at] for k, v in cols.items()}  # the group's rows, column by column
+            learned = g["learned"] if "learned" in g else [True] * len(at)
             split = g["split_star"] if "split_star" in g else g["best_p"]
-            fb = g["best_share_feedback"] if "best_share_feedback" in g else [np.nan] * len(g)
+            fb = g["best_share_feedback"] if "best_share_feedback" in g else [np.nan] * len(at)
             steps = " → ".join(f"{_short(v)}: split={sp:.2f}"
                                + (f", feedback {f:.0%}" if isinstance(f, float) and np.isfinite(f) and f > 0 else "")
                                + f" ({r}{'' if ok else '; no regime beats its start'})"
