@@ -529,6 +529,27 @@ def test_the_report_opens_with_findings_on_one_screen(pilot_like, tmp_path):
     assert "### Target: arithmetic" in md  # and everything else after it
 
 
+def test_settle_prices_sampled_evaluation_with_common_random_numbers_as_race_plan_does():
+    """findings.settle's design for k >= 2 sampled completions is the CRN one race plan prints (a third
+    of the sampling noise common to two jobs: a gap's item part below independent sampling's); k = 1
+    (greedy, or unknown) keeps independent sampling."""
+    from dataclasses import replace
+
+    from race_cli.report import findings as FD
+    from race_cli.stats import power as P
+
+    g = {"n_items": np.array([400] * 3), "n_seeds": np.array([2] * 3), "seed_sd": np.array([0.02] * 3),
+         "regime": np.array(["μ=1", "μ=2", "μ=4"])}
+    sampled, greedy = FD._design(g, 2), FD._design(g, 1)
+    assert sampled.crn and not greedy.crn
+    indep = P.gap_parts(replace(sampled, crn=False)).item[0]
+    e = 0.25 / 2  # by hand: (2σ_g² + 2e/s)/n with e = (1 − c)·0.125 + c·min(0.125, 0.5·spread·√(2/π)/k)
+    spread = math.sqrt(2 * (P.ITEM_REGIME_SD ** 2 + 0.02 ** 2))
+    e_crn = (1 - P.CRN_SHARE) * e + P.CRN_SHARE * min(e, 0.5 * spread * math.sqrt(2 / math.pi) / 2)
+    assert P.gap_parts(sampled).item[0] == pytest.approx((2 * P.ITEM_REGIME_SD ** 2 + 2 * e_crn / 2) / 400)
+    assert indep == pytest.approx((2 * P.ITEM_REGIME_SD ** 2 + 2 * e / 2) / 400)
+
+
 def _section(res, target: str) -> list[str]:
     lines = res["findings"]
     i = next(k for k, x in enumerate(lines) if x.startswith(f"{target} ("))

@@ -117,7 +117,8 @@ def _design(g: pd.DataFrame | dict[str, np.ndarray], k: int):
     unit = 10.0 ** (math.floor(math.log10(sd)) - 1)
     sd = math.ceil(round(sd / unit, 9)) * unit  # up to two significant digits (round first: 0.022/0.001 is not 22)
     return Design(n=n, k=k, seeds=max(seeds, 1), regimes=len(g["regime"]),  # every ranking row has a regime
-                  seed_sd=sd)  # sd up to 2 digits: designs repeat
+                  seed_sd=sd,  # sd up to 2 digits: designs repeat
+                  crn=k > 1)  # sampled evaluation draws common random numbers, as race plan prices it
 
 
 @lru_cache(maxsize=65536)
