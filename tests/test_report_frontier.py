@@ -69,6 +69,30 @@ def test_sweep_at_a_checkpoint_is_the_sweep_as_if_every_job_stopped_there(tmp_pa
         assert np.array_equal(end.items[key][1], scores)
 
 
+def test_checkpoints_read_without_the_parsed_summaries_are_read_bounded(tmp_path):
+    """read_checkpoints given no eval_points reads summary.json itself through io.read_json: a summary
+    turned into a link is one problem line, not followed; the others are read as read_sweeps parsed them."""
+    import os
+
+    from race_cli import folder
+    from race_cli.report.frontier import read_checkpoints
+    from race_cli.report.table import read_sweeps
+
+    sweep = write_sweep(tmp_path / "s", {EARLY: [0.40, 0.42, 0.43, 0.44], LATE: [0.32, 0.38, 0.45, 0.52]})
+    data = read_sweeps([sweep])
+    parsed, _ = read_checkpoints([sweep], data.jobs, data.eval_points)
+    victim = sorted(data.jobs["job_id"])[0]
+    summary = folder.summary_file(folder.jobs_dir(sweep) / victim)
+    (tmp_path / "elsewhere.json").write_text(summary.read_text())
+    summary.unlink()
+    os.symlink(tmp_path / "elsewhere.json", summary)
+    cps, problems = read_checkpoints([sweep], data.jobs)
+    assert len(problems) == 1 and f"/{victim}: eval_points unreadable (LinkRefused" in problems[0], problems
+    assert sorted(k for k in parsed.points if k[1] != victim) == sorted(cps.points)
+    for key, pts in cps.points.items():  # the same checkpoints as read_sweeps parsed them
+        assert sorted(pts) == sorted(parsed.points[key])
+
+
 def test_a_change_of_winner_beyond_noise_is_stated_at_the_budgets_where_it_happens(tmp_path):
     from race_cli.report.frontier import best_per_budget, frontier_table, read_checkpoints, winner_changes
     from race_cli.report.table import read_sweeps

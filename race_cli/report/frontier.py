@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from race_cli import folder
+from race_cli.io import read_json
 from race_cli.report.table import SweepData, _item_block
 
 
@@ -76,7 +77,7 @@ def read_checkpoints(sweep_dirs: list[Path], jobs: pd.DataFrame,
                 pts = _points_of(eval_points[(sweep, job_id)])
             else:
                 path = folder.summary_file(folder.jobs_dir(by_name[sweep]) / job_id)
-                pts = _points_of(json.loads(path.read_text(encoding="utf-8")).get("eval_points"))
+                pts = _points_of(read_json(path).get("eval_points"))  # bounded: a sweep's files are data
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError, KeyError,
                 AttributeError) as e:
             problems.append(f"{sweep}/{job_id}: eval_points unreadable ({type(e).__name__}: {e})")

@@ -37,7 +37,7 @@ def curve_predictions_for_validation(pilot: Path, target: str, budget: float | N
     from race_cli.report.table import CONDITION_COLS, maximize_target, read_sweeps
 
     data = read_sweeps([Path(pilot)])
-    cps, _ = read_checkpoints([Path(pilot)], data.jobs)
+    cps, _ = read_checkpoints([Path(pilot)], data.jobs, data.eval_points)
     at, rel = (budget, False) if budget is not None else (float(scale or 1.0), True)
     pred = predictions(data, cps, [target], list(CONDITION_COLS), at, rel, seed=seed,
                        maximize={target: maximize_target(target)})
