@@ -20,7 +20,8 @@ probability
                                      per regime (heterogeneous seed spread)
 
 so the regime's expected score over items and runs is exactly acc_r; 200 items × 4 samples. The start
-(P = start + d_i) is scored by every job. Sampling is either independent per job, or with common random
+(P = start + d_i) is scored by every job's own evaluation (the design before issue 33) under independent
+sampling, or once for the condition under CRN. Sampling is either independent per job, or with common random
 numbers (`crn`: on a third of the (item, sample) pairs, CRN_SHARE, every job of the condition draws one
 uniform U_ij, correct when U_ij < P; elsewhere each job draws its own — what evaluation with common random
 numbers does on real policies, whose completions part after a differing token; the start is one
