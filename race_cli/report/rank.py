@@ -437,13 +437,13 @@ def rankable(jobs: pd.DataFrame, target: str) -> pd.Series:
         pd.to_numeric(jobs[col], errors="coerce"))
 
 
-def group_rows(table: pd.DataFrame, by: list[str]) -> list[tuple[tuple, np.ndarray]]:
+def group_rows(table: pd.DataFrame, by: list[str], sort: bool = True) -> list[tuple[tuple, np.ndarray]]:
     """(key, row positions) of each group of `table` by the `by` columns, as `table.groupby(by, dropna=False,
-    sort=True)` orders and keys them (a tuple of the `by` values; its rows in table order), from one
+    sort=sort)` orders and keys them (a tuple of the `by` values; its rows in table order), from one
     grouping of the whole table: no DataFrame per group. No `by`: one group of every row, key ()."""
     if not by:
         return [((), np.arange(len(table)))]
-    groups = table.groupby(by, dropna=False, sort=True)
+    groups = table.groupby(by, dropna=False, sort=sort)
     number = groups.ngroup().to_numpy()
     keys = list(groups.size().index)
     rows = np.split(np.argsort(number, kind="stable"), np.cumsum(np.bincount(number, minlength=len(keys)))[:-1])

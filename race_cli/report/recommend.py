@@ -41,9 +41,16 @@ def fit_all(ranking: pd.DataFrame, maximize: bool | dict[str, bool] = True,
 
 def condition_rows(table: pd.DataFrame) -> dict[str, np.ndarray]:
     """{condition: the positions of its rows}, conditions in order of first appearance, as
-    `table.groupby("condition", sort=False)` yields them (one grouping; no DataFrame per condition)."""
-    rows = table.groupby("condition", sort=False).indices
-    return {c: rows[c] for c in table["condition"].unique() if c in rows}
+    `table.groupby("condition", sort=False)` yields them (rank.group_rows: no DataFrame per condition)."""
+    from race_cli.report.rank import group_rows
+
+    return {key[0]: rows for key, rows in group_rows(table, ["condition"], sort=False)}
+
+
+def learned_with_known_gain(gain: np.ndarray, beats_start: np.ndarray) -> bool:
+    """Whether some regime's gain is known and some regime beats its start: exactly when a condition's
+    section opens with no `no_gain_sentence` (None)."""
+    return bool(np.isfinite(np.asarray(gain, float)).any() and np.asarray(beats_start, bool).any())
 
 
 def no_gain_sentence(g: pd.DataFrame) -> str | None:
@@ -53,11 +60,12 @@ def no_gain_sentence(g: pd.DataFrame) -> str | None:
     the better side of zero.
     """
     target = g["target"].iloc[0]
+    if "gain" in g and "beats_start" in g and learned_with_known_gain(g["gain"].to_numpy(float),
+                                                                      g["beats_start"]):
+        return None
     if "gain" not in g or not np.isfinite(g["gain"].to_numpy(float)).any():
         return (f"Gains over the starting policy are unknown for {target}: these jobs recorded no "
                 "iteration-0 evaluation, so this ranking cannot tell learning from no change.")
-    if g["beats_start"].astype(bool).any():
-        return None
     top = g[g["is_best"]].iloc[0]
     if "testable" in g and not bool(g["testable"].iloc[0]):
         return (f"Not testable with one seed on {target}: one training run per regime measures no seed noise, "
@@ -101,8 +109,7 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
         beats = cols["beats_start"][at].astype(bool) if "beats_start" in cols else None
         learned = bool(beats.any()) if beats is not None else False
         testable = bool(cols["testable"][at[0]]) if "testable" in cols else True
-        # no_gain_sentence is None exactly when some gain is known and some regime beats its start
-        gain_known = "gain" in cols and np.isfinite(cols["gain"][at].astype(float)).any()
+        quiet = beats is not None and "gain" in cols and learned_with_known_gain(cols["gain"][at], beats)
         row = {"condition": cond, **{c: best[c] for c in by if c in best}, "target": best["target"],
                "best_regime": best["regime"], "best_mean": best["mean"], "best_ci_lo": best["ci_lo"],
                "best_ci_hi": best["ci_hi"], "best_p_best": best["p_best"],
@@ -112,7 +119,7 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
                "best_gain_ci_lo": best.get("gain_ci_lo", np.nan),
                "best_gain_ci_hi": best.get("gain_ci_hi", np.nan),
                "learned": learned, "n_beat_start": int(beats.sum()) if beats is not None else 0,
-               "no_gain": "" if learned and gain_known else no_gain_sentence(ranking.iloc[at]) or "",
+               "no_gain": "" if quiet else no_gain_sentence(ranking.iloc[at]) or "",  # a frame only to speak
                "best_p": best.get("p", np.nan), "best_share_search": best.get("share_search", np.nan),
                "best_share_learning": best.get("share_learning", np.nan),
                "best_share_feedback": best.get("share_feedback", np.nan),
