@@ -80,13 +80,18 @@ def worse_than_best(point: np.ndarray, item: np.ndarray, resid: np.ndarray, seed
     df_item, df_resid scalars. Returns [..., R] bool (the best itself is never worse).
     """
     point = np.asarray(point, float)
-    R = point.shape[-1]
-    out = np.zeros(point.shape, dtype=bool)
+    shape = point.shape
+    R = shape[-1]
     if R < 2:
-        return out
-    order = np.argsort(-point, axis=-1, kind="stable")  # positions: 0 = best
-    take = lambda a, i, j: np.take_along_axis(np.take_along_axis(a, i[..., None, None], -2)[..., 0, :],
-                                              j[..., None], -1)[..., 0]
+        return np.zeros(shape, dtype=bool)
+    # flat over the leading axes: pilot p's gap i − j is column i·R + j of row p (plain fancy indexing,
+    # ~20× cheaper per step than take_along_axis over [..., R, R])
+    P = point.reshape(-1, R)
+    N = len(P)
+    flat = lambda a: np.broadcast_to(a, shape[:-1] + (R, R)).reshape(N, R * R)
+    item, resid, seed, df_seed = flat(item), flat(resid), flat(seed), flat(df_seed)
+    order = np.argsort(-P, axis=-1, kind="stable")  # positions: 0 = best
+    rows = np.arange(N)
     rejected: dict[tuple[int, int], np.ndarray] = {}
     for p in range(R, 1, -1):
         lev = 1 - _level(p, R, alpha)
@@ -94,18 +99,20 @@ def worse_than_best(point: np.ndarray, item: np.ndarray, resid: np.ndarray, seed
         qi, qe = q(df_item), q(df_resid)
         for a in range(R - p + 1):
             b = a + p - 1
-            i, j = order[..., a], order[..., b]
-            gap = np.take_along_axis(point, i[..., None], -1)[..., 0] - np.take_along_axis(point, j[..., None], -1)[..., 0]
-            h = half_width(take(item, i, j), take(resid, i, j), take(seed, i, j), qi, qe, q(take(df_seed, i, j)))
+            i, j = order[:, a], order[:, b]
+            gap = P[rows, i] - P[rows, j]
+            ij = i * R + j
+            h = half_width(item[rows, ij], resid[rows, ij], seed[rows, ij], qi, qe, q(df_seed[rows, ij]))
             rej = gap > h
             if a > 0:
                 rej = rej & rejected[(a - 1, b)]
             if b < R - 1:
                 rej = rej & rejected[(a, b + 1)]
             rejected[(a, b)] = rej
+    out = np.zeros((N, R), dtype=bool)
     for b in range(1, R):  # the best (position 0) against position b
-        np.put_along_axis(out, order[..., b:b + 1], rejected[(0, b)][..., None], -1)
-    return out
+        out[rows, order[:, b]] = rejected[(0, b)]
+    return out.reshape(shape)
 
 
 def pair_parts(noise: Noise) -> tuple[np.ndarray, Parts]:
