@@ -91,6 +91,33 @@ def test_regwq_familywise_error_under_all_equal(R, df):
     assert 0.02 < rate <= 0.055  # nominal 0.05 (the per-part bound is a little conservative)
 
 
+def test_regwq_by_hand_and_batched_as_one_by_one():
+    # three regimes, every gap with variance 1 (item part only, df inf): the range of all three is
+    # tested first at q(0.95; 3, inf)/√2 = 3.3145/√2 = 2.344, then each adjacent pair (p = R − 1: full
+    # level) at q(0.95; 2, inf)/√2 = 1.960, and only inside a set already called unequal
+    R = 3
+    off = 1.0 - np.eye(R)
+    args = (off, np.zeros((R, R)), np.zeros((R, R)), math.inf, math.inf, np.zeros((R, R)))
+    worse = lambda pt: D.worse_than_best(np.array(pt), *args).tolist()
+    assert worse([0.0, -2.0, -2.5]) == [False, True, True]  # 2.5 > 2.344, then 2.0 > 1.960
+    assert worse([0.0, -1.9, -2.5]) == [False, False, True]  # 1.9 < 1.960: only the last is worse
+    assert worse([0.0, -1.9, -2.3]) == [False, False, False]  # 2.3 < 2.344: the range stops it all
+    assert worse([-2.5, 0.0, -2.0]) == [True, False, True]  # the order of the regimes does not matter
+    # a batch (leading axes, parts differing per pilot) gives what each pilot gives alone
+    rng = np.random.default_rng(4)
+    pts = rng.normal(0, 2, (2, 5, R))
+    item = rng.uniform(0.2, 1.0, (2, 5, R, R))
+    item = (item + np.swapaxes(item, -1, -2)) / 2 * off
+    seed = rng.uniform(0, 0.5, (2, 5, R, R)) * off
+    seed = (seed + np.swapaxes(seed, -1, -2)) / 2
+    dfs = np.full((2, 5, R, R), 4.0)
+    batch = D.worse_than_best(pts, item, np.zeros_like(item), seed, 199.0, math.inf, dfs)
+    alone = np.array([[D.worse_than_best(pts[a, b], item[a, b], np.zeros((R, R)), seed[a, b], 199.0, math.inf,
+                                         dfs[a, b]) for b in range(5)] for a in range(2)])
+    assert batch.shape == (2, 5, R) and batch.any() and not batch.all()
+    assert np.array_equal(batch, alone)
+
+
 def test_holm_by_hand():
     # three gains with se 1 (item part only, df inf): one-sided familywise 2.5%: 1 − 0.025/3 → z 2.394,
     # then 1 − 0.025/2 → 2.241, then 1.960
@@ -105,6 +132,40 @@ def test_per_part_half_width():
     p = V.Parts(np.ones(1), np.zeros(1), np.ones(1), math.inf, math.inf, np.array([3.0]))
     iv = D.intervals(np.zeros(1), p)
     assert iv.high[0] == pytest.approx(math.sqrt(1.959964 ** 2 + 3.182446 ** 2), rel=1e-5)
+
+
+def test_noise_without_its_own_pool_pools_the_same():
+    # the ranking skips a condition's own prior fit (a sweep pool replaces it): pooled by the same prior,
+    # both give the same noise, field by field
+    rng = np.random.default_rng(5)
+    codes = np.repeat(np.arange(4), 2)
+    table = (rng.random((8, 30)) < 0.6).astype(float)
+    own, bare = V.noise_of(codes, table, 4), V.noise_of(codes, table, 4, own_pool=False)
+    assert own.has_seed_noise and not bare.has_seed_noise and bare.prior is None
+    prior = V.fit_prior(rng.chisquare(1, 12) * 1e-3, np.ones(12), key="sweep")
+    a, b = own.pooled(prior), bare.pooled(prior)
+    for f in ("m", "job_var", "seed_var", "seed_df", "outlier"):
+        assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
+    assert (a.ms_resid, a.df_resid, a.prior) == (b.ms_resid, b.df_resid, b.prior)
+
+
+def test_homogeneity_and_outlier_tails_are_scipy_stats():
+    from scipy import stats
+
+    s2, d = np.array([0.5, 1.0, 2.0, 4.0]), np.array([1.0, 2.0, 3.0, 1.0])
+    pooled = float((d * s2).sum() / d.sum())
+    G, tot = 4, d.sum()
+    m = tot * math.log(pooled) - float((d * np.log(s2)).sum())
+    c = 1 + ((1 / d).sum() - 1 / tot) / (3 * (G - 1))
+    assert V.homogeneity_p(np.log(s2), d, pooled) == pytest.approx(stats.chi2.sf(m / c, G - 1), rel=1e-12)
+    # equal spreads: M is 0 up to rounding, p = 1 (not nan, which would read as "heterogeneous")
+    same = np.full(6, 0.3)
+    assert V.homogeneity_p(np.log(same), np.ones(6), 0.3) == 1.0
+    prior = V.SeedPrior("k", 1.0, 5.0, 10.0, 4)
+    big = np.array([1.0, 30.0, 0.2, 9.0])
+    p = stats.f.sf(big, np.ones(4), 5.0)
+    assert V.outliers(big, np.ones(4), prior).tolist() == (p < V.OUTLIER_ALPHA / 4).tolist()
+    assert V.outliers(big, np.ones(4), prior).any()
 
 
 def test_noise_of_pools_a_condition_and_moderates_by_a_sweep_prior():

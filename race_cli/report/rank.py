@@ -306,7 +306,9 @@ def _condition_inputs(jobs: dict[str, np.ndarray], codes: np.ndarray, regs: list
     shares = {c: jobs[c] for c in SHARE_COLS if c in jobs}
     return {"codes": codes, "regs": regs, "reg_cols": reg_cols, "scores": scores, "values": values,
             "method": method, "gain_v": gain_v, "gain_s": gain_s, "start_v": start_v, "gain_method": gain_method,
-            "noise": noise_of(codes, scores if scores is not None else values, n_reg), "shares": shares}
+            # pooled later (`_condition_columns`): the condition's own prior would only be replaced
+            "noise": noise_of(codes, scores if scores is not None else values, n_reg, own_pool=False),
+            "shares": shares}
 
 
 def _prior_for(noise, pooled, assume_seed_sd):

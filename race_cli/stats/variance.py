@@ -89,12 +89,12 @@ class SeedPrior:
 def homogeneity_p(log_s_sq: np.ndarray, d: np.ndarray, pooled: float) -> float:
     """Bartlett's test of one common variance over G spreads (log s², d df each): p-value of
     M/C ~ χ²_{G−1}, M = Σd·ln s_p² − Σ d ln s², C = 1 + (Σ 1/d − 1/Σd) / (3(G − 1))."""
-    from scipy.stats import chi2
-
     G, tot = len(d), float(d.sum())
     m = tot * math.log(pooled) - float((d * log_s_sq).sum())
     c = 1 + (float((1 / d).sum()) - 1 / tot) / (3 * (G - 1))
-    return float(chi2.sf(m / c, G - 1))
+    # χ² survival function as scipy.stats.chi2.sf computes it (special.chdtrc), without importing
+    # scipy.stats (~0.6 s); M >= 0 by Jensen, floored at 0 against rounding (chdtrc is nan below 0)
+    return float(special.chdtrc(G - 1, max(m / c, 0.0)))
 
 
 def fit_prior(s_sq: np.ndarray, d: np.ndarray, key: str = "") -> SeedPrior:
@@ -141,14 +141,12 @@ def moderate(s_sq: np.ndarray, d: np.ndarray, prior: SeedPrior) -> tuple[np.ndar
 def outliers(s_sq: np.ndarray, d: np.ndarray, prior: SeedPrior, alpha: float = OUTLIER_ALPHA) -> np.ndarray:
     """Regimes whose spread is too large for the prior: F = s²/s0² against F(d, d0 or Σ d), Bonferroni
     over the pool's regimes. [G] bool (False where d = 0 or the prior is assumed)."""
-    from scipy.stats import f as f_dist
-
     s_sq, d = np.asarray(s_sq, float), np.asarray(d, float)
     if prior.assumed or not prior.df_total or not prior.s0_sq > 0:
         return np.zeros(len(d), dtype=bool)
     d2 = prior.d0 if math.isfinite(prior.d0) else prior.df_total
     with np.errstate(invalid="ignore", divide="ignore"):
-        p = f_dist.sf(s_sq / prior.s0_sq, np.maximum(d, 1), d2)
+        p = special.fdtrc(np.maximum(d, 1), d2, s_sq / prior.s0_sq)  # scipy.stats.f.sf's own function
     return (d > 0) & (p < alpha / max(prior.n_regimes, 1))
 
 
@@ -209,12 +207,13 @@ class Noise:
                        prior=prior)
 
 
-def noise_of(codes: np.ndarray, table: np.ndarray, n_reg: int | None = None) -> Noise:
+def noise_of(codes: np.ndarray, table: np.ndarray, n_reg: int | None = None, own_pool: bool = True) -> Noise:
     """Variance components of one condition.
 
     codes [J] regime index of each job (0..R−1); table [J, n] per-item scores of every job on the same
     items in the same order, or [J] job-level values (then n = 1). The seed variances are the
-    condition's own until `Noise.pooled` applies a sweep pool's prior.
+    condition's own until `Noise.pooled` applies a sweep pool's prior; own_pool=False leaves them empty
+    (no seed variance, no prior) for a caller that always pools, sparing the condition's own prior fit.
     """
     codes = np.asarray(codes)
     table = np.asarray(table, float)
@@ -236,8 +235,10 @@ def noise_of(codes: np.ndarray, table: np.ndarray, n_reg: int | None = None) -> 
             ss_res += float(((y - jm[:, None] - m[r][None, :] + jm.mean()) ** 2).sum())
         df_s += len(y) - 1
     df_e = df_s * (n - 1)
+    empty = {} if own_pool else {"seed_var": np.zeros(n_reg), "seed_df": np.zeros(n_reg),
+                                 "outlier": np.zeros(n_reg, dtype=bool)}
     return Noise(m=m, n_seeds=n_seeds, job_var=job_var, job_df=np.maximum(n_seeds - 1, 0).astype(float),
-                 ms_resid=ss_res / df_e if df_e else 0.0, df_resid=float(df_e))
+                 ms_resid=ss_res / df_e if df_e else 0.0, df_resid=float(df_e), **empty)
 
 
 def assumed_prior(seed_sd: float, key: str = "assumed") -> SeedPrior:
