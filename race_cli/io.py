@@ -17,6 +17,7 @@ import os
 import re
 import stat
 import tempfile
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -130,8 +131,87 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def _dumps_slow(x: Any, level: int) -> str:
+    """`x` as `json.dumps(_jsonable(x), indent=2)` writes it nested `level` containers deep: every
+    newline in that output is structural (strings escape theirs), so indenting the subtree is
+    prefixing each newline with the outer levels' indent."""
+    text = json.dumps(_jsonable(x), indent=2)
+    return text.replace("\n", "\n" + "  " * level) if level and "\n" in text else text
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # the types the C encoder writes as _jsonable leaves them
+_CONTAINERS = (dict, list, tuple)
+_leaf_encoders: dict[int, json.JSONEncoder] = {}  # level -> the C encoder for a container of scalars there
+
+
+def _leaf_encoder(level: int) -> json.JSONEncoder:
+    """json's C encoder (indent=None), writing the items of a container `level` deep one to a line
+    as indent=2 would: the item separator carries the newline and the indent. allow_nan=False and no
+    `default`, so NaN, inf and anything not plain JSON (numpy scalars) raise instead of being written."""
+    enc = _leaf_encoders.get(level)
+    if enc is None:
+        enc = _leaf_encoders[level] = json.JSONEncoder(
+            check_circular=False, allow_nan=False, separators=(",\n" + "  " * (level + 1), ": "))
+    return enc
+
+
+def _encode(x: Any, level: int, out: list[str]) -> None:
+    """Append `x`, `level` containers deep, to `out`, byte for byte as `_dumps_slow(x, level)` would.
+
+    A dict or list whose items are all plain scalars (a report record) is written by json's C
+    encoder, unwalked; one holding containers is walked here, item by item. Anything else (numpy
+    scalars, NaN, non-str keys, subclasses of dict or list) goes the slow way: `_jsonable`, then
+    json's Python encoder."""
+    kind = type(x)
+    if kind is dict or kind is list or kind is tuple:
+        if not x:
+            out.append("{}" if kind is dict else "[]")
+            return
+        if kind is dict and set(map(type, x)) != {str}:  # _jsonable's str(k) is not json's key rule
+            out.append(_dumps_slow(x, level))
+            return
+        items = x.values() if kind is dict else x
+        types = set(map(type, items))
+        inner = "\n" + "  " * (level + 1)
+        if types <= _SCALARS or not any(issubclass(t, _CONTAINERS) for t in types):
+            try:
+                text = _leaf_encoder(level).encode(x)
+            except (TypeError, ValueError):  # NaN, inf, numpy scalars: the slow way
+                out.append(_dumps_slow(x, level))
+                return
+            out += (text[0], inner, text[1:-1], "\n", "  " * level, text[-1])
+            return
+        out.append("{" if kind is dict else "[")
+        sep = inner
+        if kind is dict:
+            for k, v in x.items():
+                out += (sep, encode_basestring_ascii(k), ": ")
+                _encode(v, level + 1, out)
+                sep = "," + inner
+        else:
+            for v in x:
+                out.append(sep)
+                _encode(v, level + 1, out)
+                sep = "," + inner
+        out += ("\n", "  " * level, "}" if kind is dict else "]")
+        return
+    if kind in _SCALARS:  # a scalar beside containers
+        try:
+            out.append(_leaf_encoder(level).encode(x))
+            return
+        except ValueError:  # NaN, inf
+            pass
+    out.append(_dumps_slow(x, level))  # numpy scalars, subclasses of dict, list, tuple
+
+
 def dumps(obj: Any) -> str:
-    return json.dumps(_jsonable(obj), indent=2, sort_keys=False) + "\n"
+    """`obj` as `json.dumps(_jsonable(obj), indent=2) + "\n"` writes it (numpy scalars as numbers,
+    NaN and inf as null), byte for byte; most of it at C speed (json's C encoder only runs without
+    indent, so `_encode` gives it the containers of scalars; tests/test_io_json.py compares the two)."""
+    out: list[str] = []
+    _encode(obj, 0, out)
+    out.append("\n")
+    return "".join(out)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, durable: bool = True) -> None:
