@@ -19,7 +19,7 @@ import stat
 import tempfile
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 MAX_JOB_FILE = 256 * 2**20  # bytes: the largest job file race reads back (metrics.jsonl of a long run is ~MBs)
 MAX_JSON_DEPTH = 64  # race's own files nest at most ~6 deep
@@ -395,17 +395,34 @@ def fsync_file(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Every complete line of a JSONL file; a torn final line (a crash mid-append) is ignored."""
-    rows = []
-    lines = read_bounded(path).decode("utf-8").split("\n")
+def jsonl_rows(text: str, where: str = "") -> Iterator[tuple[int, str, Any]]:
+    """(index, line, value) of every non-blank line of a JSONL text, each line read as `loads_bounded`
+    reads a document (its bounds, its errors, named `{where}line N`). A torn final line (a crash
+    mid-append: JSONDecodeError on the last line) is skipped; a corrupt line before it raises.
+
+    A line shorter than MAX_JSON_VALUES characters cannot hold that many values, and one with at most
+    MAX_JSON_DEPTH brackets cannot nest deeper: such a line (every line race writes) goes to json.loads
+    directly, the rest through loads_bounded."""
+    lines = text.split("\n")
+    last = len(lines) - 1
     for i, line in enumerate(lines):
-        if not line.strip():
+        if not line or line.isspace():
             continue
         try:
-            rows.append(loads_bounded(line, f"{path} line {i + 1}"))
+            if len(line) <= MAX_JSON_VALUES and line.count("{") + line.count("[") <= MAX_JSON_DEPTH:
+                try:
+                    value = json.loads(line)
+                except RecursionError:  # the stack was deep already: loads_bounded says so
+                    value = loads_bounded(line, f"{where}line {i + 1}")
+            else:
+                value = loads_bounded(line, f"{where}line {i + 1}")
         except json.JSONDecodeError:
-            if i == len(lines) - 1:  # last line without newline: torn write
-                break
+            if i == last:  # last line without newline: torn write
+                return
             raise
-    return rows
+        yield i, line, value
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Every complete line of a JSONL file; a torn final line (a crash mid-append) is ignored."""
+    return [value for _, _, value in jsonl_rows(read_bounded(path).decode("utf-8"), f"{path} ")]

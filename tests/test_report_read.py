@@ -145,3 +145,63 @@ def test_a_document_of_too_many_values_is_refused_before_it_is_parsed(monkeypatc
     assert io.loads_bounded(b'{"a": [1, 2, 3], "b": 4}') == {"a": [1, 2, 3], "b": 4}  # 5 commas and brackets
     with pytest.raises(ValueError, match="more than 10 values"):
         io.loads_bounded(b"[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]")  # 10 commas + 1 bracket
+
+
+# --- metrics.jsonl lines: io.jsonl_rows reads each line as loads_bounded would -----------------------
+
+def _rows_line_by_line(text: str, where: str = ""):
+    """What _read_metrics and read_jsonl did before jsonl_rows: loads_bounded on every non-blank line,
+    a JSONDecodeError on the last line ends the file, one before it raises."""
+    lines, out = text.split("\n"), []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append((i, line, io.loads_bounded(line, f"{where}line {i + 1}")))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise
+    return out
+
+
+JSONL_TEXTS = [
+    "", "\n", "\n\n  \n\t\n", '{"iteration": 0}\n{"iteration": 1}\n',
+    '{"iteration": 0}\n\n  \n{"iteration": 1}',  # blank lines inside, no final newline
+    '{"iteration": 0}\n{"iteration": 1, "eval/t/accuracy": 0.5',  # torn last line: skipped
+    '{"iteration": 0}\n{"iteration": 1, "eval/t\n{"iteration": 2}\n',  # torn line in the middle: raises
+    '{"iteration": 0}\n{"iteration": 1}\n\n',  # the last element is "" after the final newline
+    '  {"a": 1}  \n\t[1, 2]\r\n"s"\n3\nnull\n',  # whitespace around a value, a CR, scalars
+    '{"a": 1} {"b": 2}\n{"c": 3}\n',  # two values on a line: Extra data
+    '{"a": 1}\n{"a": 1} x',  # extra data on the last line: torn
+    "\ufeff{\"a\": 1}\n{}\n",  # a BOM
+    '{"a": NaN, "b": Infinity}\n',
+    "[" * 64 + "]" * 64 + "\n" + "[" * 65 + "]" * 65 + "\n",  # at the depth bound, then past it
+    json.dumps({"error": "[" * 200}) + "\n",  # many brackets, in a string only: not deep
+    "[" * 100 + "\n",  # a deep torn last line
+    "[" * 100 + "\n{}\n",  # a deep broken line in the middle
+    "[" * 5000 + "]" * 5000 + "\n",  # past the recursion limit
+    '{"é": "ünïcødé \\u00e9 \\ud83c\\udfb2"}\n',
+]
+
+
+@pytest.mark.parametrize("text", JSONL_TEXTS)
+def test_jsonl_rows_reads_every_line_as_loads_bounded_does(text):
+    for where in ("", "/sweep/jobs/j/metrics.jsonl "):
+        try:
+            want = _rows_line_by_line(text, where)
+        except ValueError as e:
+            with pytest.raises(type(e)) as got:
+                list(io.jsonl_rows(text, where))
+            assert str(got.value) == str(e)  # the message lands in the report's problem column
+            continue
+        assert list(io.jsonl_rows(text, where)) == want
+
+
+def test_jsonl_rows_keeps_the_value_bound(monkeypatch):
+    monkeypatch.setattr(io, "MAX_JSON_VALUES", 10)
+    text = '{"iteration": 0}\n' + json.dumps(list(range(20))) + "\n"
+    with pytest.raises(ValueError, match="line 2 holds more than 10 values"):
+        list(io.jsonl_rows(text))
+    with pytest.raises(ValueError, match="line 2 holds more than 10 values"):
+        _rows_line_by_line(text)

@@ -24,8 +24,10 @@ an error (RaceError), because then there is nothing to report.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ import pandas as pd
 from race_cli import folder
 from race_cli.cost import budget
 from race_cli.errors import RaceError
-from race_cli.io import loads_bounded, read_bounded, read_json
+from race_cli.io import jsonl_rows, read_bounded, read_json
 from race_cli.status import status_path
 
 CONDITION_COLS = ["model", "budget_flops", "reward", "task"]  # what a condition is (docs/design.md)
@@ -139,7 +141,7 @@ class MetricsOutOfOrder(ValueError):
     """metrics.jsonl iterations do not rise one line at a time: two processes wrote the job."""
 
 
-def _read_metrics(path: Path) -> tuple[list[dict], int | None]:
+def _read_metrics(path: str | os.PathLike) -> tuple[list[dict], int | None]:
     """Rows of metrics.jsonl that carry an eval/<target> value, and the last iteration.
 
     Every line is parsed (a corrupt line in the middle raises, marking the job unreadable);
@@ -147,17 +149,8 @@ def _read_metrics(path: Path) -> tuple[list[dict], int | None]:
     (0, 1, 2, ...; a resume cuts the file back first): anything else means two processes wrote
     the job at once, and MetricsOutOfOrder marks it unreadable rather than ranking a mixture.
     """
-    lines = read_bounded(path).decode("utf-8").split("\n")
     evals, last = [], None
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            row = loads_bounded(line, f"line {i + 1}")
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:  # torn final write
-                break
-            raise
+    for i, line, row in jsonl_rows(read_bounded(path).decode("utf-8")):
         it = row.get("iteration") if isinstance(row, dict) else None
         if it is not None:
             if not isinstance(it, int) or isinstance(it, bool) or (last is not None and it <= last):
@@ -168,30 +161,52 @@ def _read_metrics(path: Path) -> tuple[list[dict], int | None]:
     return evals, (int(last) if last is not None else None)
 
 
-def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
+# A job's files, named by status.py and folder.py; read_job joins them to the job's path as text (pathlib
+# built ~60,000 paths for 5,004 jobs, 0.65 s of a profiled report).
+STATUS, SUMMARY, LEDGER, METRICS = (f(".").name for f in (status_path, folder.summary_file, folder.ledger_file,
+                                                           folder.metrics_file))
+_ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)  # what pathlib's exists() reads as "not there"
+
+
+def _exists(path: str) -> bool:
+    """Path(path).exists() without building a Path: a link counts by its target; a missing file (or
+    link target) is False; any other error (a folder one may not search) raises, as pathlib does."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno in _ABSENT:
+            return False
+        raise
+    except ValueError:  # a NUL in the name
+        return False
+    return True
+
+
+def read_job(job_dir: str | os.PathLike, sweep: str) -> tuple[dict, dict, list[dict]]:
     """One job folder -> (table row, {(stage, target): (ids, scores)}, eval curve rows).
 
     stage is "final" (eval_items) or "initial" (eval_items_initial, the iteration-0 policy).
 
     Never raises for a bad job: a missing or corrupt file sets readable=False and `problem`.
     """
+    job_dir = job_dir if isinstance(job_dir, Path) else Path(job_dir)
+    where = str(job_dir) + os.sep  # + a file name: str(job_dir / name), for the messages that name it
     row: dict[str, Any] = {"sweep": sweep, "job_id": job_dir.name, "state": "unknown",
                            "readable": True, "problem": ""}
     items: dict[tuple[str, str], tuple[list[str], np.ndarray]] = {}
     curve: list[dict] = []
     problems: list[str] = []
 
-    def load(path: Path) -> Any:
-        name = path.name
+    def load(name: str) -> Any:
         try:
-            return read_json(path)
+            return read_json(where + name)
         except FileNotFoundError:
             problems.append(f"{name} missing")
         except (ValueError, OSError, RecursionError) as e:
             problems.append(f"{name} corrupt ({type(e).__name__}: {_short(e)})")
         return None
 
-    status = load(status_path(job_dir)) if status_path(job_dir).exists() else None
+    status = load(STATUS) if _exists(where + STATUS) else None
     if isinstance(status, dict):
         row["state"] = str(status.get("state", "unknown"))
         row["attempts"] = status.get("attempts")
@@ -200,11 +215,10 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
     elif status is not None:
         problems.append("status.json is not an object")
 
-    has_summary = folder.summary_file(job_dir).exists()
-    if row["state"] == "done" or has_summary:
-        summary, ledger = load(folder.summary_file(job_dir)), load(folder.ledger_file(job_dir))
+    if row["state"] == "done" or _exists(where + SUMMARY):
+        summary, ledger = load(SUMMARY), load(LEDGER)
         try:
-            evals, last_it = _read_metrics(folder.metrics_file(job_dir))
+            evals, last_it = _read_metrics(where + METRICS)
             row["last_iteration"] = last_it
         except FileNotFoundError:
             problems.append("metrics.jsonl missing")
@@ -228,7 +242,7 @@ def read_job(job_dir: Path, sweep: str) -> tuple[dict, dict, list[dict]]:
                 problems.append(f"ledger.json malformed ({e})")
         for r in evals:
             for k, v in r.items():
-                t = metric_target(k)
+                t = metric_target(k) if k.startswith("eval/") else None  # most keys are train/, flops/, ...
                 if t is not None and isinstance(v, (int, float)):
                     curve.append({"job_id": row["job_id"], "sweep": sweep,
                                   "iteration": r.get("iteration"),
@@ -345,7 +359,9 @@ def _item_block(block: Any, name: str) -> dict[str, tuple[list[str], np.ndarray]
         ids, scores = list(d["ids"]), np.asarray(d["scores"], dtype=float)
         if len(ids) != len(scores):
             raise ValueError(f"{name}.{target}: {len(ids)} ids but {len(scores)} scores")
-        if len(scores) and not (np.nanmin(scores) >= 0 and np.nanmax(scores) <= 1):
+        # min/max first: no NaN and all in [0, 1] settles it (a NaN makes min NaN, so nanmin/nanmax decide)
+        if len(scores) and not (scores.min() >= 0 and scores.max() <= 1) and \
+                not (np.nanmin(scores) >= 0 and np.nanmax(scores) <= 1):
             raise ValueError(f"{name}.{target}: per-item scores must lie in [0, 1]")
         out[target] = (ids, scores)
     return out
