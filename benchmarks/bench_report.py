@@ -20,8 +20,10 @@ alternating the trees `runs` times, and prints every wall time and the median pe
 --profile it also runs each tree once under cProfile and prints the top functions by own time
 and the cumulative time of the stages named in issue 32 (bounded JSON reads, job identity,
 statistics, console rendering). --read-only times the reader alone (`read_sweeps`, same alternation).
-The environment passes through: OPENBLAS_NUM_THREADS=1 shows what OpenBLAS's threads cost the small
-matrix products of the bootstrap (on a busy 2-core machine, 2-3 s of a 16 s report; same output).
+The environment passes through (`race report` itself asks for one OpenBLAS thread unless
+OPENBLAS_NUM_THREADS is set: OPENBLAS_NUM_THREADS=2 shows what the threads cost). --busy K keeps K
+single-core busy loops running beside every timed run, as `race run` training on the same machine
+would: where OpenBLAS's threads cost most.
 """
 
 from __future__ import annotations
@@ -227,6 +229,18 @@ def scale_main(a: argparse.Namespace) -> None:
           f"{a.runs} alternating runs per tree")
     walls: dict[Path, list[float]] = {t: [] for t in trees}
     cpus: dict[Path, list[float]] = {t: [] for t in trees}
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.busy)]
+    if busy:
+        print(f"  with {a.busy} busy loop(s) beside every run")
+    try:
+        _alternate(a, sweep, trees, walls, cpus)
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+
+
+def _alternate(a: argparse.Namespace, sweep: Path, trees: list[Path], walls: dict, cpus: dict) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.runs):
             for t in trees:
@@ -262,6 +276,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="alternating runs per tree (with --conditions)")
     ap.add_argument("--profile", action="store_true", help="also one run per tree under cProfile")
     ap.add_argument("--read-only", action="store_true", help="with --conditions: time read_sweeps alone")
+    ap.add_argument("--busy", type=int, default=0, help="with --conditions: single-core busy loops beside each run")
     a = ap.parse_args()
     if a.conditions:
         return scale_main(a)

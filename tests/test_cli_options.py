@@ -127,3 +127,16 @@ def test_out_of_range_options_exit_2_without_a_traceback(tmp_path, args, fragmen
     assert res.returncode == 2, res.stderr
     assert fragment in res.stderr and "Traceback" not in res.stderr + res.stdout, res.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("given,seen", [(None, "1"), ("3", "3")])
+def test_report_asks_for_one_blas_thread_unless_the_user_chose(given, seen):
+    # set before numpy loads (it reads OPENBLAS_NUM_THREADS once, at import); a user's setting wins
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"} | {"PYTHONPATH": str(ROOT)}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = ("import os, sys, race_cli.cli as c; assert 'numpy' not in sys.modules; c._one_blas_thread(); "
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == seen
