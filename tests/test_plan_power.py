@@ -139,3 +139,17 @@ def test_race_plan_prints_the_joint_power_line():
     flat = " ".join((p.stdout + p.stderr).split())
     assert "joint comparison at 8e+11 FLOPs on arithmetic (2 sizes × 2 reward systems × 3 allocations" in flat
     assert "smallest model-size difference detected with 80% power allocation by allocation 0.051" in flat
+
+
+def test_separation_powers_at_once_are_the_one_by_one_values():
+    # the report's settle line computes its first powers in one batch: the same pilots, the same decisions
+    from race_cli.stats.power import Design, separation_power, separation_powers
+
+    qs = [(Design(n=200, k=4, seeds=2, regimes=3, seed_sd=0.02, crn=True), 0.06),
+          (Design(n=200, k=4, seeds=2, regimes=3, seed_sd=0.03, crn=True), 0.11),
+          (Design(n=400, k=1, seeds=32, regimes=3, seed_sd=0.02, pool_df=186.0), 0.02),
+          (Design(n=200, k=4, seeds=3, regimes=4, seed_sd=0.01), 0.04),
+          (Design(n=200, k=4, seeds=1, regimes=3, seed_sd=0.02), 0.1)]  # one seed: nothing testable, 0
+    one = [separation_power(d, x, n_sim=300) for d, x in qs]
+    assert separation_powers(qs, n_sim=300, chunk=2) == one
+    assert 0 < min(one[:4]) and max(one) < 1 and one[4] == 0.0

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -121,13 +120,43 @@ def _design(g: pd.DataFrame | dict[str, np.ndarray], k: int):
                   crn=k > 1)  # sampled evaluation draws common random numbers, as race plan prices it
 
 
-@lru_cache(maxsize=65536)
+_POWERS: dict[tuple, float] = {}  # (kind, design, effect) -> power: a sweep's conditions share designs
+
+
 def _power(kind: str, d, effect: float) -> float:
     """The report's power for one design and effect (stats/power.py), remembered: a sweep's conditions share
     designs, and the settle search asks the same ones again."""
     from race_cli.stats import power as P
 
-    return (P.separation_power if kind == "separation" else P.gain_power)(d, effect, n_sim=POWER_SIMS)
+    key = (kind, d, effect)
+    if key not in _POWERS:
+        if len(_POWERS) > 65536:
+            _POWERS.clear()
+        _POWERS[key] = (P.separation_power if kind == "separation" else P.gain_power)(d, effect, n_sim=POWER_SIMS)
+    return _POWERS[key]
+
+
+def _prefetch(questions: list[tuple]) -> None:
+    """Compute at once the separation powers each settle search asks first (at MAX_SEEDS seeds, then at
+    MAX_ITEMS items: most open calls of a large sweep are out of reach of both), so settle finds them
+    remembered. questions: `_open_question`s. The same values as one call each (stats/power.py)."""
+    from race_cli.stats import power as P
+
+    want = []
+    for d, kind, effect in questions:
+        if kind != "separation" or not (math.isfinite(effect) and effect > 0):
+            continue
+        effect = _searched(effect)
+        base = d if d.seeds >= 2 else P.with_seeds(d, 2)
+        for dd in ([P.with_seeds(d, MAX_SEEDS)] if max(d.seeds + 1, 2) <= MAX_SEEDS else []) + [
+                replace(base, n=MAX_ITEMS)]:
+            if (kind, dd, effect) not in _POWERS:
+                want.append((dd, effect))
+    want = list(dict.fromkeys(want))
+    if len(_POWERS) + len(want) > 65536:
+        _POWERS.clear()
+    for (dd, effect), pw in zip(want, P.separation_powers(want, n_sim=POWER_SIMS)):
+        _POWERS[("separation", dd, effect)] = pw
 
 
 def _first(pred, lo: int, cap: int) -> int | None:
@@ -145,12 +174,10 @@ def _first(pred, lo: int, cap: int) -> int | None:
     return hi
 
 
-def settle(g: dict[str, np.ndarray], label: str, k: int, wall_s: float | None, workers: int) -> Settle | None:
-    """Seeds per regime (or items) at which the report's test separates the observed best − runner-up gap
-    (or, with no regime beating its start, finds the best's gain) with 80% power; None when nothing is open
-    or the design is unknown. g: one condition's rows, best first (`_conditions`)."""
-    from race_cli.stats import power as P
-
+def _open_question(g: dict[str, np.ndarray], k: int) -> tuple | None:
+    """What settle asks of one condition: (design, kind, effect) — "separation" of the best − runner-up gap,
+    or with no regime beating its start the best's "gain" — or None with nothing open or the design unknown.
+    effect as observed (nan or <= 0: nothing to detect)."""
     d = _design(g, k)
     if d is None:
         return None
@@ -158,12 +185,28 @@ def settle(g: dict[str, np.ndarray], label: str, k: int, wall_s: float | None, w
     if learned:
         if "tied_best" not in g or int(g["tied_best"].sum()) <= 1 or len(g["regime"]) < 2:
             return None
-        effect, kind = abs(_num(g["gap_to_best"][1])), "separation"
-    else:
-        effect, kind = (_num(g["gain"][0]) if "gain" in g else math.nan), "gain"
+        return d, "separation", abs(_num(g["gap_to_best"][1]))
+    return d, "gain", (_num(g["gain"][0]) if "gain" in g else math.nan)
+
+
+def _searched(effect: float) -> float:
+    """The effect the search asks about: to 0.001, down (never more power than the gap observed)."""
+    return math.floor(effect * 1000) / 1000
+
+
+def settle(g: dict[str, np.ndarray], label: str, k: int, wall_s: float | None, workers: int) -> Settle | None:
+    """Seeds per regime (or items) at which the report's test separates the observed best − runner-up gap
+    (or, with no regime beating its start, finds the best's gain) with 80% power; None when nothing is open
+    or the design is unknown. g: one condition's rows, best first (`_conditions`)."""
+    from race_cli.stats import power as P
+
+    q = _open_question(g, k)
+    if q is None:
+        return None
+    d, kind, effect = q
     if not math.isfinite(effect) or effect <= 0:
         return Settle(str(g["condition"][0]), label, None, None, 0, 0.0, None)
-    effect = math.floor(effect * 1000) / 1000  # to 0.001, down: never more power than the gap observed
+    effect = _searched(effect)
     test = lambda dd: _power(kind, dd, effect) >= P.POWER  # noqa: E731
     lo = max(d.seeds + 1, 2)
     # out of reach at the most seeds (or items) searched: say so without searching (most open calls of a
@@ -285,6 +328,7 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
     wall = _job_seconds(jobs)
     lines, settles = ["Findings: which regime, which size, does the reward model pay, what next"], []
     rows, first = _conditions(ranking)
+    _prefetch([q for g in rows.values() if (q := _open_question(g, k)) is not None])
     labels = {cond: short_label(r, varying) for cond, r in first.items()}
     width = max(len(label) for label in labels.values())
     for t in targets:

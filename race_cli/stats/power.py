@@ -12,6 +12,7 @@ simulated item by item and read by the report.
 
 - `separation_power(design, delta)`: the share of pilots in which a regime truly better than every other
   by delta is the only "≈ best" regime;
+- `separation_powers(queries)`: the same for many (design, delta) at once (the report's settle line);
 - `gain_power(design, delta)`: the share in which one regime gaining delta (the others none) "beats its
   start";
 - `smallest_separated` / `smallest_gain`: the smallest delta reaching `power` (0.80), to 0.001.
@@ -122,6 +123,40 @@ def separation_power(d: Design, delta: float, n_sim: int = N_SIM, seed: int = 0,
     df_seed = np.broadcast_to(p.df_seed[0] * off + (1 - off), (n_sim, R, R))
     worse = worse_than_best(point, item, resid, seed, p.df_item, p.df_resid, df_seed, alpha)
     return float(worse[:, 1:].all(axis=1).mean())
+
+
+def separation_powers(queries: list[tuple[Design, float]], n_sim: int = N_SIM, seed: int = 0,
+                      alpha: float = ALPHA, chunk: int = 64) -> list[float]:
+    """separation_power(d, delta) for many (design, delta) at once, the same values: designs of equal
+    regimes, seed df and items draw the same pilots (one generator per call, seeded alike), so their
+    simulated pilots are stacked on a leading axis and go through worse_than_best together."""
+    out = [0.0] * len(queries)
+    groups: dict[tuple, list[int]] = {}
+    for i, (d, _) in enumerate(queries):
+        if d.regimes >= 2 and d.df_seed > 0:
+            p = gap_parts(d)
+            groups.setdefault((d.regimes, d.df_seed, p.df_item, p.df_resid), []).append(i)
+    for (R, df_seed, df_item, df_resid), idx in groups.items():
+        rng = np.random.default_rng(seed)  # the draws separation_power makes, in its order
+        z = rng.standard_normal((n_sim, R))
+        scale = chi2_scale(df_seed, n_sim, rng)
+        off = 1.0 - np.eye(R)
+        for at in range(0, len(idx), chunk):
+            part = idx[at:at + chunk]
+            ps = [gap_parts(queries[i][0]) for i in part]
+            v = np.array([float(p.var[0]) for p in ps])
+            point = np.zeros((len(part), n_sim, R))
+            point[:, :, 0] = np.array([queries[i][1] for i in part])[:, None]
+            point += np.sqrt(v / 2)[:, None, None] * z[None]
+            item = np.array([p.item[0] for p in ps])[:, None, None, None] * off
+            resid = np.array([p.resid[0] for p in ps])[:, None, None, None] * off
+            seed_part = np.array([p.seed[0] for p in ps])[:, None, None, None] * scale[None, :, None, None] * off
+            df = np.broadcast_to(ps[0].df_seed[0] * off + (1 - off), (len(part), n_sim, R, R))
+            worse = worse_than_best(point, np.broadcast_to(item, df.shape), np.broadcast_to(resid, df.shape),
+                                    seed_part, df_item, df_resid, df, alpha)
+            for i, w in zip(part, worse[:, :, 1:].all(axis=-1)):
+                out[i] = float(w.mean())
+    return out
 
 
 def gain_power(d: Design, delta: float, n_sim: int = N_SIM, seed: int = 0, alpha: float = ALPHA) -> float:
