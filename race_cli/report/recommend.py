@@ -103,7 +103,8 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
     rows = []
     cols = {c: ranking[c].to_numpy() for c in ranking.columns}  # read once, cut per condition
     for cond, at in condition_rows(ranking).items():
-        best = {c: a[at[np.flatnonzero(cols["is_best"][at])[0]]] for c, a in cols.items()}  # first best row
+        top = at[np.flatnonzero(cols["is_best"][at])[0]]  # the first best row
+        best = {c: a[top] for c, a in cols.items()}
         tied = at[cols["tied_best"][at].astype(bool)]
         fit = fits.get(cond)
         beats = cols["beats_start"][at].astype(bool) if "beats_start" in cols else None
