@@ -96,3 +96,30 @@ def test_seed_only_bootstrap_when_no_items():
 def test_labels():
     assert label({"group_size": 4.0, "updates_per_batch": 2}) == "G=4 μ=2"
     assert label({}) == "(one regime)"
+
+
+def test_conditions_with_as_many_items_share_one_item_resample(tmp_path, monkeypatch):
+    # one resample of item counts per item count and ranking (1 ms each, a second of a large sweep): each
+    # condition's draws still bootstrap its own items around its own means
+    from race_cli.report import rank as RK
+    from race_cli.report.table import read_sweeps
+    from race_cli.stats import draws as W
+    from report_fixtures import DEFAULT_REGIMES, build_sweep, peaked
+
+    conds = [{"model": m, "budget_flops": 1e12, "reward": "rule", "task": "arithmetic"} for m in ("a", "b", "c")]
+    build_sweep(tmp_path / "s", acc=peaked(), conditions=conds, regimes=DEFAULT_REGIMES[:3], seeds=(0, 1),
+                n_items=60)
+    calls = []
+    real = W.item_weights
+    monkeypatch.setattr(W, "item_weights", lambda n, b, rng: calls.append(n) or real(n, b, rng))
+    draws: dict = {}
+    ranking = RK.rank_all(read_sweeps([tmp_path / "s"]), "arithmetic", ["model"], n_boot=2000, draws_out=draws)
+    assert calls == [60]
+    assert len(draws) == 3
+    for cond, g in ranking.groupby("condition"):
+        # item resampling is centred on the regime means; the seed noise added has mean 0: the draws'
+        # mean is within a few of their standard errors of the means
+        d = draws[cond]
+        assert np.all(np.abs(d.mean(axis=0) - g["mean"].to_numpy()) < 4 * d.std(axis=0) / np.sqrt(len(d)) + 1e-9)
+    a, b = (draws[c] for c in list(draws)[:2])
+    assert not np.allclose(a - a.mean(axis=0), b - b.mean(axis=0))  # other items, other seed noise
