@@ -550,6 +550,36 @@ def test_settle_prices_sampled_evaluation_with_common_random_numbers_as_race_pla
     assert indep == pytest.approx((2 * P.ITEM_REGIME_SD ** 2 + 2 * e / 2) / 400)
 
 
+def test_settle_searches_in_lockstep_answer_as_one_at_a_time():
+    """findings runs every condition's settle search at once, each round's powers in one batch: the answers
+    are those of one search at a time (power caches emptied in between, so both compute)."""
+    from race_cli.report import findings as FD
+
+    def cond(i, gap, beats=True, gain=0.05, sd=0.02, seeds=2):
+        return {"condition": np.array([f"c{i}"] * 3), "n_items": np.array([200] * 3),
+                "n_seeds": np.array([seeds] * 3), "seed_sd": np.array([sd] * 3), "regime": np.array(["a", "b", "c"]),
+                "beats_start": np.array([beats, False, False]), "tied_best": np.array([True, True, False]),
+                "gap_to_best": np.array([0.0, gap, 0.2]), "gain": np.array([gain, 0.0, 0.0]),
+                "budget_flops": np.array([8e11] * 3)}
+
+    conds = [(cond(0, 0.06), "c0", 30.0), (cond(1, 0.02), "c1", None), (cond(2, 0.11, sd=0.03), "c2", 30.0),
+             (cond(3, 0.06, beats=False, gain=0.09), "c3", None), (cond(4, 0.0), "c4", None),
+             (cond(5, 0.06, seeds=3), "c5", None), (cond(6, 0.012, sd=0.005, seeds=32), "c6", None)]
+    FD._POWERS.clear()
+    together = FD._settle_all(conds, 4, 2)
+    alone = []
+    for g, label, wall in conds:
+        FD._POWERS.clear()
+        alone.append(FD.settle(g, label, 4, wall, 2))
+    assert together == alone
+    # seeds found (separation, and the gain search of c3), out of reach (c1), nothing to detect (c4: a gap of
+    # 0), and an items search (c6: 32 seeds already, the most the search asks for)
+    assert [s.seeds is not None for s in together] == [True, False, True, True, False, True, False]
+    assert together[1].items is None and math.isnan(together[1].flops)
+    assert together[4].extra_jobs == 0 and together[4].flops == 0.0
+    assert together[6].items is not None and 200 < together[6].items <= FD.MAX_ITEMS
+
+
 def _section(res, target: str) -> list[str]:
     lines = res["findings"]
     i = next(k for k, x in enumerate(lines) if x.startswith(f"{target} ("))

@@ -136,41 +136,38 @@ def _power(kind: str, d, effect: float) -> float:
     return _POWERS[key]
 
 
-def _prefetch(questions: list[tuple]) -> None:
-    """Compute at once the separation powers each settle search asks first (at MAX_SEEDS seeds, then at
-    MAX_ITEMS items: most open calls of a large sweep are out of reach of both), so settle finds them
-    remembered. questions: `_open_question`s. The same values as one call each (stats/power.py)."""
+def _compute(queries: list[tuple]) -> None:
+    """Remember the powers of (kind, design, effect) queries not yet known: the separation ones in one batch
+    (stats/power.separation_powers: the same values as one call each), gains one by one."""
     from race_cli.stats import power as P
 
-    want = []
-    for d, kind, effect in questions:
-        if kind != "separation" or not (math.isfinite(effect) and effect > 0):
-            continue
-        effect = _searched(effect)
-        base = d if d.seeds >= 2 else P.with_seeds(d, 2)
-        for dd in ([P.with_seeds(d, MAX_SEEDS)] if max(d.seeds + 1, 2) <= MAX_SEEDS else []) + [
-                replace(base, n=MAX_ITEMS)]:
-            if (kind, dd, effect) not in _POWERS:
-                want.append((dd, effect))
-    want = list(dict.fromkeys(want))
+    want = list(dict.fromkeys(q for q in queries if q not in _POWERS))
+    seps = [(d, e) for kind, d, e in want if kind == "separation"]
     if len(_POWERS) + len(want) > 65536:
         _POWERS.clear()
-    for (dd, effect), pw in zip(want, P.separation_powers(want, n_sim=POWER_SIMS)):
-        _POWERS[("separation", dd, effect)] = pw
+    for (d, e), pw in zip(seps, P.separation_powers(seps, n_sim=POWER_SIMS)):
+        _POWERS[("separation", d, e)] = pw
+    for kind, d, e in want:
+        if kind != "separation":
+            _power(kind, d, e)
 
 
-def _first(pred, lo: int, cap: int) -> int | None:
-    """The smallest integer in [lo, cap] where pred holds (pred rises with it), by doubling then bisection."""
+def _first(ask, lo: int, cap: int):
+    """The smallest integer in [lo, cap] whose query ask(x) reaches POWER (power rises with x), by doubling
+    then bisection; None when even cap does not. A generator: it yields each query and is sent its power
+    (`settle` answers one search, `_settle_all` many in lockstep)."""
+    from race_cli.stats.power import POWER
+
     if lo > cap:
         return None
     hi = lo
-    while not pred(hi):
+    while not (yield ask(hi)) >= POWER:
         if hi >= cap:
             return None
         lo, hi = hi + 1, min(cap, hi * 2)
     while lo < hi:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if pred(mid) else (mid + 1, hi)
+        lo, hi = (lo, mid) if (yield ask(mid)) >= POWER else (mid + 1, hi)
     return hi
 
 
@@ -194,10 +191,9 @@ def _searched(effect: float) -> float:
     return math.floor(effect * 1000) / 1000
 
 
-def settle(g: dict[str, np.ndarray], label: str, k: int, wall_s: float | None, workers: int) -> Settle | None:
-    """Seeds per regime (or items) at which the report's test separates the observed best − runner-up gap
-    (or, with no regime beating its start, finds the best's gain) with 80% power; None when nothing is open
-    or the design is unknown. g: one condition's rows, best first (`_conditions`)."""
+def _settle_steps(g: dict[str, np.ndarray], label: str, k: int, wall_s: float | None, workers: int):
+    """`settle` as a generator: yields the (kind, design, effect) queries its search asks, is sent their
+    powers, and returns the Settle (or None)."""
     from race_cli.stats import power as P
 
     q = _open_question(g, k)
@@ -207,17 +203,17 @@ def settle(g: dict[str, np.ndarray], label: str, k: int, wall_s: float | None, w
     if not math.isfinite(effect) or effect <= 0:
         return Settle(str(g["condition"][0]), label, None, None, 0, 0.0, None)
     effect = _searched(effect)
-    test = lambda dd: _power(kind, dd, effect) >= P.POWER  # noqa: E731
     lo = max(d.seeds + 1, 2)
     # out of reach at the most seeds (or items) searched: say so without searching (most open calls of a
     # large sweep are gaps within noise); otherwise the fewest that reach 80%
-    seeds = _first(lambda s: test(P.with_seeds(d, s)), lo, MAX_SEEDS) if lo <= MAX_SEEDS and test(
-        P.with_seeds(d, MAX_SEEDS)) else None
+    seeds = None
+    if lo <= MAX_SEEDS and (yield (kind, P.with_seeds(d, MAX_SEEDS), effect)) >= P.POWER:
+        seeds = yield from _first(lambda s: (kind, P.with_seeds(d, s), effect), lo, MAX_SEEDS)
     items = None
     if seeds is None:
         base = d if d.seeds >= 2 else P.with_seeds(d, 2)
-        items = _first(lambda n: test(replace(base, n=n)), d.n + 1, MAX_ITEMS) if test(
-            replace(base, n=MAX_ITEMS)) else None
+        if (yield (kind, replace(base, n=MAX_ITEMS), effect)) >= P.POWER:
+            items = yield from _first(lambda n: (kind, replace(base, n=n), effect), d.n + 1, MAX_ITEMS)
     if seeds is None and items is None:
         return Settle(str(g["condition"][0]), label, None, None, 0, math.nan, None)
     s_new = seeds if seeds is not None else base.seeds
@@ -230,6 +226,36 @@ def settle(g: dict[str, np.ndarray], label: str, k: int, wall_s: float | None, w
 
         secs = grid_seconds([wall_s] * extra, max(1, min(workers, extra)))
     return Settle(str(g["condition"][0]), label, seeds, items, extra, flops, secs)
+
+
+def settle(g: dict[str, np.ndarray], label: str, k: int, wall_s: float | None, workers: int) -> Settle | None:
+    """Seeds per regime (or items) at which the report's test separates the observed best − runner-up gap
+    (or, with no regime beating its start, finds the best's gain) with 80% power; None when nothing is open
+    or the design is unknown. g: one condition's rows, best first (`_conditions`)."""
+    return _settle_all([(g, label, wall_s)], k, workers)[0]
+
+
+def _settle_all(conds: list[tuple], k: int, workers: int) -> list[Settle | None]:
+    """settle for many (g, label, wall_s) at once: the searches advance in lockstep, each round's new
+    queries computed in one batch (`_compute`); the same answers as one search at a time."""
+    steps = [_settle_steps(g, label, k, wall, workers) for g, label, wall in conds]
+    out: list[Settle | None] = [None] * len(steps)
+    asked: dict[int, tuple] = {}
+
+    def advance(i: int, power: float | None) -> None:
+        try:
+            asked[i] = steps[i].send(power)
+        except StopIteration as done:
+            asked.pop(i, None)
+            out[i] = done.value
+
+    for i in range(len(steps)):
+        advance(i, None)
+    while asked:
+        _compute(list(asked.values()))
+        for i, q in list(asked.items()):
+            advance(i, _POWERS[q])
+    return out
 
 
 def short_settle(s: Settle) -> str:
@@ -328,9 +354,12 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
     wall = _job_seconds(jobs)
     lines, settles = ["Findings: which regime, which size, does the reward model pay, what next"], []
     rows, first = _conditions(ranking)
-    _prefetch([q for g in rows.values() if (q := _open_question(g, k)) is not None])
     labels = {cond: short_label(r, varying) for cond, r in first.items()}
     width = max(len(label) for label in labels.values())
+    order = [cond for t in targets for cond in (ranking[ranking["target"] == t] if "target" in ranking
+                                                    else ranking)["condition"].unique()]
+    wall_of = lambda g, cond: wall.get(str(g["job_condition"][0]) if "job_condition" in g else cond)  # noqa: E731
+    settled = dict(zip(order, _settle_all([(rows[c], labels[c], wall_of(rows[c], c)) for c in order], k, workers)))
     for t in targets:
         gt = ranking[ranking["target"] == t] if "target" in ranking else ranking
         if not len(gt):
@@ -341,7 +370,7 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
         for cond in gt["condition"].unique():
             g, label = rows[cond], labels[cond]
             line = f"  {label.ljust(width)}  {_call(g)}"
-            s = settle(g, label, k, wall.get(str(g["job_condition"][0]) if "job_condition" in g else cond), workers)
+            s = settled[cond]
             if s is not None:
                 settles.append(s)
                 line += "; " + short_settle(s)
