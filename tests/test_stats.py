@@ -199,3 +199,32 @@ def test_separation_power_rises_with_the_gap_and_pool():
     assert separation_power(d, 0.08, n_sim=2000) < separation_power(Design(200, 4, 2, 3, 0.02, pool_df=60), 0.08,
                                                                     n_sim=2000)
     assert separation_power(Design(200, 4, 1, 3, 0.02), 0.5) == 0.0  # one seed: nothing testable
+
+
+def test_decisions_of_many_conditions_at_once_are_the_one_by_one_values():
+    # the ranking decides every condition of one shape in one stack: the same arrays, bit for bit, as each
+    # condition alone; shapes mixed (regimes, items, one seed, job-level values), order kept
+    rng = np.random.default_rng(11)
+    prior = V.fit_prior(rng.chisquare(1, 20) * 4e-4, np.ones(20), key="pool")
+
+    def cond(R, seeds, n):
+        codes = np.repeat(np.arange(R), seeds)
+        acc = rng.uniform(0.3, 0.7, R)[codes]
+        table = (rng.random((R * seeds, n)) < acc[:, None]).astype(float) if n > 1 else acc + rng.normal(0, .02, R * seeds)
+        x = V.noise_of(codes, table, R)
+        return x.pooled(prior) if seeds > 1 else x
+
+    noises = [cond(3, 2, 50), cond(2, 3, 40), cond(3, 2, 50), cond(4, 2, 50), cond(3, 1, 50), cond(3, 2, 1),
+              cond(3, 2, 50)]
+    many, one = D.rank_decisions_many(noises), [D.rank_decisions(x) for x in noises]
+    gmany, gone = D.gain_decisions_many(noises), [D.gain_decisions(x) for x in noises]
+    for a, b in list(zip(many, one)) + list(zip(gmany, gone)):
+        assert a.keys() == b.keys()
+        for k in a:
+            if k == "parts":
+                for f in ("item", "resid", "seed", "df_seed"):
+                    assert np.array_equal(getattr(a[k], f), getattr(b[k], f), equal_nan=True), f
+            else:
+                assert np.array_equal(a[k], b[k], equal_nan=True), k
+    assert sum(len(idx) for idx, _ in D._stacks(noises)) == 7 and len(D._stacks(noises)) == 5  # 3 alike
+    assert not many[4]["testable"] and many[0]["testable"]  # one seed: nothing decided

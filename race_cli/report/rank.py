@@ -251,8 +251,12 @@ def rank_condition(jobs: pd.DataFrame, reg_cols: list[str], target: str, items: 
     arrays = _job_arrays(jobs, reg_cols, target)
     codes, regs = _number_regimes(_regime_rows(arrays, reg_cols), reg_cols)
     inp = _condition_inputs(arrays, codes, regs, reg_cols, target, items, items_initial or {})
-    prior = _prior_for(inp["noise"], None, assume_seed_sd)
-    return pd.DataFrame(_condition_columns(inp, prior, n_boot, rng, maximize, level)[0])
+    from race_cli.stats import decisions as D
+
+    noise, gnoise = _noises(inp, _prior_for(inp["noise"], None, assume_seed_sd), maximize)
+    dec = D.rank_decisions(noise, maximize, level)
+    gd = D.gain_decisions(gnoise, level) if gnoise is not None else None
+    return pd.DataFrame(_condition_columns(inp, noise, dec, gd, n_boot, rng, maximize)[0])
 
 
 SHARE_COLS = ["p", "share_search", "share_learning", "share_feedback", "budget_spent", "flops_total",
@@ -329,10 +333,33 @@ def pool_key(cond: dict) -> str:
     return f"reward={cond['reward']}" if "reward" in cond else "all conditions"
 
 
-def _condition_columns(inp: dict, prior, n_boot, rng, maximize, level,
+def _noises(inp: dict, prior, maximize: bool) -> tuple:
+    """(noise, gain noise or None) of one condition: its seed variances moderated by the pool's prior; the
+    gain's is the final's seed noise with the start's item noise (per-item starts) or the job-level gains'
+    own spread. A gain is always an improvement: final − start, or start − final for lower-is-better."""
+    from race_cli.stats.variance import Noise, noise_of
+
+    noise = inp["noise"].pooled(prior)
+    gain_v, gain_s, scores = inp["gain_v"], inp["gain_s"], inp["scores"]
+    if gain_v is None:
+        return noise, None
+    sign = 1.0 if maximize else -1.0
+    if gain_s is not None:  # final − pooled start: the final's seed noise, the start's item noise
+        return noise, Noise(m=sign * (noise.m - (scores - gain_s)[0][None, :]), n_seeds=noise.n_seeds,
+                            job_var=noise.job_var, job_df=noise.job_df, ms_resid=noise.ms_resid,
+                            df_resid=noise.df_resid, seed_var=noise.seed_var, seed_df=noise.seed_df,
+                            outlier=noise.outlier, prior=noise.prior)
+    gnoise = noise_of(inp["codes"], sign * gain_v, len(inp["regs"]))  # job-level gains: their own spread
+    if prior is not None and prior.assumed:
+        gnoise = gnoise.pooled(prior)
+    return noise, gnoise
+
+
+def _condition_columns(inp: dict, noise, dec: dict, gd: dict | None, n_boot, rng, maximize,
                        weights: dict[int, np.ndarray] | None = None) -> tuple[dict, np.ndarray]:
     """The ranking table of one condition as column arrays, rows sorted best first; and the draws [B, R]
-    of the regime means in that row order (the response fit bootstraps p* from them).
+    of the regime means in that row order (the response fit bootstraps p* from them). noise: `_noises`;
+    dec, gd: its stats/decisions.rank_decisions and gain_decisions (None without a gain).
 
     weights: item resamples [B, n] by item count n, drawn on first use and shared by the conditions of one
     ranking that have as many items: each condition's draws stay a bootstrap of its own items (the draws of
@@ -342,9 +369,7 @@ def _condition_columns(inp: dict, prior, n_boot, rng, maximize, level,
     Intervals, ≈ best (REGWQ), beats its start (Holm on bounds), the winner's interval and curse, and the
     draws come from race_cli/stats: item noise per regime plus seed noise moderated by the sweep pool's
     prior. A gain is always an improvement: final − start, or start − final for a lower-is-better target."""
-    from race_cli.stats import decisions as D
     from race_cli.stats import draws as W
-    from race_cli.stats.variance import Noise
 
     codes, regs, scores = inp["codes"], inp["regs"], inp["scores"]
     reg_cols = inp["reg_cols"]
@@ -352,8 +377,6 @@ def _condition_columns(inp: dict, prior, n_boot, rng, maximize, level,
     n_seeds = np.bincount(codes, minlength=n_reg)
     mean_of = lambda v: np.bincount(codes, weights=v, minlength=n_reg) / n_seeds  # per regime
     sign = 1.0 if maximize else -1.0
-    noise = inp["noise"].pooled(prior)
-    dec = D.rank_decisions(noise, maximize, level)
     weights = {} if weights is None else weights
     if noise.n > 1 and noise.n not in weights:
         weights[noise.n] = W.item_weights(noise.n, n_boot, rng)
@@ -371,20 +394,7 @@ def _condition_columns(inp: dict, prior, n_boot, rng, maximize, level,
     cols["seed_df"] = np.where(seeded, noise.seed_df, 0.0)
     cols["seed_outlier"] = noise.outlier.copy()
     cols["expected_drop"] = np.full(n_reg, dec["expected_drop"])
-    gain_v, gain_s = inp["gain_v"], inp["gain_s"]
-    if gain_v is not None:
-        if gain_s is not None:  # final − pooled start: the final's seed noise, the start's item noise
-            gnoise = Noise(m=sign * (noise.m - (scores - gain_s)[0][None, :]), n_seeds=noise.n_seeds,
-                           job_var=noise.job_var, job_df=noise.job_df, ms_resid=noise.ms_resid,
-                           df_resid=noise.df_resid, seed_var=noise.seed_var, seed_df=noise.seed_df,
-                           outlier=noise.outlier, prior=noise.prior)
-        else:
-            from race_cli.stats.variance import noise_of
-
-            gnoise = noise_of(codes, sign * gain_v, n_reg)  # job-level gains: their own spread, not the finals'
-            if prior is not None and prior.assumed:
-                gnoise = gnoise.pooled(prior)
-        gd = D.gain_decisions(gnoise, level)
+    if gd is not None:
         cols.update({"start": mean_of(inp["start_v"]), "gain": gd["gain"], "gain_ci_lo": gd["gain_ci_lo"],
                      "gain_ci_hi": gd["gain_ci_hi"], "beats_start": gd["beats_start"]})
     else:
@@ -472,6 +482,7 @@ def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, se
     system), moderated per regime (race_cli/stats/variance.py). assume_seed_sd supplies the seed term
     where a condition has one seed per regime. draws_out, when given, receives {condition: draws [B, R]}.
     """
+    from race_cli.stats import decisions as D
     from race_cli.stats.variance import fit_pools
 
     jobs = data.jobs[rankable(data.jobs, target)]
@@ -491,10 +502,16 @@ def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, se
     keys = [pool_key(c) for c in conds]
     pools = fit_pools([i["noise"] for i in inputs], keys)
     parts: list[dict] = []  # column arrays per condition, joined once at the end (fast)
+    noises = [_noises(inp, _prior_for(inp["noise"], pools[k] if pools[k].df_total else None, assume_seed_sd),
+                      maximize) for inp, k in zip(inputs, keys)]
+    decs = D.rank_decisions_many([n for n, _ in noises], maximize, level)  # all conditions at once
+    has_gain = [i for i, (_, g) in enumerate(noises) if g is not None]
+    gds: list[dict | None] = [None] * len(noises)
+    for i, gd in zip(has_gain, D.gain_decisions_many([noises[i][1] for i in has_gain], level)):
+        gds[i] = gd
     weights: dict[int, np.ndarray] = {}  # item resamples by item count, shared (`_condition_columns`)
-    for cond, inp, k in zip(conds, inputs, keys):
-        prior = _prior_for(inp["noise"], pools[k] if pools[k].df_total else None, assume_seed_sd)
-        cols, draws = _condition_columns(inp, prior, n_boot, rng, maximize, level, weights)
+    for cond, inp, (noise, _), dec, gd in zip(conds, inputs, noises, decs, gds):
+        cols, draws = _condition_columns(inp, noise, dec, gd, n_boot, rng, maximize, weights)
         n = len(cols["regime"])
         name = condition_label(cond | {"target": target})
         if draws_out is not None:

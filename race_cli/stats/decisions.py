@@ -18,7 +18,8 @@ procedure's distribution at that part's own degrees of freedom (stats/quantiles.
 - `winners_curse`: the best estimate's expected excess over its truth, from the same variance parts
   (normal-normal empirical Bayes: between-regime variance τ² from the spread of the means net of their
   noise; excess = v/(v + τ²) · (m_best − m̄));
-- `rank_decisions` / `gain_decisions`: one condition's table of the above.
+- `rank_decisions` / `gain_decisions`: one condition's table of the above; `rank_decisions_many` /
+  `gain_decisions_many` the same for many conditions, stacked by shape (variance.stack) and decided at once.
 
 With no seed variance (one seed per regime and nothing assumed) the intervals cover evaluation noise
 only and no decision is made (`testable` False): the caller says "not testable with one seed".
@@ -32,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from race_cli.stats.quantiles import df_for_t975, half_width, range_quantile, t_quantile
-from race_cli.stats.variance import Noise, Parts, contrast_parts
+from race_cli.stats import variance as V
+from race_cli.stats.variance import Noise, Parts
 
 ALPHA = 0.05
 
@@ -60,7 +62,7 @@ def intervals(est: np.ndarray, parts: Parts, level: float = 0.95, method: str = 
     se = parts.se
     with np.errstate(invalid="ignore", divide="ignore"):
         df = np.where(se > 0, df_for_t975(h / np.where(se > 0, se, 1.0)), math.inf) if level == 0.95 else \
-            np.full(len(se), np.nan)
+            np.full(np.shape(se), np.nan)
     h = np.where(se > 0, h, np.where(np.isfinite(se), 0.0, np.nan))
     return Interval(est, est - h, est + h, df, method)
 
@@ -115,11 +117,10 @@ def worse_than_best(point: np.ndarray, item: np.ndarray, resid: np.ndarray, seed
     return out.reshape(shape)
 
 
-def pair_parts(noise: Noise) -> tuple[np.ndarray, Parts]:
-    """Every gap i − j as a contrast: (c [R·R, R], its parts), row i·R + j."""
-    R = len(noise.n_seeds)
-    c = (np.eye(R)[:, None, :] - np.eye(R)[None, :, :]).reshape(R * R, R)
-    return c, contrast_parts(noise, c)
+def pair_contrasts(R: int) -> np.ndarray:
+    """Every gap i − j of R regimes as a contrast: c [R·R, R], row i·R + j."""
+    return (np.eye(R)[:, None, :] - np.eye(R)[None, :, :]).reshape(R * R, R)
+
 
 
 # --- > margin: Holm on bounds --------------------------------------------------------------------
@@ -151,11 +152,11 @@ def holm_above(est: np.ndarray, parts: Parts, alpha: float, margin: float = 0.0)
 
 
 def simultaneous(est: np.ndarray, parts: Parts, level: float = 0.95) -> Interval:
-    """Bonferroni intervals over the K contrasts (two-sided, familywise 1 − level): any one the data
+    """Bonferroni intervals over the K contrasts (two-sided, familywise 1 − level; est [..., K]): any one the data
     select, the best regime included, is covered with probability >= level."""
-    K = len(np.atleast_1d(est))
+    K = np.shape(est)[-1] if np.ndim(est) else 1  # est [..., K]: over the last axis
     h = _half(parts, lambda df: t_quantile(1 - (1 - level) / (2 * K), df))
-    return Interval(est, est - h, est + h, np.full(K, np.nan), f"simultaneous over {K} regimes (Bonferroni)")
+    return Interval(est, est - h, est + h, np.full(np.shape(est), np.nan), f"simultaneous over {K} regimes (Bonferroni)")
 
 
 def winners_curse(point: np.ndarray, dev_var: np.ndarray, maximize: bool = True) -> float:
@@ -178,43 +179,78 @@ def winners_curse(point: np.ndarray, dev_var: np.ndarray, maximize: bool = True)
 # --- one condition --------------------------------------------------------------------------------
 
 
+def _stacks(noises: list[Noise]) -> list[tuple[list[int], "V.NoiseStack"]]:
+    """The noises grouped by shape (variance.stack_key) and stacked: (their positions, the stack)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, x in enumerate(noises):
+        groups.setdefault(V.stack_key(x), []).append(i)
+    return [(idx, V.stack([noises[i] for i in idx])) for idx in groups.values()]
+
+
+def _row(p: Parts, c: int) -> Parts:
+    return Parts(p.item[c], p.resid[c], p.seed[c], p.df_item, p.df_resid, p.df_seed[c])
+
+
 def rank_decisions(noise: Noise, maximize: bool = True, level: float = 0.95, alpha: float = ALPHA) -> dict:
     """Per regime: mean and interval, the selection-adjusted (simultaneous) interval, the gap to the best
     with its familywise lower bound, `worse` (REGWQ), the winner's curse; `testable` False without seed
     variance (then nothing is called worse)."""
-    R = len(noise.n_seeds)
+    return rank_decisions_many([noise], maximize, level, alpha)[0]
+
+
+def rank_decisions_many(noises: list[Noise], maximize: bool = True, level: float = 0.95,
+                        alpha: float = ALPHA) -> list[dict]:
+    """rank_decisions of many conditions, the same values: conditions of one shape are stacked and decided
+    at once (a condition's decisions cost ~1 ms of small array operations; a sweep has hundreds)."""
+    out: list[dict] = [{}] * len(noises)
     sign = 1.0 if maximize else -1.0
-    point = noise.point
-    p1 = contrast_parts(noise, np.eye(R))
-    iv = intervals(point, p1, level)
-    sim = simultaneous(point, p1, level)
-    best = int(np.argmax(sign * point))
-    testable = noise.has_seed_noise and R >= 1
-    c, pp = pair_parts(noise)
-    sq = lambda a: np.asarray(a).reshape(R, R) if np.ndim(a) else np.full((R, R), a)
-    if testable and R >= 2:
-        worse = worse_than_best(sign * point, sq(pp.item), sq(pp.resid), sq(pp.seed), pp.df_item, pp.df_resid,
-                                sq(pp.df_seed), alpha)
-    else:
-        worse = np.zeros(R, dtype=bool)
-    gap = sign * (point[best] - point)  # >= 0: how much worse than the best
-    gp = Parts(sq(pp.item)[best], sq(pp.resid)[best], sq(pp.seed)[best], pp.df_item, pp.df_resid, sq(pp.df_seed)[best])
-    first = lambda df: range_quantile(1 - alpha, R, df) / math.sqrt(2.0)  # the range's first-step bound
-    gap_lo = np.where(np.arange(R) == best, 0.0, gap - _half(gp, first)) if R >= 2 else np.zeros(R)
-    dev = contrast_parts(noise, np.eye(R) - 1.0 / R).var
-    return {"mean": point, "se": p1.se, "df": iv.df, "ci_lo": iv.low, "ci_hi": iv.high,
-            "sel_lo": sim.low, "sel_hi": sim.high, "best": best, "gap_to_best": gap,
-            "gap_ci_lo": gap_lo, "tied_best": ~worse, "testable": testable,
-            "expected_drop": winners_curse(point, dev, maximize), "parts": p1}
+    for idx, st in _stacks(noises):
+        C, R = st.n_seeds.shape
+        point = st.m.mean(axis=-1)  # [C, R]
+        p1 = V.stacked_parts(st, np.eye(R))
+        iv = intervals(point, p1, level)
+        sim = simultaneous(point, p1, level)
+        best = np.argmax(sign * point, axis=-1)  # [C]
+        rows = np.arange(C)
+        testable = st.has_seed_noise and R >= 1
+        pp = V.stacked_parts(st, pair_contrasts(R))
+        sq = lambda a: np.asarray(a).reshape(C, R, R)  # noqa: E731
+        if testable and R >= 2:
+            worse = worse_than_best(sign * point, sq(pp.item), sq(pp.resid), sq(pp.seed), pp.df_item, pp.df_resid,
+                                    sq(pp.df_seed), alpha)
+        else:
+            worse = np.zeros((C, R), dtype=bool)
+        gap = sign * (point[rows, best][:, None] - point)  # >= 0: how much worse than the best
+        gp = Parts(sq(pp.item)[rows, best], sq(pp.resid)[rows, best], sq(pp.seed)[rows, best], pp.df_item,
+                   pp.df_resid, sq(pp.df_seed)[rows, best])  # [C, R]: the best against each regime
+        first = lambda df: range_quantile(1 - alpha, R, df) / math.sqrt(2.0)  # noqa: E731 - the range's first step
+        gap_lo = (np.where(np.arange(R)[None, :] == best[:, None], 0.0, gap - _half(gp, first)) if R >= 2
+                  else np.zeros((C, R)))
+        dev = V.stacked_parts(st, np.eye(R) - 1.0 / R).var
+        for k, i in enumerate(idx):
+            out[i] = {"mean": point[k], "se": p1.se[k], "df": iv.df[k], "ci_lo": iv.low[k], "ci_hi": iv.high[k],
+                      "sel_lo": sim.low[k], "sel_hi": sim.high[k], "best": int(best[k]), "gap_to_best": gap[k],
+                      "gap_ci_lo": gap_lo[k], "tied_best": ~worse[k], "testable": testable,
+                      "expected_drop": winners_curse(point[k], dev[k], maximize), "parts": _row(p1, k)}
+    return out
 
 
 def gain_decisions(noise: Noise, level: float = 0.95, alpha: float = ALPHA) -> dict:
     """Per regime: the gain (an improvement, already signed), its interval, and `beats_start` by Holm
     over the regimes at one-sided familywise alpha/2 (not tested without seed variance)."""
-    R = len(noise.n_seeds)
-    g = noise.point
-    p1 = contrast_parts(noise, np.eye(R))
-    iv = intervals(g, p1, level)
-    beats = holm_above(g, p1, alpha / 2) if noise.has_seed_noise else np.zeros(R, dtype=bool)
-    return {"gain": g, "gain_se": p1.se, "gain_ci_lo": iv.low, "gain_ci_hi": iv.high, "beats_start": beats,
-            "parts": p1}
+    return gain_decisions_many([noise], level, alpha)[0]
+
+
+def gain_decisions_many(noises: list[Noise], level: float = 0.95, alpha: float = ALPHA) -> list[dict]:
+    """gain_decisions of many conditions, stacked by shape as rank_decisions_many; the same values."""
+    out: list[dict] = [{}] * len(noises)
+    for idx, st in _stacks(noises):
+        C, R = st.n_seeds.shape
+        g = st.m.mean(axis=-1)
+        p1 = V.stacked_parts(st, np.eye(R))
+        iv = intervals(g, p1, level)
+        beats = holm_above(g, p1, alpha / 2) if st.has_seed_noise else np.zeros((C, R), dtype=bool)
+        for k, i in enumerate(idx):
+            out[i] = {"gain": g[k], "gain_se": p1.se[k], "gain_ci_lo": iv.low[k], "gain_ci_hi": iv.high[k],
+                      "beats_start": beats[k], "parts": _row(p1, k)}
+    return out

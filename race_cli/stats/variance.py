@@ -284,26 +284,64 @@ class Parts:
         return np.sqrt(self.var)
 
 
+@dataclass
+class NoiseStack:
+    """Noises of conditions of one shape (`stack_key`) stacked on a leading axis C: what contrast parts read."""
+
+    m: np.ndarray  # [C, R, n]
+    n_seeds: np.ndarray  # [C, R]
+    ms_resid: np.ndarray  # [C]
+    df_resid: float  # shared by the stack
+    seed_var: np.ndarray  # [C, R]
+    seed_df: np.ndarray  # [C, R]
+    has_seed_noise: bool  # shared by the stack
+
+    @property
+    def n(self) -> int:
+        return self.m.shape[-1]
+
+
+def stack_key(noise: Noise) -> tuple:
+    """Conditions with one key stack: regimes, items, residual df and whether seed noise was measured."""
+    return len(noise.n_seeds), noise.n, noise.df_resid, noise.has_seed_noise
+
+
+def stack(noises: list[Noise]) -> NoiseStack:
+    """The noises (one `stack_key`) on a leading axis."""
+    first = noises[0]
+    return NoiseStack(m=np.stack([x.m for x in noises]), n_seeds=np.stack([x.n_seeds for x in noises]),
+                      ms_resid=np.array([x.ms_resid for x in noises], float), df_resid=first.df_resid,
+                      seed_var=np.stack([x.seed_var for x in noises]), seed_df=np.stack([x.seed_df for x in noises]),
+                      has_seed_noise=first.has_seed_noise)
+
+
 def contrast_parts(noise: Noise, c: np.ndarray) -> Parts:
     """Parts of the contrasts c [K, R] (a row e_r is regime r's mean; e_a − e_b a paired gap)."""
+    p = stacked_parts(stack([noise]), c)
+    return Parts(p.item[0], p.resid[0], p.seed[0], p.df_item, p.df_resid, p.df_seed[0])
+
+
+def stacked_parts(st: NoiseStack, c: np.ndarray) -> Parts:
+    """contrast_parts for every condition of a stack at once: arrays [C, K], the same values."""
     c = np.atleast_2d(np.asarray(c, float))
-    n = noise.n
-    w = c ** 2 / np.maximum(noise.n_seeds, 1)  # [K, R] c_r² / n_r
+    n, C, K = st.n, len(st.m), len(c)
+    w = c ** 2 / np.maximum(st.n_seeds, 1)[:, None, :]  # [C, K, R] c_r² / n_r
     if n > 1:
-        item = (c @ noise.m).var(axis=1, ddof=1) / n
+        item = (c @ st.m).var(axis=-1, ddof=1) / n
         df_item = n - 1.0
-    elif noise.has_seed_noise:
-        item, df_item = np.zeros(len(c)), math.inf  # job-level values: everything is in the seed part
+    elif st.has_seed_noise:
+        item, df_item = np.zeros((C, K)), math.inf  # job-level values: everything is in the seed part
     else:
-        item, df_item = np.full(len(c), np.nan), math.inf  # one value per regime: nothing to estimate from
-    resid = w.sum(axis=1) * noise.ms_resid / n if (n > 1 and noise.df_resid) else np.zeros(len(c))
-    seed_r = w * noise.seed_var  # [K, R]
-    seed = seed_r.sum(axis=1)
+        item, df_item = np.full((C, K), np.nan), math.inf  # one value per regime: nothing to estimate from
+    resid = w.sum(axis=-1) * st.ms_resid[:, None] / n if (n > 1 and st.df_resid) else np.zeros((C, K))
+    seed_df = st.seed_df[:, None, :]  # [C, 1, R]
+    seed_r = w * st.seed_var[:, None, :]  # [C, K, R]
+    seed = seed_r.sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        den = np.where(noise.seed_df > 0, seed_r ** 2 / np.where(noise.seed_df > 0, noise.seed_df, 1), 0.0).sum(axis=1)
+        den = np.where(seed_df > 0, seed_r ** 2 / np.where(seed_df > 0, seed_df, 1), 0.0).sum(axis=-1)
         df_seed = np.where(den > 0, seed ** 2 / np.where(den > 0, den, 1), np.where(seed > 0, np.inf, 0.0))
     # regimes moderated by one prior share its estimate: never more df than the most of any one of them
-    top = np.where(seed_r > 0, noise.seed_df[None, :], 0.0).max(axis=1)
+    top = np.where(seed_r > 0, seed_df, 0.0).max(axis=-1)
     df_seed = np.minimum(df_seed, np.where(seed > 0, top, df_seed))
     return Parts(item=item, resid=resid, seed=seed, df_item=df_item,
-                 df_resid=noise.df_resid if noise.df_resid else math.inf, df_seed=df_seed)
+                 df_resid=st.df_resid if st.df_resid else math.inf, df_seed=df_seed)
