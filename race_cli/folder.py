@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from race_cli.errors import RaceError
 from race_cli.io import read_json
@@ -194,6 +195,39 @@ def refuse_links_in(job: str | Path) -> None:
         if seen > MAX_JOB_ENTRIES:
             raise RaceError(f"{job} holds more than {MAX_JOB_ENTRIES} files: not a job folder race wrote. Replan "
                             "the sweep into a new folder (race plan --out DIR).")
+
+
+def job_config_section(job_or_config: str | Path, key: str) -> Any:
+    """`job_config_data(job)[key]` (None when absent or unreadable) without parsing the whole config: the
+    block of lines from `key:` at the start of a line to the next top-level line is parsed alone, as race
+    plan writes configs (block style, one document). Anything else (the key twice, a flow-style document,
+    an alias defined elsewhere, more than one document) parses the whole file instead, so the answer is
+    always the whole parse's. The report reads one model block per model size this way (~20× faster)."""
+    import yaml
+
+    from race_cli.io import read_bounded
+
+    path = Path(job_or_config)
+    path = path if path.name == "config.yaml" else job_config(path)
+    try:
+        lines = read_bounded(path, 4 * 2**20).decode("utf-8").split("\n")
+    except Exception:  # noqa: BLE001 - as job_config_data: the job's own failure, later
+        return None
+    head = f"{key}:"
+    starts = [i for i, line in enumerate(lines) if line == head or line.startswith(head + " ")]
+    if len(starts) == 1 and lines[starts[0]] == head and not any(x.startswith(("%", "---", "...", "{"))
+                                                                 for x in lines):
+        i = starts[0] + 1
+        while i < len(lines) and (not lines[i] or lines[i][0] in " -#"):
+            i += 1
+        try:
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            block = yaml.load("\n".join(lines[starts[0]:i]), Loader=loader)  # noqa: S506 - a safe loader
+            if isinstance(block, dict) and list(block) == [key]:
+                return block[key]
+        except Exception:  # noqa: BLE001 - not parseable alone (an alias, say): the whole parse decides
+            pass
+    return job_config_data(path).get(key)
 
 
 def job_config_data(job_or_config: str | Path) -> dict:

@@ -409,3 +409,36 @@ def test_a_budget_run_in_full_is_not_mixed_with_checkpoints_at_it(tmp_path):
     rk = res["joint"]["ranking"]
     at4 = rk[rk["budget"] == 4e11]
     assert len(at4) == 8 and set(at4["checkpoint"]) == {1.0} and set(at4["n_seeds"]) == {2}
+
+
+def test_a_config_section_is_what_the_whole_parse_says(tmp_path):
+    """model_sizes reads the model block of one config per model alone (folder.job_config_section): for a
+    config as race plan writes it, and for every text where the block alone could read otherwise, the
+    answer is the whole parse's."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from race_cli import folder
+    from race_cli.config.compose import compose
+
+    planned = yaml.dump(OmegaConf.to_container(compose([]), resolve=True), Dumper=yaml.SafeDumper, sort_keys=False)
+    texts = {
+        "planned": planned,
+        "twice": planned + "model:\n  arch: {hidden_size: 8}\n",  # the last one wins
+        "alias": "base: &a\n  hidden_size: 8\nmodel:\n  arch: *a\n",  # the block alone has no anchor
+        "flow": "{model: {arch: {hidden_size: 8}}, seed: 0}\n",
+        "inline": "model: {arch: {hidden_size: 8}}\nseed: 0\n",
+        "last": "seed: 0\nmodel:\n  arch:\n    hidden_size: 8\n\n  # a comment\n  name: m\n",
+        "list": "model:\n- a\n- b\nseed: 1\n",
+        "two documents": "model:\n  name: a\n---\nmodel:\n  name: b\n",
+        "none": "seed: 0\n",
+        "not yaml": "model:\n  arch: [unclosed\n",
+    }
+    for name, text in texts.items():
+        cfg = tmp_path / name / ".hydra" / "config.yaml"
+        cfg.parent.mkdir(parents=True)
+        cfg.write_text(text, encoding="utf-8")
+        assert folder.job_config_section(tmp_path / name, "model") == folder.job_config_data(tmp_path / name).get("model"), name
+    assert folder.job_config_section(tmp_path / "planned", "model")["arch"]["hidden_size"] > 0
+    assert folder.job_config_section(tmp_path / "twice", "model") == {"arch": {"hidden_size": 8}}
+    assert folder.job_config_section(tmp_path / "missing", "model") is None

@@ -129,7 +129,8 @@ def with_checkpoints(table: pd.DataFrame, data, cps, targets: list[str]) -> pd.D
 
 def model_sizes(sweep_dirs: list[Path], jobs: pd.DataFrame, tries: int = 5) -> dict[str, int]:
     """Linear parameters (N_body + N_head, race_cli/cost/flops.py) of each model, read from the
-    `model.arch` block of one job's .hydra/config.yaml (bounded, C-speed safe YAML: folder.job_config_data);
+    `model.arch` block of one job's .hydra/config.yaml (bounded, C-speed safe YAML, the model block alone:
+    folder.job_config_section);
     a model none of whose first `tries` configs can be read is left out (its sentences then name it
     without calling it larger or smaller)."""
     from race_cli import folder
@@ -141,8 +142,8 @@ def model_sizes(sweep_dirs: list[Path], jobs: pd.DataFrame, tries: int = 5) -> d
     for model, g in jobs.groupby("model", sort=True):
         for sweep, job_id in list(zip(g["sweep"], g["job_id"]))[:tries]:
             try:
-                cfg = folder.job_config_data(folder.job_dir(where[sweep], job_id))
-                arch = Arch.from_config(cfg["model"]["arch"])
+                model_cfg = folder.job_config_section(folder.job_dir(where[sweep], job_id), "model")
+                arch = Arch.from_config(model_cfg["arch"])
                 out[str(model)] = int(arch.n_body + arch.n_head)
                 break
             except (KeyError, TypeError, ValueError, AttributeError, RaceError):
