@@ -212,3 +212,28 @@ def test_closed_form_loo_equals_the_loop():
     Y = rng.normal(0.5, 0.05, (7, len(GRID)))
     for deg in (0, 1, 2):
         np.testing.assert_allclose(loo_mse_many(x, Y, deg), [loo_mse(x, y, deg) for y in Y], rtol=1e-9)
+
+
+def test_loo_mse_in_closed_form_is_the_refits():
+    # a constant's and a line's leave-one-out errors from the hat matrix's diagonal equal refitting without
+    # each point (np.linalg.lstsq, the definition) to rounding; two points cannot leave one out for a line
+    from race_cli.report.response import loo_mse
+
+    def refits(x, y, deg):
+        e = []
+        for i in range(len(x)):
+            keep = np.arange(len(x)) != i
+            c = np.linalg.lstsq(np.vander(x[keep], deg + 1), y[keep], rcond=None)[0]
+            e.append((np.polyval(c, x[i]) - y[i]) ** 2)
+        return float(np.mean(e))
+
+    rng = np.random.default_rng(8)
+    for n in (3, 4, 6):
+        for _ in range(20):
+            x, y = np.sort(rng.uniform(-3, 0, n)), rng.uniform(0.2, 0.8, n)
+            for deg in (0, 1) + ((2,) if n > 3 else ()):
+                assert loo_mse(x, y, deg) == pytest.approx(refits(x, y, deg), rel=1e-9, abs=1e-15)
+    # by hand: y = 0, 0, 3 at x = 1, 2, 3; a line through two points predicts the third:
+    # leave out 1 -> (2,0),(3,3): 3x − 6 at 1 = −3, error 9; leave out 2 -> (1,0),(3,3) at 2 = 1.5, error
+    # 2.25; leave out 3 -> (1,0),(2,0) at 3 = 0, error 9: mean 20.25/3 = 6.75
+    assert loo_mse(np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.0, 3.0]), 1) == pytest.approx(6.75)

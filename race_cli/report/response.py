@@ -93,7 +93,20 @@ def _design(x: np.ndarray, degree: int) -> np.ndarray:
 
 
 def loo_mse(x: np.ndarray, y: np.ndarray, degree: int) -> float:
-    """Mean squared leave-one-out prediction error of a degree-`degree` polynomial."""
+    """Mean squared leave-one-out prediction error of a degree-`degree` polynomial. A constant or a line in
+    closed form (the LOO residual of point i is its residual over 1 − h_ii: for a constant h = 1/n, for a
+    line h = 1/n + (x_i − x̄)²/Σ(x − x̄)²; the refits' values to rounding), higher degrees by refitting."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = len(x)
+    if degree == 0 and n > 1:
+        return float(np.mean(((y - y.mean()) * (n / (n - 1))) ** 2))
+    if degree == 1 and n > 2:
+        dx = x - x.mean()
+        sxx = float(dx @ dx)
+        h = 1.0 / n + dx ** 2 / sxx if sxx > 0 else np.ones(n)
+        if (h < 1 - 1e-9).all():
+            b = float(dx @ (y - y.mean())) / sxx
+            return float(np.mean(((y - y.mean() - b * dx) / (1 - h)) ** 2))
     errs = []
     for i in range(len(x)):
         keep = np.arange(len(x)) != i
