@@ -252,7 +252,7 @@ def _alternate(a: argparse.Namespace, sweep: Path, trees: list[Path], walls: dic
             print(f"  {t}: median {statistics.median(walls[t]):.2f} s wall ({', '.join(f'{w:.2f}' for w in walls[t])}), "
                   f"{statistics.median(cpus[t]):.2f} s CPU ({', '.join(f'{w:.2f}' for w in cpus[t])})")
         if len(trees) == 2:
-            (w0, w1), (c0, c1) = ((statistics.median(d[t]) for t in trees) for d in (walls, cpus))
+            (w0, w1), (c0, c1) = ([statistics.median(d[t]) for t in trees] for d in (walls, cpus))
             print(f"  ratio {trees[0].name}/{trees[1].name}: {w0 / w1:.1f}x wall, {c0 / c1:.1f}x CPU")
         if a.profile:
             for t in trees:
