@@ -171,38 +171,24 @@ def _first(ask, lo: int, cap: int):
     return hi
 
 
-def _open_question(g: dict[str, np.ndarray], k: int) -> tuple | None:
-    """What settle asks of one condition: (design, kind, effect) — "separation" of the best − runner-up gap,
-    or with no regime beating its start the best's "gain" — or None with nothing open or the design unknown.
-    effect as observed (nan or <= 0: nothing to detect)."""
-    d = _design(g, k)
-    if d is None:
-        return None
-    learned = bool(g["beats_start"].any()) if "beats_start" in g else True
-    if learned:
-        if "tied_best" not in g or int(g["tied_best"].sum()) <= 1 or len(g["regime"]) < 2:
-            return None
-        return d, "separation", abs(_num(g["gap_to_best"][1]))
-    return d, "gain", (_num(g["gain"][0]) if "gain" in g else math.nan)
-
-
-def _searched(effect: float) -> float:
-    """The effect the search asks about: to 0.001, down (never more power than the gap observed)."""
-    return math.floor(effect * 1000) / 1000
-
-
 def _settle_steps(g: dict[str, np.ndarray], label: str, k: int, wall_s: float | None, workers: int):
     """`settle` as a generator: yields the (kind, design, effect) queries its search asks, is sent their
     powers, and returns the Settle (or None)."""
     from race_cli.stats import power as P
 
-    q = _open_question(g, k)
-    if q is None:
+    d = _design(g, k)
+    if d is None:
         return None
-    d, kind, effect = q
+    learned = bool(g["beats_start"].any()) if "beats_start" in g else True
+    if learned:  # the open call: separate the best from the runner-up
+        if "tied_best" not in g or int(g["tied_best"].sum()) <= 1 or len(g["regime"]) < 2:
+            return None
+        effect, kind = abs(_num(g["gap_to_best"][1])), "separation"
+    else:  # or: does the best beat its start?
+        effect, kind = (_num(g["gain"][0]) if "gain" in g else math.nan), "gain"
     if not math.isfinite(effect) or effect <= 0:
         return Settle(str(g["condition"][0]), label, None, None, 0, 0.0, None)
-    effect = _searched(effect)
+    effect = math.floor(effect * 1000) / 1000  # to 0.001, down: never more power than the gap observed
     lo = max(d.seeds + 1, 2)
     # out of reach at the most seeds (or items) searched: say so without searching (most open calls of a
     # large sweep are gaps within noise); otherwise the fewest that reach 80%
@@ -254,7 +240,7 @@ def _settle_all(conds: list[tuple], k: int, workers: int) -> list[Settle | None]
     while asked:
         _compute(list(asked.values()))
         for i, q in list(asked.items()):
-            advance(i, _POWERS[q])
+            advance(i, _power(*q))  # remembered by _compute (computed again only if the memory was full)
     return out
 
 
