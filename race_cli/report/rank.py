@@ -248,11 +248,11 @@ def rank_condition(jobs: pd.DataFrame, reg_cols: list[str], target: str, items: 
                    assume_seed_sd: float | None = None) -> pd.DataFrame:
     """Rank the regimes of one condition's ranked jobs (done, readable, target recorded), its seed
     variance pooled over its own regimes only."""
+    from race_cli.stats import decisions as D
+
     arrays = _job_arrays(jobs, reg_cols, target)
     codes, regs = _number_regimes(_regime_rows(arrays, reg_cols), reg_cols)
     inp = _condition_inputs(arrays, codes, regs, reg_cols, target, items, items_initial or {})
-    from race_cli.stats import decisions as D
-
     noise, gnoise = _noises(inp, _prior_for(inp["noise"], None, assume_seed_sd), maximize)
     dec = D.rank_decisions(noise, maximize, level)
     gd = D.gain_decisions(gnoise, level) if gnoise is not None else None
@@ -310,7 +310,7 @@ def _condition_inputs(jobs: dict[str, np.ndarray], codes: np.ndarray, regs: list
     shares = {c: jobs[c] for c in SHARE_COLS if c in jobs}
     return {"codes": codes, "regs": regs, "reg_cols": reg_cols, "scores": scores, "values": values,
             "method": method, "gain_v": gain_v, "gain_s": gain_s, "start_v": start_v, "gain_method": gain_method,
-            # pooled later (`_condition_columns`): the condition's own prior would only be replaced
+            # pooled later (`_noises`): the condition's own prior would only be replaced
             "noise": noise_of(codes, scores if scores is not None else values, n_reg, own_pool=False),
             "shares": shares}
 
@@ -368,7 +368,7 @@ def _condition_columns(inp: dict, noise, dec: dict, gd: dict | None, n_boot, rng
 
     Intervals, ≈ best (REGWQ), beats its start (Holm on bounds), the winner's interval and curse, and the
     draws come from race_cli/stats: item noise per regime plus seed noise moderated by the sweep pool's
-    prior. A gain is always an improvement: final − start, or start − final for a lower-is-better target."""
+    prior."""
     from race_cli.stats import draws as W
 
     codes, regs, scores = inp["codes"], inp["regs"], inp["scores"]
