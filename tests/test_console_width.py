@@ -109,7 +109,7 @@ def test_race_report_and_race_runs_end_at_80_columns(pilot, printed, tmp_path):
     from rich.console import Console
 
     from race_cli.report.build import ReportOptions
-from race_cli.report.command import print_report_top, run_report
+    from race_cli.report.command import print_report_top, run_report
 
     console = Console(file=StringIO(), width=WIDTH)
     console._h34_terminal = True  # what `race report` prints (it prints to stdout)

@@ -135,15 +135,15 @@ def test_report_recovers_the_known_best_and_writes_everything(sweep, tmp_path):
 
 
 def test_default_out_is_the_sweeps_report_folder_and_stdout_formats(sweep, capsys):
-    assert report([sweep], fmt="json", plots=False, bootstrap=200) == 0
+    assert report(ReportOptions([sweep], fmt="json", plots=False, bootstrap=200)) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["caveat"].startswith("A pilot grid is a diagnostic")
     assert {r["job_id"] for r in doc["jobs"]} >= {"tiny-s_G2_mu1_rule_failed"}
     assert (sweep / "report" / "ranking.csv").exists()
-    assert report([sweep], fmt="csv", plots=False, bootstrap=200) == 0
+    assert report(ReportOptions([sweep], fmt="csv", plots=False, bootstrap=200)) == 0
     csv = pd.read_csv(StringIO(capsys.readouterr().out))
     assert list(csv["rank"])[:1] == [1] and "ci_lo" in csv
-    assert report([sweep], fmt="markdown", plots=False, bootstrap=200) == 0
+    assert report(ReportOptions([sweep], fmt="markdown", plots=False, bootstrap=200)) == 0
     assert capsys.readouterr().out.startswith("# RACE pilot-grid report")
 
 
@@ -192,7 +192,7 @@ def test_bad_input_is_one_clear_message_and_exit_2(tmp_path, capsys, make, args,
     with pytest.raises(RaceError) as e:
         _quiet(sweep_dirs=[d], **args)
     assert words in str(e.value)
-    assert report([d], plots=False, **args) == 2
+    assert report(ReportOptions([d], plots=False, **args)) == 2
     assert words.split()[0] in capsys.readouterr().err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
 
@@ -261,7 +261,7 @@ def test_done_jobs_without_ledgers_are_explained_not_crashed(tmp_path, capsys):
     d = build_sweep(tmp_path / "s", regimes=[Regime(4, 1, 0.3), Regime(8, 1, 0.3)], seeds=(0,), n_items=5)
     for ledger in d.glob("jobs/*/ledger.json"):
         ledger.unlink()
-    assert report([str(d)], plots=False) == 2  # a str path is accepted too
+    assert report(ReportOptions([str(d)], plots=False)) == 2  # a str path is accepted too
     err = capsys.readouterr().err
     assert "no job can be ranked" in err and "2 job(s) unreadable: ledger.json missing" in err
 

@@ -338,7 +338,7 @@ def test_allocation_by_allocation_feedback_comparison(joint):
 
 def test_the_gates_weights_by_hand(joint):
     """Every claim's weight where the graph stopped (the module docstring's walk-through)."""
-    s = joint[0]["joint"]["sentences"]
+    s = joint[0].joint["sentences"]
     s = s[s["question"] != "split"]
     got = {(q, None if q.startswith("size") else sc): w for q, sc, w in zip(s["question"], s["scope"], s["weight"])}
     assert got == pytest.approx(WEIGHTS)

@@ -84,7 +84,7 @@ def write_files(rep: Report) -> tuple[dict[str, str], list[str], dict[str, str]]
     out_dir = rep.out_dir
     if rep.options.out is None:  # under the sweep: a report/ planted as a link must not send the files elsewhere
         _refuse_link(out_dir, rep.options.sweep_dirs[0])
-    check_out_paths(out_dir, set(VW.MAIN_FILES) | set(VW.VALIDATION_FILES) | VW.figure_names())
+    check_out_paths(out_dir, VW.touched_names(rep))
     out_dir.mkdir(parents=True, exist_ok=True)
     figs = _draw(rep, out_dir) if rep.options.plots else []
     for stale in VW.figure_names() - set(figs):

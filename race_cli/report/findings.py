@@ -10,6 +10,10 @@ for every call left open, what would settle it: the seeds per regime (or, beyond
 at which the report's own test separates the observed gap with 80% power (race_cli/stats/power.py,
 the model `race plan` prints), with the extra jobs, FLOPs and wall time that costs.
 
+A raced sweep (plan.json's race record) words each condition's call as its race state instead
+(report/words.race_state: winner, equivalent within ±margin, undecided with its price, no gain, or still
+racing, at which look), and one line states the schedule and its margin.
+
 Everything here reads the tables rank.py, recommend.py and joint.py return; a column a newer or older
 version does not have turns its line into "–", never an error (the findings must not hide the report).
 Pure (no I/O): `render.print_findings` and `render.markdown_summary` print the lines.

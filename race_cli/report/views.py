@@ -11,10 +11,10 @@ import json
 
 from race_cli.io import dumps
 
-# every file name a report may write or remove, besides the figures (report/plots.py, frontier.py,
-# joint_view.py): command.py checks each path before it writes any
+# the files a report writes, besides the figures (report/plots.py, frontier.py, joint_view.py); frontier.csv
+# and joint.csv are removed when this report has none (one from an earlier report would mislead)
 MAIN_FILES = ("runs.csv", "ranking.csv", "recommendations.csv", "report.json", "summary.md", "frontier.csv",
-              "predictions.csv", "joint.csv")
+              "joint.csv")
 VALIDATION_FILES = ("validation.md", "validation.csv", "validation_regimes.csv", "validation.json")
 
 
@@ -25,6 +25,13 @@ def figure_names() -> set[str]:
     from race_cli.report.plots import PLOT_NAMES  # module top imports no matplotlib
 
     return set(PLOT_NAMES) | set(F.PLOTS) | {JV.JOINT_PLOT}
+
+
+def touched_names(rep) -> set[str]:
+    """Every file name this report writes or removes in its folder: command.py checks each path before it
+    writes any."""
+    return (set(MAIN_FILES) | figure_names() | ({"predictions.csv"} if rep.predictions is not None else set())
+            | (set(VALIDATION_FILES) if rep.validation is not None else set()))
 
 
 # --- files -------------------------------------------------------------------------------------------
