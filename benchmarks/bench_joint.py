@@ -8,7 +8,7 @@
 Every simulated joint condition is written as real job folders (tests/report_fixtures.py's writer,
 plus a .hydra/config.yaml naming each model's architecture, so the report knows which is larger) and
 read back by the report's own code (read_sweeps, then the joint section's calls: joint_table,
-model_sizes, joint_compare; `--full-report` runs the whole run_report instead, within-condition rankings
+model_sizes, joint_compare; `--full-report` runs the whole build_report instead, within-condition rankings
 included, and gets the same sentences); `--in-memory` feeds joint_compare the table joint_table would
 build from those folders (the same draws, the same procedure: for 1,000 conditions per scenario in
 minutes rather than hours of folder writing); the harness only counts the sentences' verdicts.
@@ -45,7 +45,6 @@ claims, report/joint.py, stats/gatekeeping.py).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import sys
@@ -60,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from race_cli.report import joint as J  # noqa: E402
-from race_cli.report.command import run_report  # noqa: E402
+from race_cli.report.build import ReportOptions, build_report  # noqa: E402
 from race_cli.report.rank import rankable  # noqa: E402
 from race_cli.report.table import read_sweeps  # noqa: E402
 from report_fixtures import Regime, write_job  # noqa: E402
@@ -149,8 +148,6 @@ def _linear_params(size: str) -> int:
 
 def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_boot: int,
                  full_report: bool = False, in_memory: bool = False) -> dict:
-    from rich.console import Console
-
     rng = np.random.default_rng([seed, int(seed_sd * 1000), n_seeds])
     root = tmp / f"joint-{seed_sd}-{n_seeds}"
     (root / "jobs").mkdir(parents=True)
@@ -169,9 +166,8 @@ def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_b
         joint = J.joint_compare(pd.DataFrame(rows), ["group_size", "updates_per_batch", "prompts_per_iter"],
                                 {TARGET: True}, sizes, n_boot=n_boot, seed=seed)
     elif full_report:
-        res = run_report([root], plots=False, bootstrap=n_boot, console=Console(file=io.StringIO(), width=200))
-        joint = res["joint"]
-    else:  # the calls run_report makes for its joint section, without the within-condition rankings
+        joint = build_report(ReportOptions((root,), plots=False, bootstrap=n_boot)).joint
+    else:  # the calls build_report makes for its joint section, without the within-condition rankings
         data = read_sweeps([root])
         ranked = {TARGET: rankable(data.jobs, TARGET)}
         joint = J.joint_compare(J.joint_table(data, [TARGET], ranked), data.knob_cols, {TARGET: True},
@@ -283,7 +279,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--bootstrap", type=int, default=200, help="draws per condition (best share only)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--full-report", action="store_true",
-                    help="read each sweep with the whole run_report (within-condition rankings and fits too: "
+                    help="read each sweep with the whole build_report (within-condition rankings and fits too: "
                          "the same joint section, ~3x slower)")
     ap.add_argument("--in-memory", action="store_true",
                     help="feed joint_compare the table joint_table would read from the folders, without writing "

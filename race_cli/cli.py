@@ -308,11 +308,12 @@ def report(
     A pilot grid is a diagnostic, not a promise of held-out gains: validate the named regimes.
     """
     _one_blas_thread()
+    from race_cli.report.build import ReportOptions
     from race_cli.report.command import report as report_main
 
-    raise typer.Exit(report_main(list(sweep_dirs), target=target, by=by or None, fmt=fmt.value, out=out,
-                                 plots=plots, bootstrap=bootstrap, seed=seed, at_budget=at_budget, full=full,
-                                 assume_seed_sd=assume_seed_sd))
+    raise typer.Exit(report_main(ReportOptions(tuple(sweep_dirs), target=target, by=tuple(by) if by else None,
+                                               fmt=fmt.value, out=out, plots=plots, bootstrap=bootstrap, seed=seed,
+                                               at_budget=at_budget, assume_seed_sd=assume_seed_sd, full=full)))
 
 
 @app.command()

@@ -108,11 +108,12 @@ def pilot(tmp_path_factory) -> Path:
 def test_race_report_and_race_runs_end_at_80_columns(pilot, printed, tmp_path):
     from rich.console import Console
 
+    from race_cli.report.build import ReportOptions
     from race_cli.report.command import print_report_top, run_report
 
     console = Console(file=StringIO(), width=WIDTH)
     console._h34_terminal = True  # what `race report` prints (it prints to stdout)
-    run_report([pilot], console=console, plots=False, bootstrap=200, out=tmp_path / "r")
+    run_report(ReportOptions([pilot], plots=False, bootstrap=200, out=tmp_path / "r"), console=console)
     text = console.file.getvalue()
     assert not _lines_over(text), _lines_over(text)[:5]
     n_report = len(printed)
@@ -184,12 +185,13 @@ def test_race_validates_preview_at_80_columns(printed, capsys, tmp_path, two):
 def test_the_validation_report_at_80_columns(validation, printed):
     from rich.console import Console
 
+    from race_cli.report.build import ReportOptions
     from race_cli.report.command import run_report
 
     printed.clear()  # race validate's preview: test_race_validates_preview_at_80_columns
     console = Console(file=StringIO(), width=WIDTH)
     console._h34_terminal = True
-    run_report([validation], console=console, plots=False, bootstrap=200)
+    run_report(ReportOptions([validation], plots=False, bootstrap=200), console=console)
     text = console.file.getvalue()
     assert "predicted at the validation budget vs realised" in text
     assert not _lines_over(text), _lines_over(text)[:5]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import json
+import os
 import subprocess
 import sys
 from io import StringIO
@@ -15,6 +16,7 @@ import pandas as pd
 import pytest
 
 from race_cli.errors import RaceError
+from race_cli.report.build import ReportOptions
 from race_cli.report.command import report, run_report
 from race_cli.report.table import parse_overrides, read_sweeps
 from report_fixtures import DEFAULT_CONDITION, Regime, add_unfinished, build_sweep, peaked, rising, write_job
@@ -32,7 +34,7 @@ def sweep(tmp_path_factory) -> Path:
 def _quiet(**kw):
     from rich.console import Console
 
-    return run_report(console=Console(file=StringIO(), width=200), **kw)
+    return run_report(ReportOptions(**kw), console=Console(file=StringIO(), width=200))
 
 
 # --- reading -----------------------------------------------------------------------------
@@ -114,7 +116,7 @@ def test_report_recovers_the_known_best_and_writes_everything(sweep, tmp_path):
     out = tmp_path / "rep"
     res = _quiet(sweep_dirs=[sweep], out=out, bootstrap=500)
     # truth: acc peaks at p = 0.25, the regime G=8 μ=2 (p 0.25) is the true best
-    rec = res["recommendations"].iloc[0]
+    rec = res.recommendations.iloc[0]
     assert rec["best_regime"] == "G=8 μ=2"
     assert not rec["fit_fallback"] and rec["fit_model"] == "quadratic in log p"
     assert 0.18 < rec["p_star"] < 0.33
@@ -133,22 +135,22 @@ def test_report_recovers_the_known_best_and_writes_everything(sweep, tmp_path):
 
 
 def test_default_out_is_the_sweeps_report_folder_and_stdout_formats(sweep, capsys):
-    assert report([sweep], fmt="json", plots=False, bootstrap=200) == 0
+    assert report(ReportOptions([sweep], fmt="json", plots=False, bootstrap=200)) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["caveat"].startswith("A pilot grid is a diagnostic")
     assert {r["job_id"] for r in doc["jobs"]} >= {"tiny-s_G2_mu1_rule_failed"}
     assert (sweep / "report" / "ranking.csv").exists()
-    assert report([sweep], fmt="csv", plots=False, bootstrap=200) == 0
+    assert report(ReportOptions([sweep], fmt="csv", plots=False, bootstrap=200)) == 0
     csv = pd.read_csv(StringIO(capsys.readouterr().out))
     assert list(csv["rank"])[:1] == [1] and "ci_lo" in csv
-    assert report([sweep], fmt="markdown", plots=False, bootstrap=200) == 0
+    assert report(ReportOptions([sweep], fmt="markdown", plots=False, bootstrap=200)) == 0
     assert capsys.readouterr().out.startswith("# RACE pilot-grid report")
 
 
 def test_edge_optimum_takes_the_fallback_and_says_so(tmp_path):
     root = build_sweep(tmp_path / "edge", acc=rising(0.35, 0.5))
     res = _quiet(sweep_dirs=[root], plots=False, bootstrap=300)
-    rec = res["recommendations"].iloc[0]
+    rec = res.recommendations.iloc[0]
     assert rec["fit_fallback"] and "edge" in rec["fit_reason"]
     assert rec["p_star"] == pytest.approx(rec["best_p"])  # the pilot-best point
     md = (root / "report" / "summary.md").read_text()
@@ -163,7 +165,7 @@ def test_several_sweeps_and_the_conditional_frontier(tmp_path):
     b = build_sweep(tmp_path / "prm", acc=peaked(0.25, top=0.75, width=0.2), rng_seed=2,
                     conditions=[dict(DEFAULT_CONDITION, reward="prm")], **kw)
     res = _quiet(sweep_dirs=[a, b], plots=False, bootstrap=300, by=["reward"])
-    rec = res["recommendations"].set_index("reward")
+    rec = res.recommendations.set_index("reward")
     assert rec.loc["rule", "best_regime"] == "G=8 μ=1" and rec.loc["prm", "best_regime"] == "G=8 μ=2"
     assert rec.loc["rule", "p_star"] < rec.loc["prm", "p_star"]
     assert rec.loc["prm", "best_share_feedback"] == pytest.approx(0.15)  # the fixture's PRM share
@@ -190,7 +192,7 @@ def test_bad_input_is_one_clear_message_and_exit_2(tmp_path, capsys, make, args,
     with pytest.raises(RaceError) as e:
         _quiet(sweep_dirs=[d], **args)
     assert words in str(e.value)
-    assert report([d], plots=False, **args) == 2
+    assert report(ReportOptions([d], plots=False, **args)) == 2
     assert words.split()[0] in capsys.readouterr().err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
 
@@ -204,9 +206,9 @@ def test_no_finished_jobs_says_what_states_there_are(tmp_path):
 
 
 def test_report_imports_no_torch(sweep, tmp_path):
-    code = ("import sys; from race_cli.report.command import report; "
+    code = ("import sys; from race_cli.report.command import report; from race_cli.report.build import ReportOptions; "
             "assert 'matplotlib' not in sys.modules and 'scipy' not in sys.modules; "
-            f"rc = report([{str(sweep)!r}], fmt='csv', out={str(tmp_path)!r}, bootstrap=200); "
+            f"rc = report(ReportOptions([{str(sweep)!r}], fmt='csv', out={str(tmp_path)!r}, bootstrap=200)); "
             "bad = [m for m in ('torch', 'transformers', 'peft') if m in sys.modules]; "  # scipy: the statistics
             "print('RC', rc, 'BAD', bad)")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -217,17 +219,17 @@ def test_items_are_paired_by_id_not_by_position(tmp_path):
     # Reversing one job's item order (ids and scores together) must not change any estimate;
     # dropping an id from one job pairs the condition on the ids all jobs share.
     root = build_sweep(tmp_path / "s", n_items=50)
-    base = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    base = _quiet(sweep_dirs=[root], plots=False, bootstrap=200).ranking
     jd = sorted((root / "jobs").iterdir())[0]
     s = json.loads((jd / "summary.json").read_text())
     it = s["eval_items"]["arithmetic"]
     it["ids"], it["scores"] = it["ids"][::-1], it["scores"][::-1]
     (jd / "summary.json").write_text(json.dumps(s))
-    rev = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    rev = _quiet(sweep_dirs=[root], plots=False, bootstrap=200).ranking
     pd.testing.assert_frame_equal(base, rev)
     it["ids"], it["scores"] = it["ids"][1:], it["scores"][1:]
     (jd / "summary.json").write_text(json.dumps(s))
-    cut = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    cut = _quiet(sweep_dirs=[root], plots=False, bootstrap=200).ranking
     assert (cut["method"] == "items (paired, 49 common ids of 50) × seeds").all()
     assert (cut["n_items"] == 49).all()
 
@@ -238,7 +240,7 @@ def test_jobs_without_item_scores_are_bootstrapped_over_seeds(tmp_path):
         s = json.loads((jd / "summary.json").read_text())
         del s["eval_items"]
         (jd / "summary.json").write_text(json.dumps(s))
-    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200).ranking
     assert r["method"].str.startswith("seeds only").all() and r["ci_lo"].notna().all()
 
 
@@ -250,7 +252,7 @@ def test_by_accepts_commas_and_lower_is_better_targets():
 
 
 def test_by_with_commas_groups_by_those_columns(sweep, tmp_path):
-    r = _quiet(sweep_dirs=[sweep], out=tmp_path, plots=False, bootstrap=200, by=["model,reward"])["ranking"]
+    r = _quiet(sweep_dirs=[sweep], out=tmp_path, plots=False, bootstrap=200, by=["model,reward"]).ranking
     assert list(r.columns[:4]) == ["condition", "target", "model", "reward"]
     assert r["condition"].unique().tolist() == ["model=tiny-s reward=rule target=arithmetic"]
 
@@ -259,7 +261,7 @@ def test_done_jobs_without_ledgers_are_explained_not_crashed(tmp_path, capsys):
     d = build_sweep(tmp_path / "s", regimes=[Regime(4, 1, 0.3), Regime(8, 1, 0.3)], seeds=(0,), n_items=5)
     for ledger in d.glob("jobs/*/ledger.json"):
         ledger.unlink()
-    assert report([str(d)], plots=False) == 2  # a str path is accepted too
+    assert report(ReportOptions([str(d)], plots=False)) == 2  # a str path is accepted too
     err = capsys.readouterr().err
     assert "no job can be ranked" in err and "2 job(s) unreadable: ledger.json missing" in err
 
@@ -281,8 +283,8 @@ def two_targets(tmp_path_factory) -> Path:
 
 def test_every_target_gets_its_own_section_and_recommendation(two_targets, tmp_path):
     res = _quiet(sweep_dirs=[two_targets], out=tmp_path, plots=False, bootstrap=300)
-    assert res["targets"] == ["arithmetic", "arithmetic-hard"]
-    rec = res["recommendations"].set_index("target")
+    assert res.targets == ["arithmetic", "arithmetic-hard"]
+    rec = res.recommendations.set_index("target")
     assert rec.loc["arithmetic", "best_regime"] == "G=8 μ=1"
     assert rec.loc["arithmetic-hard", "best_regime"] == "G=4 μ=2"
     assert rec.loc["arithmetic", "condition"].endswith("target=arithmetic")  # a condition includes its target
@@ -294,7 +296,7 @@ def test_every_target_gets_its_own_section_and_recommendation(two_targets, tmp_p
     # (in the policy split learning / (search + learning): the fixture's rule reward has no
     # feedback FLOPs, so it equals p here: 0.14 for G=8 μ=1)
     assert "Along target" in md and "arithmetic: split=0.14 (G=8 μ=1) → arithmetic-hard: split=0." in md
-    diff = res["target_differences"]
+    diff = res.target_differences
     assert len(diff) == 1 and "the best regime differs between targets" in diff[0]
     assert "a real difference" in diff[0] and diff[0] in md
     ranking = pd.read_csv(tmp_path / "ranking.csv")
@@ -305,7 +307,7 @@ def test_every_target_gets_its_own_section_and_recommendation(two_targets, tmp_p
 
 def test_target_option_ranks_one_target(two_targets, tmp_path):
     res = _quiet(sweep_dirs=[two_targets], out=tmp_path, plots=False, bootstrap=200, target="arithmetic-hard")
-    assert set(res["ranking"]["target"]) == {"arithmetic-hard"} and res["target_differences"] == []
+    assert set(res.ranking["target"]) == {"arithmetic-hard"} and res.target_differences == []
     md = (tmp_path / "summary.md").read_text()
     assert "### Target: arithmetic-hard" in md and "### Target: arithmetic\n" not in md
     # and through the command line, with plots
@@ -322,7 +324,7 @@ def test_target_option_ranks_one_target(two_targets, tmp_path):
 def test_same_best_regime_on_every_target_is_said_plainly(tmp_path):
     same = {"arithmetic": peaked(0.25, top=0.7, width=0.2), "gsm8k": peaked(0.25, top=0.5, width=0.2)}
     root = build_sweep(tmp_path / "s", targets=same, n_items=500, item_sd=0.1, initial=0.3)
-    diff = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["target_differences"]
+    diff = _quiet(sweep_dirs=[root], plots=False, bootstrap=200).target_differences
     assert diff == ["model=tiny-s budget_flops=1e+12 reward=rule task=arithmetic: the best regime is the "
                     "same for every target (G=8 μ=2 on arithmetic, gsm8k)."]
 
@@ -333,7 +335,7 @@ def test_fractional_item_scores_are_read_and_ranked(tmp_path):
     data = read_sweeps([root])
     ids, scores = next(iter(data.items.values()))
     assert set(np.unique(scores)) <= {0, 0.25, 0.5, 0.75, 1.0} and len(np.unique(scores)) > 2
-    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200).ranking
     assert r["method"].str.startswith("items (paired, n=100)").all()
 
 
@@ -361,7 +363,7 @@ def test_sweeps_from_before_targets_read_as_a_target_named_accuracy(tmp_path):
         (jd / "metrics.jsonl").write_text(m)
     data = read_sweeps([root])
     assert data.targets == ["accuracy"] and set(data.curves["target"]) == {"accuracy"}
-    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)["ranking"]
+    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200).ranking
     assert (r["target"] == "accuracy").all()
     assert (r["gain_method"] == "seeds only (no per-item start scores)").all() and r["gain"].notna().all()
 
@@ -401,9 +403,9 @@ def test_each_note_sits_under_its_own_condition(tmp_path, capsys):
     root = _two_verdicts(tmp_path / "s")  # a note printed above its table's title reads as tiny-m's
     for width in (80,):  # the narrow table; race run's end below takes the console's width (80 in a pipe)
         buf = StringIO()
-        res = run_report([root], console=Console(file=buf, width=width), plots=False, bootstrap=300,
-                         out=tmp_path / f"r{width}")
-        rec = res["recommendations"].set_index("condition")
+        res = run_report(ReportOptions([root], plots=False, bootstrap=300, out=tmp_path / f"r{width}"),
+                         console=Console(file=buf, width=width))
+        rec = res.recommendations.set_index("condition")
         noted = {c.split()[0] for c, v in rec["no_gain"].items() if v}
         assert noted == {"model=tiny-s"}  # the sweep's truth: only tiny-s's start is out of reach
         heads = {m: f"model={m} budget_flops=" for m in ("tiny-m", "tiny-s")}
@@ -441,7 +443,7 @@ def test_a_regime_keeps_its_colour_and_marker_in_every_panel_and_figure(tmp_path
     monkeypatch.setattr(plt, "close", lambda *a, **k: None)  # keep the figures to look at them
     try:
         res = _quiet(sweep_dirs=[root], bootstrap=200, out=tmp_path / "r")
-        ranking = res["ranking"]
+        ranking = res.ranking
         orders = [list(g["regime"]) for _, g in ranking.groupby("condition", sort=False)]
         assert orders[0] != orders[1]  # the premise: ranks differ between the panels
         regimes = set(ranking["regime"])
@@ -488,8 +490,8 @@ def test_the_report_opens_with_findings_on_one_screen(pilot_like, tmp_path):
     from race_cli.stats import power as P
 
     buf = StringIO()
-    res = run_report([pilot_like], console=Console(file=buf, width=80), plots=False, bootstrap=300,
-                     out=tmp_path / "r", full=False)
+    res = run_report(ReportOptions([pilot_like], plots=False, bootstrap=300, out=tmp_path / "r", full=False),
+                     console=Console(file=buf, width=80))
     lines = buf.getvalue().splitlines()
     assert lines[2].startswith("Findings: which regime, which size")  # right after the counts (2 lines)
     end = next(i for i, line in enumerate(lines) if line.startswith("Below the findings"))
@@ -497,20 +499,20 @@ def test_the_report_opens_with_findings_on_one_screen(pilot_like, tmp_path):
     assert all(len(line) <= 80 for line in lines)
     assert "final ± 95%" not in buf.getvalue()  # the rankings wait for --full
     text = "\n".join(lines[2:end])
-    ranking = res["ranking"]
+    ranking = res.ranking
     for (target, cond), g in ranking.groupby(["target", "condition"], sort=False):
         label = f"{g['model'].iloc[0]} {g['reward'].iloc[0]}"
-        line = next(x for x in res["findings"] if x.startswith(f"  {label} ") and x in _section(res, target))
+        line = next(x for x in res.findings if x.startswith(f"  {label} ") and x in _section(res, target))
         separated = int(g["tied_best"].sum()) == 1 and bool(g["beats_start"].any())
         assert (" wins by " in line) == separated, (line, g[["regime", "tied_best"]])
     for target in ("arithmetic", "arithmetic-hard"):
         sec = _section(res, target)
         assert any(x.startswith("  size: tiny-s − tiny-m") for x in sec)
         assert any(x.startswith("  feedback: rule − prm") for x in sec)
-    assert any(x.startswith(f"validate: race validate {pilot_like} --replicate") for x in res["findings"])
+    assert any(x.startswith(f"validate: race validate {pilot_like} --replicate") for x in res.findings)
     # what would settle an open call: the fewest seeds at which the report's test separates the observed
     # gap with 80% power (stats/power.py, the model race plan prints), and its cost in jobs and FLOPs
-    open_ = [s for s in res["settles"] if s.seeds is not None]
+    open_ = [s for s in res.settles if s.seeds is not None]
     assert open_
     for s in open_:
         g = ranking[ranking["condition"] == s.condition].sort_values("rank")
@@ -581,7 +583,7 @@ def test_settle_searches_in_lockstep_answer_as_one_at_a_time():
 
 
 def _section(res, target: str) -> list[str]:
-    lines = res["findings"]
+    lines = res.findings
     i = next(k for k, x in enumerate(lines) if x.startswith(f"{target} ("))
     j = next((k for k in range(i + 1, len(lines)) if not lines[k].startswith("  ")), len(lines))
     return lines[i + 1:j]
@@ -613,3 +615,55 @@ def test_the_recommendation_says_the_best_set_not_the_best_share():
     assert shared.count("not shown worse") == 1  # said once
     one_seed = recommendation_text(_rec(seed_noise=False, testable=False, n_tied=5))
     assert "≈ best and > start not testable with one seed" in one_seed and "together with" not in one_seed
+
+
+# --- a folder where a report file goes; numpy's warnings -------------------------------------------------
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_folder_where_a_report_file_goes_is_refused_before_anything_is_written(tmp_path):
+    """report/ranking.csv made a folder: exit 2, one message naming that path (not a temp file), and the old
+    report is left whole (runs.csv, written first, is not rewritten)."""
+    sweep = build_sweep(tmp_path / "s", seeds=(0, 1), n_items=40)
+    run = lambda: subprocess.run([sys.executable, "-m", "race_cli", "report", str(sweep), "--no-plots",  # noqa: E731
+                                  "--bootstrap", "200"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                                 env=os.environ | {"COLUMNS": "400"})  # the path on one line
+    assert run().returncode == 0
+    report = sweep / "report"
+    (report / "ranking.csv").unlink()
+    (report / "ranking.csv").mkdir()
+    (report / "runs.csv").write_text("an earlier report's runs.csv\n")
+    before = _tree(report)
+    r = run()
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{report / 'ranking.csv'}: a folder where race report writes a file" in " ".join(r.stderr.split())
+    assert ".tmp" not in r.stderr and "Traceback" not in r.stderr
+    assert _tree(report) == before and sorted(p.name for p in report.iterdir()) == sorted(
+        ["ranking.csv"] + list(before))  # nothing written, no temp file left
+
+
+def _nan_scores(root: Path, items: str) -> None:
+    """Every job's summary.json with NaN scores: items 'all' (and its eval NaN) or 'half' (every other item)."""
+    for f in sorted(root.glob("jobs/*/summary.json")):
+        s = json.loads(f.read_text())
+        if items == "all":
+            s["eval"] = {k: math.nan for k in s["eval"]}
+        s["eval_items"] = {t: {"ids": v["ids"], "scores": [math.nan if items == "all" or i % 2 == 0 else x
+                                                          for i, x in enumerate(v["scores"])]}
+                           for t, v in s["eval_items"].items()}
+        f.write_text(json.dumps(s))
+
+
+@pytest.mark.parametrize("items, code", [("all", 2), ("half", 0)])
+def test_no_numpy_warning_reaches_the_console(tmp_path, items, code):
+    """Summaries with NaN scores (every one, or every other item): the report's own message or report, and no
+    RuntimeWarning from numpy ("All-NaN slice encountered", "invalid value encountered in divide")."""
+    sweep = build_sweep(tmp_path / "s", seeds=(0, 1), n_items=40)
+    _nan_scores(sweep, items)
+    r = subprocess.run([sys.executable, "-W", "default", "-m", "race_cli", "report", str(sweep), "--no-plots",
+                        "--bootstrap", "200"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == code, r.stdout + r.stderr
+    assert "Warning" not in r.stdout + r.stderr and "encountered" not in r.stdout + r.stderr, r.stderr

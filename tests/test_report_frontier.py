@@ -126,16 +126,17 @@ def test_a_change_within_noise_is_not_stated(tmp_path):
 
 
 def test_the_report_shows_the_frontier_and_predicts_at_a_budget(tmp_path):
+    from race_cli.report.build import ReportOptions
     from race_cli.report.command import run_report
 
     sweep = write_sweep(tmp_path / "s", {EARLY: [0.40, 0.42, 0.43, 0.44], LATE: [0.32, 0.41, 0.45, 0.52]})
-    res = run_report([sweep], plots=True, bootstrap=200, console=_quiet(), at_budget="3x")
-    out = res["out_dir"]
+    res = run_report(ReportOptions([sweep], plots=True, bootstrap=200, at_budget="3x"), console=_quiet())
+    out = res.out_dir
     md = (out / "summary.md").read_text()
     assert "## Frontier across budgets" in md and "the best regime changes from μ=1" in md
     assert "## Predicted at 3e+12 FLOPs" in md
-    assert {"frontier.csv", "predictions.csv", "frontier_budget.png", "isoflop.png"} <= set(res["files"])
-    pred = res["predictions"]
+    assert {"frontier.csv", "predictions.csv", "frontier_budget.png", "isoflop.png"} <= set(res.files)
+    pred = res.predictions
     assert pred.iloc[0]["regime"] == "μ=4"  # still rising at C, LATE leads at 3·C
     assert (pred["extrapolation"] > 2.9).all()
     warn = pred.set_index("regime")["warning"]
@@ -146,17 +147,18 @@ def test_the_report_shows_the_frontier_and_predicts_at_a_budget(tmp_path):
     doc = json.loads((out / "report.json").read_text())
     assert len(doc["budget_frontier"]) == 4 and len(doc["predictions"]) == 2
     # a report without --at-budget drops no frontier and writes no predictions
-    res = run_report([sweep], plots=False, bootstrap=200, console=_quiet())
-    assert "predictions.csv" not in res["files"] and "frontier.csv" in res["files"]
+    res = run_report(ReportOptions([sweep], plots=False, bootstrap=200), console=_quiet())
+    assert "predictions.csv" not in res.files and "frontier.csv" in res.files
 
 
 def test_at_budget_that_is_not_a_budget_is_refused_before_anything_is_written(tmp_path):
     from race_cli.errors import RaceError
+    from race_cli.report.build import ReportOptions
     from race_cli.report.command import run_report
 
     sweep = write_sweep(tmp_path / "s", {EARLY: [0.40, 0.42, 0.43, 0.44]})
     with pytest.raises(RaceError, match="is not a budget"):
-        run_report([sweep], at_budget="lots", console=_quiet())
+        run_report(ReportOptions([sweep], at_budget="lots"), console=_quiet())
     assert not (sweep / "report").exists()
 
 

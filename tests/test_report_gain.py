@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from race_cli.report.build import ReportOptions
 from race_cli.report.command import run_report
 from race_cli.report.rank import rank_all
 from race_cli.report.table import SweepData
@@ -23,7 +24,7 @@ def _quiet(**kw):
     from rich.console import Console
 
     buf = StringIO()
-    res = run_report(console=Console(file=buf, width=250), **kw)
+    res = run_report(ReportOptions(**kw), console=Console(file=buf, width=250))
     return res, buf.getvalue()
 
 
@@ -100,7 +101,7 @@ def test_a_gain_whose_interval_reaches_zero_does_not_beat_the_start():
 
 def test_the_sum_of_start_and_gain_is_the_final_score_on_a_sweep(tmp_path):
     root = build_sweep(tmp_path / "s", initial=0.35, n_items=100)
-    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)[0]["ranking"]
+    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)[0].ranking
     np.testing.assert_allclose(r["start"] + r["gain"], r["mean"], atol=1e-12)
     assert r["start"].nunique() == 1  # one warm start for the whole condition (fixture)
 
@@ -114,8 +115,8 @@ def test_no_regime_beats_its_start_opens_the_section_and_the_run_summary(tmp_pat
     # truth peaks at 0.6 but the start scores 0.65: every regime ends at or below its start.
     root = build_sweep(tmp_path / "s", acc=peaked(0.25, top=0.6), initial=0.65)
     res, terminal = _quiet(sweep_dirs=[root], plots=False, bootstrap=300)
-    assert not res["ranking"]["beats_start"].any()
-    rec = res["recommendations"].iloc[0]
+    assert not res.ranking["beats_start"].any()
+    rec = res.recommendations.iloc[0]
     assert rec["no_gain"].startswith(NO_GAIN) and not rec["learned"] and rec["validate"] == ""
     md = (root / "report" / "summary.md").read_text()
     section = md.split("#### ")[1]  # the condition's section
@@ -136,7 +137,7 @@ def test_no_regime_beats_its_start_opens_the_section_and_the_run_summary(tmp_pat
 def test_the_sentence_is_absent_when_a_regime_beats_its_start(tmp_path):
     root = build_sweep(tmp_path / "s", acc=peaked(0.25, top=0.6), initial=0.3)
     res, terminal = _quiet(sweep_dirs=[root], plots=False, bootstrap=300)
-    assert res["ranking"]["beats_start"].any() and res["recommendations"].iloc[0]["no_gain"] == ""
+    assert res.ranking["beats_start"].any() and res.recommendations.iloc[0]["no_gain"] == ""
     md = (root / "report" / "summary.md").read_text()
     assert "beats its starting policy" not in md and "beats its starting policy" not in terminal
     assert "Worth validating for arithmetic" in md
@@ -154,16 +155,16 @@ def test_only_one_regime_beating_the_start_is_enough(tmp_path):
     root = build_sweep(tmp_path / "s", acc=peaked(0.25, top=0.6), initial=0.53, n_items=1000,
                        item_sd=0.1)
     res, _ = _quiet(sweep_dirs=[root], plots=False, bootstrap=300)
-    r = res["ranking"].set_index("regime")
+    r = res.ranking.set_index("regime")
     assert r["beats_start"].sum() == 1 and r.loc["G=8 μ=2", "beats_start"]
-    assert res["recommendations"].iloc[0]["no_gain"] == ""
+    assert res.recommendations.iloc[0]["no_gain"] == ""
 
 
 def test_without_a_starting_evaluation_the_gain_is_unknown_and_said_so(tmp_path):
     root = build_sweep(tmp_path / "s", initial=None, regimes=[Regime(4, 1, 0.2), Regime(8, 1, 0.1)],
                        n_items=50)
     res, terminal = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)
-    r = res["ranking"]
+    r = res.ranking
     assert r["gain"].isna().all() and not r["beats_start"].any()
     assert (r["gain_method"] == "no starting evaluation recorded").all()
     assert "Gains over the starting policy are unknown for arithmetic" in terminal
@@ -177,7 +178,7 @@ def test_the_start_falls_back_to_the_iteration_0_line_of_metrics(tmp_path):
         s = json.loads((jd / "summary.json").read_text())
         del s["eval_initial"], s["eval_items_initial"]
         (jd / "summary.json").write_text(json.dumps(s))
-    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)[0]["ranking"]
+    r = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)[0].ranking
     assert (r["gain_method"] == "seeds only (no per-item start scores)").all()
     assert r["gain"].notna().all()
 
@@ -191,7 +192,7 @@ def test_one_seed_without_item_starts_cannot_show_a_gain(tmp_path):
         del s["eval_items_initial"]
         (jd / "summary.json").write_text(json.dumps(s))
     res, terminal = _quiet(sweep_dirs=[root], plots=False, bootstrap=200)
-    r = res["ranking"]
+    r = res.ranking
     assert r["gain_ci_lo"].isna().all() and not r["beats_start"].any() and (r["gain"] > 0.1).any()
     assert "Not testable with one seed on arithmetic" in terminal
     assert "not testable with one seed (" in terminal  # the findings line says so too, not "no regime beats its start"

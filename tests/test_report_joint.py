@@ -47,6 +47,7 @@ import pytest
 import yaml
 from scipy.stats import t as t_dist
 
+from race_cli.report.build import ReportOptions
 from race_cli.report.command import run_report
 from report_fixtures import Regime, write_job
 
@@ -140,12 +141,12 @@ def quiet():
 def joint(tmp_path_factory):
     root = write_grid(tmp_path_factory.mktemp("joint") / "sweep", GRID, START)
     con = quiet()
-    res = run_report([root], console=con, bootstrap=200)
+    res = run_report(ReportOptions([root], bootstrap=200), console=con)
     return res, con.file.getvalue(), root
 
 
 def sentence(res, question: str, scope: str | None = None) -> dict:
-    s = res["joint"]["sentences"]
+    s = res.joint["sentences"]
     s = s[s["question"] == question]
     if scope is not None:
         s = s[s["scope"] == scope]
@@ -155,7 +156,7 @@ def sentence(res, question: str, scope: str | None = None) -> dict:
 
 def test_joint_ranking_orders_every_regime_at_the_budget(joint):
     res = joint[0]
-    rk = res["joint"]["ranking"]
+    rk = res.joint["ranking"]
     assert len(rk) == 8 and rk["joint"].nunique() == 1
     assert list(rk["mean"]) == pytest.approx([0.9, 0.875, 0.75, 0.7, 0.6, 0.5, 0.3, 0.2])
     assert rk.iloc[0]["regime"] == "tiny-m · rule · μ=1" and bool(rk.iloc[0]["is_best"])
@@ -191,7 +192,7 @@ def test_bigger_policy_is_ahead_on_final_scores(joint):
 
 
 def test_equal_gains_over_own_starts_are_a_tie(joint):
-    """tiny-s gains twice as much (+0.6 vs +0.3) but the gain difference is within noise: no winner."""
+    """tiny-s gains twice as much (+0.6 vs +0.3) but the gain difference is not separated: no winner."""
     s = sentence(joint[0], "size_gain")
     d = (first(36) - first(24)) - (first(24) - first(0))  # per item: −1 on 0..23, +1 on 24..35
     m, lo, hi = hand_interval(d, q_best(5 / 16, 4))
@@ -199,13 +200,13 @@ def test_equal_gains_over_own_starts_are_a_tie(joint):
     assert (s["diff"], s["ci_lo"], s["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
     assert s["winner"] is None or (isinstance(s["winner"], float) and math.isnan(s["winner"]))
     assert "tiny-m gains +0.300 from 0.600, tiny-s +0.600 from 0.000" in s["text"]
-    assert "within noise: neither size gains more" in s["text"]
+    assert "not separated: neither size gains more" in s["text"]
 
 
 def test_feedback_tie_at_one_size_and_a_winner_at_the_other(joint):
     res = joint[0]
     m_tie = sentence(res, "feedback", "tiny-m")
-    # behind feedback_matched tiny-m, which is within noise: never tested; its interval at α/10 for reference
+    # behind feedback_matched tiny-m, which is not separated: never tested; its interval at α/10 for reference
     m, lo, hi = hand_interval(first(36) - first(35), q_best(1 / N_CLAIMS, 2))  # rule μ=1 − prm μ=1
     assert (m_tie["diff"], m_tie["ci_lo"], m_tie["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
     assert lo < 0 < hi and "not tested" in m_tie["text"] and m_tie["gate"] == "not tested"
@@ -217,7 +218,7 @@ def test_feedback_tie_at_one_size_and_a_winner_at_the_other(joint):
     across = sentence(res, "feedback_all")
     m, lo, hi = hand_interval(first(36) - first(35), q_best(1 / 4, 4))  # bests picked from 4 regimes each
     assert (across["diff"], across["ci_lo"], across["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-5)
-    assert "within noise" in across["text"]
+    assert "not separated" in across["text"]
     split = sentence(res, "split")
     assert split["text"].startswith("Search or learning (the within-condition rankings): ")
 
@@ -237,7 +238,7 @@ def test_joint_section_is_in_every_output_and_fits_80_columns(joint):
     nums = set(re.findall(r"[+-]?\d+\.\d+", out))  # no number is cut by the 80-column table
     from race_cli.report.joint_view import rows
 
-    for row in rows(res["joint"]["ranking"], narrow=True):
+    for row in rows(res.joint["ranking"], narrow=True):
         for cell in row[2:4]:
             for x in re.findall(r"[+-]?\d+\.\d+", cell):
                 assert x in nums, (cell, x)
@@ -262,26 +263,26 @@ def test_across_budgets_the_larger_policy_overtakes(tmp_path):
            ("tiny-s", "rule", 1): 24, ("tiny-s", "rule", 2): 20, ("tiny-s", "prm", 1): 22, ("tiny-s", "prm", 2): 18}
     root = write_grid(tmp_path / "sweep", GRID, START, budget=8e11)
     write_grid(root, low, {"tiny-m": 6, "tiny-s": 0}, budget=1e11)
-    res = run_report([root], console=quiet(), plots=False, bootstrap=200)
-    size = res["joint"]["sentences"]
+    res = run_report(ReportOptions([root], plots=False, bootstrap=200), console=quiet())
+    size = res.joint["sentences"]
     size = size[size["question"] == "size_final"].sort_values("budget")
     assert list(size["winner"]) == ["tiny-s", "tiny-m"]
     assert list(size["diff"]) == pytest.approx([0.3 - 0.6, 0.3])
-    over = [a for a in res["joint"]["across"] if a["question"] == "overtake"]
+    over = [a for a in res.joint["across"] if a["question"] == "overtake"]
     assert len(over) == 1
     o = over[0]
     assert (o["overtake_lo"], o["overtake_hi"]) == (1e11, 8e11)
     assert o["overtake_flops"] == pytest.approx(math.sqrt(1e11 * 8e11))
     assert "overtakes tiny-s on arithmetic between 1e+11 and 8e+11 FLOPs (interpolated crossing 2.83e+11)" in o["text"]
-    best = [a for a in res["joint"]["across"] if a["question"] == "best_per_budget"][0]["text"]
+    best = [a for a in res.joint["across"] if a["question"] == "best_per_budget"][0]["text"]
     assert "1e+11: tiny-s" in best and "8e+11: tiny-m" in best
 
 
 def test_models_scored_on_different_items_are_compared_unpaired(tmp_path):
     ids = lambda model: [f"{model}-item-{i}" for i in range(N)]  # no id in common across models
     root = write_grid(tmp_path / "sweep", GRID, START, ids_of=ids)
-    res = run_report([root], console=quiet(), plots=False, bootstrap=200)
-    rk = res["joint"]["ranking"]
+    res = run_report(ReportOptions([root], plots=False, bootstrap=200), console=quiet())
+    rk = res.joint["ranking"]
     assert rk["method"].iloc[0].startswith("seeds only, unpaired (the jobs share no item ids")
     # job-level values, both seeds equal: nothing to build an interval from, so no winner is named
     s = sentence(res, "size_final")
@@ -317,14 +318,14 @@ def test_allocation_by_allocation_size_comparison(joint):
     m, lo, hi = hand_interval(matched_items(pairs, first(START["tiny-m"]) - first(START["tiny-s"])), q_matched(5 / 16))
     assert m == pytest.approx(65 / 160 - 0.6)
     assert (g["diff"], g["ci_lo"], g["ci_hi"]) == pytest.approx((m, lo, hi), abs=1e-9)
-    assert lo < 0 < hi and "within noise: neither size gains more on average" in g["text"]  # a tie
+    assert lo < 0 < hi and "not separated: neither size gains more on average" in g["text"]  # a tie
     assert g["winner"] is None or (isinstance(g["winner"], float) and math.isnan(g["winner"]))
 
 
 def test_allocation_by_allocation_feedback_comparison(joint):
     res = joint[0]
     for scope, models, verdict in (("tiny-s", ["tiny-s"], "prm is ahead on average"),
-                                   ("tiny-m", ["tiny-m"], "within noise"),
+                                   ("tiny-m", ["tiny-m"], "not separated"),
                                    ("across sizes", ["tiny-m", "tiny-s"], "prm is ahead on average")):
         q = "feedback_matched" if scope != "across sizes" else "feedback_all_matched"
         s = sentence(res, q, scope)
@@ -337,7 +338,7 @@ def test_allocation_by_allocation_feedback_comparison(joint):
 
 def test_the_gates_weights_by_hand(joint):
     """Every claim's weight where the graph stopped (the module docstring's walk-through)."""
-    s = joint[0]["joint"]["sentences"]
+    s = joint[0].joint["sentences"]
     s = s[s["question"] != "split"]
     got = {(q, None if q.startswith("size") else sc): w for q, sc, w in zip(s["question"], s["scope"], s["weight"])}
     assert got == pytest.approx(WEIGHTS)
@@ -351,8 +352,8 @@ def test_more_claims_mean_wider_intervals(tmp_path):
     opens at α/6 — the family's share thins with the comparisons made."""
     grid = GRID | {("tiny-x", r, mu): c - 4 for (m_, r, mu), c in GRID.items() if m_ == "tiny-s"}
     root = write_grid(tmp_path / "sweep", grid, START | {"tiny-x": 0})
-    res = run_report([root], console=quiet(), plots=False, bootstrap=200)
-    s = res["joint"]["sentences"]
+    res = run_report(ReportOptions([root], plots=False, bootstrap=200), console=quiet())
+    s = res.joint["sentences"]
     sm = s[s["question"] == "size_matched"]
     assert set(zip(sm["a"], sm["b"])) == {("tiny-m", "tiny-s"), ("tiny-m", "tiny-x"), ("tiny-s", "tiny-x")}
     assert set(s["n_claims"].dropna()) == {20}
@@ -375,8 +376,8 @@ def test_checkpoint_budgets_are_compared_jointly_and_the_crossing_is_found(tmp_p
     (−10 items of 40 everywhere: −0.25) and tiny-m at 8e11 (+0.406), so the larger policy overtakes
     between the two budgets; race run's end summary prints the final budget's answers."""
     root = write_grid(tmp_path / "sweep", GRID, START, half=HALF)
-    res = run_report([root], console=quiet(), plots=False, bootstrap=200)
-    s = res["joint"]["sentences"]
+    res = run_report(ReportOptions([root], plots=False, bootstrap=200), console=quiet())
+    s = res.joint["sentences"]
     sm = s[s["question"] == "size_matched"].sort_values("budget")
     assert list(sm["budget"]) == [4e11, 8e11] and list(sm["checkpoint"]) == [0.5, 1.0]
     assert list(sm["diff"]) == pytest.approx([-0.25, 65 / 160])
@@ -387,9 +388,9 @@ def test_checkpoint_budgets_are_compared_jointly_and_the_crossing_is_found(tmp_p
     assert (row["ci_lo"], row["ci_hi"]) == pytest.approx((lo, hi), abs=1e-9)
     assert "budget=4e+11 (jobs at 0.5 of 8e+11)" in row["joint"]
     assert "tiny-s runs 4.0× the iterations" in row["text"]  # the checkpoint's iterations (20 vs 5)
-    over = [a for a in res["joint"]["across"] if a["question"] == "overtake_matched"]
+    over = [a for a in res.joint["across"] if a["question"] == "overtake_matched"]
     assert len(over) == 1 and (over[0]["overtake_lo"], over[0]["overtake_hi"]) == (4e11, 8e11)
-    lines = [p["text"] for p in res["joint"]["per_budget"]]
+    lines = [p["text"] for p in res.joint["per_budget"]]
     assert len(lines) == 2 and "tiny-s ahead" in lines[0] and "tiny-m ahead" in lines[1]
 
     from race_cli.report.command import print_report_top
@@ -405,8 +406,8 @@ def test_a_budget_run_in_full_is_not_mixed_with_checkpoints_at_it(tmp_path):
     """Jobs at 8e11 with a C/2 checkpoint and jobs whose whole budget is 4e11: at 4e11 only the latter."""
     root = write_grid(tmp_path / "sweep", GRID, START, half=HALF)
     write_grid(root, HALF, START, budget=4e11)
-    res = run_report([root], console=quiet(), plots=False, bootstrap=200)
-    rk = res["joint"]["ranking"]
+    res = run_report(ReportOptions([root], plots=False, bootstrap=200), console=quiet())
+    rk = res.joint["ranking"]
     at4 = rk[rk["budget"] == 4e11]
     assert len(at4) == 8 and set(at4["checkpoint"]) == {1.0} and set(at4["n_seeds"]) == {2}
 

@@ -23,6 +23,7 @@ import pytest
 from race_cli.errors import RaceError
 from race_cli.io import dumps
 from race_cli.report import validation as V
+from race_cli.report.build import ReportOptions
 from race_cli.report.command import run_report
 from race_cli.plan.validate import build_validation, validate_main
 from report_fixtures import DEFAULT_CONDITION, Regime, build_sweep, simulate_scores, write_job
@@ -47,7 +48,7 @@ def make_pilot(root: Path, conditions=(RULE,), seeds1: bool = False) -> Path:
     (seeds1: one seed per regime)."""
     pilot = build_sweep(root, acc=lambda p, cond: PILOT_TRUTH[p], conditions=list(conditions),
                         **(dict(seeds=(0,)) if seeds1 else {}), **NOISE)
-    run_report([pilot], plots=False, bootstrap=300, console=_console())
+    run_report(ReportOptions([pilot], plots=False, bootstrap=300), console=_console())
     return pilot
 
 
@@ -208,7 +209,7 @@ def test_tied_adds_every_regime_the_pilot_could_not_tell_from_its_best(tmp_path)
     # a pilot whose two best regimes are 0.01 apart: the report cannot tell them apart
     truth = {**PILOT_TRUTH, 0.40: 0.695}
     p = build_sweep(tmp_path / "p", acc=lambda p, cond: truth[p], conditions=[RULE], **NOISE)
-    run_report([p], plots=False, bootstrap=300, console=_console())
+    run_report(ReportOptions([p], plots=False, bootstrap=300), console=_console())
     _, prov, _, _ = build_validation(p, scale=2, seeds=1, tied=True, control="lowest")
     (cond,) = prov["conditions"]
     listed = [v.split(" (")[0].strip() for v in cond["recommendation"]["validate"].split(";")]
@@ -241,7 +242,7 @@ def test_report_of_a_validation_gives_the_known_verdicts_and_correlations(pilot,
              "prm": {"G=8 μ=2": 0.35, "G=4 μ=2": 0.65, "G=8 μ=1": 0.45, "G=16 μ=1": 0.55}}
     run_validation(val, truth)
     console = _console()
-    res = run_report([val], plots=False, bootstrap=400, console=console)["validation"]
+    res = run_report(ReportOptions([val], plots=False, bootstrap=400), console=console).validation
     by = {c["condition"].split("reward=")[1].split()[0]: c for c in res["conditions"]}
     rule, prm = by["rule"], by["prm"]
     assert rule["verdict"] == V.CONFIRMED and rule["val_best"] == "G=8 μ=2"
@@ -279,7 +280,7 @@ def test_a_reversed_order_and_a_pending_condition(pilot, tmp_path):
     # rule reversed: the control comes out best, ρ = -1; prm's jobs never ran: pending.
     run_validation(val, {"rule": {"G=8 μ=2": 0.35, "G=4 μ=2": 0.45, "G=8 μ=1": 0.55, "G=16 μ=1": 0.65}},
                    only={"rule"})
-    res = run_report([val], plots=False, bootstrap=300, console=_console())["validation"]
+    res = run_report(ReportOptions([val], plots=False, bootstrap=300), console=_console()).validation
     by = {c["condition"].split("reward=")[1].split()[0]: c for c in res["conditions"]}
     rule, prm = by["rule"], by["prm"]
     assert rule["verdict"] == V.REVERSED and rule["val_best"] == "G=16 μ=1"
@@ -297,7 +298,7 @@ def test_an_equal_best_and_control_are_not_separated_and_do_not_count(tmp_path):
     val = validate_main(pilot, replicate=True, seeds=2, out=tmp_path / "val", control="lowest")
     # best and control truly equal: the interval of their gap (se ≈ 0.02) straddles zero
     run_validation(val, {"rule": {"G=8 μ=2": 0.45, "G=16 μ=1": 0.45}})
-    res = run_report([val], plots=False, bootstrap=300, console=_console())["validation"]
+    res = run_report(ReportOptions([val], plots=False, bootstrap=300), console=_console()).validation
     (c,) = res["conditions"]
     assert c["verdict"] == V.NOT_SEPARATED and c["diff_lo"] < 0 < c["diff_hi"]
     assert 0.05 < c["one_sided_conf"] < 0.95
@@ -316,7 +317,7 @@ def test_a_margin_fixed_in_advance_must_be_cleared(tmp_path):
         val = validate_main(pilot, replicate=True, seeds=2, margin=margin, out=tmp_path / f"val{margin}",
                             control="lowest")
         run_validation(val, {"rule": {"G=8 μ=2": 0.55, "G=16 μ=1": 0.45}})
-        res[margin] = run_report([val], plots=False, bootstrap=300, console=_console())["validation"]
+        res[margin] = run_report(ReportOptions([val], plots=False, bootstrap=300), console=_console()).validation
     assert res[0.0]["conditions"][0]["verdict"] == V.CONFIRMED
     assert res[0.2]["conditions"][0]["verdict"] == V.NOT_SEPARATED
     assert "above the margin 0.2" in res[0.2]["summary"]
@@ -326,7 +327,7 @@ def test_conditions_where_nothing_beat_its_start_are_skipped_unless_asked(tmp_pa
     # the prm condition starts at 0.80, above every regime: nothing beats its start there
     pilot = build_sweep(tmp_path / "pilot", acc=lambda p, cond: PILOT_TRUTH[p], conditions=[RULE, PRM],
                         initial=lambda cond, t: 0.8 if cond["reward"] == "prm" else 0.3, **NOISE)
-    run_report([pilot], plots=False, bootstrap=300, console=_console())
+    run_report(ReportOptions([pilot], plots=False, bootstrap=300), console=_console())
     said = []
     validate_main(pilot, replicate=True, seeds=1, out=tmp_path / "val", say=said.append)
     prov = json.loads((tmp_path / "val" / V.PROVENANCE).read_text())
@@ -342,7 +343,7 @@ def test_one_finished_regime_is_not_yet_a_verdict(tmp_path):
     pilot = make_pilot(tmp_path / "pilot")
     val = validate_main(pilot, scale=2, seeds=2, out=tmp_path / "val", control="lowest")
     run_validation(val, {"rule": {"G=8 μ=2": 0.60, "G=16 μ=1": 0.30}}, skip=frozenset({"G=16 μ=1"}))
-    res = run_report([val], plots=False, bootstrap=200, console=_console())["validation"]
+    res = run_report(ReportOptions([val], plots=False, bootstrap=200), console=_console()).validation
     (c,) = res["conditions"]
     assert c["verdict"] == V.PENDING and c["n_done"] == 2 and c["n_jobs"] == 4
     assert c["sentence"].startswith("Pending: only G=8 μ=2 has finished validation jobs (2 of 4 jobs done)")
@@ -360,7 +361,7 @@ def test_gain_pairs_each_item_with_its_start_when_jobs_keep_both(tmp_path):
         s["eval_initial"] = {"arithmetic": 0.0}
         s["eval_items_initial"] = {"arithmetic": {"ids": ids, "scores": [0] * len(ids)}}
         summary.write_text(json.dumps(s))
-    res = run_report([val], plots=False, bootstrap=300, console=_console())["validation"]
+    res = run_report(ReportOptions([val], plots=False, bootstrap=300), console=_console()).validation
     (c,) = res["conditions"]
     assert c["best_val_gain"] == pytest.approx(c["best_val_mean"])
     regs = res["regimes"].set_index("regime")
@@ -368,7 +369,7 @@ def test_gain_pairs_each_item_with_its_start_when_jobs_keep_both(tmp_path):
 
 
 def test_an_ordinary_sweep_has_no_validation_section(pilot):
-    assert run_report([pilot], plots=False, bootstrap=200, console=_console())["validation"] is None
+    assert run_report(ReportOptions([pilot], plots=False, bootstrap=200), console=_console()).validation is None
 
 
 # --- refusals: one clear message, exit 2, nothing written -------------------------------------
@@ -591,5 +592,6 @@ def test_one_seed_per_regime_gives_no_verdict_unless_a_seed_sd_is_assumed(tmp_pa
     # the assumed seed sd enters as a job-mean variance of 0.03² per regime: se >= √(2·0.03²)
     assert c["diff_se"] >= 0.03 * np.sqrt(2) - 1e-9
     # race report --assume-seed-sd passes it on to the validation's test
-    got = run_report([val], plots=False, bootstrap=200, console=_console(), assume_seed_sd=0.03)["validation"]
+    got = run_report(ReportOptions([val], plots=False, bootstrap=200, assume_seed_sd=0.03),
+                     console=_console()).validation
     assert got["conditions"][0]["verdict"] == V.CONFIRMED

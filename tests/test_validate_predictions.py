@@ -85,12 +85,13 @@ def test_prediction_interval_holds_its_level_where_a_confidence_interval_does_no
 def test_validate_stores_both_predictions_and_the_report_compares_them(tmp_path):
     from race_cli.plan.validate import validate_main
     from race_cli.report import validation as V
+    from race_cli.report.build import ReportOptions
     from race_cli.report.command import run_report
 
     curves = {EARLY: [float(sigmoid(f * C, **EARLY_T)) for f in FRACS],
               LATE: [float(sigmoid(f * C, **LATE_T)) for f in FRACS]}
     pilot = write_sweep(tmp_path / "pilot", curves, n=600)
-    run_report([pilot], plots=False, bootstrap=200, console=_console())
+    run_report(ReportOptions([pilot], plots=False, bootstrap=200), console=_console())
     val = validate_main(pilot, scale=3, seeds=2, out=tmp_path / "val")
     prov = json.loads((val / V.PROVENANCE).read_text())
     cond = prov["conditions"][0]
@@ -114,7 +115,7 @@ def test_validate_stores_both_predictions_and_the_report_compares_them(tmp_path)
                 if f.name != ".hydra":
                     shutil.move(str(f), val / "jobs" / jid / f.name)
             shutil.rmtree(tmp)
-    res = run_report([val], plots=False, bootstrap=200, console=_console())["validation"]
+    res = run_report(ReportOptions([val], plots=False, bootstrap=200), console=_console()).validation
     row = res["conditions"][0]
     # the endpoint misses the rising regime by about 0.594 − 0.475 = 0.12; the curve gets closer
     assert row["endpoint_mae"] > 0.04 and row["curve_mae"] < row["endpoint_mae"]

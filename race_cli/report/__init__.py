@@ -6,8 +6,11 @@ response.py    the local response of the target to the allocation variable p, wi
 recommend.py   the regimes worth validating, with the caveat beside them
 validation.py  a validation sweep's verdict on the pilot's call (best - control, paired)
 render.py      the tables, summary.md and report.json
+words.py       one wording per verdict (the findings, the joint comparison, a race's states)
 plots.py       the PNGs (matplotlib, imported only when drawn)
-command.py     `run_report`, what `race report` calls, and the top of the ranking `race run` prints
+build.py       `build_report(ReportOptions) -> Report`: everything the report computes, nothing written
+views.py       the Report's views: the files' texts, the console, the top of the ranking `race run` prints
+command.py     `race report` (and `race run`'s end): build the Report, check and write its files, show it
 
 Imports neither torch nor transformers.
 """

@@ -10,6 +10,10 @@ for every call left open, what would settle it: the seeds per regime (or, beyond
 at which the report's own test separates the observed gap with 80% power (race_cli/stats/power.py,
 the model `race plan` prints), with the extra jobs, FLOPs and wall time that costs.
 
+A raced sweep (plan.json's race record) words each condition's call as its race state instead
+(report/words.race_state: winner, equivalent within ±margin, undecided with its price, no gain, or still
+racing, at which look), and one line states the schedule and its margin.
+
 Everything here reads the tables rank.py, recommend.py and joint.py return; a column a newer or older
 version does not have turns its line into "–", never an error (the findings must not hide the report).
 Pure (no I/O): `render.print_findings` and `render.markdown_summary` print the lines.
@@ -23,6 +27,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from race_cli.report import words as W
+from race_cli.report.words import number as _num, signed as _signed
 
 MAX_SEEDS = 32  # seeds per regime the settle search goes to before it asks for items instead
 MAX_ITEMS = 20_000
@@ -40,19 +47,6 @@ class Settle:
     extra_jobs: int
     flops: float
     seconds: float | None
-
-
-def _num(v: Any) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return x
-
-
-def _signed(v: Any) -> str:
-    x = _num(v)
-    return "–" if not math.isfinite(x) else f"{x:+.3f}"
 
 
 def short_label(first: dict[str, Any], varying: list[str]) -> str:
@@ -253,19 +247,6 @@ def short_settle(s: Settle) -> str:
     return "more budget" if s.extra_jobs == 0 and s.flops == 0.0 else f"> {MAX_SEEDS} seeds"
 
 
-def settle_text(s: Settle) -> str:
-    from race_cli.cost.walltime import fmt_duration
-
-    if s.seeds is None and s.items is None:
-        if s.extra_jobs == 0 and s.flops == 0.0:
-            return "no seed count would: the gap or gain is not above zero (more budget, or an easier task)"
-        return f"more than {MAX_SEEDS} seeds or {MAX_ITEMS} items per regime"
-    cost = f"+{s.extra_jobs} jobs, {s.flops:.2g} FLOPs" + (f", ~{fmt_duration(s.seconds)}" if s.seconds else "")
-    if s.seeds is not None:
-        return f"{s.seeds} seeds per regime ({cost})"
-    return f"{s.items} items at 2 seeds ({cost})"
-
-
 # --- the lines ---------------------------------------------------------------------------------
 
 
@@ -318,8 +299,9 @@ def _joint_line(sent: pd.DataFrame, target: str, questions: tuple[str, ...], wha
         if len(row):
             r = row.iloc[0]
             winner = r.get("winner")
-            verdict = (f"{winner} ahead" if isinstance(winner, str) and winner else
-                       "not tested (its gate)" if str(r.get("gate", "")) == "not tested" else "not separated")
+            verdict = W.verdict(winner if isinstance(winner, str) else None,
+                                interval=math.isfinite(_num(r["ci_lo"])) and math.isfinite(_num(r["ci_hi"])),
+                                tested=str(r.get("gate", "")) != "not tested")
             scope = "" if "matched" in q else " (best vs best)"  # allocation by allocation: the legend says it
             return (f"{what}{scope}: {_short(r['a'])} − {_short(r['b'])} {_signed(r['diff'])} "
                     f"[{_signed(r['ci_lo'])}, {_signed(r['ci_hi'])}], {verdict}")
@@ -328,9 +310,11 @@ def _joint_line(sent: pd.DataFrame, target: str, questions: tuple[str, ...], wha
 
 def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs: pd.DataFrame,
              sweeps: list[str], targets: list[str], maximize: dict[str, bool], items: dict | None = None,
-             workers: int = 1) -> tuple[list[str], list[Settle]]:
+             workers: int = 1, race: list | None = None, schedule=None) -> tuple[list[str], list[Settle]]:
     """(lines, settles): the findings as plain lines (no markup; the caller styles them) and what would
-    settle each open call. See the module docstring."""
+    settle each open call. See the module docstring. race: a raced sweep's states (report/race.py), each
+    condition's call is then its race state (words.race_state), with its price when undecided; schedule:
+    their stats/race.Schedule, stated in one line."""
     if not len(ranking) or "condition" not in ranking:
         return [], []
     varying = _varying(ranking)
@@ -339,6 +323,7 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
     sent = sent if isinstance(sent, pd.DataFrame) else pd.DataFrame()
     wall = _job_seconds(jobs)
     lines, settles = ["Findings: which regime, which size, does the reward model pay, what next"], []
+    raced = {st.condition: st for st in race or []}
     rows, first = _conditions(ranking)
     labels = {cond: short_label(r, varying) for cond, r in first.items()}
     width = max(len(label) for label in labels.values())
@@ -355,9 +340,10 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
         lines.append(f"{t} ({'higher' if maximize.get(t, True) else 'lower'} is better){at}:")
         for cond in gt["condition"].unique():
             g, label = rows[cond], labels[cond]
-            line = f"  {label.ljust(width)}  {_call(g)}"
+            st = raced.get(cond)
+            line = f"  {label.ljust(width)}  {_call(g) if st is None else W.race_state(st)}"
             s = settled[cond]
-            if s is not None:
+            if s is not None and (st is None or st.state == "undecided"):  # a race's other ends need no price
                 settles.append(s)
                 line += "; " + short_settle(s)
             lines.append(line)
@@ -368,6 +354,8 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
                 lines.append("  " + jl)
     lines.append(validate_line(rec, sweeps))
     lines.append(settle_total(settles))
+    if schedule is not None:
+        lines.append(W.race_schedule(schedule))
     lines.append(LEGEND)
     return lines, settles
 

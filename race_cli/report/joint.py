@@ -38,8 +38,8 @@ names a side ahead only when one of its regimes beats *every* regime of the othe
 union), at Dunnett's many-to-one critical value over that side's k regimes (the other side's true best
 plays the common arm): under any truth in which the other side's best is at least as good, the chance of
 naming a winner is within the claim's share. A claim whose gate stays shut is not tested. A difference
-within noise is reported as such, never as a winner. benchmarks/bench_joint.py measures the error rates
-and the power.
+not shown is reported as not separated (report/words.py), never as a winner. benchmarks/bench_joint.py
+measures the error rates and the power.
 
 Across budgets (several `budget.flops` in one sweep, or per-checkpoint budgets: `joint_compare`
 takes a table of (budget, job, item scores), whatever their source), the best model size and
@@ -54,17 +54,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from race_cli.report import words as W
 from race_cli.report.rank import SHORT, _fmt, label
 
 ALPHA = 0.05
 AXES = ("model", "reward")  # the condition columns ranked across: what the within rankings hold fixed
 GROUP = ("budget", "task", "target")  # a joint condition
 MAX_MODELS, MAX_REWARDS = 12, 6  # beyond this a joint condition holds separate experiments, not one grid
-NOT_TESTABLE = ("not testable with one seed per regime (the interval covers evaluation noise only; "
+# why no side is named, the verdict (report/words.py) with its explanation
+NOT_TESTABLE = (f"{W.NOT_TESTABLE} per regime (the interval covers evaluation noise only; "
                 "race report --assume-seed-sd supplies the missing term)")
-GATED = ("not tested: the claims before it in its gatekept sequence (allocation by allocation first) were not "
+GATED = (f"{W.NOT_TESTED}: the claims before it in its gatekept sequence (allocation by allocation first) were not "
          "all shown, so no share of the 5% reached it (interval at 1 − 5%/N, for reference)")
-NO_INTERVAL = "no interval (nothing to estimate the noise from: one value per regime, or identical ones), so no winner is named"
+NO_INTERVAL = (f"{W.NO_INTERVAL} (nothing to estimate the noise from: one value per regime, or identical ones), "
+               "so no winner is named")
 
 
 # --- input: one row per (budget, target, job) -------------------------------------------------
@@ -197,14 +200,21 @@ def _parts(noise, c: np.ndarray):
 def _half(parts, q) -> np.ndarray:
     """Half-widths with the residual split: Var = A + (S − E), the item part A (every item-level term of the
     contrast, the evaluation residual included) at its n − 1 df and the pure seed part S − E (the job-mean
-    variance net of the residual it carries, floored at 0) at the seed df — the residual is no longer
-    scaled by the seed's few-df quantile (stats/variance.Parts: A = item, E = resid, S = seed)."""
+    variance net of the residual it carries, floored at 0) at the seed df (stats/variance.Parts: A = item,
+    E = resid, S = seed), through the half-width the rankings use (stats/quantiles.half_width, as
+    stats/decisions does) with the residual moved into the item part.
+
+    Why it differs from the rankings' split (stats/decisions: q_item²·A − q_resid²·E + q_seed²·S): there the
+    residual E carried in the job means is scaled by the seed part's few-df quantile; here it stays in the
+    item part at n − 1 df, which is narrower when the seed df are few. Both approximate the same variance and
+    agree as the seed df grow; each procedure's error rates were measured with its own split (the rankings:
+    benchmarks/bench_calibration.py; the joint claims: benchmarks/bench_joint.py, docs/report.md), so one
+    split for both means measuring the other again."""
+    from race_cli.stats.quantiles import half_width
+
     pure = np.maximum(parts.seed - parts.resid, 0.0)
-    with np.errstate(invalid="ignore"):
-        seed = np.where(pure > 0, np.asarray(q(parts.df_seed)) ** 2 * pure, 0.0)  # a zero part has no df to scale
-        item = np.where(parts.item > 0, np.asarray(q(parts.df_item)) ** 2 * parts.item,
-                        np.where(np.isnan(parts.item), np.nan, 0.0))
-    return np.sqrt(item + seed)
+    h = half_width(parts.item, 0.0, pure, q(parts.df_item), 0.0, q(parts.df_seed))
+    return np.where(np.isnan(parts.item), np.nan, h)  # an item part that is not estimable: no interval
 
 
 def _t(level: float):
@@ -439,7 +449,7 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
             who = (lambda m, w: f"the {w} policy {m}") if known else (lambda m, w: m)
             verdict = _verdict(v, f"{who(big, 'larger')} is ahead at {_fmt(budget)} FLOPs",
                                f"{who(small, 'smaller')}, trained longer, is ahead at {_fmt(budget)} FLOPs",
-                               f"within noise: neither size is ahead at {_fmt(budget)} FLOPs")
+                               f"neither size is ahead at {_fmt(budget)} FLOPs")
             q = "Bigger policy or smaller trained longer" if known else "Model size"
             text = (f"{q}, final scores: {big}'s best ({_knob_part(cols, a, knobs, ('model',))}, "
                     f"{cols['mean'][a]:.3f}) minus {small}'s best ({_knob_part(cols, b, knobs, ('model',))}, "
@@ -455,7 +465,7 @@ def _size_sentences(ctx: dict, knobs: list[str], sizes: dict[str, int], budget: 
             gv = decide(("size_gain", big, small, None), _versus(gnoise, A, B, 1.0, pick=(a, b)))  # signed already
             verdict = _verdict(gv, f"{big} gains more from the budget",
                                f"{small} gains more from the budget",
-                               "within noise: neither size gains more from the budget")
+                               "neither size gains more from the budget")
             text = (f"{q}, gains over their own starts (the same two regimes): {big} gains "
                     f"{cols['gain'][a]:+.3f} from {cols['start'][a]:.3f}, {small} {cols['gain'][b]:+.3f} from "
                     f"{cols['start'][b]:.3f}; difference {gv['diff']:+.3f} {_ci(gv['lo'], gv['hi'])}, "
@@ -491,12 +501,12 @@ def _size_matched(ctx: dict, knobs: list[str], big, small, known: bool, budget: 
                                f"the smaller policy {small}, trained longer, is ahead at {_fmt(budget)} FLOPs, "
                                "averaged over these allocations" if known else
                                f"{small} is ahead, averaged over these allocations",
-                               f"within noise: neither size is ahead on average at {_fmt(budget)} FLOPs")
+                               f"neither size is ahead on average at {_fmt(budget)} FLOPs")
             head = f"{q}, allocation by allocation (final scores)"
         else:
             verdict = _verdict(v, f"{big} gains more from the budget, averaged over these allocations",
                                f"{small} gains more from the budget, averaged over these allocations",
-                               "within noise: neither size gains more on average")
+                               "neither size gains more on average")
             head = f"{q}, allocation by allocation (gains over their own starts)"
         text = (f"{head}: {big} minus {small} at {what} ({len(v['pairs'])} allocations{longer}) averages "
                 f"{v['diff']:+.3f} {_ci(v['lo'], v['hi'])}, {_pairing(ctx)}, {_ahead_count(v, big, small)} — "
@@ -512,18 +522,15 @@ def _pairing(ctx: dict) -> str:
 
 
 def _verdict(v: dict, a_ahead: str, b_ahead: str, tie: str) -> str:
-    """The sentence's verdict: a side named only when the interval excludes zero, else noise or no interval."""
+    """The sentence's verdict (report/words.verdict, the findings' too): a side named only when the claim
+    shows it ahead, else why none is, explained; `tie` follows "not separated: "."""
     if v["winner"] == "a":
         return a_ahead
     if v["winner"] == "b":
         return b_ahead
-    if not np.isfinite(v["lo"]):
-        return NO_INTERVAL
-    if not v.get("testable", True):
-        return NOT_TESTABLE
-    if v.get("gate") == "not tested":
-        return GATED
-    return tie
+    word = W.verdict(None, interval=bool(np.isfinite(v["lo"])), testable=v.get("testable", True),
+                     tested=v.get("gate") != "not tested")
+    return {W.NO_INTERVAL: NO_INTERVAL, W.NOT_TESTABLE: NOT_TESTABLE, W.NOT_TESTED: GATED}.get(word, f"{word}: {tie}")
 
 
 def _num(v: dict) -> dict:
@@ -567,7 +574,7 @@ def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, decide) -> l
                 verdict = _verdict(v, f"{weak} is ahead: the budget buys more as policy compute than as "
                                       f"{strong}'s feedback",
                                    f"{strong} is ahead: its stronger feedback is worth its share of the budget",
-                                   "within noise: neither reward system is ahead")
+                                   "neither reward system is ahead")
                 where = f"with {scope}" if scope != "across sizes" else "across sizes"
                 text = (f"Stronger feedback or more policy compute, {where} at {_fmt(budget)} FLOPs: the best "
                         f"{weak} regime ({desc(a)}{share(a)}) minus the best {strong} regime ({desc(b)}{share(b)}) "
@@ -588,7 +595,7 @@ def _feedback_sentences(ctx: dict, knobs: list[str], budget: float, decide) -> l
                                        f"policy compute than as {strong}'s feedback",
                                    f"{strong} is ahead on average: its feedback is worth its share of the budget "
                                    "at these allocations",
-                                   "within noise: neither reward system is ahead on average")
+                                   "neither reward system is ahead on average")
                 text = (f"Stronger feedback or more policy compute, allocation by allocation {where}: {weak} minus "
                         f"{strong} at {what} ({len(mv['pairs'])} allocations) averages {mv['diff']:+.3f} "
                         f"{_ci(mv['lo'], mv['hi'])}, {paired}, {_ahead_count(mv, weak, strong)} — {verdict}.")
@@ -680,7 +687,7 @@ def _across(ranking: pd.DataFrame, sentences: pd.DataFrame, sizes: dict[str, int
                         + f" with {top['reward']}" + (f" (≈ {', '.join(map(str, other_fb))})" if other_fb else ""))
         out.append({"task": task, "target": target, "question": "best_per_budget",
                     "text": f"Across budgets ({target}), the best model size and feedback at each budget "
-                            f"(≈: within noise of the best, familywise 5%): " + "; ".join(best) + "."})
+                            f"(≈: not shown worse than the best, familywise 5%): " + "; ".join(best) + "."})
         for question, how in (("size_matched", "allocation by allocation"), ("size_final", "best against best")):
             out += _overtake(s[s["question"] == question], how, task, target, sizes)
     return out
@@ -738,8 +745,7 @@ def per_budget(sentences: pd.DataFrame) -> list[dict]:
             for _, r in g[g["question"] == q].iterrows():
                 win = r["winner"] if isinstance(r["winner"], str) else None
                 scope = f" with {r['scope']}" if q == "feedback_matched" else ""
-                verdict = (f"{win} ahead" if win else "not tested" if r.get("gate") == "not tested" else
-                           "within noise" if np.isfinite(r["ci_lo"]) else "no interval")
+                verdict = W.verdict(win, interval=bool(np.isfinite(r["ci_lo"])), tested=r.get("gate") != "not tested")
                 cells.append(f"{what}{scope} {r['a']} − {r['b']} {r['diff']:+.3f} {_ci(r['ci_lo'], r['ci_hi'])} "
                              f"{verdict}")
         if cells:

@@ -16,6 +16,7 @@ import pandas as pd
 from race_cli.fmt import pct
 from race_cli.io import dumps
 from race_cli.report.recommend import CAVEAT, recommendation_text
+from race_cli.report.words import signed as _signed
 
 MAX_LISTED = 20  # unranked jobs shown in the terminal; runs.csv has them all
 
@@ -47,10 +48,6 @@ def unranked(jobs: pd.DataFrame, ranked_mask: pd.Series) -> pd.DataFrame:
                             "target not recorded"))
     out["why"] = why
     return out
-
-
-def _signed(v: Any) -> str:
-    return "–" if v is None or not np.isfinite(v) else f"{v:+.3f}"
 
 
 def gain_cell(r: pd.Series | dict) -> str:

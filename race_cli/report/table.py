@@ -359,10 +359,12 @@ def _item_block(block: Any, name: str) -> dict[str, tuple[list[str], np.ndarray]
         ids, scores = list(d["ids"]), np.asarray(d["scores"], dtype=float)
         if len(ids) != len(scores):
             raise ValueError(f"{name}.{target}: {len(ids)} ids but {len(scores)} scores")
-        # min/max first: no NaN and all in [0, 1] settles it (a NaN makes min NaN, so nanmin/nanmax decide)
-        if len(scores) and not (scores.min() >= 0 and scores.max() <= 1) and \
-                not (np.nanmin(scores) >= 0 and np.nanmax(scores) <= 1):
-            raise ValueError(f"{name}.{target}: per-item scores must lie in [0, 1]")
+        # min/max first: no NaN and all in [0, 1] settles it (a NaN makes min NaN: then the scored items
+        # decide, and a block with none is refused; nanmin would warn on it)
+        if len(scores) and not (scores.min() >= 0 and scores.max() <= 1):
+            seen = scores[~np.isnan(scores)]
+            if not len(seen) or not (seen.min() >= 0 and seen.max() <= 1):
+                raise ValueError(f"{name}.{target}: per-item scores must lie in [0, 1]")
         out[target] = (ids, scores)
     return out
 

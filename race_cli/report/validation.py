@@ -35,7 +35,6 @@ Everything above the file writers is pure. No torch import.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ import pandas as pd
 
 from race_cli import folder
 from race_cli.errors import RaceError
-from race_cli.io import atomic_write_json, atomic_write_text, dumps, read_json
+from race_cli.io import atomic_write_json, read_json
 
 PROVENANCE = "provenance.json"  # in the validation sweep's root folder
 KIND = "race-validation"
@@ -625,42 +624,3 @@ def print_validation(console, res: dict) -> None:
     for sk in res.get("skipped") or []:
         console.print(f"skipped: {sk}", highlight=False)
     console.print(Panel(res["summary"], title="was the pilot's call confirmed?", border_style="yellow"))
-
-
-def report_validation(sweep_dirs: list[Path], data, out_dir: Path, fmt: str, console,
-                      n_boot: int = 1000, seed: int = 0, assume_seed_sd: float | None = None) -> dict | None:
-    """The `race report` hook: None for an ordinary sweep; else compare, write and show.
-
-    Writes validation.md, validation.csv (one row per condition) and validation_regimes.csv
-    into out_dir. A malformed provenance file is a warning, never a failed report.
-    """
-    import sys
-
-    if len(sweep_dirs) != 1:
-        return None
-    try:
-        prov = read_provenance(sweep_dirs[0])
-    except RaceError as e:
-        sys.stderr.write("validation comparison skipped: " + " ".join(e.problems) + "\n")
-        return None
-    if prov is None:
-        return None
-    res = compare(Path(sweep_dirs[0]), prov, data, n_boot, seed, assume_seed_sd)
-    md = markdown(res)
-    cond_cols = list(dict.fromkeys(k for c in res["conditions"] for k in c))  # pending rows have fewer
-    texts = {"validation.md": md,
-             "validation.csv": pd.DataFrame(res["conditions"], columns=cond_cols).to_csv(index=False),
-             "validation_regimes.csv": res["regimes"].to_csv(index=False),
-             "validation.json": dumps({k: v for k, v in res.items() if k != "regimes"}
-                                      | {"regimes": json.loads(res["regimes"].to_json(orient="records"))})}
-    for name, text in texts.items():
-        atomic_write_text(out_dir / name, text)
-    if fmt == "table" and console is not None:
-        print_validation(console, res)
-        console.print(f"Wrote {', '.join(texts)} to {out_dir}")
-    else:
-        if fmt == "markdown":
-            sys.stdout.write("\n" + md)
-        sys.stderr.write(f"Wrote {', '.join(texts)} to {out_dir}\n")
-    res["files"] = list(texts)
-    return res

@@ -51,4 +51,5 @@ def p_best(draws: np.ndarray, maximize: bool = True) -> np.ndarray:
     """Share of draws in which each regime is the best (ties split). [R]"""
     d = draws if maximize else -draws
     is_top = d >= d.max(axis=1, keepdims=True) - 1e-12
-    return (is_top / is_top.sum(axis=1, keepdims=True)).mean(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a draw with a NaN regime has no best: NaN, said as "–"
+        return (is_top / is_top.sum(axis=1, keepdims=True)).mean(axis=0)

@@ -1,0 +1,96 @@
+"""One wording per verdict: how the report says what race_cli/stats decided, wherever it is shown.
+
+The joint comparison's sentences and per-budget lines (report/joint.py), the findings
+(report/findings.py) and a raced sweep's states all word a verdict here, so one call reads the same
+in the console, summary.md and report.json:
+
+- a comparison of two sides: "<side> ahead", or why none is named — "not separated" (the
+  test did not tell them apart: not a claim that they are equal), "not tested" (its gate in the
+  gatekept sequence stayed shut), "not testable with one seed", "no interval";
+- a race's state per condition (stats/race.py STATES): winner, equivalent within ±margin,
+  undecided (with what would settle it), no gain, or still running, and at which look.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+NOT_SEPARATED = "not separated"  # no side shown ahead; never read as "equal" (that is `equivalent`, with a margin)
+NOT_TESTED = "not tested"  # its gate stayed shut: no share of the familywise α reached it
+NOT_TESTABLE = "not testable with one seed"  # no seed variance: the interval covers evaluation noise only
+NO_INTERVAL = "no interval"  # nothing to estimate the noise from
+
+
+def number(v: Any) -> float:
+    """v as a float, NaN when it is not a number."""
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def signed(v: Any) -> str:
+    """'+0.050', or '–' for a missing or non-finite value."""
+    x = number(v)
+    return "–" if not math.isfinite(x) else f"{x:+.3f}"
+
+
+def verdict(winner: str | None, *, interval: bool = True, testable: bool = True, tested: bool = True) -> str:
+    """The verdict of one comparison of two sides, in the report's words.
+
+    winner: the side shown ahead (its name), or None; interval: the comparison has a finite interval;
+    testable: seed variance was measured (or assumed); tested: its gate let it be tested."""
+    if winner:
+        return f"{winner} ahead"
+    if not interval:
+        return NO_INTERVAL
+    if not testable:
+        return NOT_TESTABLE
+    if not tested:
+        return NOT_TESTED
+    return NOT_SEPARATED
+
+
+# --- a race's states -----------------------------------------------------------------------------------
+
+
+def margin_text(margin: Any) -> str:
+    """'±0.050' (the equivalence margin, on the score scale)."""
+    x = number(margin)
+    return f"±{x:.3f}" if math.isfinite(x) else "±–"
+
+
+def race_schedule(schedule) -> str:
+    """The race a sweep ran (stats/race.Schedule), one line: its looks, α and margin."""
+    looks = " → ".join(str(n) for n in schedule.looks)
+    return (f"race: looks at {looks} seeds per active regime, familywise α {schedule.alpha:g} over the looks "
+            f"({schedule.spending}), equivalence margin {margin_text(schedule.margin)}; a raced condition's call "
+            "is its race state at its last look (the rankings' intervals below are at the full α, for reference).")
+
+
+_LOOK_PREFIX = re.compile(r"^look \d+ \([^)]*\): ")  # stats/race's reasons open with their look; said once here
+
+
+def race_state(state) -> str:
+    """One condition's race state (stats/race.RaceState) in words: the verdict, at which look (an index
+    into the schedule's looks, as report.json's `look`) with its seeds, the margin where it is used, and
+    why (what would settle an undecided call)."""
+    seeds = sorted(set((state.seeds or {}).values()))
+    had = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}" if seeds else "–"
+    at = f"at look {int(state.look)} ({had} seeds)"
+    reason = _LOOK_PREFIX.sub("", str(state.reason or "").strip())
+    why = f": {reason}" if reason else ""
+    best = state.best or "–"
+    if state.state == "winner":
+        return f"winner {best} {at}{why}"
+    if state.state == "equivalent":
+        return f"equivalent within {margin_text(state.margin)} of {best} {at}, take the cheapest{why}"
+    if state.state == "undecided":
+        return f"undecided {at}{why}"
+    if state.state == "no_gain":
+        return f"no gain {at}{why}"
+    active = ", ".join(map(str, state.active or ())) or "–"
+    nxt = f" to {state.next_seeds} seeds" if state.next_seeds else ""
+    return f"racing {at}: {active} continue{nxt}{why}"
