@@ -148,6 +148,8 @@ def run_report(sweep_dirs: list[Path], target: str | None = None, by: list[str] 
 
         at = parse_at_budget(at_budget)
     data = read_sweeps(sweep_dirs)
+    from race_cli.report.validation import check_provenance  # its labels, before anything is written
+    check_provenance(sweep_dirs, data)
     by = list(CONDITION_COLS) if not by else [c.strip() for b in by for c in b.split(",") if c.strip()]
     _check_by(data.jobs, by, data.knob_cols)
     targets = _targets_to_rank(data.jobs, target, data.targets)

@@ -460,6 +460,8 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
                        f"jobs/<job_id>/; try `race plan --out {d}` first, or point at the sweep, not a job.")
     if bad:
         raise RaceError(*bad)
+    for d in sweep_dirs:  # as race run refuses them: a linked job would be ranked from outside the sweep
+        folder.refuse_linked_jobs(d)
     _refuse_duplicates(sweep_dirs)
 
     rows, curves = [], []

@@ -1,0 +1,173 @@
+"""Every file race reads from a sweep folder, damaged, linked, emptied or made a folder; every path argument
+empty, a file, a folder or unwritable: one message naming the real problem, exit 2, nothing half-written.
+
+docs/security.md's table "Which file is trusted for what" lists each file with what race takes from it
+and what it does when the file is not what race wrote; `test_every_row_of_the_trust_table` walks that
+table. The named cases (a linked job folder in race report / validate, relabelled regimes, a checkpoint
+without its state, a planted interpolation at plan time, messages that named the wrong thing) each have
+their own test here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report_fixtures import build_sweep  # noqa: E402
+from test_hostile import cli, snapshot  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch):
+    """A wide console: rich folds a long path mid-name at 80 columns, and the tests look for whole paths."""
+    monkeypatch.setenv("COLUMNS", "1000")
+
+
+# --- a job folder that is a symbolic link: race report and race validate refuse it as race run does ---------
+
+def _linked_job(sweep: Path, outside: Path) -> Path:
+    """Move one job out of the sweep and leave a link in its place; returns the link."""
+    job = sorted((sweep / "jobs").iterdir())[0]
+    shutil.move(str(job), outside)
+    job.symlink_to(outside)
+    return job
+
+
+def test_race_report_refuses_a_linked_job_folder(tmp_path, capsys, monkeypatch):
+    sweep = build_sweep(tmp_path / "s", seeds=(0, 1), n_items=40)
+    link = _linked_job(sweep, tmp_path / "outside")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(sweep), "--no-plots")
+    assert code == 2, text
+    assert f"{link} is a symbolic link: race writes job folders itself and never follows links out of a sweep" in text
+    assert snapshot(tmp_path) == before  # no report/ written
+
+
+def test_race_report_refuses_a_linked_jobs_folder(tmp_path, capsys, monkeypatch):
+    sweep = build_sweep(tmp_path / "s", seeds=(0, 1), n_items=40)
+    shutil.move(str(sweep / "jobs"), tmp_path / "elsewhere")
+    (sweep / "jobs").symlink_to(tmp_path / "elsewhere")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(sweep), "--no-plots")
+    assert code == 2 and f"{sweep / 'jobs'} is a symbolic link" in text, text
+    assert snapshot(tmp_path) == before
+
+
+def test_race_validate_refuses_a_linked_job_folder_of_the_pilot(tmp_path, capsys, monkeypatch):
+    from test_validate import make_pilot
+
+    pilot = make_pilot(tmp_path / "pilot")
+    link = _linked_job(pilot, tmp_path / "outside")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, "validate", str(pilot), "--dry-run", "--seeds", "2")
+    assert code == 2 and f"{link} is a symbolic link" in text, text
+    assert snapshot(tmp_path) == before
+
+
+def test_race_validate_refuses_a_linked_report_folder(tmp_path, capsys, monkeypatch):
+    from test_validate import make_pilot
+
+    pilot = make_pilot(tmp_path / "pilot")
+    shutil.move(str(pilot / "report"), tmp_path / "other-report")
+    (pilot / "report").symlink_to(tmp_path / "other-report")
+    code, text = cli(monkeypatch, capsys, tmp_path, "validate", str(pilot), "--dry-run", "--seeds", "2")
+    assert code == 2 and f"{pilot / 'report'} is a symbolic link" in text, text
+
+
+# --- regime labels read back from a file are checked against the jobs' own files ------------------------------
+
+def _relabel(path: Path, old: str, new: str) -> None:
+    """Replace every string `old` in a JSON file by `new` (a consistent forgery: every mention of a label)."""
+    count = 0
+
+    def walk(x):
+        nonlocal count
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if x == old:
+            count += 1
+            return new
+        return x
+
+    path.write_text(json.dumps(walk(json.loads(path.read_text()))))
+    assert count
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    """A pilot, its validation (replicate, 2 seeds, runner-up control) and that validation's results."""
+    from test_validate import make_pilot, run_validation
+
+    from race_cli.plan.validate import validate_main
+
+    root = tmp_path_factory.mktemp("validated")
+    pilot = make_pilot(root / "pilot")
+    val = validate_main(pilot, replicate=True, seeds=2, out=root / "val")
+    run_validation(val, {"rule": {"G=8 μ=2": 0.65, "G=4 μ=2": 0.45}})
+    return pilot, val
+
+
+def test_a_relabelled_regime_in_provenance_is_refused_naming_both(validated, tmp_path, capsys, monkeypatch):
+    _, val = validated
+    val = Path(shutil.copytree(val, tmp_path / "val"))
+    prov = val / "provenance.json"
+    _relabel(prov, "G=8 μ=2", "G=4096 μ=999")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(val), "--no-plots")
+    assert code == 2, text
+    assert "is labelled regime 'G=4096 μ=999' there, but its own files say 'G=8 μ=2'" in text, text
+    assert str(prov) in text and "Confirmed" not in text
+    assert snapshot(tmp_path) == before  # refused before report/ is written
+
+
+def test_an_intact_provenance_still_compares(validated, tmp_path, capsys, monkeypatch):
+    _, val = validated
+    val = Path(shutil.copytree(val, tmp_path / "val"))
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(val), "--no-plots")
+    assert code == 0 and "Confirmed at 1e+12 FLOPs: G=8 μ=2" in text, text
+
+
+def test_a_provenance_moving_a_job_to_another_regime_is_refused(validated, tmp_path, capsys, monkeypatch):
+    _, val = validated
+    val = Path(shutil.copytree(val, tmp_path / "val"))
+    path = val / "provenance.json"
+    prov = json.loads(path.read_text())
+    jid = next(j for j, t in prov["jobs"].items() if t["regime"] == "G=4 μ=2")
+    prov["jobs"][jid]["regime"] = "G=8 μ=2"  # one control job counted as the best's
+    path.write_text(json.dumps(prov))
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(val), "--no-plots")
+    assert code == 2 and f"job {jid} is labelled regime 'G=8 μ=2' there, but its own files say 'G=4 μ=2'" in text
+
+
+def test_a_relabelled_pilot_report_is_refused_by_race_validate(validated, tmp_path, capsys, monkeypatch):
+    pilot, _ = validated
+    pilot = Path(shutil.copytree(pilot, tmp_path / "pilot"))
+    report = pilot / "report" / "report.json"
+    _relabel(report, "G=8 μ=2", "G=4096 μ=999")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, "validate", str(pilot), "--dry-run", "--seeds", "2")
+    assert code == 2, text
+    assert "with regime 'G=4096 μ=999', but the job's own files say 'G=8 μ=2'" in text, text
+    assert f"race report {pilot}" in text and "pilot best G=4096" not in text
+    assert snapshot(tmp_path) == before
+
+
+def test_a_pilot_report_naming_a_job_outside_the_pilot_is_refused(validated, tmp_path, capsys, monkeypatch):
+    pilot, _ = validated
+    pilot = Path(shutil.copytree(pilot, tmp_path / "pilot"))
+    report = pilot / "report" / "report.json"
+    doc = json.loads(report.read_text())
+    for j in doc["jobs"]:
+        j["job_id"] = "../../elsewhere/" + j["job_id"]
+    report.write_text(json.dumps(doc))
+    code, text = cli(monkeypatch, capsys, tmp_path, "validate", str(pilot), "--dry-run", "--seeds", "2")
+    assert code == 2 and "holds no such job" in text, text
