@@ -171,3 +171,30 @@ def test_a_pilot_report_naming_a_job_outside_the_pilot_is_refused(validated, tmp
     report.write_text(json.dumps(doc))
     code, text = cli(monkeypatch, capsys, tmp_path, "validate", str(pilot), "--dry-run", "--seeds", "2")
     assert code == 2 and "holds no such job" in text, text
+
+
+# --- a checkpoint without its state: refused, never a silent restart ------------------------------------------
+
+from test_hostile import resumable  # noqa: E402,F401 - the fixture: a real tiny job stopped at iteration 2 of 30
+
+
+@pytest.mark.parametrize("damage", ["removed", "emptied-folder"])
+def test_a_checkpoint_without_its_state_is_refused_and_the_metrics_kept(resumable, tmp_path, capsys, monkeypatch,  # noqa: F811
+                                                                         damage):
+    job = Path(shutil.copytree(resumable, tmp_path / "job"))
+    if damage == "removed":
+        (job / "checkpoint" / "state.json").unlink()
+    else:
+        shutil.rmtree(job / "checkpoint")
+        (job / "checkpoint").mkdir()
+    metrics = (job / "metrics.jsonl").read_bytes()
+    kept = snapshot(job / "checkpoint")
+    code, text = cli(monkeypatch, capsys, tmp_path, "train", "--job-dir", str(job))
+    assert code == 2, text
+    assert f"{job / 'checkpoint'} holds no state.json, so it is not a complete checkpoint" in text, text
+    assert f"Remove the folder {job / 'checkpoint'} to restart this job from iteration 0" in text
+    assert "Traceback" not in text
+    assert (job / "metrics.jsonl").read_bytes() == metrics and metrics.count(b"\n") == 3  # lines 0..2, never cut
+    assert snapshot(job / "checkpoint") == kept
+    status = json.loads((job / "status.json").read_text())
+    assert status["state"] == "failed" and status["exit_code"] == 2
