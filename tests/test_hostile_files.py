@@ -198,3 +198,16 @@ def test_a_checkpoint_without_its_state_is_refused_and_the_metrics_kept(resumabl
     assert snapshot(job / "checkpoint") == kept
     status = json.loads((job / "status.json").read_text())
     assert status["state"] == "failed" and status["exit_code"] == 2
+
+
+# --- a planted interpolation is refused when the sweep is planned, before any folder is written ---------------
+
+@pytest.mark.parametrize("command", [["plan", "--out", "envsec"], ["run", "--sweep-dir", "envsec"], ["run"]])
+def test_a_planted_interpolation_is_refused_before_a_folder_is_written(tmp_path, capsys, monkeypatch, command):
+    monkeypatch.setenv("SECRET", "hunter2-value")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, *command, "grid=none", "task.path=${oc.env:SECRET}")
+    assert code == 2, text
+    assert "'task.path=${oc.env:SECRET}': task.path holds an interpolation" in text, text
+    assert "hunter2" not in text and "Traceback" not in text
+    assert snapshot(tmp_path) == before  # no envsec/, no runs/

@@ -207,7 +207,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     """
     from race_cli.cost.memory import plan_memory
 
-    from race_cli.config.compose import config_groups, group_options
+    from race_cli.config.compose import config_groups, group_options, refuse_planted_interpolation
     from race_cli.config.sweep import Axis, job_id, parse_sweep, unique_ids
     from race_cli.plan.wall import on_gpu, plan_wall
 
@@ -262,6 +262,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
         regime = _split_seed(job.overrides)[0]
         who = "This job" if jid == "job" else f"Job {jid}"
         if regime not in solved:
+            refuse_planted_interpolation(job.config, job.overrides)  # race run would refuse it when reading back
             job_on_gpu = on_gpu(job.config, gpu)
             backend = job_backend(job.config, on_gpu=job_on_gpu,
                                   vllm_installed=machine.vllm_installed())  # the job resolves it again where it runs
