@@ -211,3 +211,42 @@ def test_a_planted_interpolation_is_refused_before_a_folder_is_written(tmp_path,
     assert "'task.path=${oc.env:SECRET}': task.path holds an interpolation" in text, text
     assert "hunter2" not in text and "Traceback" not in text
     assert snapshot(tmp_path) == before  # no envsec/, no runs/
+
+
+# --- messages that named the wrong thing ------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,flag", [(["plan", "grid=none", "--out", ""], "'--out'"),
+                                       (["run", "grid=none", "--sweep-dir", ""], "'--sweep-dir'"),
+                                       (["report", ""], "'sweep_dirs'"),
+                                       (["report", "s", "--out", ""], "'--out'"),
+                                       (["validate", ""], "'pilot'"),
+                                       (["validate", "s", "--out", ""], "'--out'"),
+                                       (["plan", "grid=none", "--calibrate-from", ""], "'--calibrate-from'")])
+def test_an_empty_folder_argument_says_it_is_empty(tmp_path, capsys, monkeypatch, args, flag):
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, *args)
+    assert code == 2, text
+    assert f"Invalid value for {flag}" in text and "'' is empty: give a folder" in text, text
+    assert "remove" not in text.lower() and " . " not in text
+    assert snapshot(tmp_path) == before
+
+
+def _planned_sweep(tmp_path, capsys, monkeypatch) -> Path:
+    code, text = cli(monkeypatch, capsys, tmp_path, "plan", "grid=none", "--out", "s")
+    assert code == 0, text
+    return tmp_path / "s"
+
+
+@pytest.mark.parametrize("which", ["job", "sweep"])
+def test_a_lock_that_is_a_folder_is_named_and_left_alone(tmp_path, capsys, monkeypatch, which):
+    sweep = _planned_sweep(tmp_path, capsys, monkeypatch)
+    lock = sweep / "jobs" / "job" / ".job.lock" if which == "job" else sweep / ".race.lock"
+    lock.mkdir()
+    (lock / "inside").write_text("x")
+    before = snapshot(tmp_path)
+    args = ["train", "--job-dir", str(sweep / "jobs" / "job")] if which == "job" else ["run", "--sweep-dir", str(sweep)]
+    code, text = cli(monkeypatch, capsys, tmp_path, *args)
+    assert code == 2, text
+    assert f"{lock} is a folder, not a lock file race wrote" in text and f"rm -r {lock}" in text, text
+    assert ".stale." not in text and "Traceback" not in text
+    assert snapshot(tmp_path) == before  # nothing renamed, nothing written
