@@ -250,3 +250,20 @@ def test_a_lock_that_is_a_folder_is_named_and_left_alone(tmp_path, capsys, monke
     assert f"{lock} is a folder, not a lock file race wrote" in text and f"rm -r {lock}" in text, text
     assert ".stale." not in text and "Traceback" not in text
     assert snapshot(tmp_path) == before  # nothing renamed, nothing written
+
+
+@pytest.mark.parametrize("command", ["train-out", "train-job-dir", "run", "zoo-build"])
+def test_a_cache_that_is_a_file_is_named_and_nothing_written(tmp_path, capsys, monkeypatch, command):
+    (tmp_path / "afile").write_text("not a folder\n")
+    args = {"train-out": ["train", "grid=none", "--out", "j"], "run": ["run", "grid=none", "--sweep-dir", "r"],
+            "train-job-dir": ["train", "--job-dir", "s/jobs/job"], "zoo-build": ["zoo", "--build", "tiny-s"]}[command]
+    if command == "train-job-dir":
+        _planned_sweep(tmp_path, capsys, monkeypatch)
+    monkeypatch.setenv("RACE_CACHE", str(tmp_path / "afile"))
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, *args)
+    assert code == 2, text
+    assert f"the zoo cache cannot be made: {tmp_path / 'afile'} is a file" in text, text
+    assert f"(RACE_CACHE={tmp_path / 'afile'})" in text and "Set RACE_CACHE to a folder" in text
+    assert "NotADirectoryError" not in text and "while writing" not in text
+    assert snapshot(tmp_path) == before  # no job folder, no .hydra/, no status.json

@@ -521,6 +521,10 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
     plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes)
     if check is not None:
         check([job.config for job in plan.jobs])
+    from race_cli.zoo.build import refuse_unusable_cache
+
+    refuse_unusable_cache([(j.config.get(k) or {}).get("path") for j in plan.jobs for k in ("model", "reward")]
+                          + [((j.config.get("reward") or {}).get("model") or {}).get("path") for j in plan.jobs])
     target = Path(sweep_dir) if sweep_dir is not None else default_sweep_dir(plan, runs_root)
     try:
         written = write_sweep(plan, target)
