@@ -55,7 +55,7 @@ def refuse_unusable_cache(paths=None) -> None:
                 env, kind = os.environ.get("RACE_CACHE"), "a file" if part.is_file() else "not a folder"
                 raise RaceError(f"the zoo cache cannot be made: {part} is {kind}, and race builds its embedded "
                                 f"models in {here}" + (f" (RACE_CACHE={env})" if env else "")
-                                + ". Set RACE_CACHE to a folder you can write (unset, it is ~/.cache/race), then rerun.")
+                                + ". Set RACE_CACHE to a folder you can write (unset: ~/.cache/race), then rerun.")
             return
 
 
