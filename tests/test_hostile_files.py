@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,32 @@ def test_a_cache_that_is_a_file_is_named_and_nothing_written(tmp_path, capsys, m
     assert f"(RACE_CACHE={tmp_path / 'afile'})" in text and "Set RACE_CACHE to a folder" in text
     assert "NotADirectoryError" not in text and "while writing" not in text
     assert snapshot(tmp_path) == before  # no job folder, no .hydra/, no status.json
+
+
+def _nan_summaries(sweep: Path, where: str) -> None:
+    """Every summary.json's scores NaN (as JSON writes it: NaN): the final scores, the per-item ones, or both."""
+    for path in sweep.glob("jobs/*/summary.json"):
+        s = json.loads(path.read_text())
+        for t in s["eval"]:
+            if where in ("eval", "both"):
+                s["eval"][t] = float("nan")
+            if where in ("items", "both"):
+                s["eval_items"][t]["scores"] = [float("nan")] * len(s["eval_items"][t]["scores"])
+        path.write_text(json.dumps(s))
+
+
+@pytest.mark.parametrize("where,field", [("eval", "eval.arithmetic = nan is not a finite number"),
+                                         ("items", "eval_items.arithmetic: per-item score 0 (of 40) is NaN"),
+                                         ("both", "is NaN; expected numbers in [0, 1]")])
+def test_nan_scores_in_every_summary_are_called_malformed(tmp_path, capsys, monkeypatch, where, field):
+    sweep = build_sweep(tmp_path / "s", seeds=(0, 1), n_items=40)
+    _nan_summaries(sweep, where)
+    n = len(list(sweep.glob("jobs/*")))
+    before = snapshot(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy warning on the way (All-NaN slice)
+        code, text = cli(monkeypatch, capsys, tmp_path, "report", str(sweep), "--no-plots")
+    assert code == 2, text
+    assert f"{n} job(s) unreadable: summary.json malformed (" in text and field in text, text
+    assert "try --target" not in text and "Targets the jobs recorded" not in text and "RuntimeWarning" not in text
+    assert snapshot(tmp_path) == before

@@ -61,6 +61,8 @@ def _check_target(jobs, target: str, targets: list[str]) -> None:
     col = f"eval/{target}"
     if col in jobs and ((jobs["state"] == "done") & jobs[col].notna()).any():
         return
+    if not jobs["readable"].all() and not ((jobs["state"] == "done") & jobs["readable"].astype(bool)).any():
+        raise RaceError(*_nothing_to_rank(jobs, target))  # every finished job unreadable: say why, not which targets
     counts = ", ".join(f"{k} {v}" for k, v in jobs["state"].value_counts().items())
     if targets:
         raise RaceError(f"no finished job recorded eval/{target} (jobs: {counts}).",

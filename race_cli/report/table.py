@@ -359,12 +359,25 @@ def _item_block(block: Any, name: str) -> dict[str, tuple[list[str], np.ndarray]
         ids, scores = list(d["ids"]), np.asarray(d["scores"], dtype=float)
         if len(ids) != len(scores):
             raise ValueError(f"{name}.{target}: {len(ids)} ids but {len(scores)} scores")
-        # min/max first: no NaN and all in [0, 1] settles it (a NaN makes min NaN, so nanmin/nanmax decide)
-        if len(scores) and not (scores.min() >= 0 and scores.max() <= 1) and \
-                not (np.nanmin(scores) >= 0 and np.nanmax(scores) <= 1):
+        # min/max settle it: a NaN makes either comparison false, and is named as what it is
+        if len(scores) and not (scores.min() >= 0 and scores.max() <= 1):
+            nan = np.flatnonzero(np.isnan(scores))
+            if len(nan):
+                raise ValueError(f"{name}.{target}: per-item score {nan[0]} (of {len(scores)}) is NaN; "
+                                 "expected numbers in [0, 1]")
             raise ValueError(f"{name}.{target}: per-item scores must lie in [0, 1]")
         out[target] = (ids, scores)
     return out
+
+
+def _score(v: Any, name: str) -> float:
+    """A target's score from summary.json: a finite number, or null (not recorded: NaN in the table). A NaN,
+    an infinity or a string is a malformed summary (named by its field), never a score that ranks as missing."""
+    if v is None:
+        return np.nan
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{name} = {str(v)[:40]} is not a finite number")
+    return float(v)
 
 
 def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[str], np.ndarray]]:
@@ -375,10 +388,14 @@ def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[s
     for k, v in (s.get("knobs") or {}).items():
         row[k] = v
     row["seed"] = s.get("seed")
-    for k, v in (s.get("eval") or {}).items():
-        row[f"eval/{k}"] = float(v) if v is not None else np.nan
-    for k, v in (s.get("eval_initial") or {}).items():
-        row[f"eval_initial/{k}"] = float(v) if v is not None else np.nan
+    bad: list[str] = []  # malformed scores: the column is still made (NaN), so the target stays named
+    for block in ("eval", "eval_initial"):
+        for k, v in (s.get(block) or {}).items():
+            try:
+                row[f"{block}/{k}"] = _score(v, f"{block}.{k}")
+            except ValueError as e:
+                row[f"{block}/{k}"] = np.nan
+                bad.append(str(e))
     for k, v in (s.get("seconds") or {}).items():
         row[f"seconds_{k}"] = v
     share = s.get("informative_share")  # rows the update ran on / rows sampled (absent before the skip)
@@ -389,6 +406,8 @@ def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[s
     items = {("final", t): v for t, v in _item_block(s.get("eval_items"), "eval_items").items()}
     items |= {("initial", t): v for t, v in
               _item_block(s.get("eval_items_initial"), "eval_items_initial").items()}
+    if bad:
+        raise ValueError("; ".join(bad))
     return items
 
 
