@@ -79,6 +79,11 @@ def stale_reason(record: dict[str, Any]) -> str | None:
     return None
 
 
+class LockBusy(RaceError):
+    """The lock is held by a live process (or keeps being taken): wait, or stop that process. Any other
+    RaceError from a lock (a folder where its file should be) is not cured by waiting."""
+
+
 class FileLock:
     """Hold the lock file `path` (see the module docstring); `busy()` words the refusal."""
 
@@ -117,7 +122,7 @@ class FileLock:
         except (OSError, json.JSONDecodeError):
             return
         if isinstance(record, dict) and record and stale_reason(record) is None:
-            raise RaceError(self.busy(record))
+            raise LockBusy(self.busy(record))
 
     def _create(self) -> bool:
         try:
@@ -155,10 +160,10 @@ class FileLock:
                     continue
             reason = stale_reason(record)
             if reason is None:
-                raise RaceError(self.busy(record))
+                raise LockBusy(self.busy(record))
             self.say(f"Taking over the lock of a {self.who} that is gone ({reason}): {self.path}")
             self._take_over(record)
-        raise RaceError(f"Could not take the lock {self.path}: other processes keep taking it. "
+        raise LockBusy(f"Could not take the lock {self.path}: other processes keep taking it. "
                         "Is another race command starting on this folder? Retry in a moment.")
 
     def _take_over(self, judged: dict[str, Any]) -> None:

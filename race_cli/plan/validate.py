@@ -233,13 +233,14 @@ def predicted_order(ranking: list[dict], jobs: list[dict], target: str) -> list[
 
 def regime_overrides(pilot: Path, job_ids: list[str]) -> tuple[list[str], list[str]]:
     """The pilot jobs' concrete overrides less grid/seed/budget.flops, and notes on disagreements."""
+    from race_cli.io import inside, read_bounded
     from race_cli.report.table import parse_overrides
 
     seen: dict[str, list[str]] = {}
     for jid in job_ids:
         path = folder.job_overrides(folder.job_dir(pilot, jid))
         try:
-            ovs = parse_overrides(path.read_text(encoding="utf-8"))
+            ovs = parse_overrides(read_bounded(inside(path, pilot), 4 * 2**20).decode("utf-8"))
         except (OSError, ValueError, UnicodeDecodeError):
             continue
         kept = [o for o in ovs if o.lstrip("+~").partition("=")[0] not in PER_JOB_KEYS]

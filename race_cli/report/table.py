@@ -38,7 +38,7 @@ import pandas as pd
 from race_cli import folder
 from race_cli.cost import budget
 from race_cli.errors import RaceError
-from race_cli.io import jsonl_rows, read_bounded, read_json
+from race_cli.io import inside, jsonl_rows, read_bounded, read_json
 from race_cli.status import status_path
 
 CONDITION_COLS = ["model", "budget_flops", "reward", "task"]  # what a condition is (docs/design.md)
@@ -87,7 +87,10 @@ def parse_overrides(text: str) -> list[str]:
         if not s.startswith("- "):
             import yaml  # rare: flow-style list or other YAML
 
-            data = yaml.safe_load(text)
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as e:
+                raise ValueError(f"overrides.yaml is not YAML ({str(e).splitlines()[0][:80]})") from None
             if not isinstance(data, list):
                 raise ValueError("overrides.yaml is not a list of strings")
             return [str(x) for x in data]
@@ -253,7 +256,7 @@ def read_job(job_dir: str | os.PathLike, sweep: str) -> tuple[dict, dict, list[d
             row[f"eval_initial/{c['target']}"] = c["value"]
     if "model" not in row:  # no summary: take what the overrides say
         try:
-            text = folder.job_overrides(job_dir).read_text(encoding="utf-8")
+            text = read_bounded(inside(folder.job_overrides(job_dir), job_dir), 4 * 2**20).decode("utf-8")
             for k, v in fields_from_overrides(parse_overrides(text)).items():
                 row.setdefault(k, v)
         except FileNotFoundError:
@@ -276,7 +279,8 @@ def job_identity(job_dir: Path) -> str | None:
 
     try:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        cfg = yaml.load(read_bounded(folder.job_config(job_dir), 4 * 2**20).decode("utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+        text = read_bounded(inside(folder.job_config(job_dir), job_dir), 4 * 2**20).decode("utf-8")  # no linked .hydra/
+        cfg = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
         text = json.dumps(cfg, sort_keys=True, default=str)
     except (OSError, ValueError, RecursionError, yaml.YAMLError, TypeError):
         return None
