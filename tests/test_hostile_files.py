@@ -297,3 +297,160 @@ def test_nan_scores_in_every_summary_are_called_malformed(tmp_path, capsys, monk
     assert f"{n} job(s) unreadable: summary.json malformed (" in text and field in text, text
     assert "try --target" not in text and "Targets the jobs recorded" not in text and "RuntimeWarning" not in text
     assert snapshot(tmp_path) == before
+
+
+# --- docs/security.md's trust table, row by row ---------------------------------------------------------------
+#
+# Each file race reads from a sweep folder, four ways: garbage (a torn or foreign file), emptied, a folder in its
+# place, and a symbolic link to a copy of itself outside the sweep (the content is fine; the link is the attack).
+# Each case runs the command that reads the file and checks what the table promises: the exit code, the file
+# named in the message (or in the job's listed problem), no traceback, and nothing changed but what the command
+# writes on success.
+
+DAMAGES = ["garbage", "empty", "folder", "link"]
+
+
+def damage(path: Path, how: str, outside: Path) -> None:
+    """Damage one file of a sweep in place."""
+    if how == "garbage":
+        path.write_bytes(b'{"torn": [1, 2\n')  # neither JSON, YAML, safetensors nor a torch file
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "folder":
+        path.unlink()
+        path.mkdir()
+    else:
+        outside.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(path), outside / path.name)
+        path.symlink_to(outside / path.name)
+
+
+def _changed(before: dict, after: dict, allowed: tuple[str, ...] = ()) -> list[str]:
+    """Paths that differ between two snapshots, outside the `allowed` prefixes."""
+    keys = set(before) | set(after)
+    return sorted(k for k in keys if before.get(k) != after.get(k) and not k.startswith(allowed))
+
+
+# race report: a job file that is not what race wrote makes that job unreadable (listed with the file named,
+# never ranked); the others are ranked, exit 0. The report writes only report/.
+REPORT_JOB_FILES = ["summary.json", "ledger.json", "metrics.jsonl", "status.json", ".hydra/overrides.yaml"]
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+@pytest.mark.parametrize("name", REPORT_JOB_FILES)
+def test_trust_table_report_lists_a_job_whose_file_is_damaged(tmp_path, capsys, monkeypatch, name, how):
+    import csv
+
+    sweep = build_sweep(tmp_path / "s", seeds=(0, 1), n_items=40)
+    victim = sorted((sweep / "jobs").iterdir())[0]
+    if name == ".hydra/overrides.yaml":  # read only for a job without a summary: make the victim unfinished
+        for f in ("summary.json", "ledger.json", "metrics.jsonl"):
+            (victim / f).unlink()
+        (victim / "status.json").write_text(json.dumps({"job_id": victim.name, "state": "pending", "attempts": 0}))
+    damage(victim / name, how, tmp_path / "outside")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(sweep), "--no-plots")
+    assert code == 0 and "Traceback" not in text, text
+    assert _changed(before, snapshot(tmp_path), ("s/report",)) == []
+    rows = {r["job_id"]: r for r in csv.DictReader((sweep / "report" / "runs.csv").open())}
+    row = rows[victim.name]
+    if name == ".hydra/overrides.yaml" and how == "empty":  # no overrides: a pending job, listed as such
+        assert row["readable"] == "True" and row["state"] == "pending"
+        return
+    assert row["readable"] == "False" and Path(name).name in row["problem"], row
+    assert sum(r["readable"] == "True" for r in rows.values()) == len(rows) - 1  # the others still ranked
+
+
+# race run: plan.json is the list of jobs to run (ids checked, nothing run when it is not what race wrote);
+# a job's .hydra/config.yaml that is a link or a folder refuses the sweep before anything runs.
+
+@pytest.mark.parametrize("name,how", [("plan.json", h) for h in DAMAGES]
+                         + [("jobs/a/.hydra/config.yaml", h) for h in ("folder", "link")]
+                         + [("jobs/a/.hydra", "link")])
+def test_trust_table_race_run_refuses_before_running(tmp_path, name, how):
+    from fake_job import command as fake_command
+    from fake_job import make_sweep
+
+    from race_cli.errors import RaceError
+    from race_cli.pool.run import run_main
+
+    sweep = make_sweep(tmp_path / "runs" / "s", {"a": {"iterations": 1, "seconds": 0.0}})
+    if name == "jobs/a/.hydra":
+        shutil.move(str(sweep / name), tmp_path / "outside-hydra")
+        (sweep / name).symlink_to(tmp_path / "outside-hydra")
+    else:
+        damage(sweep / name, how, tmp_path / "outside")
+    before = snapshot(tmp_path)
+    with pytest.raises(RaceError) as err:
+        run_main([], sweep_dir=sweep, workers=1, report=False, live=False, job_command=fake_command,
+                 say=lambda m: None)
+    text = " ".join(err.value.problems)
+    assert Path(name).name in text or (how == "folder" and "lack .hydra/config.yaml" in text), text
+    assert snapshot(tmp_path) == before
+
+
+# race train --job-dir: the job's config and overrides are read before anything is written; one that is not
+# what race wrote is exit 2 with the file named, and the folder is left as it was.
+
+@pytest.mark.parametrize("how", DAMAGES)
+@pytest.mark.parametrize("name", [".hydra/config.yaml", ".hydra/overrides.yaml"])
+def test_trust_table_race_train_reads_the_job_config_before_writing(tmp_path, capsys, monkeypatch, name, how):
+    if name == ".hydra/overrides.yaml" and how == "empty":  # no overrides is a valid list: the job would run
+        pytest.skip("an empty overrides.yaml is an empty list of overrides, which race train accepts")
+    sweep = _planned_sweep(tmp_path, capsys, monkeypatch)
+    job = sweep / "jobs" / "job"
+    damage(job / name, how, tmp_path / "outside")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, "train", "--job-dir", str(job))
+    assert code == 2 and "Traceback" not in text, text
+    assert Path(name).name in text, text
+    assert snapshot(tmp_path) == before
+
+
+# race train resuming: checkpoint files and metrics.jsonl are checked before anything is cut (docs/security.md,
+# "Checkpoints are checked before anything is cut"); a damaged one is exit 2 naming the file and the folder.
+
+@pytest.mark.parametrize("how", DAMAGES)
+@pytest.mark.parametrize("name", ["checkpoint/state.json", "checkpoint/trainable.safetensors", "checkpoint/optim.pt",
+                                  "checkpoint/rng.pt", "metrics.jsonl"])
+def test_trust_table_race_train_resume_refuses_a_damaged_file(resumable, tmp_path, capsys, monkeypatch,  # noqa: F811
+                                                              name, how):
+    job = Path(shutil.copytree(resumable, tmp_path / "job"))
+    damage(job / name, how, tmp_path / "outside")
+    kept = snapshot(job / "checkpoint") if (job / "checkpoint").is_dir() else None
+    metrics = (job / "metrics.jsonl").read_bytes() if (job / "metrics.jsonl").is_file() else None
+    code, text = cli(monkeypatch, capsys, tmp_path, "train", "--job-dir", str(job))
+    assert code == 2 and "Traceback" not in text, text
+    assert Path(name).name in text or "metrics.jsonl" in text, text
+    assert (snapshot(job / "checkpoint") if kept is not None else None) == kept
+    if metrics is not None:
+        assert (job / "metrics.jsonl").read_bytes() == metrics  # never cut
+
+
+# provenance.json: race report names it and skips the comparison (the ranking above stands), exit 0.
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_trust_table_provenance_that_is_not_what_race_wrote_is_named(validated, tmp_path, capsys, monkeypatch, how):
+    _, val = validated
+    val = Path(shutil.copytree(val, tmp_path / "val"))
+    damage(val / "provenance.json", how, tmp_path / "outside")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, "report", str(val), "--no-plots")
+    assert code == 0 and "Traceback" not in text, text
+    assert f"validation comparison skipped: {val / 'provenance.json'}" in text, text
+    assert _changed(before, snapshot(tmp_path), ("val/report",)) == []
+
+
+# a pilot's report/report.json: race validate refuses it (exit 2), naming it, and writes nothing.
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_trust_table_pilot_report_that_is_not_what_race_wrote_is_refused(validated, tmp_path, capsys, monkeypatch,
+                                                                         how):
+    pilot, _ = validated
+    pilot = Path(shutil.copytree(pilot, tmp_path / "pilot"))
+    damage(pilot / "report" / "report.json", how, tmp_path / "outside")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, "validate", str(pilot), "--seeds", "2", "--out", "v")
+    assert code == 2 and "Traceback" not in text, text
+    assert str(pilot / "report" / "report.json") in text and f"race report {pilot}" in text, text
+    assert snapshot(tmp_path) == before

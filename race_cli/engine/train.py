@@ -31,11 +31,13 @@ def _write_job_config(job_dir: Path, cfg, overrides: list[str]) -> None:
 def _saved_overrides(job_dir: Path) -> list[str]:
     import yaml
 
+    from race_cli.io import inside, read_bounded
+
     path = job_overrides(job_dir)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return []
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+        data = yaml.safe_load(read_bounded(inside(path, job_dir), 4 * 2**20).decode("utf-8")) or []  # no link
         if not isinstance(data, list):
             raise ValueError("expected a list of overrides")
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:

@@ -223,6 +223,8 @@ def read_job(job_dir: str | os.PathLike, sweep: str) -> tuple[dict, dict, list[d
         try:
             evals, last_it = _read_metrics(where + METRICS)
             row["last_iteration"] = last_it
+            if last_it is None and row["state"] == "done":
+                problems.append("metrics.jsonl holds no iteration (a finished job writes one line per iteration)")
         except FileNotFoundError:
             problems.append("metrics.jsonl missing")
             evals = []
