@@ -454,3 +454,25 @@ def test_trust_table_pilot_report_that_is_not_what_race_wrote_is_refused(validat
     assert code == 2 and "Traceback" not in text, text
     assert str(pilot / "report" / "report.json") in text and f"race report {pilot}" in text, text
     assert snapshot(tmp_path) == before
+
+
+# --- path arguments: a file where a folder is needed -----------------------------------------------------------
+
+@pytest.mark.parametrize("args,fragment", [
+    (["validate", "afile"], "afile: not a sweep folder (no jobs/ inside)"),
+    (["plan", "grid=none", "--calibrate-from", "afile"], "afile is not a sweep folder (no plan.json)"),
+    (["plan", "grid=none", "--informative-from", "afile"], "afile is not a sweep folder (no plan.json)"),
+    (["plan", "grid=none", "--seed-sd", "afile"], "--seed-sd afile: neither a number nor a sweep with a report"),
+    (["plan", "grid=none", "--seed-sd", ""], "--seed-sd '' is empty"),
+    (["report", "s", "--no-plots", "--out", "afile"], "afile"),
+    (["validate", "pilot", "--seeds", "2", "--out", "afile"], "afile"),
+])
+def test_a_path_argument_that_is_a_file_is_named(validated, tmp_path, capsys, monkeypatch, args, fragment):
+    pilot, _ = validated
+    shutil.copytree(pilot, tmp_path / "pilot")
+    build_sweep(tmp_path / "s", seeds=(0, 1), n_items=40)
+    (tmp_path / "afile").write_text("a file, not a folder\n")
+    before = snapshot(tmp_path)
+    code, text = cli(monkeypatch, capsys, tmp_path, *args)
+    assert code == 2 and fragment in text and "Traceback" not in text, text
+    assert snapshot(tmp_path) == before
