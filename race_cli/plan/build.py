@@ -523,8 +523,9 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
         check([job.config for job in plan.jobs])
     from race_cli.zoo.build import refuse_unusable_cache
 
-    refuse_unusable_cache([(j.config.get(k) or {}).get("path") for j in plan.jobs for k in ("model", "reward")]
-                          + [((j.config.get("reward") or {}).get("model") or {}).get("path") for j in plan.jobs])
+    refuse_unusable_cache([path for j in plan.jobs for path in  # the policy's and the reward model's
+                           ((j.config.get("model") or {}).get("path"),
+                            (((j.config.get("reward") or {}).get("model")) or {}).get("path"))])
     target = Path(sweep_dir) if sweep_dir is not None else default_sweep_dir(plan, runs_root)
     try:
         written = write_sweep(plan, target)
