@@ -45,11 +45,20 @@ def _fail(exc: RaceError) -> None:
     raise typer.Exit(exc.exit_code)
 
 
+def _folder(value: str) -> Path:
+    """A folder argument as typed: an empty one is refused here, since Path('') is the current folder and
+    the command would plan, run or report there (and its messages would name '.')."""
+    if not value.strip():
+        raise typer.BadParameter(f"{value!r} is empty: give a folder, e.g. runs/my-sweep.")
+    return Path(value)
+
+
 @app.command()
 def plan(
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
     fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f", help="table, csv or json."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the sweep folder here (multirun.yaml, "
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_folder,
+                                       help="Write the sweep folder here (multirun.yaml, "
                                        "plan.csv, plan.json, jobs/<id>/.hydra/)."),
     max_jobs: int = typer.Option(512, min=1, max=100_000, help="Refuse sweeps larger than this unless --yes."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Plan sweeps larger than --max-jobs."),
@@ -61,10 +70,12 @@ def plan(
                                           "micro_batch_size=auto picks the largest micro-batch that fits, and a job "
                                           "that cannot fit is refused (exit 2). Default: the --gpu kind's memory, "
                                           "else the detected GPU (nvidia-smi), else no limit."),
-    calibrate_from: Optional[Path] = typer.Option(None, "--calibrate-from", help="A finished sweep folder: plan "
+    calibrate_from: Optional[Path] = typer.Option(None, "--calibrate-from", parser=_folder,
+                                                  help="A finished sweep folder: plan "
                                                   "wall time from the per-phase FLOP/s, evaluation and setup "
                                                   "seconds its jobs measured (per model) instead of the defaults."),
-    informative_from: Optional[Path] = typer.Option(None, "--informative-from", help="A finished sweep folder: "
+    informative_from: Optional[Path] = typer.Option(None, "--informative-from", parser=_folder,
+                                                    help="A finished sweep folder: "
                                                     "plan each job's update on the share of rows its jobs really "
                                                     "updated on (per regime, else per reward type), where "
                                                     "grpo.expected_informative_share is null."),
@@ -215,7 +226,8 @@ def train(
 @app.command()
 def run(
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
-    sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", "-d", help="Sweep folder to run or resume. "
+    sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", "-d", parser=_folder,
+                                             help="Sweep folder to run or resume. "
                                              "Default: runs/<grid>-<hash of the plan>, so the same overrides resume the same folder."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=1024, help="CPU worker processes when no GPU is visible "
                                           "(default: one per core, at most one per job; cores are divided among them as torch threads)."),
@@ -277,14 +289,16 @@ def _one_blas_thread() -> None:
 
 @app.command()
 def report(
-    sweep_dirs: List[Path] = typer.Argument(..., help="Sweep folders written by race run (several are combined).",
+    sweep_dirs: List[Path] = typer.Argument(..., parser=_folder,
+                                            help="Sweep folders written by race run (several are combined).",
                                             show_default=False),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Rank one evaluation target (the <target> "
                                          "of eval/<target>/accuracy); default: every target, a section each."),
     by: Optional[List[str]] = typer.Option(None, "--by", help="Condition columns (repeatable); default: model, "
                                            "budget, reward, task."),
     fmt: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f", help="table, csv, json or markdown."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for runs.csv, ranking.csv, summary.md and "
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_folder,
+                                       help="Folder for runs.csv, ranking.csv, summary.md and "
                                        "plots (default: <first sweep>/report)."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the PNG plots."),
     bootstrap: int = typer.Option(1000, min=100, max=100_000, help="Bootstrap resamples for the confidence intervals."),
@@ -318,7 +332,8 @@ def report(
 
 @app.command()
 def validate(
-    pilot: Path = typer.Argument(..., help="The pilot sweep folder; `race report` must have written its report/.",
+    pilot: Path = typer.Argument(..., parser=_folder,
+                                 help="The pilot sweep folder; `race report` must have written its report/.",
                                  show_default=False),
     budget: Optional[float] = typer.Option(None, "--budget", min=1.0, max=1e30, help="Validation budget per job, FLOPs (e.g. 1e12). "
                                            "Exclusive with --scale."),
@@ -346,7 +361,7 @@ def validate(
                               "best (the report's 'validate' list); costs one regime's jobs each."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Evaluation target whose recommendation to "
                                          "validate (default: the one the pilot report ranks)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Validation sweep folder (default: "
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_folder, help="Validation sweep folder (default: "
                                        "<pilot>-validate-x<K> or -C<budget>, beside the pilot)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Preview only; write nothing."),
 ) -> None:

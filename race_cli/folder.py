@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -156,10 +157,7 @@ def read_plan_rows(sweep_dir: Path) -> dict[str, dict]:
             raise RaceError(f"{where} lists job {job_id!r} twice. The file was edited or is damaged: "
                             "replan the sweep into a new folder (race plan --out DIR).")
         by_id[job_id] = r
-    linked = [j for j in by_id if job_dir(sweep_dir, j).is_symlink()]
-    if linked:
-        raise RaceError(f"{sweep_dir}/jobs/{linked[0]} is a symbolic link: race writes job folders itself and "
-                        "never follows links out of a sweep. Replan the sweep into a new folder (race plan --out DIR).")
+    refuse_linked_jobs(sweep_dir, by_id)
     for j in by_id:
         refuse_links_in(job_dir(sweep_dir, j))
     missing = [j for j in by_id if not job_config(job_dir(sweep_dir, j)).is_file()]
@@ -169,6 +167,23 @@ def read_plan_rows(sweep_dir: Path) -> dict[str, dict]:
     return by_id
 
 
+def refuse_linked_jobs(sweep_dir: str | Path, job_ids=None) -> None:
+    """RaceError when the sweep's jobs/ folder, or one job folder in it, is a symbolic link. race writes
+    job folders itself, so a link was planted: `race run` would write through it and `race report` /
+    `race validate` would rank a job from outside the sweep. job_ids: the jobs to check (plan.json's);
+    None checks every entry of jobs/. Links above the sweep folder are the user's own and are followed."""
+    jobs = jobs_dir(sweep_dir)
+    if jobs.is_symlink():
+        linked = jobs
+    else:
+        names = job_ids if job_ids is not None else (sorted(os.listdir(jobs)) if jobs.is_dir() else [])
+        linked = next((job_dir(sweep_dir, j) for j in names if job_dir(sweep_dir, j).is_symlink()), None)
+    if linked is not None:
+        raise RaceError(f"{linked} is a symbolic link: race writes job folders itself and never follows links out "
+                        "of a sweep (docs/security.md). Remove the link (copy the folder in if the job belongs "
+                        "to this sweep), or replan the sweep into a new folder (race plan --out DIR).")
+
+
 MAX_JOB_ENTRIES = 100_000  # files and folders in one job folder; race writes a few dozen
 
 
@@ -176,8 +191,6 @@ def refuse_links_in(job: str | Path) -> None:
     """RaceError when anything inside a job folder is a symbolic link (or the folder holds an
     absurd number of entries): race writes every file there itself, so a link was planted, and
     writing the job's log, metrics or checkpoint through it would leave the sweep (docs/security.md)."""
-    import os
-
     job = Path(job)
     if not job.is_dir() or job.is_symlink():
         return  # a missing folder is created; a linked job folder is refused by read_plan_rows

@@ -79,6 +79,11 @@ def stale_reason(record: dict[str, Any]) -> str | None:
     return None
 
 
+class LockBusy(RaceError):
+    """The lock is held by a live process (or keeps being taken): wait, or stop that process. Any other
+    RaceError from a lock (a folder where its file should be) is not cured by waiting."""
+
+
 class FileLock:
     """Hold the lock file `path` (see the module docstring); `busy()` words the refusal."""
 
@@ -94,14 +99,30 @@ class FileLock:
                 f"{record.get('started')}) holds {self.path}. Wait for it to finish, or, if you are sure it "
                 f"is gone, delete {self.path} and rerun.")
 
+    def refuse_not_a_file(self) -> None:
+        """RaceError when something other than a plain file sits at the lock's path (a folder, a symbolic
+        link, a FIFO): race never made it, so it is neither taken over nor moved aside, only named."""
+        import stat
+
+        try:
+            mode = os.lstat(self.path).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISREG(mode):
+            kind = ("a folder" if stat.S_ISDIR(mode) else "a symbolic link" if stat.S_ISLNK(mode)
+                    else "not a plain file")
+            raise RaceError(f"{self.path} is {kind}, not a lock file race wrote (race keeps its {self.who} lock in a "
+                            f"plain file there). Nothing was changed. Remove it (rm -r {self.path}) and rerun.")
+
     def refuse_if_busy(self) -> None:
         """RaceError now when a live process holds the lock (a cheap early check; acquire() decides)."""
+        self.refuse_not_a_file()
         try:
             record = json.loads(self.path.read_text() or "{}")
         except (OSError, json.JSONDecodeError):
             return
         if isinstance(record, dict) and record and stale_reason(record) is None:
-            raise RaceError(self.busy(record))
+            raise LockBusy(self.busy(record))
 
     def _create(self) -> bool:
         try:
@@ -115,6 +136,7 @@ class FileLock:
         return True
 
     def acquire(self) -> "FileLock":
+        self.refuse_not_a_file()
         for _ in range(5):  # a few rounds: another process may take over a stale lock at the same time
             if self._create():
                 self.held = True
@@ -138,10 +160,10 @@ class FileLock:
                     continue
             reason = stale_reason(record)
             if reason is None:
-                raise RaceError(self.busy(record))
+                raise LockBusy(self.busy(record))
             self.say(f"Taking over the lock of a {self.who} that is gone ({reason}): {self.path}")
             self._take_over(record)
-        raise RaceError(f"Could not take the lock {self.path}: other processes keep taking it. "
+        raise LockBusy(f"Could not take the lock {self.path}: other processes keep taking it. "
                         "Is another race command starting on this folder? Retry in a moment.")
 
     def _take_over(self, judged: dict[str, Any]) -> None:

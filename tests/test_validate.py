@@ -112,7 +112,10 @@ def test_verdict_rules():
 
 
 def test_provenance_round_trip(tmp_path):
-    prov = {"target": "accuracy", "pilot": {"sweep": "/x"}, "conditions": [{"condition": "c", "x": [1.5, None]}],
+    prov = {"target": "accuracy", "pilot": {"sweep": "/x"},
+            "conditions": [{"condition": "c", "x": [1.5, None], "recommendation": {"best_regime": "G=8"},
+                            "predicted_order": [{"regime": "G=8"}],
+                            "validated": [{"regime": "G=8", "role": "pilot best"}]}],
             "jobs": {"G8_s1": {"condition": "c", "regime": "G=8", "role": "pilot best"}}}
     V.write_provenance(tmp_path, prov)
     assert V.read_provenance(tmp_path) == {"kind": V.KIND, "version": V.VERSION, **prov}

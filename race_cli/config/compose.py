@@ -241,6 +241,42 @@ def _plain_data(data: Any, path: Path) -> None:
                             "the plain value there, or replan the job (race plan --out DIR).")
 
 
+def interpolation_at(data: Any) -> tuple[str, str] | None:
+    """(dotted key, text) of the first key or string value of a plain config tree that holds an
+    OmegaConf interpolation (`${...}`), or None. Small trees only: `_plain_data` bounds a file's first."""
+    stack = [(data, "")]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                key = f"{at}.{k}" if at else str(k)
+                if "${" in str(k):
+                    return key, str(k)
+                stack.append((v, key))
+        elif isinstance(node, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(node))
+        elif isinstance(node, str) and "${" in node:
+            return at, node
+    return None
+
+
+def refuse_planted_interpolation(cfg: dict, overrides: Sequence[str]) -> None:
+    """RaceError when a composed job config about to be written into a sweep folder still holds an
+    interpolation (a command-line value Hydra leaves as text, e.g. task.path='${oc.env:SECRET}'):
+    `race run` and `race train --job-dir` refuse such a config when they read it back (`_plain_data`),
+    so `race plan` refuses it before any folder is written. Names the override, never a value the
+    expression would give."""
+    found = interpolation_at(cfg)
+    if found is None:
+        return
+    at, text = found
+    given = next((o for o in overrides if o.lstrip("+~").partition("=")[0] == at), None)
+    raise RaceError(f"{repr(given) if given else at}: {at} holds an interpolation ({text[:60]!r}). A sweep's job "
+                    "configs are plain data: race never evaluates interpolations or resolvers read back from a "
+                    "sweep folder (docs/security.md), so this job could not run. Give the plain value instead "
+                    "(your shell can expand a variable: task.path=\"$VAR\").")
+
+
 def load_job_config(path: str | os.PathLike) -> Any:
     """Reload a job's saved .hydra/config.yaml under the schema (race train --job-dir).
 

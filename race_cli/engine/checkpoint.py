@@ -178,8 +178,14 @@ def find(job_dir: Path) -> Checkpoint | None:
     if not final.exists():
         return None
     path = final / "state.json"
-    if not path.exists():
-        return None
+    if not path.exists() and not path.is_symlink():
+        # checkpoints are renamed into place whole, so this folder was emptied or edited: starting again
+        # would rewrite metrics.jsonl and throw away every iteration it records, so the choice is the user's
+        raise CorruptCheckpoint(f"{final} holds no state.json, so it is not a complete checkpoint (race renames a "
+                                "checkpoint into place whole, state.json included) and this job cannot resume from "
+                                "it. Nothing was changed. Remove the folder "
+                                f"{final} to restart this job from iteration 0 (its metrics.jsonl is then rewritten), "
+                                "then rerun.")
     try:
         state = read_json(path, limit=MAX_STATE_BYTES)
         if not isinstance(state, dict) or not isinstance(state.get("ledger"), dict):

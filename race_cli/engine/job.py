@@ -272,29 +272,40 @@ class Job:
         its own evaluation would give exactly the same scores; reading them saves one evaluation per job
         and gives the report one start per condition. Returns (evaluation, the key when shared, else None).
         A job trained on its own (race train --out) evaluates itself."""
-        from race_cli.io import read_json
-        from race_cli.lock import FileLock
+        from race_cli.io import LinkRefused, inside, read_json
+        from race_cli.lock import FileLock, LockBusy
 
         sweep = folder.sweep_of(self.job_dir)
         if sweep is None:
             return self.evaluate(), None
         key = self.start_key()
         path = folder.start_eval_file(sweep, key)
+        try:
+            inside(path, sweep)  # start-evals/ linked elsewhere would read (and write) another sweep's file
+        except LinkRefused as exc:
+            raise RaceError(f"{exc.filename} is a symbolic link: race writes start-evals/ itself and never follows "
+                            "links in a sweep (docs/security.md). Remove the link, then rerun.") from None
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise RaceError(f"{path} is not a plain file (a folder, a link or a device where race writes the start "
+                            "evaluation it shares between jobs). Remove it, then rerun: the start is evaluated again.")
         path.parent.mkdir(parents=True, exist_ok=True)
 
         def cached() -> dict | None:
+            """The shared evaluation, or None when absent, torn or not the shape race writes (evaluated again)."""
             try:
                 data = read_json(path)
             except (OSError, ValueError):
                 return None
-            return data["eval"] if isinstance(data, dict) and data.get("key") == key else None
+            ev = data.get("eval") if isinstance(data, dict) and data.get("key") == key else None
+            ok = isinstance(ev, dict) and isinstance(ev.get("accuracy"), dict) and isinstance(ev.get("items"), dict)
+            return ev if ok else None
 
         lock = FileLock(path.with_name(path.name + ".lock"), say=self.log)
         while (hit := cached()) is None:
             try:
                 lock.acquire()
                 break
-            except RaceError:  # another job is evaluating this start right now: wait for its file
+            except LockBusy:  # another job is evaluating this start right now: wait for its file
                 time.sleep(0.2)
         if hit is not None:
             return hit, key

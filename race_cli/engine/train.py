@@ -31,11 +31,13 @@ def _write_job_config(job_dir: Path, cfg, overrides: list[str]) -> None:
 def _saved_overrides(job_dir: Path) -> list[str]:
     import yaml
 
+    from race_cli.io import inside, read_bounded
+
     path = job_overrides(job_dir)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return []
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+        data = yaml.safe_load(read_bounded(inside(path, job_dir), 4 * 2**20).decode("utf-8")) or []  # no link
         if not isinstance(data, list):
             raise ValueError("expected a list of overrides")
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
@@ -70,10 +72,17 @@ def _never_trained(job_dir: Path) -> bool:
     return read_status(job_dir).get("state") in ("pending", "failed")
 
 
+def _model_paths(cfg) -> list[str]:
+    """The model paths a job loads: the policy's, and the reward model's when it has one."""
+    reward_model = cfg.reward.get("model") if cfg.get("reward") is not None else None
+    return [str(cfg.model.path)] + ([str(reward_model.path)] if reward_model is not None else [])
+
+
 def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | None = None) -> int:
     """Compose (`out`) or reload (`job_dir`) one job's config and run or resume it; returns the exit code."""
     from race_cli.config.compose import compose, load_job_config
     from race_cli.lock import JobLock
+    from race_cli.zoo.build import refuse_unusable_cache
 
     if (out is None) == (job_dir is None):
         raise RaceError("race train needs exactly one of --out DIR (compose these overrides into a new job folder) "
@@ -89,6 +98,7 @@ def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | No
                             "would write its job among them. Choose a new or empty --out folder.")
         if saved.is_file() and _saved_overrides(folder) != overrides and _never_trained(folder):
             cfg = compose(overrides)  # a corrected command for a job that failed before its first checkpoint
+            refuse_unusable_cache(_model_paths(cfg))
             print(f"{folder}: replacing the config of a job that never reached a checkpoint "
                   f"(overrides were {_saved_overrides(folder)})", flush=True)
             _write_job_config(folder, cfg, overrides)
@@ -100,6 +110,7 @@ def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | No
             cfg = load_job_config(saved)
         else:
             cfg = compose(overrides)  # RaceError before anything is written
+            refuse_unusable_cache(_model_paths(cfg))  # a cache that is a file: named before the job folder is written
             _write_job_config(folder, cfg, overrides)
     else:
         folder = Path(job_dir)
@@ -108,6 +119,7 @@ def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | No
                             f"{folder}/.hydra/config.yaml. Use --out DIR to compose a new job instead.")
         cfg = load_job_config(job_config(folder))
         overrides = _saved_overrides(folder)
+    refuse_unusable_cache(_model_paths(cfg))
     from race_cli.engine.job import Job  # imports torch
 
     return Job(cfg, folder, overrides).run()

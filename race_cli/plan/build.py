@@ -207,7 +207,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     """
     from race_cli.cost.memory import plan_memory
 
-    from race_cli.config.compose import config_groups, group_options
+    from race_cli.config.compose import config_groups, group_options, refuse_planted_interpolation
     from race_cli.config.sweep import Axis, job_id, parse_sweep, unique_ids
     from race_cli.plan.wall import on_gpu, plan_wall
 
@@ -262,6 +262,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
         regime = _split_seed(job.overrides)[0]
         who = "This job" if jid == "job" else f"Job {jid}"
         if regime not in solved:
+            refuse_planted_interpolation(job.config, job.overrides)  # race run would refuse it when reading back
             job_on_gpu = on_gpu(job.config, gpu)
             backend = job_backend(job.config, on_gpu=job_on_gpu,
                                   vllm_installed=machine.vllm_installed())  # the job resolves it again where it runs
@@ -520,6 +521,11 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
     plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes)
     if check is not None:
         check([job.config for job in plan.jobs])
+    from race_cli.zoo.build import refuse_unusable_cache
+
+    refuse_unusable_cache([path for j in plan.jobs for path in  # the policy's and the reward model's
+                           ((j.config.get("model") or {}).get("path"),
+                            (((j.config.get("reward") or {}).get("model")) or {}).get("path"))])
     target = Path(sweep_dir) if sweep_dir is not None else default_sweep_dir(plan, runs_root)
     try:
         written = write_sweep(plan, target)

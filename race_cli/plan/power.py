@@ -265,6 +265,8 @@ def seed_sd_from(arg: str | None) -> tuple[float, str]:
 
     if arg is None:
         return SEED_SD_DEFAULT, f"assumed {SEED_SD_DEFAULT} (the default grid's measured 0.016-0.026; --seed-sd to set it)"
+    if not arg.strip():
+        raise RaceError(f"--seed-sd {arg!r} is empty: give a spread such as 0.02, or a sweep folder with a report.")
     try:
         v = float(arg)
     except ValueError:

@@ -80,12 +80,22 @@ class Pick:
 
 def load_pilot_report(pilot: Path) -> dict:
     """The pilot's report.json; RaceError when the pilot or its report is missing or unreadable."""
-    from race_cli.io import read_json
+    from race_cli.io import LinkRefused, inside, read_json
 
     if not pilot.is_dir() or not folder.jobs_dir(pilot).is_dir():
         raise RaceError(f"{pilot}: not a sweep folder (no jobs/ inside).",
                         "Expected the pilot's folder, e.g. race validate runs/tiny-<hash>.")
+    folder.refuse_linked_jobs(pilot)  # as race run and race report refuse them
     path = pilot / REPORT_JSON
+    try:
+        inside(path, pilot)  # a report/ linked elsewhere would hand over another sweep's recommendation
+    except LinkRefused as e:
+        raise RaceError(f"{e.filename} is a symbolic link: race report writes {REPORT_JSON} itself and race never "
+                        "follows links inside a sweep (docs/security.md).",
+                        f"Remove the link, then rewrite the report with `race report {pilot}`.") from None
+    if path.exists() and not path.is_file():
+        raise RaceError(f"{path} is not a plain file (a folder or a device): race report writes it as a file.",
+                        f"Remove it, then rewrite the report with `race report {pilot}`.")
     if not path.is_file():
         raise RaceError(f"{pilot} has no report ({REPORT_JSON} is missing): there is no recommendation to validate.",
                         f"Run `race report {pilot}` first (after `race run` has finished its jobs), "
@@ -93,7 +103,7 @@ def load_pilot_report(pilot: Path) -> dict:
     try:
         doc = read_json(path)
     except (ValueError, UnicodeDecodeError, OSError) as e:
-        raise RaceError(f"{path} is unreadable ({type(e).__name__}).",
+        raise RaceError(f"{path} is unreadable ({type(e).__name__}: {str(e)[:120]}).",
                         f"Rewrite it with `race report {pilot}`.") from None
     if not isinstance(doc, dict):
         raise RaceError(f"{path} is not a race report (expected a JSON object).",
@@ -223,13 +233,14 @@ def predicted_order(ranking: list[dict], jobs: list[dict], target: str) -> list[
 
 def regime_overrides(pilot: Path, job_ids: list[str]) -> tuple[list[str], list[str]]:
     """The pilot jobs' concrete overrides less grid/seed/budget.flops, and notes on disagreements."""
+    from race_cli.io import inside, read_bounded
     from race_cli.report.table import parse_overrides
 
     seen: dict[str, list[str]] = {}
     for jid in job_ids:
         path = folder.job_overrides(folder.job_dir(pilot, jid))
         try:
-            ovs = parse_overrides(path.read_text(encoding="utf-8"))
+            ovs = parse_overrides(read_bounded(inside(path, pilot), 4 * 2**20).decode("utf-8"))
         except (OSError, ValueError, UnicodeDecodeError):
             continue
         kept = [o for o in ovs if o.lstrip("+~").partition("=")[0] not in PER_JOB_KEYS]
@@ -244,6 +255,33 @@ def regime_overrides(pilot: Path, job_ids: list[str]) -> tuple[list[str], list[s
         notes.append(f"jobs {', '.join(job_ids)} share a regime label but differ beyond seed and budget; "
                      f"the validation uses the overrides of the first: {next(iter(seen))}")
     return next(iter(seen.values())), notes
+
+
+def check_pilot_labels(pilot: Path, regime: str, jobs: list[dict], own: dict[str, dict]) -> None:
+    """RaceError when report.json's rows for the jobs of `regime` disagree with the pilot jobs' own files
+    (the job table read_sweeps builds from them): a job the pilot does not hold, a regime label, a
+    condition or a budget the job's summary.json does not give. The validation would otherwise be
+    planned, and shown, as a regime that never ran (report/labels.py); the message names both."""
+    from race_cli.report.labels import label_mismatch
+    from race_cli.report.rank import label
+
+    path = pilot / REPORT_JSON
+    fix = f"The file was edited or is damaged: rewrite it with `race report {pilot}`, then validate again."
+    for j in jobs:
+        jid = str(j.get("job_id"))
+        row = own.get(jid)
+        if row is None:
+            raise RaceError(f"{path} lists job {jid[:80]!r} under regime {regime!r}, but {pilot}/jobs/ holds no such "
+                            "job.", fix)
+        claims = [("regime", regime, label_mismatch(regime, row)),
+                  ("condition", j.get("condition"), label_mismatch(str(j.get("condition")), row, skip=("target",))),
+                  ("budget", j.get("budget_flops"), label_mismatch(label({"budget_flops": j.get("budget_flops")}),
+                                                                    row))]
+        for what, claimed, own_label in claims:
+            if own_label is not None:
+                raise RaceError(f"{path} labels pilot job {jid} with {what} {claimed!r}, but the job's own files "
+                                f"say {own_label!r}. A label that disagrees with the jobs would validate a regime "
+                                "that never ran.", fix)
 
 
 # --- building the validation plan --------------------------------------------------------
@@ -302,6 +340,10 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
     elif budget is None and scale is None:
         scale = DEFAULT_SCALE
     doc = load_pilot_report(pilot)
+    from race_cli.report.table import read_sweeps
+
+    data = read_sweeps([pilot])  # the pilot's jobs, read from their own files: the labels are checked on them
+    own_rows = {str(r["job_id"]): r for r in data.jobs.to_dict("records")}
     recs = _records(doc, "recommendations")
     target = choose_target(doc, recs, target, pilot)
     recs = [r for r in recs if r.get("target") == target and r.get("condition") is not None]
@@ -348,6 +390,7 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
                 raise RaceError(f"{cond}: the report lists no job of regime {regime!r}.",
                                 f"Rewrite the report with `race report {pilot}` and validate again.")
             ids = [str(j["job_id"]) for j in mine]
+            check_pilot_labels(pilot, regime, mine, own_rows)
             ovs, more = regime_overrides(pilot, ids)
             notes += [f"{cond}, {regime}: {m}" for m in more]
             b = {x for j in mine if math.isfinite(x := _finite(j.get("budget_flops")))}
@@ -373,9 +416,6 @@ def build_validation(pilot: Path, *, budget: float | None = None, scale: float |
                         "merge its conditions.", "Use --scale K to multiply each pilot budget instead.")
 
     # --- seeds per condition: fixed, or by power from the pilot's variance model
-    from race_cli.report.table import read_sweeps
-
-    data = read_sweeps([pilot])
     sweep = pilot.resolve().name
     noises: dict[str, Any] = {}
     for entry in conditions:

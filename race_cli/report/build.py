@@ -126,6 +126,8 @@ def _check_target(jobs, target: str, targets: list[str]) -> None:
     col = f"eval/{target}"
     if col in jobs and ((jobs["state"] == "done") & jobs[col].notna()).any():
         return
+    if not jobs["readable"].all() and not ((jobs["state"] == "done") & jobs["readable"].astype(bool)).any():
+        raise RaceError(*_nothing_to_rank(jobs, target))  # every finished job unreadable: say why, not which targets
     counts = ", ".join(f"{k} {v}" for k, v in jobs["state"].value_counts().items())
     if targets:
         raise RaceError(f"no finished job recorded eval/{target} (jobs: {counts}).",
@@ -239,6 +241,9 @@ def build_report(o: ReportOptions) -> Report:
 
         at = parse_at_budget(o.at_budget)
     data = read_sweeps(sweep_dirs)
+    from race_cli.report.validation import check_provenance  # its labels, before anything is written
+
+    check_provenance(sweep_dirs, data)
     by = list(CONDITION_COLS) if not o.by else [c.strip() for b in o.by for c in b.split(",") if c.strip()]
     _check_by(data.jobs, by, data.knob_cols)
     targets = _targets_to_rank(data.jobs, o.target, data.targets)

@@ -38,7 +38,7 @@ import pandas as pd
 from race_cli import folder
 from race_cli.cost import budget
 from race_cli.errors import RaceError
-from race_cli.io import jsonl_rows, read_bounded, read_json
+from race_cli.io import inside, jsonl_rows, read_bounded, read_json
 from race_cli.status import status_path
 
 CONDITION_COLS = ["model", "budget_flops", "reward", "task"]  # what a condition is (docs/design.md)
@@ -87,7 +87,10 @@ def parse_overrides(text: str) -> list[str]:
         if not s.startswith("- "):
             import yaml  # rare: flow-style list or other YAML
 
-            data = yaml.safe_load(text)
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as e:
+                raise ValueError(f"overrides.yaml is not YAML ({str(e).splitlines()[0][:80]})") from None
             if not isinstance(data, list):
                 raise ValueError("overrides.yaml is not a list of strings")
             return [str(x) for x in data]
@@ -220,6 +223,8 @@ def read_job(job_dir: str | os.PathLike, sweep: str) -> tuple[dict, dict, list[d
         try:
             evals, last_it = _read_metrics(where + METRICS)
             row["last_iteration"] = last_it
+            if last_it is None and row["state"] == "done":
+                problems.append("metrics.jsonl holds no iteration (a finished job writes one line per iteration)")
         except FileNotFoundError:
             problems.append("metrics.jsonl missing")
             evals = []
@@ -253,7 +258,7 @@ def read_job(job_dir: str | os.PathLike, sweep: str) -> tuple[dict, dict, list[d
             row[f"eval_initial/{c['target']}"] = c["value"]
     if "model" not in row:  # no summary: take what the overrides say
         try:
-            text = folder.job_overrides(job_dir).read_text(encoding="utf-8")
+            text = read_bounded(inside(folder.job_overrides(job_dir), job_dir), 4 * 2**20).decode("utf-8")
             for k, v in fields_from_overrides(parse_overrides(text)).items():
                 row.setdefault(k, v)
         except FileNotFoundError:
@@ -276,7 +281,8 @@ def job_identity(job_dir: Path) -> str | None:
 
     try:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        cfg = yaml.load(read_bounded(folder.job_config(job_dir), 4 * 2**20).decode("utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+        text = read_bounded(inside(folder.job_config(job_dir), job_dir), 4 * 2**20).decode("utf-8")  # no linked .hydra/
+        cfg = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
         text = json.dumps(cfg, sort_keys=True, default=str)
     except (OSError, ValueError, RecursionError, yaml.YAMLError, TypeError):
         return None
@@ -359,14 +365,25 @@ def _item_block(block: Any, name: str) -> dict[str, tuple[list[str], np.ndarray]
         ids, scores = list(d["ids"]), np.asarray(d["scores"], dtype=float)
         if len(ids) != len(scores):
             raise ValueError(f"{name}.{target}: {len(ids)} ids but {len(scores)} scores")
-        # min/max first: no NaN and all in [0, 1] settles it (a NaN makes min NaN: then the scored items
-        # decide, and a block with none is refused; nanmin would warn on it)
+        # min/max settle it: a NaN makes either comparison false, and is named as what it is
         if len(scores) and not (scores.min() >= 0 and scores.max() <= 1):
-            seen = scores[~np.isnan(scores)]
-            if not len(seen) or not (seen.min() >= 0 and seen.max() <= 1):
-                raise ValueError(f"{name}.{target}: per-item scores must lie in [0, 1]")
+            nan = np.flatnonzero(np.isnan(scores))
+            if len(nan):
+                raise ValueError(f"{name}.{target}: per-item score {nan[0]} (of {len(scores)}) is NaN; "
+                                 "expected numbers in [0, 1]")
+            raise ValueError(f"{name}.{target}: per-item scores must lie in [0, 1]")
         out[target] = (ids, scores)
     return out
+
+
+def _score(v: Any, name: str) -> float:
+    """A target's score from summary.json: a finite number, or null (not recorded: NaN in the table). A NaN,
+    an infinity or a string is a malformed summary (named by its field), never a score that ranks as missing."""
+    if v is None:
+        return np.nan
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{name} = {str(v)[:40]} is not a finite number")
+    return float(v)
 
 
 def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[str], np.ndarray]]:
@@ -377,10 +394,14 @@ def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[s
     for k, v in (s.get("knobs") or {}).items():
         row[k] = v
     row["seed"] = s.get("seed")
-    for k, v in (s.get("eval") or {}).items():
-        row[f"eval/{k}"] = float(v) if v is not None else np.nan
-    for k, v in (s.get("eval_initial") or {}).items():
-        row[f"eval_initial/{k}"] = float(v) if v is not None else np.nan
+    bad: list[str] = []  # malformed scores: the column is still made (NaN), so the target stays named
+    for block in ("eval", "eval_initial"):
+        for k, v in (s.get(block) or {}).items():
+            try:
+                row[f"{block}/{k}"] = _score(v, f"{block}.{k}")
+            except ValueError as e:
+                row[f"{block}/{k}"] = np.nan
+                bad.append(str(e))
     for k, v in (s.get("seconds") or {}).items():
         row[f"seconds_{k}"] = v
     share = s.get("informative_share")  # rows the update ran on / rows sampled (absent before the skip)
@@ -391,6 +412,8 @@ def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[s
     items = {("final", t): v for t, v in _item_block(s.get("eval_items"), "eval_items").items()}
     items |= {("initial", t): v for t, v in
               _item_block(s.get("eval_items_initial"), "eval_items_initial").items()}
+    if bad:
+        raise ValueError("; ".join(bad))
     return items
 
 
@@ -462,6 +485,8 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
                        f"jobs/<job_id>/; try `race plan --out {d}` first, or point at the sweep, not a job.")
     if bad:
         raise RaceError(*bad)
+    for d in sweep_dirs:  # as race run refuses them: a linked job would be ranked from outside the sweep
+        folder.refuse_linked_jobs(d)
     _refuse_duplicates(sweep_dirs)
 
     rows, curves = [], []

@@ -91,11 +91,87 @@ def read_provenance(sweep_dir: str | Path) -> dict | None:
         problems.append(f"{path} is not a race validation provenance file (kind != {KIND!r}).")
     elif not isinstance(prov.get("conditions"), list) or not isinstance(prov.get("jobs"), dict):
         problems.append(f"{path} lacks its `conditions` list or `jobs` map.")
+    elif (shape := _shape_problem(prov)):
+        problems.append(f"{path}: {shape}.")
     elif prov.get("version", 0) > VERSION:
         problems.append(f"{path} has version {prov['version']}, newer than this race reads ({VERSION}).")
     if problems:
         raise RaceError(*problems, "Rewrite it with `race validate PILOT ...` (same options).")
     return prov
+
+
+def check_labels(sweep_dir: str | Path, prov: dict, jobs: pd.DataFrame) -> None:
+    """RaceError when provenance.json labels a validation job with a regime or condition its own files
+    (summary.json: the values race train wrote from the job's config) disagree with; the message names
+    both. Checked: every job the comparison counts (done, readable). The budget is left out: a scale-up
+    runs the pilot's regime at another budget on purpose."""
+    from race_cli.report.labels import label_mismatch
+    from race_cli.report.rank import label
+
+    path = Path(sweep_dir) / PROVENANCE
+    tags, conds = prov.get("jobs") or {}, {c.get("condition"): c for c in prov.get("conditions") or []
+                                            if isinstance(c, dict)}
+    counted = jobs[(jobs["state"] == "done") & jobs["readable"].astype(bool)] if len(jobs) else jobs
+    problems = []
+    for row in counted.to_dict("records"):
+        tag = tags.get(row["job_id"])
+        if tag is None:
+            continue
+        regime = tag.get("regime") if isinstance(tag, dict) else None
+        own = label_mismatch(regime, row, skip=("budget_flops",)) if regime is not None else "no regime"
+        if own is not None:
+            problems.append(f"job {row['job_id']} is labelled regime {regime!r} there, but its own files say {own!r}")
+            continue
+        values = (conds.get(tag.get("condition")) or {}).get("values") or {}
+        claimed = label({k: v for k, v in values.items() if k != "budget_flops"}) if isinstance(values, dict) else ""
+        own = label_mismatch(claimed, row)
+        if own is not None:
+            problems.append(f"job {row['job_id']} is placed in condition {tag.get('condition')!r} ({claimed}) there, "
+                            f"but its own files say {own!r}")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise RaceError(f"{path}: {problems[0]}{more}. A label that disagrees with the jobs would report a regime "
+                        "that never ran.",
+                        "The file was edited or is damaged: plan the validation again (race validate PILOT, same "
+                        "options, into a new folder), or remove provenance.json to report this sweep as an "
+                        "ordinary one.")
+
+
+def check_provenance(sweep_dirs: list[Path], data) -> None:
+    """`race report`'s check before it writes anything: a validation sweep's provenance.json labels
+    agree with its jobs (`check_labels`). A provenance file that cannot be read is left to
+    `report_validation`, which names it and skips the comparison."""
+    if len(sweep_dirs) != 1:
+        return
+    try:
+        prov = read_provenance(sweep_dirs[0])
+    except RaceError:
+        return
+    if prov is not None:
+        check_labels(sweep_dirs[0], prov, data.jobs)
+
+
+def _shape_problem(prov: dict) -> str | None:
+    """What the comparison reads of a provenance file and does not find there, or None: the target, each
+    condition's name, recommendation, predicted order and validated regimes, each job's condition and
+    regime. A damaged file is named and the comparison skipped, never a traceback."""
+    def strs(d: Any, *keys: str) -> bool:
+        return isinstance(d, dict) and all(isinstance(d.get(k), str) for k in keys)
+
+    if not isinstance(prov.get("target"), str):
+        return "no `target` string"
+    for c in prov["conditions"]:
+        if not strs(c, "condition") or not strs(c.get("recommendation"), "best_regime"):
+            return "a condition without its name or its recommendation's best_regime"
+        for key, fields in (("predicted_order", ("regime",)), ("validated", ("regime", "role"))):
+            if not isinstance(c.get(key), list) or not all(strs(r, *fields) for r in c[key]):
+                return f"condition {c['condition']!r}: `{key}` is not a list of regimes"
+        if not {v["regime"] for v in c["validated"]} <= {r["regime"] for r in c["predicted_order"]}:
+            return f"condition {c['condition']!r} validates a regime its predicted order does not rank"
+    bad = next((j for j, t in prov["jobs"].items() if not strs(t, "condition", "regime")), None)
+    if bad is not None:
+        return f"job {str(bad)[:60]!r} has no condition and regime"
+    return None
 
 
 # --- pure statistics --------------------------------------------------------------------
@@ -479,6 +555,7 @@ def compare(sweep_dir: Path, prov: dict, data, n_boot: int = 1000, seed: int = 0
     from race_cli.report.table import maximize_target
     from race_cli.report.rank import rankable
 
+    check_labels(sweep_dir, prov, data.jobs)
     target = prov["target"]
     jobs = data.jobs.copy()
     tag = prov["jobs"]

@@ -40,6 +40,25 @@ def cache_root() -> Path:
     return Path(os.environ.get("RACE_CACHE") or Path.home() / ".cache" / "race").expanduser()
 
 
+def refuse_unusable_cache(paths=None) -> None:
+    """RaceError (exit 2) when the zoo cache cannot be a folder: `cache_root()/zoo` or a folder above it
+    is a file (RACE_CACHE=/etc/passwd). paths: the model paths a command will load; the check applies
+    only when one names a zoo entry (zoo:<name>), None checks always. Run before a command writes
+    anything, so the message names the cache, not the job folder being written."""
+    if paths is not None and not any(isinstance(p, str) and p.startswith("zoo:") for p in paths):
+        return
+    root = cache_root()
+    here = root / "zoo"
+    for part in [here, *here.parents]:
+        if part.exists() or part.is_symlink():
+            if not part.is_dir():
+                env, kind = os.environ.get("RACE_CACHE"), "a file" if part.is_file() else "not a folder"
+                raise RaceError(f"the zoo cache cannot be made: {part} is {kind}, and race builds its embedded "
+                                f"models in {here}" + (f" (RACE_CACHE={env})" if env else "")
+                                + ". Set RACE_CACHE to a folder you can write (unset: ~/.cache/race), then rerun.")
+            return
+
+
 def entry_dir(name: str) -> Path:
     """Where `name` built from the current recipe lives (whether or not it is built yet)."""
     _check_name(name)
@@ -99,6 +118,7 @@ def build(name: str, force: bool = False) -> Path:
     """Build zoo entry `name` (its base first for the PRM) unless already cached; return its folder."""
     import fcntl
 
+    refuse_unusable_cache()
     final = entry_dir(name)
     stale = not force and is_built(final) and stale_copy(name, final)
     if is_built(final) and not force and not stale:
