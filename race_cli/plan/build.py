@@ -155,9 +155,9 @@ def default_grid() -> str:
     """The grid chosen in conf/config.yaml's defaults list."""
     import yaml
 
-    from race_cli.config.compose import CONFIG_NAME, conf_dir
+    from race_cli.config.compose import CONFIG_NAME, config_file
 
-    with open(conf_dir() / f"{CONFIG_NAME}.yaml", encoding="utf-8") as f:
+    with open(config_file(None, CONFIG_NAME), encoding="utf-8") as f:
         root = yaml.safe_load(f) or {}
     for entry in root.get("defaults", []):
         if isinstance(entry, dict) and "grid" in entry:
@@ -168,10 +168,10 @@ def default_grid() -> str:
 def load_grid(name: str) -> dict:
     import yaml
 
-    from race_cli.config.compose import conf_dir, group_options
+    from race_cli.config.compose import config_file, group_options
 
-    path = conf_dir() / "grid" / f"{name}.yaml"
-    if name not in group_options("grid") or not path.is_file():  # a name of conf/grid/, never a path
+    path = config_file("grid", name) if name in group_options("grid") else None  # a name of <dir>/grid/, never a path
+    if path is None:
         raise RaceError(f"Unknown grid option '{name}'. Available: {', '.join(group_options('grid'))}.")
     with open(path, encoding="utf-8") as f:
         grid = yaml.safe_load(f) or {}
@@ -345,7 +345,7 @@ def _compose_jobs(fixed: list[str], combos: list[list[str]], groups: set[str]) -
     """Compose every job: Hydra once per distinct group choice, typed dict updates for the rest."""
     from omegaconf import OmegaConf
 
-    from race_cli.config.compose import compose
+    from race_cli.config.compose import compose, derive_settings
     from race_cli.config.schema import validate
     from race_cli.config.sweep import apply_value, schema_types
 
@@ -362,7 +362,7 @@ def _compose_jobs(fixed: list[str], combos: list[list[str]], groups: set[str]) -
         try:
             if regime not in regimes:
                 regimes[regime] = _compose_regime(list(regime), groups, bases, types, compose, OmegaConf, validate,
-                                                  apply_value)
+                                                  apply_value, derive_settings)
             cfg = regimes[regime]
             if isinstance(cfg, RaceError):
                 raise cfg
@@ -393,14 +393,14 @@ def _split_seed(overrides: list[str]) -> tuple[tuple, list[str]]:
 
 
 def _compose_regime(overrides: list[str], groups: set[str], bases: dict, types: dict, compose, OmegaConf, validate,
-                    apply_value) -> dict | RaceError:
+                    apply_value, derive_settings) -> dict | RaceError:
     """One composed, validated config: Hydra once per distinct group choice (cached in `bases`), typed
     dict updates for the rest. A RaceError is returned, not raised, so it is cached like a config."""
     is_group = [o.lstrip("+").partition("=")[0] in groups for o in overrides]
     group_part = tuple(o for o, g in zip(overrides, is_group) if g)
     if group_part not in bases:
         try:
-            bases[group_part] = OmegaConf.to_container(compose(list(group_part)), resolve=True)
+            bases[group_part] = OmegaConf.to_container(compose(list(group_part), derive=False), resolve=True)
         except RaceError as exc:
             bases[group_part] = exc
     base = bases[group_part]
@@ -411,6 +411,7 @@ def _compose_regime(overrides: list[str], groups: set[str], bases: dict, types: 
         for o, g in zip(overrides, is_group):
             if not g:
                 apply_value(cfg, o, types)
+        derive_settings(cfg)  # after every override: lora.enabled=false picks the full fine-tuning lr
     except RaceError as exc:
         return exc
     msgs = validate(cfg)
