@@ -23,11 +23,11 @@ _user_dirs: list[Path] = []  # `--config-dir DIR` folders, searched before the s
 
 
 def conf_dir() -> Path:
-    """The shipped conf/ folder: $RACE_CONF_DIR, else the checkout's (editable install), else the copy
-    installed inside the package (pip install .: pyproject's package-data ships conf/ as race_cli/conf)."""
+    """The shipped conf/ folder: $RACE_CONF_DIR, else the copy installed inside the package (pip install .:
+    setup.py ships conf/ as race_cli/conf), else the checkout's (an editable install)."""
     env = os.environ.get("RACE_CONF_DIR")
     here = Path(__file__).resolve()
-    candidates = [Path(env)] if env else [here.parents[2] / "conf", here.parents[1] / "conf"]
+    candidates = [Path(env)] if env else [here.parents[1] / "conf", here.parents[2] / "conf"]
     for path in candidates:
         if (path / f"{CONFIG_NAME}.yaml").is_file():
             return path

@@ -82,7 +82,7 @@ def _derive_arch(node: dict, key: str, read_arch: ArchReader) -> list[str]:
     if found is None:
         return []
     if given is None:
-        node["arch"] = found
+        node["arch"] = found if isinstance(node, dict) else _typed_arch(found)
         return []
     differ = [k for k in ARCH_KEYS if _effective(given, k) != _effective(found, k)]
     if differ:
@@ -91,6 +91,15 @@ def _derive_arch(node: dict, key: str, read_arch: ArchReader) -> list[str]:
         return [f"{key}.arch of {node.get('name')!r} disagrees with {path}'s config.json ({pairs}). Fix the "
                 "config's arch: block, or delete it to use config.json's."]
     return []
+
+
+def _typed_arch(found: dict) -> Any:
+    """config.json's numbers as the schema's ArchConf, for a typed (OmegaConf) config."""
+    from omegaconf import OmegaConf
+
+    from race_cli.config.schema import ArchConf
+
+    return OmegaConf.structured(ArchConf(**found))
 
 
 def _effective(arch: dict, key: str) -> Any:
