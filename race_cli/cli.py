@@ -129,7 +129,7 @@ def plan(
                             f"cannot hold more GPUs than there are. Plan for more (--gpu {spec.kind.name}x"
                             f"{gpus_per_job}) or fewer per job.")
         p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes, rates=rates,
-                       informative=informative, gpu=spec, gpus_per_job=gpus_per_job)
+                       informative=informative, gpu=spec, gpus_per_job=gpus_per_job, assume_gpu=True)
         if out is not None:
             written = write_sweep(p, out)
     except RaceError as exc:

@@ -137,6 +137,7 @@ class Plan:
     wall_source: str = ""  # where the wall-time rates come from
     gpu: Any = None  # walltime.GpuSpec of `race plan --gpu KINDxN` (None: the machine detected here)
     host_note: str | None = None  # pinned host memory of vLLM's level-1 sleep per job and node (memory.pinned_host_check)
+    gpu_assumed: str | None = None  # why the plan assumed ASSUMED_GPU (no GPU here, no --gpu): its first line
 
     def grid_seconds(self) -> float:
         """Planned wall seconds of the whole grid on `slots` (longest first, as the pool runs it)."""
@@ -191,7 +192,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
                check_budget: bool = True, gpu_mem: int | None = None, rates: dict | None = None,
                informative: dict | None = None, gpu: Any = None, gpus_per_job: int = 1,
                too_many: str = "Check the axes, or pass --yes to plan it anyway.",
-               say: Callable[[str], None] | None = None) -> Plan:
+               say: Callable[[str], None] | None = None, assume_gpu: bool = False) -> Plan:
     """Expand, compose, validate and budget-match every job; RaceError lists every problem.
 
     `gpu_mem` (bytes): resolve `grpo.micro_batch_size: auto` against it and refuse jobs whose
@@ -204,6 +205,9 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     device instead of the one detected here (its memory comes in as `gpu_mem`). `gpus_per_job` (as `race
     run --gpus-per-job`): GPUs per GPU job; with 2 or more the PRM is planned on the job's second GPU.
     `say`: where a progress line goes for large sweeps (default: stderr, when more than PROGRESS_JOBS jobs).
+    `assume_gpu` (race plan): with no `gpu` and no GPU here, a sweep whose jobs need one (hub-sized models)
+    or that gives `gpu_mem` is planned on one ASSUMED_GPU, never on CPU rates borrowed from a tiny model;
+    the plan's gpu_assumed says so.
     """
     from race_cli.cost.memory import plan_memory
 
@@ -246,6 +250,11 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     jobs, problems = _compose_jobs(fixed, combos, set(groups))
     if problems:
         raise RaceError(*problems)
+    assumed = None
+    if assume_gpu and gpu is None and not machine.visible_gpus():
+        gpu, assumed = _assumed_gpu(jobs, gpu_mem)
+        if gpu is not None and gpu_mem is None:
+            gpu_mem = gpu.kind.memory_bytes
 
     ids = unique_ids([job_id(c) for c in combos], [j.overrides for j in jobs])
     short, capped = [], []
@@ -301,7 +310,26 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     if host.refuse:
         raise RaceError(host.text)
     return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs, capped=capped,
-                slots=slots, wall_source=source, gpu=gpu, host_note=host.text)
+                slots=slots, wall_source=source, gpu=gpu, host_note=host.text, gpu_assumed=assumed)
+
+
+ASSUMED_GPU = "H100"  # the kind a plan assumes when its jobs need a GPU and none is named or detected
+
+
+def _assumed_gpu(jobs: Sequence[PlannedJob], gpu_mem: int | None) -> tuple[Any, str | None]:
+    """(one ASSUMED_GPU, the line that says why) when these jobs need a GPU (a hub-sized model: CPU workers
+    would take days, pool/local.too_big_for_cpu) or --gpu-mem names a GPU's memory; else (None, None)."""
+    from race_cli.cost.walltime import GPU_KINDS, GpuSpec
+    from race_cli.pool.local import too_big_for_cpu
+
+    big = too_big_for_cpu([j.config for j in jobs])
+    if not big and gpu_mem is None:
+        return None, None
+    why = (f"its jobs load hub-sized models ({', '.join(big[:3])}{', ...' if len(big) > 3 else ''})" if big
+           else "--gpu-mem names a GPU's memory")
+    return GpuSpec(GPU_KINDS[ASSUMED_GPU], 1), (
+        f"GPU assumed: 1 {ASSUMED_GPU} per job, as no GPU is visible here and no --gpu was given ({why}). "
+        f"Plan for yours with --gpu KIND or KINDxN (known: {', '.join(GPU_KINDS)}), e.g. --gpu {ASSUMED_GPU}x8.")
 
 
 PROGRESS_JOBS = 5000  # sweeps larger than this print a progress line while they are planned
