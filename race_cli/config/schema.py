@@ -94,7 +94,7 @@ class GrpoConf:
     update_group_size: Optional[int] = d(None, Int(2, 4096, null=True))  # m <= G completions per prompt the update keeps (rollout down-sampling); None = G
     downsample: str = d("max_variance", Choice("max_variance", "random"))  # which m of the G: max_variance (PODS, arXiv 2504.13818) | random
     grad_checkpointing: bool = d(False, Bool())  # recompute activations in backward (executed FLOPs +1 forward)
-    micro_batch_size: Any = d(0, Int(0, 1_048_576, special=("auto",)))  # sequences per forward/backward; 0 = the whole batch; auto = the largest that fits the device (memory ledger)
+    micro_batch_size: Any = d("auto", Int(0, 1_048_576, special=("auto",)))  # sequences per forward/backward; 0 = the whole batch; auto = the largest that fits the device (memory ledger; CPU: 16)
 
 
 @dataclass

@@ -71,6 +71,8 @@ def print_plan(plan: Any, fmt: str = "table", file=None, console=None) -> None:
     if left_out:
         console.print(LEFT_OUT.format(cols=", ".join(left_out)), highlight=False)
     console.print(wall_line(plan), highlight=False)
+    for line in settings_lines(plan):
+        console.print(line, highlight=False)
     if any("vllm_sleep_mode" in r for r in rows):
         console.print(_sleep_table(rows))
     if getattr(plan, "host_note", None):
@@ -213,6 +215,31 @@ def wall_line(plan: Any) -> str:
         text += (" GPU rates are assumptions (datasheet peaks at assumed shares) until race plan --calibrate-from "
                  "a finished sweep run on that GPU.")
     return text
+
+
+SETTINGS_SHOWN = 4  # distinct settings lines printed; the rest are in the job configs
+
+
+def settings_lines(plan: Any) -> list[str]:
+    """'settings: qwen2.5-1.5b on gsm8k: completion cap 512 (task), expected 300 tokens (task), lr 1e-05 (model,
+    LoRA), budget 3e+17 (model)': the settings a job takes from its task and model (config/derive.py), each
+    with where it came from (task, model, or set: a grid's fixed block or an override), once per distinct set."""
+    seen: dict[tuple, None] = {}
+    for job in plan.jobs:
+        c = job.config
+        given = {o.lstrip("+").partition("=")[0] for o in job.overrides}
+        src = lambda key, own: "set" if key in given else own  # noqa: E731
+        lora = "LoRA" if c["lora"]["enabled"] else "full FT"
+        ect = c["rollout"].get("expected_completion_tokens")
+        seen[(c["model"]["name"], c["task"]["name"],
+              f"completion cap {c['rollout']['max_new_tokens']} ({src('rollout.max_new_tokens', 'task')})",
+              f"expected {ect:g} tokens ({src('rollout.expected_completion_tokens', 'task')})" if ect is not None
+              else "expected = the cap",
+              f"lr {c['grpo']['lr']:g} ({src('grpo.lr', 'model')}, {lora})",
+              f"budget {c['budget']['flops']:g} ({src('budget.flops', 'model')})")] = None
+    lines = [f"settings: {m} on {t}: " + ", ".join(rest) for m, t, *rest in seen]
+    more = len(lines) - SETTINGS_SHOWN
+    return lines[:SETTINGS_SHOWN] + ([f"settings: {more} more (each job's .hydra/config.yaml)"] if more > 0 else [])
 
 
 def _gpu_source(plan: Any) -> str:
