@@ -372,6 +372,7 @@ def validate(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Validation sweep folder (default: "
                                        "<pilot>-validate-x<K> or -C<budget>, beside the pilot)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Preview only; write nothing."),
+    config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Turn a pilot's recommendation into a validation sweep: the pilot's best, a control, more seeds.
 
@@ -397,6 +398,7 @@ def validate(
     typed += [f"--margin {margin:g}"] if margin else []
     typed += ["--unlearned"] if unlearned else []
     try:
+        _use_config_dirs(config_dir)
         validate_main(pilot, budget=budget, scale=scale, seeds=seeds, top=top, tied=tied, target=target, out=out,
                       dry_run=dry_run, typed=typed, replicate=replicate, margin=margin, unlearned=unlearned,
                       control=control, power=power, gap=gap, max_seeds=max_seeds)

@@ -17,7 +17,7 @@ TASKS = {
     "jsonl": (512, None, "GSM8K's cap; no expected length until the user measures one (plan at the cap)"),
 }
 # model -> (LoRA lr, full fine-tuning lr, budget, source)
-TINY = (1e-3, 1e-4, 8e11, "the tiny trial (LoRA 1e-3 learns, full FT 1e-4) and grid/tiny.yaml's budget")
+TINY = (1e-3, 1e-4, 3e11, "the tiny trial (LoRA 1e-3 learns, full FT 1e-4); 3e11: a single tiny job in a minute or two")
 QWEN = (1e-5, 1e-6, 3e17, "grid/pilot.yaml's LoRA lr and budget; TRL GRPOConfig's default lr for full FT")
 MODELS = {"tiny-s": TINY, "tiny-m": TINY, "tiny-l": TINY,
           "qwen2.5-0.5b": QWEN, "qwen2.5-1.5b": QWEN, "qwen2.5-3b": QWEN, "qwen2.5-7b": QWEN}

@@ -221,3 +221,15 @@ def test_the_examples_of_docs_own_configs_compose_and_plan(own, tmp_path):
     assert (cfg.rollout.max_new_tokens, cfg.grpo.lr, cfg.budget.flops) == (512, 1e-5, 3e17)
     plan = build_plan(["grid=my-grid"], gpu_mem=80 * 2**30)
     assert len(plan.jobs) == 2 * 2 * 2 * 2
+
+
+def test_race_conf_dir_still_replaces_the_shipped_conf(tmp_path):
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    (conf / "grid" / "two.yaml").write_text("# two jobs\nname: two\ndescription: two\naxes: {seed: '0,1'}\n"
+                                            "fixed: {}\n")
+    got = _race("plan", "grid=two", "--format", "json", env={"RACE_CONF_DIR": str(conf)})
+    assert got.returncode == 0, got.stderr
+    assert len(json.loads(got.stdout)["jobs"]) == 2
