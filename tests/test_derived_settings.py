@@ -139,3 +139,15 @@ def test_a_model_or_task_without_the_settings_is_refused_with_what_to_set(tmp_pa
         assert ok.rollout.expected_completion_tokens is None  # planned at the cap (budget.completion_estimate)
     finally:
         compose_mod.set_config_dirs([])
+
+
+def test_the_plan_says_each_setting_and_where_it_came_from():
+    from race_cli.plan.build import build_plan
+    from race_cli.plan.render import settings_lines
+
+    plan = build_plan(["grid=none", "model=qwen2.5-1.5b", "task=gsm8k"])
+    assert settings_lines(plan) == ["settings: qwen2.5-1.5b on gsm8k: completion cap 512 (task), expected 300 "
+                                    "tokens (task), lr 1e-05 (model, LoRA), budget 3e+17 (model)"]
+    plan = build_plan(["grid=none", "model=qwen2.5-1.5b,qwen2.5-3b", "task=gsm8k", "grpo.lr=2e-5"])
+    assert settings_lines(plan) == ["settings: qwen2.5-1.5b, qwen2.5-3b on gsm8k: completion cap 512 (task), "
+                                    "expected 300 tokens (task), lr 2e-05 (set, LoRA), budget 3e+17 (model)"]

@@ -237,7 +237,10 @@ def settings_lines(plan: Any) -> list[str]:
               else "expected = the cap",
               f"lr {c['grpo']['lr']:g} ({src('grpo.lr', 'model')}, {lora})",
               f"budget {c['budget']['flops']:g} ({src('budget.flops', 'model')})")] = None
-    lines = [f"settings: {m} on {t}: " + ", ".join(rest) for m, t, *rest in seen]
+    models: dict[tuple, list[str]] = {}  # models that take the same settings on the same task share a line
+    for m, t, *rest in seen:
+        models.setdefault((t, *rest), []).append(m)
+    lines = [f"settings: {', '.join(ms)} on {t}: " + ", ".join(rest) for (t, *rest), ms in models.items()]
     more = len(lines) - SETTINGS_SHOWN
     return lines[:SETTINGS_SHOWN] + ([f"settings: {more} more (each job's .hydra/config.yaml)"] if more > 0 else [])
 
