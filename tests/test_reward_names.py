@@ -37,6 +37,7 @@ def test_the_plan_names_the_reward_by_its_one_name():
 def test_old_labels_read_as_todays_names():
     assert reward_label("prm:qwen2.5-math-prm-7b") == "prm-7b"
     assert reward_label("prm:tiny-prm") == "prm"
+    assert reward_label("tiny-prm") == "prm"  # an old job resumed now: its saved config keeps the old model name
     assert reward_label("prm:my-prm") == "my-prm"  # a user's own PRM: its model name
     assert reward_label("rule") == "rule" and reward_label("prm-7b") == "prm-7b"
 

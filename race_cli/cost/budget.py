@@ -73,8 +73,10 @@ def reward_name(cfg: Mapping) -> str:
 
 
 # Names sweeps wrote before the reward systems had one name each: `prm:<reward model name>`, with the
-# shipped models named tiny-prm and qwen2.5-math-prm-7b. A report reads them as today's names.
-LEGACY_REWARD_NAMES = {"prm:tiny-prm": "prm", "prm:qwen2.5-math-prm-7b": "prm-7b"}
+# shipped models named tiny-prm and qwen2.5-math-prm-7b (also what a job planned then and resumed now
+# writes: its saved config keeps the old model name). A report reads them as today's names.
+LEGACY_REWARD_NAMES = {"prm:tiny-prm": "prm", "prm:qwen2.5-math-prm-7b": "prm-7b", "tiny-prm": "prm",
+                       "qwen2.5-math-prm-7b": "prm-7b"}
 
 
 def reward_label(text: Any) -> Any:
