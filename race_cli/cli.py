@@ -36,6 +36,20 @@ class PlanFormat(str, Enum):
     json = "json"
 
 
+def _config_dir_option():
+    return typer.Option(None, "--config-dir", help="A folder of your own model/, task/, reward/ or grid/ "
+                        "configs, searched before race's (repeatable; docs/own-configs.md).",
+                        rich_help_panel="What to run", show_default=False)
+
+
+def _use_config_dirs(dirs: Optional[List[Path]]) -> None:
+    """Search the --config-dir folders before the shipped conf/ (RaceError when one is missing)."""
+    if dirs:
+        from race_cli.config.compose import set_config_dirs
+
+        set_config_dirs(dirs)
+
+
 def _fail(exc: RaceError) -> None:
     from rich.console import Console
 
@@ -86,6 +100,7 @@ def plan(
                                      "as race run --gpus-per-job gives them: that many GPU-hours per job-hour, "
                                      "GPUs // N jobs at once, and with 2 or more the PRM planned on the job's "
                                      "second GPU."),
+    config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split, peak memory and wall time.
 
@@ -98,6 +113,7 @@ def plan(
     from race_cli.plan.render import print_plan
 
     try:
+        _use_config_dirs(config_dir)
         if max_jobs < 1:
             raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
         spec = None
@@ -124,7 +140,7 @@ def plan(
                             f"cannot hold more GPUs than there are. Plan for more (--gpu {spec.kind.name}x"
                             f"{gpus_per_job}) or fewer per job.")
         p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes, rates=rates,
-                       informative=informative, gpu=spec, gpus_per_job=gpus_per_job)
+                       informative=informative, gpu=spec, gpus_per_job=gpus_per_job, assume_gpu=True)
         if out is not None:
             written = write_sweep(p, out)
     except RaceError as exc:
@@ -162,11 +178,13 @@ def flops(
     audit: bool = typer.Option(False, "--audit", help="Also measure the real architecture with torch's "
                                "FlopCounterMode and compare with the ledger (imports torch)."),
     batch: int = typer.Option(2, min=1, max=1024, help="--audit: sequences per measured batch."),
+    config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Print one job's per-phase FLOP ledger (model and executed conventions), optionally audited."""
     from race_cli.plan.render import print_flops
 
     try:
+        _use_config_dirs(config_dir)
         if audit and not 1 <= batch <= 1024:
             raise RaceError(f"--batch {batch}: expected 1 to 1024 sequences per measured batch.")
         code = print_flops(overrides or [], audit=audit, batch=batch)
@@ -183,12 +201,14 @@ def mem(
     audit: bool = typer.Option(False, "--audit", help="Measure the audited shapes (Qwen2.5-0.5B/1.5B/7B and small "
                                "ones) on fake tensors and compare with the ledger (imports torch; ~5 minutes)."),
     quick: bool = typer.Option(False, "--quick", help="--audit: only the two small cases."),
+    config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Print one job's memory ledger: planned peak device bytes per phase and their parts."""
     from race_cli.cost.memory import parse_size
     from race_cli.plan.render import print_memory
 
     try:
+        _use_config_dirs(config_dir)
         code = print_memory(overrides or [], gpu_mem=parse_size(gpu_mem) if gpu_mem else None, audit=audit,
                             quick=quick)
     except RaceError as exc:
@@ -202,6 +222,7 @@ def train(
     out: Optional[str] = typer.Option(None, "--out", "-o", help="Job folder to create (or resume) for these overrides."),
     job_dir: Optional[str] = typer.Option(None, "--job-dir", help="Run or resume a job folder written by "
                                           "`race plan --out` (reads its .hydra/config.yaml)."),
+    config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Run one budget-matched GRPO job: rollout -> reward -> update until the budget is spent.
 
@@ -211,6 +232,7 @@ def train(
     from race_cli.engine.train import train_main
 
     try:
+        _use_config_dirs(config_dir)
         for flag, value in (("--out", out), ("--job-dir", job_dir)):
             if value is not None and not value.strip():  # Path('') is '.': the job would land in the current folder
                 raise RaceError(f"{flag} {value!r} is empty: give the job folder, e.g. {flag} runs/one/jobs/try1.")
@@ -246,6 +268,7 @@ def run(
     setup: Optional[List[str]] = typer.Option(None, "--setup", help="SLURM: a shell line run before each task, e.g. "
                                               "'module load cuda' or 'source .venv/bin/activate' (repeatable)."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="SLURM: follow the tasks to the end (default), or submit and exit."),
+    config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Run every job of a sweep, one process per job, and end with the top of the ranking.
 
@@ -259,6 +282,7 @@ def run(
     from race_cli.pool.run import run_main
 
     try:
+        _use_config_dirs(config_dir)
         code = run_main(overrides or [], sweep_dir=sweep_dir, workers=workers, gpus_per_job=gpus_per_job,
                         launcher=launcher, retry_failed=retry_failed, yes=yes, max_jobs=max_jobs,
                         partition=partition, time_min=time_min, array_parallelism=array_parallelism,
@@ -364,6 +388,7 @@ def validate(
     out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_folder, help="Validation sweep folder (default: "
                                        "<pilot>-validate-x<K> or -C<budget>, beside the pilot)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Preview only; write nothing."),
+    config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Turn a pilot's recommendation into a validation sweep: the pilot's best, a control, more seeds.
 
@@ -389,6 +414,7 @@ def validate(
     typed += [f"--margin {margin:g}"] if margin else []
     typed += ["--unlearned"] if unlearned else []
     try:
+        _use_config_dirs(config_dir)
         validate_main(pilot, budget=budget, scale=scale, seeds=seeds, top=top, tied=tied, target=target, out=out,
                       dry_run=dry_run, typed=typed, replicate=replicate, margin=margin, unlearned=unlearned,
                       control=control, power=power, gap=gap, max_seeds=max_seeds)

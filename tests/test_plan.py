@@ -299,7 +299,7 @@ def test_an_unknown_gpu_kind_is_exit_2_naming_the_known_ones(tmp_path, text):
 
 @pytest.mark.parametrize("width", [60, 80, 100])
 def test_the_narrow_table_prints_what_rich_would_measure_for_itself(width):
-    """plan/render._narrow_table sizes its columns from the cells once (rich measuring every cell again
+    """plan/render.plan_table sizes its columns from the cells once (rich measuring every cell again
     took minutes at 100,000 jobs): the text printed equals that of the same columns measured by rich."""
     import io
 
@@ -307,12 +307,12 @@ def test_the_narrow_table_prints_what_rich_would_measure_for_itself(width):
     from rich.console import Console
     from rich.table import Table
 
-    from race_cli.plan.render import _narrow_table
+    from race_cli.plan.render import plan_table
 
     plan = build_plan(["grid=pilot"])
     rows = plan.rows()
     out = lambda t: (lambda c: (c.print(t), c.file.getvalue())[1])(Console(file=io.StringIO(), width=width))
-    ours = _narrow_table(plan, rows, Console(file=io.StringIO(), width=width))
+    ours, _ = plan_table(plan, rows, Console(file=io.StringIO(), width=width))
     ref = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), pad_edge=False)
     for col in ours.columns:  # the same columns and cells, widths left to rich
         ref.add_column(col.header, justify=col.justify, no_wrap=True)

@@ -166,7 +166,7 @@ def test_validate_writes_the_chosen_regimes_at_the_new_budget_with_provenance(pi
         assert json.loads((out / "jobs" / jid / "status.json").read_text())["state"] == "pending"
     tag = prov["jobs"]
     g4 = [j for j in plan if tag[j]["regime"] == "G=4 μ=2" and "reward=prm task=arithmetic" in tag[j]["condition"]]
-    assert {(plan[j]["group_size"], plan[j]["updates_per_batch"], plan[j]["reward"]) for j in g4} == {(4, 2, "prm:tiny-prm")}
+    assert {(plan[j]["group_size"], plan[j]["updates_per_batch"], plan[j]["reward"]) for j in g4} == {(4, 2, "prm")}
     # `race run --sweep-dir` reads it like any sweep
     from race_cli.folder import read_plan_rows
 

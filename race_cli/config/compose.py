@@ -6,6 +6,7 @@ one. Imports Hydra lazily so `race --help` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
@@ -18,24 +19,63 @@ from race_cli.errors import RaceError
 CONFIG_NAME = "config"
 
 
+_user_dirs: list[Path] = []  # `--config-dir DIR` folders, searched before the shipped conf/ (set_config_dirs)
+
+
 def conf_dir() -> Path:
-    """The conf/ folder: $RACE_CONF_DIR, else the one beside the package (editable install)."""
+    """The shipped conf/ folder: $RACE_CONF_DIR, else the copy installed inside the package (pip install .:
+    setup.py ships conf/ as race_cli/conf), else the checkout's (an editable install)."""
     env = os.environ.get("RACE_CONF_DIR")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "conf"
-    if not (path / f"{CONFIG_NAME}.yaml").is_file():
-        raise RaceError(f"No {CONFIG_NAME}.yaml in {path}: expected race's conf/ folder there. "
-                        "Install race from its checkout (pip install -e .) or set RACE_CONF_DIR.")
-    return path
+    here = Path(__file__).resolve()
+    candidates = [Path(env)] if env else [here.parents[1] / "conf", here.parents[2] / "conf"]
+    for path in candidates:
+        if (path / f"{CONFIG_NAME}.yaml").is_file():
+            return path
+    raise RaceError(f"No {CONFIG_NAME}.yaml in {' or '.join(map(str, candidates))}: expected race's conf/ folder "
+                    "there. Reinstall race (pip install .), or set RACE_CONF_DIR to a conf/ folder.")
+
+
+def set_config_dirs(dirs: Sequence[str | os.PathLike]) -> None:
+    """Search these folders (in order) before the shipped conf/: a file there adds or replaces an option
+    of its group (model/, task/, reward/, grid/) or the root config.yaml (race ... --config-dir DIR)."""
+    found, problems = [], []
+    for d in dirs:
+        path = Path(d).expanduser()
+        if not path.is_dir():
+            problems.append(f"--config-dir {d}: no such folder. Expected a folder holding model/, task/, reward/ "
+                            "or grid/ subfolders of YAML configs (docs/own-configs.md).")
+            continue
+        found.append(path.resolve())
+    if problems:
+        raise RaceError(*problems)
+    _user_dirs[:] = found
+
+
+def search_dirs() -> list[Path]:
+    """Where configs are looked up, first match first: the --config-dir folders, then the shipped conf/."""
+    return [*_user_dirs, conf_dir()]
+
+
+def config_file(group: str | None, name: str) -> Path | None:
+    """The file of option `name` of `group` (None: the root config), first in the search order."""
+    for base in search_dirs():
+        path = (base / group if group else base) / f"{name}.yaml"
+        if path.is_file():
+            return path
+    return None
 
 
 def group_options(group: str) -> list[str]:
-    """The options of a config group (model, reward, task, grid, ...) from conf/<group>/*.yaml."""
-    folder = conf_dir() / group
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    """The options of a config group (model, reward, task, grid, ...): <dir>/<group>/*.yaml of every search dir."""
+    names = set()
+    for base in search_dirs():
+        if (base / group).is_dir():
+            names.update(p.stem for p in (base / group).glob("*.yaml"))
+    return sorted(names)
 
 
 def config_groups() -> list[str]:
-    return sorted(p.name for p in conf_dir().iterdir() if p.is_dir())
+    return sorted({p.name for base in search_dirs() for p in base.iterdir() if p.is_dir()})
 
 
 def _all_keys(node: Any, prefix: str = "") -> list[str]:
@@ -110,17 +150,18 @@ def check_group_choices(overrides: Sequence[str]) -> None:
                             "from its conf/ folder only.")
         elif sep and key in groups and (any(c in value for c in "/\\") or value.strip().startswith(".")):
             problems.append(f"'{text}': {key}= takes the name of an option in conf/{key}/ "
-                            f"({', '.join(group_options(key))}), not a path. To use your own file, copy it "
-                            f"into conf/{key}/ and give its name.")
+                            f"({', '.join(group_options(key))}), not a path. To use your own file, put it "
+                            f"in DIR/{key}/ and give its name with --config-dir DIR (docs/own-configs.md).")
     if problems:
         raise RaceError(*problems)
 
 
-def compose(overrides: Sequence[str] = ()) -> Any:
-    """Compose and validate one job config; raises RaceError listing every problem."""
+def compose(overrides: Sequence[str] = (), derive: bool = True) -> Any:
+    """Compose and validate one job config; raises RaceError listing every problem.
+
+    `derive`: fill the settings the job takes from its task, model and targets (config/derive.py);
+    False leaves them null for a caller that applies more overrides first (plan/build.py)."""
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
 
     register_schema()
     overrides = list(overrides)
@@ -135,8 +176,7 @@ def compose(overrides: Sequence[str] = ()) -> Any:
     if problems:
         raise RaceError(*problems)
     check_group_choices(overrides)
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+    with _hydra():
         try:
             cfg = hydra_compose(CONFIG_NAME, overrides=overrides)
         except Exception as exc:  # noqa: BLE001 - Hydra raises many types; we explain each one
@@ -145,10 +185,44 @@ def compose(overrides: Sequence[str] = ()) -> Any:
             bad = _first_bad_override(overrides, exc)
             raise RaceError(_explain(exc, bad, keys)) from None
     cfg = _under_schema(cfg, "the composed config")
-    problems = validate(cfg)
+    problems = []
+    if derive:  # the typed config takes the derived values in place (each checked by its type)
+        from race_cli.config.derive import derive as derive_keys, read_config_json
+
+        problems = derive_keys(cfg, read_config_json)
+    problems += [p for p in validate(cfg) if p not in problems]
     if problems:
         raise RaceError(*problems)
     return cfg
+
+
+def derive_settings(data: Any) -> None:
+    """Fill the settings a job takes from its task, model and targets (race_cli/config/derive.py) into a
+    composed config (a plain dict or the typed DictConfig), in place; RaceError lists what cannot be filled."""
+    from race_cli.config.derive import derive, read_config_json
+
+    problems = derive(data, read_config_json)
+    if problems:
+        raise RaceError(*problems)
+
+
+@contextlib.contextmanager
+def _hydra():
+    """Hydra initialised on the search dirs: the --config-dir folders first, then the shipped conf/
+    (Hydra's initialize_config_dir takes one folder, so the others are prepended to its search path)."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    path = create_config_search_path(str(conf_dir()))
+    for d in reversed(_user_dirs):
+        path.prepend("race --config-dir", f"file://{d}")
+    Hydra.create_main_hydra2(task_name="race", config_search_path=path)
+    try:
+        yield
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def _under_schema(cfg: Any, where: str) -> Any:

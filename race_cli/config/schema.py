@@ -41,11 +41,25 @@ class ArchConf:
     tie_word_embeddings: bool = d(False, Bool())  # one V x d matrix for the embedding and the head (memory ledger only)
 
 
+ARCH_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+             "vocab_size", "head_dim", "tie_word_embeddings")  # the ArchConf fields, read from a config.json too
+
+
+@dataclass
+class LrConf:
+    """The model family's learning rates, one per adapter choice: grpo.lr null takes the one of lora.enabled."""
+
+    lora: Optional[float] = d(None, Real(0.0, 1.0, lo_open=True, null=True))  # with lora.enabled=true
+    full: Optional[float] = d(None, Real(0.0, 1.0, lo_open=True, null=True))  # full fine-tuning (lora.enabled=false)
+
+
 @dataclass
 class ModelConf:
     name: str = d("tiny-s", NAME)  # short name used in job ids and reports
     path: str = d("zoo:tiny-s", PATH)  # HF id, local folder, or zoo:<name> (built offline on first use)
-    arch: ArchConf = d(factory=ArchConf, domain=Section())
+    arch: Optional[ArchConf] = d(None, Section(null=True))  # None = read from the model's config.json (config/derive.py)
+    lr: LrConf = d(factory=LrConf, domain=Section())  # this family's learning rates (grpo.lr null takes one)
+    budget_flops: Optional[float] = d(None, Real(0.0, 1e30, lo_open=True, null=True))  # a budget of this model's scale: budget.flops null takes it
     dtype: str = d("auto", Choice("auto", "float32", "bfloat16", "float16"))  # auto = bf16 on GPU, fp32 on CPU
     revision: Optional[str] = d(None, REVISION)  # hub commit to load (pin it for hub ids); ignored for local folders
     trust_remote_code: bool = d(False, Bool())  # runs code from the model repository: only with a revision pinned
@@ -67,7 +81,7 @@ class GrpoConf:
     prompts_per_iter: int = d(8, Int(1, 65536))  # B, prompts sampled per iteration
     group_size: int = d(8, Int(2, 4096))  # G, completions per prompt (search); >= 2: GRPO normalises within a group
     updates_per_batch: int = d(1, Int(1, 1024))  # mu, gradient passes per rollout batch (learning)
-    lr: float = d(1e-3, Real(0.0, 1.0, lo_open=True))  # LoRA lr; ~10x a full fine-tuning lr
+    lr: Optional[float] = d(None, Real(0.0, 1.0, lo_open=True, null=True))  # None = model.lr.lora or model.lr.full, by lora.enabled
     weight_decay: float = d(0.0, Real(0.0, 1.0))  # AdamW decoupled weight decay
     warmup_iters: int = d(0, Int(0, 100_000_000))  # linear lr warm-up, in iterations
     clip_eps: float = d(0.2, Real(0.0, 1.0, lo_open=True, hi_open=True))  # PPO/GRPO ratio clip epsilon
@@ -80,16 +94,16 @@ class GrpoConf:
     update_group_size: Optional[int] = d(None, Int(2, 4096, null=True))  # m <= G completions per prompt the update keeps (rollout down-sampling); None = G
     downsample: str = d("max_variance", Choice("max_variance", "random"))  # which m of the G: max_variance (PODS, arXiv 2504.13818) | random
     grad_checkpointing: bool = d(False, Bool())  # recompute activations in backward (executed FLOPs +1 forward)
-    micro_batch_size: Any = d(0, Int(0, 1_048_576, special=("auto",)))  # sequences per forward/backward; 0 = the whole batch; auto = the largest that fits the device (memory ledger)
+    micro_batch_size: Any = d("auto", Int(0, 1_048_576, special=("auto",)))  # sequences per forward/backward; 0 = the whole batch; auto = the largest that fits the device (memory ledger; CPU: 16)
 
 
 @dataclass
 class RolloutConf:
     backend: str = d("auto", Choice("auto", "lean", "hf", "vllm"))  # auto | lean | hf | vllm (auto: vllm when installed and on GPU, else lean)
-    max_new_tokens: int = d(48, Int(1, TOKENS))  # completion cap, tokens
+    max_new_tokens: Optional[int] = d(None, Int(1, TOKENS, null=True))  # completion cap, tokens; None = task.max_new_tokens
     temperature: float = d(1.0, Real(0.0, 100.0, lo_open=True))  # sampling temperature (0 would be greedy: not a GRPO rollout)
     top_p: float = d(1.0, Real(0.0, 1.0, lo_open=True))  # nucleus sampling mass
-    expected_completion_tokens: Optional[float] = d(33.0, Real(0.0, TOKENS, lo_open=True, null=True))  # planning estimate of the mean completion (tiny-s: 33.2); None = max_new_tokens
+    expected_completion_tokens: Optional[float] = d(None, Real(0.0, TOKENS, lo_open=True, null=True))  # planning estimate of the mean completion; None = task.expected_completion_tokens, else max_new_tokens
     gpu_memory_utilization: Optional[float] = d(None, Real(0.0, 1.0, lo_open=True, hi_open=True, null=True))  # vLLM only: GPU fraction for its weights + KV cache; None = sized from the plan (rollout_vllm.memory_fraction)
     max_model_len: Optional[int] = d(None, Int(2, 16 * TOKENS, null=True))  # vLLM only: longest prompt+completion, tokens; None = the task's longest prompt + max_new_tokens
 
@@ -98,7 +112,7 @@ class RolloutConf:
 class RewardModelConf:
     name: str = d("tiny-prm", NAME)
     path: str = d("zoo:tiny-prm", PATH)  # HF id, local folder, or zoo:<name>
-    arch: ArchConf = d(factory=ArchConf, domain=Section())
+    arch: Optional[ArchConf] = d(None, Section(null=True))  # None = read from the model's config.json (config/derive.py)
     format: str = d("classifier", Choice("classifier", "token", "logprob"))  # classifier (Qwen2.5-Math-PRM) | token (Math-Shepherd) | logprob (calibrated LM log-probs)
     num_labels: int = d(2, Int(1, 64))  # classifier head outputs (2: softmax p(label 1); 1: sigmoid)
     template: str = d("{question}\n{completion}", Text(1, 65536))  # the text the PRM reads
@@ -128,6 +142,8 @@ class TaskConf:
     num_eval: Optional[int] = d(200, Int(1, ITEMS, null=True))  # held-out items of the task's own target; None = the whole split
     num_train: Optional[int] = d(None, Int(1, INT_LIMIT, null=True))  # None = all (gsm8k, jsonl) / an unbounded stream (arithmetic)
     prompt_tokens: float = d(40.0, Real(0.0, TOKENS, lo_open=True))  # planning estimate of the mean prompt length, tokens
+    max_new_tokens: Optional[int] = d(None, Int(1, TOKENS, null=True))  # the completion cap this task's answers need (rollout.max_new_tokens null takes it)
+    expected_completion_tokens: Optional[float] = d(None, Real(0.0, TOKENS, lo_open=True, null=True))  # planning estimate of its mean completion; None = the cap
     min_ops: int = d(2, Int(1, 64))  # arithmetic: operations per problem
     max_ops: int = d(3, Int(1, 64))
     max_operand: int = d(99, Int(1, 1_000_000_000))
@@ -145,7 +161,7 @@ class TaskConf:
 
 @dataclass
 class BudgetConf:
-    flops: float = d(3.0e11, Real(0.0, 1e30, lo_open=True))  # C, total training FLOPs per job (model convention)
+    flops: Optional[float] = d(None, Real(0.0, 1e30, lo_open=True, null=True))  # C, total training FLOPs per job (model convention); None = model.budget_flops
     free_knob: str = d("iterations", Choice("iterations"))  # the knob the solver sets to spend C
     max_iterations: int = d(100000, Int(1, 100_000_000))  # cap on T, in the plan and the job: stop after this many (stop reason "iterations")
 
@@ -251,17 +267,19 @@ def validate(cfg: Any) -> list[str]:
 
 def completion_estimate_rule(cfg: Any) -> list[str]:
     """rollout.expected_completion_tokens <= rollout.max_new_tokens (a mean cannot pass the cap)."""
-    ect, cap = _get(cfg, "rollout.expected_completion_tokens"), _get(cfg, "rollout.max_new_tokens")
-    if ect is not None and ect > cap:
-        return [f"rollout.expected_completion_tokens={ect!r} is out of range: expected a mean completion length in "
-                f"(0, rollout.max_new_tokens={cap}]."]
-    return []
+    problems = []
+    for part in ("rollout", "task"):  # the task's own pair too: rollout's null ones take them (config/derive.py)
+        ect, cap = _get(cfg, f"{part}.expected_completion_tokens"), _get(cfg, f"{part}.max_new_tokens")
+        if ect is not None and cap is not None and ect > cap:
+            problems.append(f"{part}.expected_completion_tokens={ect!r} is out of range: expected a mean completion "
+                            f"length in (0, {part}.max_new_tokens={cap}].")
+    return problems
 
 
 def model_len_rule(cfg: Any) -> list[str]:
     """rollout.max_model_len > rollout.max_new_tokens (it holds the prompt and the completion)."""
     mml, cap = _get(cfg, "rollout.max_model_len"), _get(cfg, "rollout.max_new_tokens")
-    if mml is not None and mml <= cap:
+    if mml is not None and cap is not None and mml <= cap:
         return [f"rollout.max_model_len={mml!r} is out of range: expected more tokens than rollout.max_new_tokens="
                 f"{cap} (it holds the prompt and the completion), or null."]
     return []

@@ -66,9 +66,24 @@ def job_backend(cfg: Mapping, *, on_gpu: bool, vllm_installed: bool) -> str:
 
 
 def reward_name(cfg: Mapping) -> str:
-    """`rule`, or `prm:<reward model name>`: the reward system in job rows and summaries."""
+    """The reward system's one name in plans, summaries, reports, CSV columns and plots: `rule`, or the
+    reward model's name, which the shipped configs set to their config group option (reward=prm-7b: `prm-7b`)."""
     r = cfg["reward"]
-    return "rule" if r["type"] == "rule" else f"prm:{(r.get('model') or {}).get('name', '?')}"
+    return "rule" if r["type"] == "rule" else str((r.get("model") or {}).get("name", "?"))
+
+
+# Names sweeps wrote before the reward systems had one name each: `prm:<reward model name>`, with the
+# shipped models named tiny-prm and qwen2.5-math-prm-7b (also what a job planned then and resumed now
+# writes: its saved config keeps the old model name). A report reads them as today's names.
+LEGACY_REWARD_NAMES = {"prm:tiny-prm": "prm", "prm:qwen2.5-math-prm-7b": "prm-7b", "tiny-prm": "prm",
+                       "qwen2.5-math-prm-7b": "prm-7b"}
+
+
+def reward_label(text: Any) -> Any:
+    """A reward name as a sweep folder holds it, in today's form (old `prm:<name>` ones mapped or unprefixed)."""
+    if not isinstance(text, str):
+        return text
+    return LEGACY_REWARD_NAMES.get(text, text[4:] if text.startswith("prm:") else text)
 
 
 def reward_head(cfg: Mapping) -> str:

@@ -137,6 +137,7 @@ class Plan:
     wall_source: str = ""  # where the wall-time rates come from
     gpu: Any = None  # walltime.GpuSpec of `race plan --gpu KINDxN` (None: the machine detected here)
     host_note: str | None = None  # pinned host memory of vLLM's level-1 sleep per job and node (memory.pinned_host_check)
+    gpu_assumed: str | None = None  # why the plan assumed ASSUMED_GPU (no GPU here, no --gpu): its first line
 
     def grid_seconds(self) -> float:
         """Planned wall seconds of the whole grid on `slots` (longest first, as the pool runs it)."""
@@ -155,9 +156,9 @@ def default_grid() -> str:
     """The grid chosen in conf/config.yaml's defaults list."""
     import yaml
 
-    from race_cli.config.compose import CONFIG_NAME, conf_dir
+    from race_cli.config.compose import CONFIG_NAME, config_file
 
-    with open(conf_dir() / f"{CONFIG_NAME}.yaml", encoding="utf-8") as f:
+    with open(config_file(None, CONFIG_NAME), encoding="utf-8") as f:
         root = yaml.safe_load(f) or {}
     for entry in root.get("defaults", []):
         if isinstance(entry, dict) and "grid" in entry:
@@ -168,10 +169,10 @@ def default_grid() -> str:
 def load_grid(name: str) -> dict:
     import yaml
 
-    from race_cli.config.compose import conf_dir, group_options
+    from race_cli.config.compose import config_file, group_options
 
-    path = conf_dir() / "grid" / f"{name}.yaml"
-    if name not in group_options("grid") or not path.is_file():  # a name of conf/grid/, never a path
+    path = config_file("grid", name) if name in group_options("grid") else None  # a name of <dir>/grid/, never a path
+    if path is None:
         raise RaceError(f"Unknown grid option '{name}'. Available: {', '.join(group_options('grid'))}.")
     with open(path, encoding="utf-8") as f:
         grid = yaml.safe_load(f) or {}
@@ -191,7 +192,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
                check_budget: bool = True, gpu_mem: int | None = None, rates: dict | None = None,
                informative: dict | None = None, gpu: Any = None, gpus_per_job: int = 1,
                too_many: str = "Check the axes, or pass --yes to plan it anyway.",
-               say: Callable[[str], None] | None = None) -> Plan:
+               say: Callable[[str], None] | None = None, assume_gpu: bool = False) -> Plan:
     """Expand, compose, validate and budget-match every job; RaceError lists every problem.
 
     `gpu_mem` (bytes): resolve `grpo.micro_batch_size: auto` against it and refuse jobs whose
@@ -204,6 +205,9 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     device instead of the one detected here (its memory comes in as `gpu_mem`). `gpus_per_job` (as `race
     run --gpus-per-job`): GPUs per GPU job; with 2 or more the PRM is planned on the job's second GPU.
     `say`: where a progress line goes for large sweeps (default: stderr, when more than PROGRESS_JOBS jobs).
+    `assume_gpu` (race plan): with no `gpu` and no GPU here, a sweep whose jobs need one (hub-sized models)
+    or that gives `gpu_mem` is planned on one ASSUMED_GPU, never on CPU rates borrowed from a tiny model;
+    the plan's gpu_assumed says so.
     """
     from race_cli.cost.memory import plan_memory
 
@@ -246,6 +250,11 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     jobs, problems = _compose_jobs(fixed, combos, set(groups))
     if problems:
         raise RaceError(*problems)
+    assumed = None
+    if assume_gpu and gpu is None and not machine.visible_gpus():
+        gpu, assumed = _assumed_gpu(jobs, gpu_mem)
+        if gpu is not None and gpu_mem is None:
+            gpu_mem = gpu.kind.memory_bytes
 
     ids = unique_ids([job_id(c) for c in combos], [j.overrides for j in jobs])
     short, capped = [], []
@@ -302,7 +311,26 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     if host.refuse:
         raise RaceError(host.text)
     return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs, capped=capped,
-                slots=slots, wall_source=source, gpu=gpu, host_note=host.text)
+                slots=slots, wall_source=source, gpu=gpu, host_note=host.text, gpu_assumed=assumed)
+
+
+ASSUMED_GPU = "H100"  # the kind a plan assumes when its jobs need a GPU and none is named or detected
+
+
+def _assumed_gpu(jobs: Sequence[PlannedJob], gpu_mem: int | None) -> tuple[Any, str | None]:
+    """(one ASSUMED_GPU, the line that says why) when these jobs need a GPU (a hub-sized model: CPU workers
+    would take days, pool/local.too_big_for_cpu) or --gpu-mem names a GPU's memory; else (None, None)."""
+    from race_cli.cost.walltime import GPU_KINDS, GpuSpec
+    from race_cli.pool.local import too_big_for_cpu
+
+    big = too_big_for_cpu([j.config for j in jobs])
+    if not big and gpu_mem is None:
+        return None, None
+    why = (f"its jobs load hub-sized models ({', '.join(big[:3])}{', ...' if len(big) > 3 else ''})" if big
+           else "--gpu-mem names a GPU's memory")
+    return GpuSpec(GPU_KINDS[ASSUMED_GPU], 1), (
+        f"GPU assumed: 1 {ASSUMED_GPU} per job, as no GPU is visible here and no --gpu was given ({why}). "
+        f"Plan for yours with --gpu KIND or KINDxN (known: {', '.join(GPU_KINDS)}), e.g. --gpu {ASSUMED_GPU}x8.")
 
 
 PROGRESS_JOBS = 5000  # sweeps larger than this print a progress line while they are planned
@@ -346,7 +374,7 @@ def _compose_jobs(fixed: list[str], combos: list[list[str]], groups: set[str]) -
     """Compose every job: Hydra once per distinct group choice, typed dict updates for the rest."""
     from omegaconf import OmegaConf
 
-    from race_cli.config.compose import compose
+    from race_cli.config.compose import compose, derive_settings
     from race_cli.config.schema import validate
     from race_cli.config.sweep import apply_value, schema_types
 
@@ -363,7 +391,7 @@ def _compose_jobs(fixed: list[str], combos: list[list[str]], groups: set[str]) -
         try:
             if regime not in regimes:
                 regimes[regime] = _compose_regime(list(regime), groups, bases, types, compose, OmegaConf, validate,
-                                                  apply_value)
+                                                  apply_value, derive_settings)
             cfg = regimes[regime]
             if isinstance(cfg, RaceError):
                 raise cfg
@@ -394,14 +422,14 @@ def _split_seed(overrides: list[str]) -> tuple[tuple, list[str]]:
 
 
 def _compose_regime(overrides: list[str], groups: set[str], bases: dict, types: dict, compose, OmegaConf, validate,
-                    apply_value) -> dict | RaceError:
+                    apply_value, derive_settings) -> dict | RaceError:
     """One composed, validated config: Hydra once per distinct group choice (cached in `bases`), typed
     dict updates for the rest. A RaceError is returned, not raised, so it is cached like a config."""
     is_group = [o.lstrip("+").partition("=")[0] in groups for o in overrides]
     group_part = tuple(o for o, g in zip(overrides, is_group) if g)
     if group_part not in bases:
         try:
-            bases[group_part] = OmegaConf.to_container(compose(list(group_part)), resolve=True)
+            bases[group_part] = OmegaConf.to_container(compose(list(group_part), derive=False), resolve=True)
         except RaceError as exc:
             bases[group_part] = exc
     base = bases[group_part]
@@ -412,6 +440,7 @@ def _compose_regime(overrides: list[str], groups: set[str], bases: dict, types: 
         for o, g in zip(overrides, is_group):
             if not g:
                 apply_value(cfg, o, types)
+        derive_settings(cfg)  # after every override: lora.enabled=false picks the full fine-tuning lr
     except RaceError as exc:
         return exc
     msgs = validate(cfg)

@@ -102,7 +102,9 @@ def sweep_rates(sweep: Path) -> dict[str, Rates]:
 
 
 def regime_key(model: str, reward: str, group_size: Any, updates_per_batch: Any) -> tuple:
-    return (str(model), str(reward), int(group_size), int(updates_per_batch))
+    from race_cli.cost.budget import reward_label
+
+    return (str(model), str(reward_label(reward)), int(group_size), int(updates_per_batch))  # old names read as new
 
 
 def _job_share(d: Path) -> float | None:

@@ -20,23 +20,34 @@ def fmt_flops(x: float) -> str:
     return f"{mant}e{int(exp)}" if exp else mant
 
 
-WIDE = 180  # a console at least this wide gets every column; narrower (a pipe is 80) gets NARROW_COLS
-NARROW_COLS = ["job id", "model", "G", "μ", "reward", "seed", "T", "used", "p", "peak mem", "mb", "wall"]
+# The plan table: every column, left to right; the console's width decides which are shown. Columns go
+# in DROP_ORDER until the table fits, so the job id, the search / learning / feedback shares, the peak
+# memory and the job time stay at any width from 80 up; no cell is ever folded or cut (plan.csv and
+# plan.json keep every column).
+COLUMNS = ["job id", "model", "G", "μ", "reward", "seed", "budget", "T", "planned", "used", "search", "learning",
+           "feedback", "p", "tokens", "peak mem", "mb", "inf.", "job time", "GPU-h"]
 SAID_BY_ID = ["model", "reward", "seed", "G", "μ"]  # left out first when room is short (the job id says them)
+DROP_ORDER = ["tokens", "planned", "budget", "inf.", "mb", "used", "GPU-h", "T", "p"]  # after SAID_BY_ID, swept keys
+KEEP = ["job id", "search", "learning", "feedback", "peak mem", "job time"]  # shown at any width from 80 columns
+# (narrower still, they go too, job id last: no line is wider than the console)
 CAPTION = ("T: iterations (+b: the last one takes b < B prompts, spending the rest of the budget); used = planned / "
            "budget; search / learning / feedback = planned shares of the job's FLOPs (rollout / update / reward); p = "
            "update fraction. Model-convention FLOPs; evaluation is not charged. peak mem = planned peak device memory "
            "and its phase; mb = sequences per micro-batch on a GPU (+ckpt: gradient checkpointing; CPU workers run "
-           "micro_batch_size auto as 16 sequences).")
-NARROW_NOTE = ("Narrow console: budget, planned FLOPs, the search / learning / feedback shares, tokens and inf. are in "
-               "plan.csv and plan.json (race plan --format csv), or widen the terminal to {wide} columns.")
+           "micro_batch_size auto as 16 sequences); inf. = planned share of rows the update runs on; job time = the "
+           "job's planned duration (total: the sum, not the grid's wall time, which the next line gives); GPU-h = "
+           "job time x its GPUs.")
+LEFT_OUT = "Not shown at this width: {cols} (in plan.csv and plan.json: race plan --format csv)."
 
 
 def print_plan(plan: Any, fmt: str = "table", file=None, console=None) -> None:
-    """Print the plan rows as a rich table with totals, or as CSV / JSON on stdout. The table takes the
-    console's width: every column from WIDE columns up, else NARROW_COLS (the rest in plan.csv/json)."""
+    """Print the plan rows as a table with totals, or as CSV / JSON on stdout. The table takes the console's
+    width: the columns that fit (plan_table), the rest named under it."""
     out = file or sys.stdout
     rows = plan.rows()
+    assumed = getattr(plan, "gpu_assumed", None)
+    if assumed and fmt != "table":  # stdout stays the data; the assumption still comes first
+        print(assumed, file=sys.stderr)
     if fmt == "json":
         out.write(json.dumps({"grid": plan.grid["name"], "axes": plan.axes, "jobs": rows}, indent=2) + "\n")
         return
@@ -51,20 +62,21 @@ def print_plan(plan: Any, fmt: str = "table", file=None, console=None) -> None:
     from rich.console import Console
 
     console = console or Console(file=out)
-    if console.width >= WIDE:
-        console.print(_wide_table(plan, rows))
-    else:
-        console.print(f"race plan: grid '{plan.grid['name']}', {len(rows)} jobs", highlight=False)
-        console.print(_narrow_table(plan, rows, console))
-        console.print(_narrow_caption(), highlight=False)
-        console.print(NARROW_NOTE.format(wide=WIDE), highlight=False)
+    if assumed:
+        console.print(assumed, highlight=False)
+    console.print(f"race plan: grid '{plan.grid['name']}', {len(rows)} jobs", highlight=False)
+    table, left_out = plan_table(plan, rows, console)
+    console.print(table)
+    console.print(CAPTION, highlight=False)
+    if left_out:
+        console.print(LEFT_OUT.format(cols=", ".join(left_out)), highlight=False)
     console.print(wall_line(plan), highlight=False)
+    for line in settings_lines(plan):
+        console.print(line, highlight=False)
     if any("vllm_sleep_mode" in r for r in rows):
         console.print(_sleep_table(rows))
     if getattr(plan, "host_note", None):
         console.print(plan.host_note, highlight=False)
-
-
 def _sleep_table(rows: list[dict]):
     """Per vLLM job: how its engine frees the GPU for each update, what that costs per iteration, what it pins."""
     from rich import box
@@ -94,68 +106,67 @@ def _mb(r: dict) -> str:
     return f"{r.get('micro_batch_size', '')}{'+ckpt' if r.get('grad_checkpointing') else ''}"
 
 
-def _wide_table(plan: Any, rows: list[dict]):
-    from rich.table import Table
+def _cells(r: dict) -> dict[str, str]:
+    hours = r.get("planned_gpu_hours")
+    return {"job id": r["job_id"], "model": r["model"], "G": str(r["group_size"]), "μ": str(r["updates_per_batch"]),
+            "reward": r["reward"], "seed": str(r["seed"]), "budget": fmt_flops(r["budget_flops"]),
+            "T": _iterations(r), "planned": fmt_flops(r["planned_flops_total"]), "used": pct(r["budget_used"]),
+            "search": pct(r["share_search"]), "learning": pct(r["share_learning"]),
+            "feedback": pct(r["share_feedback"]), "p": f"{r['p']:.2f}",
+            "tokens": fmt_flops(r["tokens_prompt"] + r["tokens_completion"]), "peak mem": _peak(r), "mb": _mb(r),
+            "inf.": f"{r['informative_share']:.2f}", "job time": fmt_duration(r.get("planned_seconds")),
+            "GPU-h": f"{hours:.3g}" if hours else ""}
 
-    swept = _swept(plan)
-    table = Table(title=f"race plan: grid '{plan.grid['name']}', {len(rows)} jobs", title_justify="left",
-                  caption=CAPTION, caption_justify="left")
-    cols = [("job id", "left"), ("model", "left"), ("G", "right"), ("μ", "right"), ("reward", "left")]
-    cols += [(k, "right") for k in swept]
-    cols += [("budget", "right"), ("T", "right"), ("planned", "right"), ("used", "right"), ("search", "right"),
-             ("learning", "right"), ("feedback", "right"), ("p", "right"), ("tokens", "right"),
-             ("peak mem", "right"), ("mb", "right"), ("inf.", "right"), ("wall", "right")]
-    for name, justify in cols:
-        table.add_column(name, justify=justify, no_wrap=True)
-    for job, r in zip(plan.jobs, rows):
-        extra = [str(_lookup(job.config, k)) for k in swept]
-        table.add_row(r["job_id"], r["model"], str(r["group_size"]), str(r["updates_per_batch"]), r["reward"],
-                      *extra, fmt_flops(r["budget_flops"]), _iterations(r), fmt_flops(r["planned_flops_total"]),
-                      pct(r["budget_used"]),
-                      pct(r["share_search"]), pct(r["share_learning"]), pct(r["share_feedback"]),
-                      f"{r['p']:.2f}", fmt_flops(r["tokens_prompt"] + r["tokens_completion"]),
-                      _peak(r), _mb(r), f"{r['informative_share']:.2f}", fmt_duration(r.get("planned_seconds")))
+
+def _totals(rows: list[dict]) -> dict[str, str]:
     total = sum(r["planned_flops_total"] for r in rows)
     budget = sum(r["budget_flops"] for r in rows)
-    tokens = sum(r["tokens_prompt"] + r["tokens_completion"] for r in rows)
-    table.add_section()
-    table.add_row("total", "", "", "", "", *[""] * len(swept), fmt_flops(budget),
-                  str(sum(r["iterations"] for r in rows)), fmt_flops(total), pct(total / budget),
-                  pct(sum(r["planned_flops_rollout"] for r in rows) / total),
-                  pct(sum(r["planned_flops_update"] for r in rows) / total),
-                  pct(sum(r["planned_flops_reward"] for r in rows) / total), "", fmt_flops(tokens),
-                  _peak(max(rows, key=lambda r: r.get("planned_peak_bytes", 0))), "", "",
-                  fmt_duration(sum(r.get("planned_seconds") or 0.0 for r in rows)))
-    return table
+    share = lambda k: pct(sum(r[k] for r in rows) / total) if total else ""  # noqa: E731
+    hours = sum(r.get("planned_gpu_hours") or 0.0 for r in rows)
+    return {"job id": "total", "budget": fmt_flops(budget), "T": str(sum(r["iterations"] for r in rows)),
+            "planned": fmt_flops(total), "used": pct(total / budget) if budget else "",
+            "search": share("planned_flops_rollout"), "learning": share("planned_flops_update"),
+            "feedback": share("planned_flops_reward"),
+            "tokens": fmt_flops(sum(r["tokens_prompt"] + r["tokens_completion"] for r in rows)),
+            "peak mem": _peak(max(rows, key=lambda r: r.get("planned_peak_bytes", 0))),
+            "job time": fmt_duration(sum(r.get("planned_seconds") or 0.0 for r in rows)),
+            "GPU-h": f"{hours:.3g}" if hours else ""}
 
 
-def _narrow_cells(r: dict) -> dict[str, str]:
-    return {"job id": r["job_id"], "model": r["model"], "G": str(r["group_size"]), "μ": str(r["updates_per_batch"]),
-            "reward": r["reward"], "seed": str(r["seed"]), "T": _iterations(r), "used": pct(r["budget_used"]),
-            "p": f"{r['p']:.2f}", "peak mem": _peak(r), "mb": _mb(r), "wall": fmt_duration(r.get("planned_seconds"))}
-
-
-def _narrow_table(plan: Any, rows: list[dict], console) -> Any:
-    """NARROW_COLS, one space between columns, no cell ever folded: when the table is still too wide the
-    columns the job id already says or that hold one value for every job (model, reward, seed, G, μ) go
-    first, then the micro-batch; plan.csv and plan.json keep them all."""
+def plan_table(plan: Any, rows: list[dict], console) -> tuple[Any, list[str]]:
+    """(the table, the columns left out): COLUMNS and the plan's other swept keys, one space between
+    columns, no cell ever folded or cut. While the table is wider than the console, columns go: first those
+    the job id already says or that hold one value for every job, then the swept keys, then DROP_ORDER;
+    KEEP stays (the 80-column pilot fits it)."""
     from rich import box
     from rich.table import Table
 
-    cells = [_narrow_cells(r) for r in rows]
-    total = {"job id": "total", "T": str(sum(r["iterations"] for r in rows)),
-             "peak mem": _peak(max(rows, key=lambda r: r.get("planned_peak_bytes", 0))),
-             "wall": fmt_duration(sum(r.get("planned_seconds") or 0.0 for r in rows))}
+    swept = _swept(plan)
+    cells = []
+    for job, r in zip(plan.jobs, rows):
+        c = _cells(r)
+        c.update({k: str(_lookup(job.config, k)) for k in swept})
+        cells.append(c)
+    total = _totals(rows)
+    names = COLUMNS[:6] + swept + COLUMNS[6:]
+    if not any(c["GPU-h"] for c in cells):
+        names.remove("GPU-h")
 
     # every column's width from its cells once (rich would measure each cell again for every try and
     # for the print: minutes for a 100,000-job plan); the table is built once, at these widths
     width = {c: max(_cell_width(console, x) for x in [c, total.get(c, "")] + [cell[c] for cell in cells])
-             for c in NARROW_COLS}
-    cols = list(NARROW_COLS)
+             for c in names}
+    cols = list(names)
     same = lambda c: len({cell[c] for cell in cells}) == 1  # noqa: E731 - one value for every job
-    drop = [c for c in SAID_BY_ID if same(c) or all(_said_by_id(c, r) for r in rows)] + ["mb"]
+    drop = [c for c in SAID_BY_ID if same(c) or all(_said_by_id(c, r) for r in rows)]
+    drop += [k for k in swept if same(k)] + [c for c in SAID_BY_ID if c not in drop] + [k for k in swept if not same(k)]
+    drop += [c for c in DROP_ORDER if c in names] + ["peak mem", "job time", "feedback", "learning", "search"]
+    left_out = []
     while sum(width[c] for c in cols) + len(cols) - 1 > console.width and drop:  # one space between columns
-        cols.remove(drop.pop(0))
+        c = drop.pop(0)
+        if c in cols:
+            cols.remove(c)
+            left_out.append(c)
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), pad_edge=False)
     for c in cols:
         t.add_column(c, justify="left" if c in ("job id", "model", "reward") else "right", no_wrap=True,
@@ -164,7 +175,7 @@ def _narrow_table(plan: Any, rows: list[dict], console) -> Any:
         t.add_row(*[c[k] for k in cols])
     t.add_section()
     t.add_row(*[total.get(k, "") for k in cols])
-    return t
+    return t, [c for c in names if c in left_out and not (c in SAID_BY_ID and all(_said_by_id(c, r) for r in rows))]
 
 
 def _cell_width(console, text: str) -> int:
@@ -181,12 +192,6 @@ def _said_by_id(col: str, r: dict) -> bool:
     return value in r["job_id"]
 
 
-def _narrow_caption() -> str:
-    return ("T: iterations (+b: a last iteration of b < B prompts); used = planned / budget FLOPs; p = update "
-            "fraction; peak mem = planned peak device memory (phase); mb = sequences per micro-batch on a GPU "
-            "(+ckpt: gradient checkpointing); wall = planned wall time.")
-
-
 def wall_line(plan: Any) -> str:
     """'planned wall time: 7m12s on 2 CPU workers (...)': the grid's, as race run would schedule it here
     (or on the `race plan --gpu` device), and where the rates come from."""
@@ -196,10 +201,10 @@ def wall_line(plan: Any) -> str:
     per_job = max((getattr(j, "gpus", 0) or 0 for j in plan.jobs), default=0)
     if gpu_hours and per_job > 1:  # race plan --gpus-per-job N: N GPUs a job, slots jobs at once
         where = (f"{gpu.count} {gpu.kind.name} GPU(s), {per_job} per job, {plan.slots} job(s) at once "
-                 f"(--gpu {gpu.kind.name}x{gpu.count}; not detected here)" if gpu is not None
+                 f"({_gpu_source(plan)})" if gpu is not None
                  else f"{plan.slots * per_job} GPU(s), {per_job} per job, {plan.slots} job(s) at once")
     elif gpu_hours:
-        where = (f"{plan.slots} {gpu.kind.name} GPU(s) (--gpu {gpu.kind.name}x{gpu.count}; not detected here)"
+        where = (f"{plan.slots} {gpu.kind.name} GPU(s) ({_gpu_source(plan)})"
                  if gpu is not None else f"{plan.slots} GPU(s)")
     else:
         where = f"{plan.slots} CPU worker(s)"
@@ -209,7 +214,42 @@ def wall_line(plan: Any) -> str:
     if gpu_hours and "assumed" in plan.wall_source:
         text += (" GPU rates are assumptions (datasheet peaks at assumed shares) until race plan --calibrate-from "
                  "a finished sweep run on that GPU.")
-    return text + " inf. = planned share of rows the update runs on (zero-advantage rows are skipped)."
+    return text
+
+
+SETTINGS_SHOWN = 4  # distinct settings lines printed; the rest are in the job configs
+
+
+def settings_lines(plan: Any) -> list[str]:
+    """'settings: qwen2.5-1.5b on gsm8k: completion cap 512 (task), expected 300 tokens (task), lr 1e-05 (model,
+    LoRA), budget 3e+17 (model)': the settings a job takes from its task and model (config/derive.py), each
+    with where it came from (task, model, or set: a grid's fixed block or an override), once per distinct set."""
+    seen: dict[tuple, None] = {}
+    for job in plan.jobs:
+        c = job.config
+        given = {o.lstrip("+").partition("=")[0] for o in job.overrides}
+        src = lambda key, own: "set" if key in given else own  # noqa: E731
+        lora = "LoRA" if c["lora"]["enabled"] else "full FT"
+        ect = c["rollout"].get("expected_completion_tokens")
+        seen[(c["model"]["name"], c["task"]["name"],
+              f"completion cap {c['rollout']['max_new_tokens']} ({src('rollout.max_new_tokens', 'task')})",
+              f"expected {ect:g} tokens ({src('rollout.expected_completion_tokens', 'task')})" if ect is not None
+              else "expected = the cap",
+              f"lr {c['grpo']['lr']:g} ({src('grpo.lr', 'model')}, {lora})",
+              f"budget {c['budget']['flops']:g} ({src('budget.flops', 'model')})")] = None
+    models: dict[tuple, list[str]] = {}  # models that take the same settings on the same task share a line
+    for m, t, *rest in seen:
+        models.setdefault((t, *rest), []).append(m)
+    lines = [f"settings: {', '.join(ms)} on {t}: " + ", ".join(rest) for (t, *rest), ms in models.items()]
+    more = len(lines) - SETTINGS_SHOWN
+    return lines[:SETTINGS_SHOWN] + ([f"settings: {more} more (each job's .hydra/config.yaml)"] if more > 0 else [])
+
+
+def _gpu_source(plan: Any) -> str:
+    gpu = plan.gpu
+    if getattr(plan, "gpu_assumed", None):
+        return "assumed: no GPU here and no --gpu"
+    return f"--gpu {gpu.kind.name}x{gpu.count}; not detected here"
 
 
 def _iterations(row: dict) -> str:

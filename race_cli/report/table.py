@@ -390,7 +390,7 @@ def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[s
     row["state"] = row["state"] if row["state"] != "unknown" else str(s.get("state", "unknown"))
     row.setdefault("stop_reason", s.get("stop_reason"))
     for k, v in (s.get("condition") or {}).items():
-        row[k] = v
+        row[k] = budget.reward_label(v) if k == "reward" else v  # old sweeps' prm:<name> read as today's name
     for k, v in (s.get("knobs") or {}).items():
         row[k] = v
     row["seed"] = s.get("seed")

@@ -32,6 +32,12 @@ from race_cli.tasks.prompting import Convention
 TASKS = ("arithmetic", "gsm8k", "jsonl")
 TARGETS = ("arithmetic", "arithmetic-hard", "gsm8k", "math500")
 COMPLETION_MARGIN = 2  # tokens beyond the longest reference solution: the leading space and EOS
+# The completion cap each standard target's answers need, whatever the training task's cap: an evaluation
+# reads the larger of the two (engine/setup.eval_cap). GSM8K: conf/task/gsm8k.yaml's cap (a Qwen2.5-Instruct
+# step-by-step solution fits in 512). MATH-500: twice that, as its reference solutions run twice GSM8K's
+# (the shipped copies: mean 531 vs 293 characters, 90th percentile 1041 vs 483). The arithmetic targets'
+# needs are measured from their own solutions (_solution_cap).
+TARGET_COMPLETION_TOKENS = {"gsm8k": 512, "math500": 1024}
 
 
 def _get(node: Any, key: str, default: Any = None) -> Any:
@@ -134,12 +140,12 @@ def _standard_target(name: str, cfg: Any, task: Any) -> Target:
         from race_cli.tasks.gsm8k import GSM8KTask
 
         src = task if cfg.task.name == "gsm8k" else GSM8KTask()
-        return Target(name, src.eval_items(), src.grader, src.convention)
+        return Target(name, src.eval_items(), src.grader, src.convention, TARGET_COMPLETION_TOKENS[name])
     if name == "math500":
         from race_cli.tasks.math500 import Math500
 
         src = Math500()
-        return Target(name, src.eval_items(), src.grader, src.convention)
+        return Target(name, src.eval_items(), src.grader, src.convention, TARGET_COMPLETION_TOKENS[name])
     raise RaceError(f"eval.targets has {name!r}: expected some of {', '.join(TARGETS)}.")
 
 
