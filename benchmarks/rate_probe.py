@@ -90,7 +90,7 @@ def main() -> None:
             fps = ", ".join(f"{p} {v:.3g}" for p, v in r.flops_per_s.items())
             print(f"{s.name} {model}: {fps} FLOP/s; eval {r.eval_s:.2f} s/point; setup {r.overhead_s:.2f} s/job")
 
-    med = lambda xs: statistics.median(xs)  # noqa: E731
+    med = lambda xs: statistics.median(xs)
     print(f"\n# Measured {time.strftime('%Y-%m-%d')} on {cpu_model()}, {cores} cores, load {before:.2f} before / "
           f"{after:.2f} after; median of {len(sweeps)} run(s) of the default grid (benchmarks/rate_probe.py).")
     print("CPU_RATES: dict[str, Rates] = {")

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import bench_calibration as B  # noqa: E402
+import bench_calibration as B
 
 
 @pytest.fixture(scope="module")

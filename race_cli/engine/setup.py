@@ -8,9 +8,7 @@ can build one at a time. Every mistake a person can fix (a model path that does 
 from __future__ import annotations
 
 import os
-import re
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable

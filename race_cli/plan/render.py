@@ -152,7 +152,7 @@ def _narrow_table(plan: Any, rows: list[dict], console) -> Any:
     width = {c: max(_cell_width(console, x) for x in [c, total.get(c, "")] + [cell[c] for cell in cells])
              for c in NARROW_COLS}
     cols = list(NARROW_COLS)
-    same = lambda c: len({cell[c] for cell in cells}) == 1  # noqa: E731 - one value for every job
+    same = lambda c: len({cell[c] for cell in cells}) == 1  # one value for every job
     drop = [c for c in SAID_BY_ID if same(c) or all(_said_by_id(c, r) for r in rows)] + ["mb"]
     while sum(width[c] for c in cols) + len(cols) - 1 > console.width and drop:  # one space between columns
         cols.remove(drop.pop(0))

@@ -13,7 +13,6 @@ Measured on the default grid (docs/embedded-study.md): the bound is 2-5x the rea
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 

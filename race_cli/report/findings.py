@@ -344,7 +344,7 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
     width = max(len(label) for label in labels.values())
     order = [cond for t in targets for cond in (ranking[ranking["target"] == t] if "target" in ranking
                                                     else ranking)["condition"].unique()]
-    wall_of = lambda g, cond: wall.get(str(g["job_condition"][0]) if "job_condition" in g else cond)  # noqa: E731
+    wall_of = lambda g, cond: wall.get(str(g["job_condition"][0]) if "job_condition" in g else cond)
     settled = dict(zip(order, _settle_all([(rows[c], labels[c], wall_of(rows[c], c)) for c in order], k, workers)))
     for t in targets:
         gt = ranking[ranking["target"] == t] if "target" in ranking else ranking

@@ -214,7 +214,7 @@ def rank_decisions_many(noises: list[Noise], maximize: bool = True, level: float
         rows = np.arange(C)
         testable = st.has_seed_noise and R >= 1
         pp = V.stacked_parts(st, pair_contrasts(R))
-        sq = lambda a: np.asarray(a).reshape(C, R, R)  # noqa: E731
+        sq = lambda a: np.asarray(a).reshape(C, R, R)
         if testable and R >= 2:
             worse = worse_than_best(sign * point, sq(pp.item), sq(pp.resid), sq(pp.seed), pp.df_item, pp.df_resid,
                                     sq(pp.df_seed), alpha)
@@ -223,7 +223,7 @@ def rank_decisions_many(noises: list[Noise], maximize: bool = True, level: float
         gap = sign * (point[rows, best][:, None] - point)  # >= 0: how much worse than the best
         gp = Parts(sq(pp.item)[rows, best], sq(pp.resid)[rows, best], sq(pp.seed)[rows, best], pp.df_item,
                    pp.df_resid, sq(pp.df_seed)[rows, best])  # [C, R]: the best against each regime
-        first = lambda df: range_quantile(1 - alpha, R, df) / math.sqrt(2.0)  # noqa: E731 - the range's first step
+        first = lambda df: range_quantile(1 - alpha, R, df) / math.sqrt(2.0)  # the range's first step
         gap_lo = (np.where(np.arange(R)[None, :] == best[:, None], 0.0, gap - _half(gp, first)) if R >= 2
                   else np.zeros((C, R)))
         dev = V.stacked_parts(st, np.eye(R) - 1.0 / R).var

@@ -315,7 +315,7 @@ def zoo_main(names: list[str] | None, build: bool, force: bool, verify: bool = F
     table = Table(title=f"race zoo ({cache_root() / 'zoo'})")
     for col in ("name", "kind", "params", "built", "greedy", "sampled", "AUC", "build s", "path"):
         table.add_column(col)
-    fmt = lambda v: "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
+    fmt = lambda v: "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
     for r in list_entries():
         if r["name"] in names:
             built = "yes" if r["built"] else f"damaged: {r['damage']}" if r["damage"] else "no"
