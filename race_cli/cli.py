@@ -266,11 +266,9 @@ class ReportFormat(str, Enum):
 
 def _one_blas_thread() -> None:
     """The report's matrix products are small (bootstrap weights [1000, items] times [items, regimes]): on a
-    machine whose cores are busy, as when race run trains beside it, OpenBLAS's worker threads spin for the
-    cores (5,004-job sweep on 2 cores, medians of 3 alternating: with one busy loop beside, 12.9 s with
-    OpenBLAS's two threads, 9.8 s with one; idle, 10.5 and 10.3 s but 13.1 and 10.2 s of CPU; outputs
-    identical). Set before numpy loads; the user's own setting wins. The report starts no process, so
-    nothing else inherits it."""
+    machine whose cores are busy, as when race run trains beside it, OpenBLAS's worker threads only spin for
+    the cores, and one thread is faster with the same output (docs/measurements/code.md). Set before numpy
+    loads; the user's own setting wins. The report starts no process, so nothing else inherits it."""
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

@@ -46,12 +46,10 @@ class Rates:
 
 # Measured on the default grid (see the module docstring): model-convention FLOP/s per phase, seconds per
 # evaluation point (arithmetic + arithmetic-hard, 400 items x 2 samples each, common random numbers), setup
-# seconds per job. The median of two fresh-clone `race run`s of the default grid on an idle 2-core AMD EPYC
-# (2026-12-02, nothing else running: load 0.8-1.0, the runs' own two jobs), 24 jobs on 2 workers x 1 thread
-# each, 17m44s and 14m55s wall (the same grid, the same machine: it drifts that much), read by
-# benchmarks/rate_probe.py --from. These are the rates of two jobs sharing the two cores, as the default runs
-# them (a lone job runs faster). The day before, a machine of the same name ran the previous default in
-# 7 min: machines differ by 2x, which is what `race plan --calibrate-from` is for.
+# seconds per job, read by benchmarks/rate_probe.py --from from runs of the default grid on one reference
+# machine (docs/measurements/walltime.md). These are the rates of two jobs sharing two cores, as the default
+# runs them (a lone job runs faster). Machines differ, so a plan on CPU scales them by a short probe of its
+# own machine (cost/cpu_probe.py), and `race plan --calibrate-from` replaces them with a finished sweep's.
 DEFAULT_EVAL_COMPLETIONS = 2 * 400 * 2  # the default grid's evaluation point: 2 targets x 400 items x 2 samples
 CPU_SOURCE = ("CPU defaults measured on an idle 2-core AMD EPYC (2026-12-02, median of 2 runs of the default grid), "
               "benchmarks/rate_probe.py; another machine: race plan --calibrate-from a finished sweep")

@@ -304,7 +304,7 @@ TOP_LEFT_OUT = ("search / learning / feedback", "budget spent", "policy split", 
 
 def _top_console():
     """The console `race run` ends on: a terminal's own width, COLUMNS where set, else (a pipe, a log) rich's
-    80 columns, as `race report` prints: the narrow table then (issue 34; the files have every column)."""
+    80 columns, as `race report` prints: the narrow table then (the files have every column)."""
     from rich.console import Console
 
     return Console()

@@ -271,8 +271,8 @@ def settle_text(s: Settle) -> str:
 
 def _conditions(ranking: pd.DataFrame) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, Any]]]:
     """({condition: its rows best first, {column: values}}, {condition: its first row in table order}),
-    from one pass over the ranking (a DataFrame per condition and a pandas lookup per cell cost seconds on
-    800 conditions). Best first is the order DataFrame.sort_values("rank") gives (the same quicksort)."""
+    from one pass over the ranking (a DataFrame per condition and a pandas lookup per cell are slow on
+    hundreds of conditions). Best first is the order DataFrame.sort_values("rank") gives (the same quicksort)."""
     from race_cli.report.recommend import condition_rows
 
     cols = {c: ranking[c].to_numpy() for c in ranking.columns}

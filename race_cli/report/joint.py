@@ -84,7 +84,7 @@ def joint_table(data, targets: list[str], ranked: dict[str, pd.Series]) -> pd.Da
         read = ["sweep", "job_id", "budget_flops", "task", "model", "reward", "seed", f"eval/{t}",
                 f"eval_initial/{t}", "share_feedback", "iterations_actual"] + knobs
         jobs = data.jobs.loc[ranked[t], [c for c in dict.fromkeys(read) if c in data.jobs]]
-        for j in jobs.to_dict("records"):  # a dict per job (a row Series each cost ~1 s on 5,000 jobs)
+        for j in jobs.to_dict("records"):  # a dict per job (a row Series each is slow on large sweeps)
             key = (j["sweep"], j["job_id"], t)
             fin, ini = data.items.get(key), data.items_initial.get(key)
             row = {"budget": float(j["budget_flops"]), "task": j.get("task"), "target": t,

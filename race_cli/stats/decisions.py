@@ -87,7 +87,7 @@ def worse_than_best(point: np.ndarray, item: np.ndarray, resid: np.ndarray, seed
     if R < 2:
         return np.zeros(shape, dtype=bool)
     # flat over the leading axes: pilot p's gap i − j is column i·R + j of row p (plain fancy indexing,
-    # ~20× cheaper per step than take_along_axis over [..., R, R])
+    # much cheaper per step than take_along_axis over [..., R, R])
     P = point.reshape(-1, R)
     N = len(P)
     flat = lambda a: np.broadcast_to(a, shape[:-1] + (R, R)).reshape(N, R * R)
@@ -201,7 +201,7 @@ def rank_decisions(noise: Noise, maximize: bool = True, level: float = 0.95, alp
 def rank_decisions_many(noises: list[Noise], maximize: bool = True, level: float = 0.95,
                         alpha: float = ALPHA) -> list[dict]:
     """rank_decisions of many conditions, the same values: conditions of one shape are stacked and decided
-    at once (a condition's decisions cost ~1 ms of small array operations; a sweep has hundreds)."""
+    at once (a condition's decisions are many small array operations; a sweep has hundreds)."""
     out: list[dict] = [{}] * len(noises)
     sign = 1.0 if maximize else -1.0
     for idx, st in _stacks(noises):
