@@ -105,7 +105,7 @@ def with_checkpoints(table: pd.DataFrame, data, cps, targets: list[str]) -> pd.D
     """`table` (the jobs' final scores, `checkpoint` 1) plus, for every budget fraction 0 < f < 1 the jobs
     were evaluated at (eval.at), the same jobs at that checkpoint: budget f·C, the checkpoint's per-item
     scores and iteration, `checkpoint` f. The learning rate is constant after warm-up, so a job at f·C
-    stands for a job with budget f·C (the anytime check in docs/embedded-study.md). A checkpoint budget
+    stands for a job with budget f·C (the anytime check in docs/measurements/embedded-study.md). A checkpoint budget
     that some jobs of the sweep ran as their whole budget is left to those jobs (they are not mixed)."""
     from race_cli.report.frontier import sweep_at
     from race_cli.report.rank import rankable
