@@ -99,6 +99,8 @@ def plan(
                                       help="Plan for this GPU, e.g. H100 or H200x8."),
     calibrate_from: Optional[Path] = typer.Option(None, "--calibrate-from", metavar="DIR", rich_help_panel=WHERE,
                                                   help="Wall-time rates from a finished sweep."),
+    reprobe: bool = typer.Option(False, "--reprobe", rich_help_panel=WHERE,
+                                 help="Measure this CPU again (cached otherwise)."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", metavar="SIZE", rich_help_panel=RESOURCES,
                                           help="Device memory per job, e.g. 80GiB."),
     gpus_per_job: int = typer.Option(1, "--gpus-per-job", min=1, max=1024, metavar="N", rich_help_panel=RESOURCES,
@@ -121,6 +123,8 @@ def plan(
     try:
         if max_jobs < 1:
             raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
+        if reprobe:  # plan/cpu_probe.py reads it where the CPU rates are scaled
+            os.environ["RACE_CPU_PROBE"] = "refresh"
         spec = None
         if gpu is not None:
             from race_cli.cost.walltime import parse_gpu

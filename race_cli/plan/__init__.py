@@ -2,6 +2,7 @@
 
 build.py             expand a sweep, compose and budget every job, write the sweep folder
 wall.py              each job's planned wall time and how many run at once
+cpu_probe.py         a short, cached probe of this CPU: the factor the CPU rates are scaled by
 walltime_eval.py     the evaluation's share of a plan's time
 measured.py          what a finished sweep measured (rates, informative shares) for the next plan
 power.py             the smallest effects the grid detects with 80% power, per condition
