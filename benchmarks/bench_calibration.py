@@ -66,7 +66,7 @@ POOL_SIZE = 2
 DELTAS = [0.03, 0.05, 0.08, 0.10, 0.12]
 SCENARIOS = [(0.03, 2), (0.03, 3), (0.06, 2), (0.06, 3)]  # validations: (seed sd, seeds)
 # Common random numbers as measured, not as idealised: two policies' completions of one keyed sample stay
-# alike on about a third of samples (benchmarks/bench_crn.py on the G=4 pilot, docs/embedded-study.md: CRN
+# alike on about a third of samples (benchmarks/bench_crn.py on the G=4 pilot, docs/measurements/embedded-study.md: CRN
 # removes 33-35% of the binomial part between two seeds of a regime, 24-27% between distant regimes); once
 # two completions part at one token, the rest is drawn independently. The truth's own constant: the plan's
 # model (race_cli/stats/power.CRN_SHARE) is what this harness checks.

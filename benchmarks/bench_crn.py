@@ -28,7 +28,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import numpy as np
-    import torch
     from safetensors.torch import load_file
 
     from race_cli.config.compose import compose

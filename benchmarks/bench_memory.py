@@ -61,7 +61,6 @@ def peak(n: int, P: int, C: int, *, old: bool, ckpt: bool = False) -> int:
 
 
 def main() -> None:
-    from dataclasses import replace
 
     from race_cli.cost.memory import GiB, MemSpec, fit
     from race_cli.cost.memory_audit import QWEN_05B

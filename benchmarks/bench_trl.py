@@ -153,7 +153,7 @@ def trl_side(lora: bool, iters: int, warmup: int, model: str) -> dict:
 
 
 def summarise(rows: list[dict], backend: str) -> dict:
-    med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
+    med = lambda k: statistics.median(r[k] for r in rows)
     out = {"iters": len(rows), "backend": backend, "ms_iter": 1000 * med("total"),
            "ms_rollout": 1000 * med("rollout"), "ms_update": 1000 * med("update")}
     if rows and "tokens" in rows[0]:

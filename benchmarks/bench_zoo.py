@@ -38,7 +38,7 @@ def main() -> int:
     print(f"\nzoo built in {root} with {args.threads} torch threads")
     print(f"{'entry':10} {'params':>8} {'seconds':>8} {'steps':>6} {'greedy':>7} {'sampled':>8} {'AUC':>6}")
     for name, sec, info in rows:
-        fmt = lambda k: f"{info[k]:.3f}" if info.get(k) is not None else "-"  # noqa: E731
+        fmt = lambda k: f"{info[k]:.3f}" if info.get(k) is not None else "-"
         print(f"{name:10} {info['params']:>8,} {sec:>8.1f} {info['steps']:>6} {fmt('greedy'):>7} {fmt('sampled'):>8} {fmt('auc'):>6}")
     print(f"{'total':10} {'':>8} {total:>8.1f}")
     return 0

@@ -15,7 +15,8 @@ Steps for whoever re-measures:
 1. a fresh clone, `pip install -e .[dev]`, `race zoo --build` (so no run pays for the zoo);
 2. nothing else running (`uptime`: load average well under 1 per core);
 3. `python benchmarks/rate_probe.py --runs 3`; paste the printed block over CPU_RATES, keeping
-   the comment above it, and set IDLE_SCALE to 1.0 (the figures are already idle ones);
+   the comment above it, and the printed REFERENCE_SECONDS into race_cli/plan/cpu_probe.py (the probe
+   of the same machine, so that a plan elsewhere scales the rates by how much faster it is);
 4. `race plan` then `race run` on the same clone: the run's end line prints planned vs actual.
 """
 
@@ -90,7 +91,7 @@ def main() -> None:
             fps = ", ".join(f"{p} {v:.3g}" for p, v in r.flops_per_s.items())
             print(f"{s.name} {model}: {fps} FLOP/s; eval {r.eval_s:.2f} s/point; setup {r.overhead_s:.2f} s/job")
 
-    med = lambda xs: statistics.median(xs)  # noqa: E731
+    med = lambda xs: statistics.median(xs)
     print(f"\n# Measured {time.strftime('%Y-%m-%d')} on {cpu_model()}, {cores} cores, load {before:.2f} before / "
           f"{after:.2f} after; median of {len(sweeps)} run(s) of the default grid (benchmarks/rate_probe.py).")
     print("CPU_RATES: dict[str, Rates] = {")
@@ -101,6 +102,10 @@ def main() -> None:
               f'overhead_s={med([r.overhead_s for r in rs]):.1f},\n'
               f'                    source=CPU_SOURCE),')
     print("}")
+    # the same machine's probe: race plan scales CPU_RATES by REFERENCE_SECONDS / the probe where it runs
+    from race_cli.plan.cpu_probe import run_probe
+
+    print(f"# race_cli/plan/cpu_probe.py, probed on the same machine now:\nREFERENCE_SECONDS = {run_probe():.4g}")
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ The package follows the flow, one folder per layer (docs/design.md "Where things
     engine/   race train: one GRPO job (setup, rollout backends, log-probs, loss, checkpoints)
     pool/     race run: local slots, the fork server, SLURM
     report/   race report: read, rank, fit, recommend, validation verdicts, plots
+    stats/    the inference model, pure: variance parts, decisions, power, compute curves
     tasks/, rewards/, answers/, zoo/   data, feedback, the pure answer checkers, the embedded models
 
-and, shared by all of them: cli.py (the typer app), machine.py (every probe of the machine),
+and, shared by all of them: cli.py (the typer app; __main__.py runs it for `python -m race_cli`), machine.py (every probe of the machine),
 folder.py (the sweep folder's paths and identity), status.py (status.json), lock.py (the sweep
 and job locks), io.py (atomic writes), fmt.py (number formats), errors.py (RaceError).
 A pure core (cost, planning, advantages and losses, rewards, ranking) inside a thin shell (CLI,

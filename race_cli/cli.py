@@ -16,18 +16,57 @@ import typer
 
 from race_cli.errors import RaceError
 
+# --- help panels: every option sits in one of these (docs/commands.md has each option in full)
+WHAT, WHERE, RESOURCES, SLURM, OUTPUT = "What to run", "Where", "Resources", "SLURM", "Output"
+DOCS = "Every option in full: docs/commands.md."
+# numeric options whose range is worth printing; every other range is still enforced, and a value
+# outside it is refused with the range named, but printing [1<=x<=1024] beside --workers tells nothing
+SHOW_RANGE = {"--power", "--margin", "--bootstrap"}
+
+
+def _plain_help(params: list) -> None:
+    """Flags (and -h/--help) show no value placeholder such as <bool>: they take none."""
+    for p in params:
+        if getattr(p, "is_flag", False) or getattr(p, "is_bool_flag", False):
+            p.metavar = ""
+        if getattr(p, "param_type_name", "") == "option" and not set(p.opts) & SHOW_RANGE:
+            p._get_number_range_help_str = lambda: None
+        if getattr(p, "param_type_name", "") == "argument":  # its name says it: OVERRIDES..., not <list[str]>
+            p.display_type_rich = lambda ctx: None
+
+
+class _Command(typer.core.TyperCommand):
+    def get_help_option(self, ctx):
+        opt = super().get_help_option(ctx)
+        _plain_help([opt] if opt is not None else [])
+        return opt
+
+    def format_help(self, ctx, formatter):
+        _plain_help(self.params)
+        return super().format_help(ctx, formatter)
+
+
+class _Group(typer.core.TyperGroup):
+    def get_help_option(self, ctx):
+        opt = super().get_help_option(ctx)
+        _plain_help([opt] if opt is not None else [])
+        return opt
+
+
 app = typer.Typer(
     name="race",
+    cls=_Group,
     help="Run RACE pilot grids: budget-matched GRPO jobs that show where RL post-training compute should go "
-    "(a bigger policy, more rollouts, more updates, or stronger feedback). Flow: race plan -> race run -> race report.",
+    "(a bigger policy, more rollouts, more updates, or stronger feedback).\n\n"
+    "Flow: race plan -> race run -> race report -> race validate. Guides: docs/README.md.",
     no_args_is_help=True,
+    add_completion=False,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-OVERRIDES_HELP = ("Hydra overrides and sweeps, e.g. model=tiny-s,tiny-m grpo.group_size=4,8 "
-                  "grpo.updates_per_batch=range(1,3) budget.flops=5e11 grid=none.")
+OVERRIDES_HELP = "Hydra overrides and sweeps, e.g. model=tiny-s,tiny-m grpo.group_size=4,8."
 
 
 class PlanFormat(str, Enum):
@@ -37,9 +76,8 @@ class PlanFormat(str, Enum):
 
 
 def _config_dir_option():
-    return typer.Option(None, "--config-dir", help="A folder of your own model/, task/, reward/ or grid/ "
-                        "configs, searched before race's (repeatable; docs/own-configs.md).",
-                        rich_help_panel="What to run", show_default=False)
+    return typer.Option(None, "--config-dir", metavar="DIR", rich_help_panel="What to run", show_default=False,
+                        help="Your own model/task/reward/grid configs (repeatable).")
 
 
 def _use_config_dirs(dirs: Optional[List[Path]]) -> None:
@@ -67,45 +105,39 @@ def _folder(value: str) -> Path:
     return Path(value)
 
 
-@app.command()
+@app.command(cls=_Command)
 def plan(
-    overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
-    fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f", help="table, csv or json."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_folder,
-                                       help="Write the sweep folder here (multirun.yaml, "
-                                       "plan.csv, plan.json, jobs/<id>/.hydra/)."),
-    max_jobs: int = typer.Option(512, min=1, max=100_000, help="Refuse sweeps larger than this unless --yes."),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Plan sweeps larger than --max-jobs."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Plan for this GPU kind and count, e.g. H100, H200x8 or "
-                                      "A100-80GB, whether or not this machine has one: its memory sizes the "
-                                      "micro-batches, its assumed rates the wall time and GPU-hours. Wins over the "
-                                      "GPU detected here."),
-    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Device memory per job, e.g. 80GiB or 24GB: "
-                                          "micro_batch_size=auto picks the largest micro-batch that fits, and a job "
-                                          "that cannot fit is refused (exit 2). Default: the --gpu kind's memory, "
-                                          "else the detected GPU (nvidia-smi), else no limit."),
-    calibrate_from: Optional[Path] = typer.Option(None, "--calibrate-from", parser=_folder,
-                                                  help="A finished sweep folder: plan "
-                                                  "wall time from the per-phase FLOP/s, evaluation and setup "
-                                                  "seconds its jobs measured (per model) instead of the defaults."),
+    overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False,
+                                                    metavar="OVERRIDES"),
+    max_jobs: int = typer.Option(512, min=1, max=100_000, metavar="N", rich_help_panel=WHAT,
+                                 help="Refuse sweeps larger than this unless --yes."),
+    yes: bool = typer.Option(False, "--yes", "-y", rich_help_panel=WHAT, help="Plan sweeps larger than --max-jobs."),
+    seed_sd: Optional[str] = typer.Option(None, "--seed-sd", metavar="SD|DIR", rich_help_panel=WHAT,
+                                          help="Seed spread for the power table (default 0.02)."),
     informative_from: Optional[Path] = typer.Option(None, "--informative-from", parser=_folder,
-                                                    help="A finished sweep folder: "
-                                                    "plan each job's update on the share of rows its jobs really "
-                                                    "updated on (per regime, else per reward type), where "
-                                                    "grpo.expected_informative_share is null."),
-    seed_sd: Optional[str] = typer.Option(None, "--seed-sd", help="Seed spread for the power table: a number "
-                                          "(0.02) or an earlier sweep whose report measured it (default 0.02, "
-                                          "the default grid's measured spread)."),
-    gpus_per_job: int = typer.Option(1, "--gpus-per-job", min=1, max=1024, help="GPUs each GPU job will hold, "
-                                     "as race run --gpus-per-job gives them: that many GPU-hours per job-hour, "
-                                     "GPUs // N jobs at once, and with 2 or more the PRM planned on the job's "
-                                     "second GPU."),
+                                                    metavar="DIR", rich_help_panel=WHAT,
+                                                    help="Plan updates on a finished sweep's informative share."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", metavar="KIND", rich_help_panel=WHERE,
+                                      help="Plan for this GPU, e.g. H100 or H200x8."),
+    calibrate_from: Optional[Path] = typer.Option(None, "--calibrate-from", parser=_folder,
+                                                  metavar="DIR", rich_help_panel=WHERE,
+                                                  help="Wall-time rates from a finished sweep."),
+    reprobe: bool = typer.Option(False, "--reprobe", rich_help_panel=WHERE,
+                                 help="Measure this CPU again (cached otherwise)."),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", metavar="SIZE", rich_help_panel=RESOURCES,
+                                          help="Device memory per job, e.g. 80GiB."),
+    gpus_per_job: int = typer.Option(1, "--gpus-per-job", min=1, max=1024, metavar="N", rich_help_panel=RESOURCES,
+                                     help="GPUs each job will hold."),
+    fmt: PlanFormat = typer.Option(PlanFormat.table, "--format", "-f", metavar="FORMAT", rich_help_panel=OUTPUT,
+                                   help="table, csv or json."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_folder, metavar="DIR", rich_help_panel=OUTPUT,
+                                       help="Write the sweep folder here."),
     config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
-    """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split, peak memory and wall time.
+    """Expand a sweep into budget-matched GRPO jobs; preview each job's FLOPs, memory and wall time.
 
-    With no overrides: the embedded tiny grid (grid=tiny). [bold]race plan grid=pilot[/] shows the
-    paper-like Qwen2.5 grid. Nothing is written unless --out is given.
+    With no overrides: the embedded tiny grid. [bold]race plan grid=pilot[/] shows the paper-like
+    Qwen2.5 grid. Nothing is written unless --out is given. Every option in full: docs/commands.md.
     """
     from race_cli import machine
     from race_cli.cost.memory import parse_size
@@ -116,6 +148,8 @@ def plan(
         _use_config_dirs(config_dir)
         if max_jobs < 1:
             raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
+        if reprobe:  # plan/cpu_probe.py reads it where the CPU rates are scaled
+            os.environ["RACE_CPU_PROBE"] = "refresh"
         spec = None
         if gpu is not None:
             from race_cli.cost.walltime import parse_gpu
@@ -172,12 +206,14 @@ def plan(
             f"{'wrote' if written else 'unchanged (same plan already there)'}: {out}  ({len(p.jobs)} jobs)")
 
 
-@app.command()
+@app.command(cls=_Command)
 def flops(
-    overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False),
-    audit: bool = typer.Option(False, "--audit", help="Also measure the real architecture with torch's "
-                               "FlopCounterMode and compare with the ledger (imports torch)."),
-    batch: int = typer.Option(2, min=1, max=1024, help="--audit: sequences per measured batch."),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False,
+                                                    metavar="OVERRIDES"),
+    audit: bool = typer.Option(False, "--audit", rich_help_panel=WHAT,
+                               help="Compare with torch's FlopCounterMode (imports torch)."),
+    batch: int = typer.Option(2, min=1, max=1024, metavar="N", rich_help_panel=RESOURCES,
+                              help="--audit: sequences per measured batch."),
     config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Print one job's per-phase FLOP ledger (model and executed conventions), optionally audited."""
@@ -193,14 +229,15 @@ def flops(
     raise typer.Exit(code)
 
 
-@app.command()
+@app.command(cls=_Command)
 def mem(
-    overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False),
-    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Device memory, e.g. 80GiB: resolves "
-                                          "micro_batch_size=auto and refuses a job that cannot fit (exit 2)."),
-    audit: bool = typer.Option(False, "--audit", help="Measure the audited shapes (Qwen2.5-0.5B/1.5B/7B and small "
-                               "ones) on fake tensors and compare with the ledger (imports torch; ~5 minutes)."),
-    quick: bool = typer.Option(False, "--quick", help="--audit: only the two small cases."),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False,
+                                                    metavar="OVERRIDES"),
+    audit: bool = typer.Option(False, "--audit", rich_help_panel=WHAT,
+                               help="Compare with peaks measured on fake tensors (slow)."),
+    quick: bool = typer.Option(False, "--quick", rich_help_panel=WHAT, help="--audit: only the two small cases."),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", metavar="SIZE", rich_help_panel=RESOURCES,
+                                          help="Device memory, e.g. 80GiB."),
     config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Print one job's memory ledger: planned peak device bytes per phase and their parts."""
@@ -216,12 +253,14 @@ def mem(
     raise typer.Exit(code)
 
 
-@app.command()
+@app.command(cls=_Command)
 def train(
-    overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False),
-    out: Optional[str] = typer.Option(None, "--out", "-o", help="Job folder to create (or resume) for these overrides."),
-    job_dir: Optional[str] = typer.Option(None, "--job-dir", help="Run or resume a job folder written by "
-                                          "`race plan --out` (reads its .hydra/config.yaml)."),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Overrides of ONE job (no sweeps).", show_default=False,
+                                                    metavar="OVERRIDES"),
+    job_dir: Optional[str] = typer.Option(None, "--job-dir", metavar="DIR", rich_help_panel=WHAT,
+                                          help="Run or resume a job folder of race plan --out."),
+    out: Optional[str] = typer.Option(None, "--out", "-o", metavar="DIR", rich_help_panel=OUTPUT,
+                                      help="Job folder to create or resume."),
     config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Run one budget-matched GRPO job: rollout -> reward -> update until the budget is spent.
@@ -245,39 +284,49 @@ def train(
     raise typer.Exit(code)
 
 
-@app.command()
+@app.command(cls=_Command)
 def run(
-    overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+    overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False,
+                                                    metavar="OVERRIDES"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", rich_help_panel=WHAT,
+                                      help="Also rerun failed jobs (they resume)."),
+    max_jobs: int = typer.Option(512, min=1, max=100_000, metavar="N", rich_help_panel=WHAT,
+                                 help="Refuse sweeps larger than this unless --yes."),
+    yes: bool = typer.Option(False, "--yes", "-y", rich_help_panel=WHAT, help="Run sweeps larger than --max-jobs."),
+    launcher: str = typer.Option("local", "--launcher", metavar="local|slurm", rich_help_panel=WHERE,
+                                 help="This machine, or one SLURM job array."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=1024, metavar="N",
+                                          rich_help_panel=RESOURCES, help="CPU workers (default: one per core)."),
+    gpus_per_job: int = typer.Option(1, "--gpus-per-job", min=0, max=1024, metavar="N", rich_help_panel=RESOURCES,
+                                     help="GPUs per job (SLURM: 0 = CPU tasks)."),
+    allow_cpu: bool = typer.Option(False, "--allow-cpu", rich_help_panel=RESOURCES,
+                                   help="Run hub-sized models on CPU workers."),
+    partition: Optional[str] = typer.Option(None, "--partition", metavar="NAME", rich_help_panel=SLURM,
+                                            help="SLURM partition."),
+    time_min: int = typer.Option(60, "--time-min", min=1, max=43_200, metavar="MIN", rich_help_panel=SLURM,
+                                 help="Minutes per task, then requeued."),
+    array_parallelism: Optional[int] = typer.Option(None, "--array-parallelism", min=1, max=102_400, metavar="N",
+                                                    rich_help_panel=SLURM, help="Most tasks running at once."),
+    cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", min=1, max=1024, metavar="N",
+                                                rich_help_panel=SLURM, help="CPUs per task (8 per GPU)."),
+    mem_gb: Optional[int] = typer.Option(None, "--mem-gb", min=1, max=65_536, metavar="GB", rich_help_panel=SLURM,
+                                         help="Host memory per task."),
+    setup: Optional[List[str]] = typer.Option(None, "--setup", metavar="LINE", rich_help_panel=SLURM,
+                                              help="Shell line before each task."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", rich_help_panel=SLURM,
+                              help="Follow the tasks to the end."),
     sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", "-d", parser=_folder,
-                                             help="Sweep folder to run or resume. "
-                                             "Default: runs/<grid>-<hash of the plan>, so the same overrides resume the same folder."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=1024, help="CPU worker processes when no GPU is visible "
-                                          "(default: one per core, at most one per job; cores are divided among them as torch threads)."),
-    gpus_per_job: int = typer.Option(1, "--gpus-per-job", min=0, max=1024, help="GPUs per job (each job sees only its own via CUDA_VISIBLE_DEVICES). "
-                                     "With --launcher slurm, 0 asks for CPU-only tasks."),
-    launcher: str = typer.Option("local", "--launcher", help="local (this machine's GPUs or CPU workers) or slurm (one job array via submitit)."),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="Also rerun jobs that failed (they resume from their checkpoints)."),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Run sweeps larger than --max-jobs."),
-    max_jobs: int = typer.Option(512, min=1, max=100_000, help="Refuse sweeps larger than this unless --yes."),
-    partition: Optional[str] = typer.Option(None, "--partition", help="SLURM partition (default: the cluster's default)."),
-    time_min: int = typer.Option(60, "--time-min", min=1, max=43_200, help="SLURM time limit per task, minutes; a task that reaches it is requeued and resumes."),
-    array_parallelism: Optional[int] = typer.Option(None, "--array-parallelism", min=1, max=102_400, help="SLURM: most tasks of the array running at once (default: all)."),
-    cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", min=1, max=1024, help="SLURM: CPUs per task (default: 8 per GPU, 4 for a CPU-only task; also the job's torch threads)."),
-    mem_gb: Optional[int] = typer.Option(None, "--mem-gb", min=1, max=65_536, help="SLURM: host memory per task, GB (default: sized from the plan's largest models, see pool/slurm.task_memory_gb)."),
-    allow_cpu: bool = typer.Option(False, "--allow-cpu", help="Run hub-sized models (e.g. grid=pilot) on CPU workers when no GPU is visible (refused otherwise)."),
-    setup: Optional[List[str]] = typer.Option(None, "--setup", help="SLURM: a shell line run before each task, e.g. "
-                                              "'module load cuda' or 'source .venv/bin/activate' (repeatable)."),
-    wait: bool = typer.Option(True, "--wait/--no-wait", help="SLURM: follow the tasks to the end (default), or submit and exit."),
+                                             metavar="DIR", rich_help_panel=OUTPUT,
+                                             help="Sweep folder (default: runs/<grid>-<hash>)."),
     config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
-    """Run every job of a sweep, one process per job, and end with the top of the ranking.
+    """Run every job of a sweep, one process per job, and end with the findings.
 
     Takes the same overrides as [bold]race plan[/]; with none, runs the embedded tiny grid on CPU.
-    Rerun the same command to resume: done jobs are skipped, interrupted ones resume from their
-    checkpoints, failed ones are rerun only with --retry-failed. Ctrl-C stops the jobs cleanly. The
-    end line prints the wall time against the plan's.
+    Rerun the same command to resume. Ctrl-C stops the jobs cleanly.
 
-    Exit code: 0 all done, 1 some job failed (named), 2 bad input, 130 stopped by Ctrl-C.
+    Exit code: 0 all done, 1 some job failed, 2 bad input, 130 stopped. Every option in full:
+    docs/commands.md.
     """
     from race_cli.pool.run import run_main
 
@@ -302,48 +351,44 @@ class ReportFormat(str, Enum):
 
 def _one_blas_thread() -> None:
     """The report's matrix products are small (bootstrap weights [1000, items] times [items, regimes]): on a
-    machine whose cores are busy, as when race run trains beside it, OpenBLAS's worker threads spin for the
-    cores (5,004-job sweep on 2 cores, medians of 3 alternating: with one busy loop beside, 12.9 s with
-    OpenBLAS's two threads, 9.8 s with one; idle, 10.5 and 10.3 s but 13.1 and 10.2 s of CPU; outputs
-    identical). Set before numpy loads; the user's own setting wins. The report starts no process, so
-    nothing else inherits it."""
+    machine whose cores are busy, as when race run trains beside it, OpenBLAS's worker threads only spin for
+    the cores, and one thread is faster with the same output (docs/measurements/code.md). Set before numpy
+    loads; the user's own setting wins. The report starts no process, so nothing else inherits it."""
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-@app.command()
+@app.command(cls=_Command)
 def report(
     sweep_dirs: List[Path] = typer.Argument(..., parser=_folder,
-                                            help="Sweep folders written by race run (several are combined).",
-                                            show_default=False),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Rank one evaluation target (the <target> "
-                                         "of eval/<target>/accuracy); default: every target, a section each."),
-    by: Optional[List[str]] = typer.Option(None, "--by", help="Condition columns (repeatable); default: model, "
-                                           "budget, reward, task."),
-    fmt: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f", help="table, csv, json or markdown."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_folder,
-                                       help="Folder for runs.csv, ranking.csv, summary.md and "
-                                       "plots (default: <first sweep>/report)."),
-    plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the PNG plots."),
-    bootstrap: int = typer.Option(1000, min=100, max=100_000, help="Bootstrap resamples for the confidence intervals."),
-    seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the bootstrap."),
-    at_budget: Optional[str] = typer.Option(None, "--at-budget", help="Predict every regime's score and the "
-                                            "ranking at this budget from its compute curve: FLOPs (2.4e12) or a "
-                                            "multiple of each condition's budget (3x)."),
-    assume_seed_sd: Optional[float] = typer.Option(None, "--assume-seed-sd", min=1e-6, max=0.999, help="With one seed per regime: "
-                                                   "the seed spread to assume (e.g. 0.02), so that ≈ best and "
-                                                   "> start can be tested; the report says it was assumed."),
-    full: bool = typer.Option(False, "--full", help="Print the whole report here after the findings (rankings, "
-                              "joint comparison, frontier, ...); by default the console shows the findings only. "
-                              "The files always hold everything."),
+                                            help="Sweep folders of race run (combined).", show_default=False,
+                                            metavar="SWEEP..."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", metavar="NAME", rich_help_panel=WHAT,
+                                         help="One evaluation target (default: each)."),
+    by: Optional[List[str]] = typer.Option(None, "--by", metavar="COLUMN", rich_help_panel=WHAT,
+                                           help="Condition columns (repeatable)."),
+    at_budget: Optional[str] = typer.Option(None, "--at-budget", metavar="X", rich_help_panel=WHAT,
+                                            help="Predict the ranking at 2.4e12 FLOPs or 3x."),
+    assume_seed_sd: Optional[float] = typer.Option(None, "--assume-seed-sd", min=1e-6, max=0.999, metavar="SD",
+                                                   rich_help_panel=WHAT, help="One seed per regime: assume this sd."),
+    bootstrap: int = typer.Option(1000, min=100, max=100_000, metavar="N", rich_help_panel=RESOURCES,
+                                  help="Bootstrap resamples."),
+    seed: int = typer.Option(0, min=0, max=2**32 - 1, metavar="N", rich_help_panel=RESOURCES,
+                             help="Seed of the bootstrap."),
+    fmt: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f", metavar="FORMAT",
+                                     rich_help_panel=OUTPUT,
+                                     help="table, csv, json or markdown."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_folder, metavar="DIR", rich_help_panel=OUTPUT,
+                                       help="Report folder (default: <sweep>/report)."),
+    plots: bool = typer.Option(True, "--plots/--no-plots", rich_help_panel=OUTPUT, help="Draw the PNG plots."),
+    full: bool = typer.Option(False, "--full", rich_help_panel=OUTPUT,
+                              help="Print the whole report, not the findings only."),
 ) -> None:
     """Rank the compute-allocation regimes of finished sweeps, with intervals, fits and plots.
 
-    Opens with the findings: per target and condition the winner or "not separated", the model-size and
-    feedback answers, the race validate command, and what would settle each open call. --full prints the
-    rest here too; summary.md always has all of it.
-
-    A pilot grid is a diagnostic, not a promise of held-out gains: validate the named regimes.
+    Opens with the findings: per condition the winner or "not separated", and what would settle
+    each open call; summary.md has everything. A pilot is a diagnostic: validate the named regimes.
+    Reading it: docs/report.md.
     """
     _one_blas_thread()
     from race_cli.report.build import ReportOptions
@@ -354,52 +399,44 @@ def report(
                                                at_budget=at_budget, assume_seed_sd=assume_seed_sd, full=full)))
 
 
-@app.command()
+@app.command(cls=_Command)
 def validate(
     pilot: Path = typer.Argument(..., parser=_folder,
-                                 help="The pilot sweep folder; `race report` must have written its report/.",
-                                 show_default=False),
-    budget: Optional[float] = typer.Option(None, "--budget", min=1.0, max=1e30, help="Validation budget per job, FLOPs (e.g. 1e12). "
-                                           "Exclusive with --scale."),
-    scale: Optional[float] = typer.Option(None, "--scale", min=1e-3, max=1e6, help="Validation budget = K x each pilot job's budget "
-                                          "(default 2 when neither --budget, --scale nor --replicate is given)."),
-    replicate: bool = typer.Option(False, "--replicate", help="Replicate at the pilot's own budget with fresh "
-                                   "seeds (tests the pilot's call itself; --scale/--budget test it at another budget)."),
-    margin: float = typer.Option(0.0, "--margin", min=0.0, max=1.0, help="Confirm a call only when the interval of best − control "
-                                 "lies above this improvement (fix it before running; default 0)."),
-    unlearned: bool = typer.Option(False, "--unlearned", help="Also validate conditions where no regime beat its "
-                                   "start in the pilot (skipped by default: their ranking is not a finding)."),
-    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, max=512, help="Fix the seeds per validated regime (fresh ones: after "
-                                        "the pilot's largest). Default: sized per condition by --power."),
-    control: str = typer.Option("runner-up", "--control", help="The control the pilot's best is tested against: "
-                                "runner-up (its closest rival) or lowest (its lowest-ranked regime)."),
-    power: float = typer.Option(0.8, "--power", min=0.5, max=0.999, help="Size the seeds so that the test confirms the gap with this "
-                                "probability (from the pilot's variance model, averaged over the uncertainty of its "
-                                "estimates; ignored with --seeds)."),
-    gap: Optional[float] = typer.Option(None, "--gap", min=1e-4, max=1.0, help="The true gap best − control to size for (default: the "
-                                        "pilot's observed gap less its winner's-curse bias)."),
-    max_seeds: int = typer.Option(8, "--max-seeds", min=1, max=512, help="At most this many seeds per regime when sizing by power."),
-    top: Optional[int] = typer.Option(None, "--top", min=1, max=1000, help="Validate the K regimes with the highest best share per "
-                                      "condition instead of the pilot's best alone."),
-    tied: bool = typer.Option(False, "--tied", help="Also validate every regime the pilot could not tell from its "
-                              "best (the report's 'validate' list); costs one regime's jobs each."),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Evaluation target whose recommendation to "
-                                         "validate (default: the one the pilot report ranks)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_folder, help="Validation sweep folder (default: "
-                                       "<pilot>-validate-x<K> or -C<budget>, beside the pilot)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Preview only; write nothing."),
+                                 help="The pilot sweep folder (race report has run).", show_default=False,),
+    replicate: bool = typer.Option(False, "--replicate", rich_help_panel=WHAT,
+                                   help="At the pilot's own budget, fresh seeds."),
+    scale: Optional[float] = typer.Option(None, "--scale", min=1e-3, max=1e6, metavar="K", rich_help_panel=WHAT,
+                                          help="Budget = K x the pilot's (default 2)."),
+    budget: Optional[float] = typer.Option(None, "--budget", min=1.0, max=1e30, metavar="FLOPS",
+                                           rich_help_panel=WHAT, help="Budget per job, e.g. 1e12."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", metavar="NAME", rich_help_panel=WHAT,
+                                         help="Target to validate (default: the report's)."),
+    control: str = typer.Option("runner-up", "--control", metavar="runner-up|lowest", rich_help_panel=WHAT,
+                                help="What the best is tested against."),
+    top: Optional[int] = typer.Option(None, "--top", min=1, max=1000, metavar="K", rich_help_panel=WHAT,
+                                      help="The K regimes of highest best share."),
+    tied: bool = typer.Option(False, "--tied", rich_help_panel=WHAT, help="Also every regime tied with the best."),
+    unlearned: bool = typer.Option(False, "--unlearned", rich_help_panel=WHAT,
+                                   help="Also conditions with no gain."),
+    margin: float = typer.Option(0.0, "--margin", min=0.0, max=1.0, metavar="M", rich_help_panel=WHAT,
+                                 help="Confirm only above this gap."),
+    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, max=512, metavar="N", rich_help_panel=RESOURCES,
+                                        help="Seeds per regime (default: by power)."),
+    power: float = typer.Option(0.8, "--power", min=0.5, max=0.999, metavar="P", rich_help_panel=RESOURCES,
+                                help="Power the seeds are sized for."),
+    gap: Optional[float] = typer.Option(None, "--gap", min=1e-4, max=1.0, metavar="G", rich_help_panel=RESOURCES,
+                                        help="Gap to size for (default: the pilot's)."),
+    max_seeds: int = typer.Option(8, "--max-seeds", min=1, max=512, metavar="N", rich_help_panel=RESOURCES,
+                                  help="At most this many seeds per regime."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_folder, metavar="DIR", rich_help_panel=OUTPUT,
+                                       help="Validation folder (default: beside it)."),
+    dry_run: bool = typer.Option(False, "--dry-run", rich_help_panel=OUTPUT, help="Preview only; write nothing."),
     config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Turn a pilot's recommendation into a validation sweep: the pilot's best, a control, more seeds.
 
-    Per condition: the pilot's best regime (with --tied also those it could not tell from it, or
-    --top K by best share) and its runner-up as the control (--control lowest: its lowest-ranked),
-    re-planned at the validation budget with fresh seeds, as many as the power asks (--power, --gap,
-    --max-seeds; or --seeds N), and evaluated on fresh items of the validated target (another
-    task.eval_seed); the prediction goes in provenance.json.
-
-    Then [bold]race run --sweep-dir DIR[/] and [bold]race report DIR[/]: per condition, best − control as a
-    paired difference with its interval: confirmed, not separated or reversed.
+    Then [bold]race run --sweep-dir DIR[/] and [bold]race report DIR[/]: per condition, best − control
+    with its interval: confirmed, not separated or reversed. Details: docs/validation.md.
     """
     from race_cli.plan.validate import validate_main
 
@@ -422,13 +459,14 @@ def validate(
         _fail(exc)
 
 
-@app.command()
+@app.command(cls=_Command)
 def zoo(
-    names: Optional[List[str]] = typer.Argument(None, help="Entries to show or build (default: all).", show_default=False),
-    build: bool = typer.Option(False, "--build", help="Build missing entries (tiny policies, tiny PRM)."),
-    force: bool = typer.Option(False, "--force", help="Rebuild even when cached."),
-    verify: bool = typer.Option(False, "--verify", help="Rebuild from the recipe in a temp folder and check the "
-                                "weights equal the shipped copy bit for bit."),
+    names: Optional[List[str]] = typer.Argument(None, help="Entries to show or build (default: all).",
+                                                show_default=False, metavar="NAMES"),
+    build: bool = typer.Option(False, "--build", rich_help_panel=WHAT, help="Build missing entries."),
+    force: bool = typer.Option(False, "--force", rich_help_panel=WHAT, help="Rebuild even when cached."),
+    verify: bool = typer.Option(False, "--verify", rich_help_panel=WHAT,
+                                help="Rebuild and compare with the shipped weights."),
 ) -> None:
     """List (and build) the embedded tiny model zoo: tiny-s/m/l policies and the tiny PRM."""
     from race_cli.zoo import zoo_main

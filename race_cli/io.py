@@ -81,7 +81,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, durable: bool = Tru
 
     A reader (or a process killed mid-write) sees the old file or the new one, never half.
     `durable` also fsyncs the file and its folder, so the new file survives a power loss too;
-    that costs ~10 ms on a VM disk, so files rewritten every iteration pass False and are made
+    that costs milliseconds on a VM disk, so files rewritten every iteration pass False and are made
     durable at checkpoints (see engine/job.py)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -437,11 +437,10 @@ def run_prm(args, tmp: Path, check: Checks) -> None:
     from race_cli.cost.memory import MemSpec, model_params, reward_bytes
     from race_cli.rewards.prm import load_qwen2_prm
 
-    cuda = args.device.startswith("cuda")
     dtype = torch.bfloat16  # the dtype the issue is about: bf16 loading, also on CPU
     shape = PRM_SHAPES[args.prm_shape]
     layers = args.prm_layers
-    cfg = build_prm(tmp / "prm", shape, layers, args.device, dtype)
+    build_prm(tmp / "prm", shape, layers, args.device, dtype)
     model = load_qwen2_prm(str(tmp / "prm"), device=args.device, dtype=dtype)
     d, h, kv, f, V = shape
     print(f"\n== PRM-7B layout at {args.prm_shape} widths (d={d}, heads={h}/{kv}, f={f}, V={V}), {layers} layers, "

@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+# plans in tests price CPU jobs at the reference rates, unscaled: the same figures on every machine, and no
+# probe child per `race` subprocess (tests/test_cpu_probe.py exercises the probe itself)
+os.environ.setdefault("RACE_CPU_PROBE", "off")
+
 
 @pytest.fixture(scope="session")
 def race_cache() -> Path:

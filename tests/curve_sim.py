@@ -9,7 +9,7 @@ its fraction, as the first iteration boundary is) on n items with k sampled comp
 d_i ~ U(−item_half, item_half) the item's fixed difficulty (mean 0), e_s ~ N(0, seed_sd) the training
 run's luck, growing with the progress g (every seed starts from the same checkpoint). A per-item score
 is Binomial(k, P) / k, drawn afresh at every checkpoint. Defaults are the default grid's: 200 items,
-4 samples, 2 seeds, C = 8e11, seed spread 0.02 (docs/embedded-study.md measured 0.016–0.026).
+4 samples, 2 seeds, C = 8e11, seed spread 0.02 (docs/measurements/embedded-study.md measured 0.016–0.026).
 The regime's expected score at compute c is exactly R(c): what an interval should cover.
 """
 

@@ -4,7 +4,7 @@ samples) and ranked by the real ranking code as one sweep (its seed pool across 
 
 Each bound fails at twice the nominal error: coverage below 0.90 for a 95% interval, a familywise rate above
 0.10 for a nominal 0.05. With 150 conditions the binomial sd of a 5% rate is 0.018, so the bounds are ~3 sd
-away from the harness's measured rates (docs/report.md quotes the 1,000-condition tables).
+away from the harness's measured rates (docs/measurements/report-calibration.md quotes the 1,000-condition tables).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import bench_calibration as B  # noqa: E402
+import bench_calibration as B
 
 
 @pytest.fixture(scope="module")

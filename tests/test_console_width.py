@@ -10,6 +10,9 @@ quiet consoles a command renders into for its own files are not mistaken for out
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import sys
 from io import StringIO
 from pathlib import Path
@@ -225,3 +228,21 @@ def test_help_is_wrapped_once_at_80_columns(command):
             if len(a) + 1 + len(b.split()[0]) <= text_width:
                 early.append(f"{a!r} then {b!r}")
     assert not early, early
+
+
+@pytest.mark.parametrize("command", [None] + COMMANDS)
+def test_help_fits_one_screen_at_80_columns(command):
+    """`race --help` and each command's at 80 x 50: no line over 80 columns, nothing cut with '…', no
+    choice list broken across lines, no value placeholder on a flag, and the whole flow named."""
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    args = [sys.executable, "-m", "race_cli"] + ([command] if command else []) + ["--help"]
+    out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.rstrip("\n").splitlines()
+    assert len(lines) <= 50, len(lines)
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in out.stdout and "<bool>" not in out.stdout
+    broken = [x for x in lines if re.search(r"<[a-z][^<>\s]*(\s|$)", x)]  # '<table|csv|mar' then 'kdown>' below
+    assert not broken, broken
+    if command is None:
+        assert "race plan -> race run -> race report -> race validate" in out.stdout

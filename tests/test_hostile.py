@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import signal
 import socket
 import subprocess
@@ -104,7 +103,7 @@ def test_planted_pickle_in_a_checkpoint_is_never_run(tmp_path, name):
     marker = tmp_path / "pwned"
     torch.save({"optimizer": Planted(marker), "scheduler": Planted(marker)}, folder / name)
     found = ckpt_io.find(tmp_path / "job")
-    with pytest.raises(Exception) as err:  # noqa: B017 - the type is checked below, after the marker
+    with pytest.raises(Exception) as err:  # the type is checked below, after the marker
         ckpt_io.restore(found, model=model, optimizer=opt, scheduler=sched)
     assert not marker.exists(), "unpickling the checkpoint ran planted code"
     assert isinstance(err.value, ckpt_io.CorruptCheckpoint)

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report_fixtures import build_sweep  # noqa: E402
-from test_hostile import cli, snapshot  # noqa: E402
+from report_fixtures import build_sweep
+from test_hostile import cli, snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 

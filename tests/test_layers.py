@@ -218,3 +218,28 @@ def test_only_folder_py_spells_the_sweep_folder():
     assert spelled_paths(PKG / "folder.py")  # the check sees the paths where they are spelled
     bad = {m: spelled_paths(p) for m, p in modules().items() if m != "race_cli.folder" and spelled_paths(p)}
     assert bad == {}
+
+
+def unlisted(package: Path) -> list[str]:
+    """Modules (`name.py`) and subpackages (`name/`) of `package` its __init__ docstring does not name.
+
+    A name counts only standing alone: `power.py` is not named by `validation_power.py`, nor by a path
+    into another package such as `race_cli/plan/power.py`."""
+    import re
+
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8"))) or ""
+    names = [p.name for p in package.glob("*.py") if p.name != "__init__.py"]
+    names += [p.name + "/" for p in package.iterdir() if (p / "__init__.py").is_file()]
+    return sorted(n for n in names if not re.search(rf"(?<![\w/.]){re.escape(n)}", doc))
+
+
+def test_every_package_lists_its_modules(tmp_path):
+    (tmp_path / "__init__.py").write_text('"""a.py: one\nsub/: two\nold_b.py: three"""\n')
+    for name in ("a.py", "b.py", "c.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "__init__.py").write_text("")
+    assert unlisted(tmp_path) == ["b.py", "c.py"]  # the check sees a missing entry (b.py is not old_b.py's)
+    packages = [PKG] + sorted(p.parent for p in PKG.rglob("__init__.py") if p.parent != PKG)
+    missing = {str(p.relative_to(PKG.parent)): unlisted(p) for p in packages if unlisted(p)}
+    assert missing == {}, f"name each module in its package's docstring: {missing}"

@@ -29,7 +29,7 @@ def _table(text: str) -> tuple[list[str], list[list[str]]]:
     """(header cells, job rows' cells) of the plan table (single spaces inside a cell: 'GiB (update)')."""
     lines = text.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("job id"))
-    split = lambda line: re.split(r"\s{2,}|(?<=\S) (?=\S)(?![^(]*\))(?!GiB)", line.strip())  # noqa: E731
+    split = lambda line: re.split(r"\s{2,}|(?<=\S) (?=\S)(?![^(]*\))(?!GiB)", line.strip())
     header = [c for c in re.split(r"(?<=\S) +(?=\S)", lines[head].replace("job id", "job_id").replace(
         "peak mem", "peak_mem").replace("job time", "job_time"))]
     rows = []

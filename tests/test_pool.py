@@ -29,7 +29,7 @@ from race_cli.pool.local import LocalPool, cpu_slots, gpu_slots, longest_first, 
 from race_cli.lock import LOCK_NAME, SweepLock, boot_id, owner_record, process_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_job import command, make_sweep  # noqa: E402
+from fake_job import command, make_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 # a `race run` in its own process, running the fake jobs (the job command is injected, never an env hook)
@@ -182,7 +182,7 @@ def test_failed_job_reported_exit_1_and_retry_failed_reruns_it(tmp_path, capsys)
 
 def test_missing_command_fails_that_job_only(tmp_path):
     sweep = make_sweep(tmp_path / "s", {"a": {}, "b": {}})
-    cmd = lambda d: ["/nonexistent/race-train", str(d)] if d.name == "a" else command(d)  # noqa: E731
+    cmd = lambda d: ["/nonexistent/race-train", str(d)] if d.name == "a" else command(d)
     assert run(sweep, job_command=cmd) == 1
     assert state(sweep, "a")["state"] == "failed" and "could not start" in state(sweep, "a")["error"]
     assert state(sweep, "b")["state"] == "done"

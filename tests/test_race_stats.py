@@ -69,7 +69,7 @@ def test_spending_sums_to_alpha(spending, looks):
 def test_spending_values_by_hand():
     assert Schedule((2, 3, 4)).level(1) == pytest.approx(0.05 / 3)
     # O'Brien–Fleming type: 2 − 2Φ(z_0.975/√t) at t = 2/4 and 3/4; Φ by erf
-    phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
+    phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))
     obf = Schedule((2, 3, 4), spending="bonferroni-obf")
     assert obf.spent(0) == pytest.approx(2 - 2 * phi(1.959964 / math.sqrt(0.5)), rel=1e-5)  # 0.00557
     assert obf.spent(1) == pytest.approx(2 - 2 * phi(1.959964 / math.sqrt(0.75)), rel=1e-5)  # 0.02363

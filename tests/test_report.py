@@ -19,7 +19,7 @@ from race_cli.errors import RaceError
 from race_cli.report.build import ReportOptions
 from race_cli.report.command import report, run_report
 from race_cli.report.table import parse_overrides, read_sweeps
-from report_fixtures import DEFAULT_CONDITION, Regime, add_unfinished, build_sweep, peaked, rising, write_job
+from report_fixtures import DEFAULT_CONDITION, Regime, add_unfinished, build_sweep, peaked, rising
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -436,7 +436,7 @@ def test_a_regime_keeps_its_colour_and_marker_in_every_panel_and_figure(tmp_path
     # the two conditions rank the regimes in opposite orders (tiny-s peaks at p = 0.08, tiny-m rises
     # with p): a colour taken from the rank would swap between the panels
     low, up = peaked(0.08, top=0.62, width=0.04), rising(0.35, 0.5)
-    acc = lambda p, cond: low(p, cond) if cond["model"] == "tiny-s" else up(p, cond)  # noqa: E731
+    acc = lambda p, cond: low(p, cond) if cond["model"] == "tiny-s" else up(p, cond)
     root = build_sweep(tmp_path / "s", acc=acc, seeds=(0, 1), n_items=80,
                        conditions=[DEFAULT_CONDITION, dict(DEFAULT_CONDITION, model="tiny-m")])
     close = plt.close
@@ -498,7 +498,6 @@ def test_the_report_opens_with_findings_on_one_screen(pilot_like, tmp_path):
     assert end - 2 <= 25, "\n".join(lines[2:end])  # one screen at 80 columns
     assert all(len(line) <= 80 for line in lines)
     assert "final ± 95%" not in buf.getvalue()  # the rankings wait for --full
-    text = "\n".join(lines[2:end])
     ranking = res.ranking
     for (target, cond), g in ranking.groupby(["target", "condition"], sort=False):
         label = f"{g['model'].iloc[0]} {g['reward'].iloc[0]}"
@@ -517,13 +516,13 @@ def test_the_report_opens_with_findings_on_one_screen(pilot_like, tmp_path):
     for s in open_:
         g = ranking[ranking["condition"] == s.condition].sort_values("rank")
         d = FD._design(g, FD.infer_samples(None))
-        floor3 = lambda x: math.floor(x * 1000) / 1000  # noqa: E731 - the gap to 0.001, down (findings.settle)
+        floor3 = lambda x: math.floor(x * 1000) / 1000  # the gap to 0.001, down (findings.settle)
         if g["beats_start"].any():  # the open call: is the best separated from its runner-up?
             gap = floor3(abs(g["gap_to_best"].iloc[1]))
-            power = lambda n: P.separation_power(P.with_seeds(d, n), gap, n_sim=FD.POWER_SIMS)  # noqa: E731
+            power = lambda n: P.separation_power(P.with_seeds(d, n), gap, n_sim=FD.POWER_SIMS)
         else:  # the open call: does the best beat its start?
             gain = floor3(g["gain"].iloc[0])
-            power = lambda n: P.gain_power(P.with_seeds(d, n), gain, n_sim=FD.POWER_SIMS)  # noqa: E731
+            power = lambda n: P.gain_power(P.with_seeds(d, n), gain, n_sim=FD.POWER_SIMS)
         assert power(s.seeds) >= P.POWER and (s.seeds == d.seeds + 1 or power(s.seeds - 1) < P.POWER)
         assert s.extra_jobs == (s.seeds - d.seeds) * d.regimes and s.flops == pytest.approx(s.extra_jobs * 8e11)
     md = (tmp_path / "r" / "summary.md").read_text()
@@ -628,7 +627,7 @@ def test_a_folder_where_a_report_file_goes_is_refused_before_anything_is_written
     """report/ranking.csv made a folder: exit 2, one message naming that path (not a temp file), and the old
     report is left whole (runs.csv, written first, is not rewritten)."""
     sweep = build_sweep(tmp_path / "s", seeds=(0, 1), n_items=40)
-    run = lambda: subprocess.run([sys.executable, "-m", "race_cli", "report", str(sweep), "--no-plots",  # noqa: E731
+    run = lambda: subprocess.run([sys.executable, "-m", "race_cli", "report", str(sweep), "--no-plots",
                                   "--bootstrap", "200"], cwd=REPO, capture_output=True, text=True, timeout=300,
                                  env=os.environ | {"COLUMNS": "400"})  # the path on one line
     assert run().returncode == 0

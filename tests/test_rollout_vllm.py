@@ -8,7 +8,6 @@ a sync folder that outlives the job) makes the fake fail, so the passing tests m
 from __future__ import annotations
 
 import gc
-import json
 import os
 import signal
 import subprocess

@@ -24,7 +24,10 @@ REWARDS = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0
 INFORMATIVE = [False] * 4 + [True] * 8
 
 
-from test_update import make_job as _update_job, model_dir  # noqa: E402,F401 (the tiny random policy, as a fixture)
+import test_update  # noqa: E402
+
+model_dir = test_update.model_dir  # the tiny random policy, as a fixture
+_update_job = test_update.make_job
 
 
 def make_job(model_dir: Path, tmp: Path, **extra):

@@ -23,7 +23,7 @@ from race_cli.pool.run import run_main
 from race_cli.pool.slurm import SUBMITIT_DIR, SUBMITTED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_job import command, make_sweep  # noqa: E402
+from fake_job import command, make_sweep
 
 pytestmark = pytest.mark.slurm
 

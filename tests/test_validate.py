@@ -555,7 +555,7 @@ def test_validate_sizes_seeds_by_power_against_the_runner_up_on_fresh_items(pilo
         from race_cli.report.validation import pair_parts  # noqa: F401 (the parts come from the same model)
         from race_cli.stats import validation_power as VP
 
-        inf = lambda k: float("inf") if pp["parts"][k] is None else pp["parts"][k]  # noqa: E731
+        inf = lambda k: float("inf") if pp["parts"][k] is None else pp["parts"][k]
         parts = VP.PairParts(item_var=pp["parts"]["item_var"], seed_var=tuple(pp["parts"]["seed_var"]),
                              resid_var=pp["parts"]["resid_var"], n_items=pp["parts"]["n_items"],
                              prior_d0=inf("prior_d0"), seed_df=inf("seed_df"), item_df=inf("item_df"),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 from io import StringIO
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

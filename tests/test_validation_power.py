@@ -96,7 +96,7 @@ def test_less_power_at_the_same_seeds_when_the_pilot_knows_its_variance_less():
     base = dict(item_var=0.005, seed_var=(7.4e-4, 7.4e-4), resid_var=0.0625, n_items=200)
     known = VP.PairParts(**base)
     unsure = VP.PairParts(**base, seed_df=24.0, item_df=199.0, item_resid=0.0625)
-    plan = lambda pp, n: VP.planned_parts(pp, n, 2, 16.0 * (n - 1))  # noqa: E731
+    plan = lambda pp, n: VP.planned_parts(pp, n, 2, 16.0 * (n - 1))
     for n in range(4, 9):
         assert VP.confirm_power(0.05, plan(unsure, n)) < VP.confirm_power(0.05, plan(known, n))
     a = VP.seeds_for_power(lambda n: plan(known, n), 0.05)

@@ -109,7 +109,7 @@ def test_calibrate_and_informative_from_a_sweep(tmp_path):
     from race_cli.plan.measured import sweep_informative, sweep_rates
 
     row = {"model": "tiny-s", "reward": "rule", "group_size": 4, "updates_per_batch": 1}
-    done = lambda start, end: {"state": "done", "attempts": 1, "started": start, "finished": end}  # noqa: E731
+    done = lambda start, end: {"state": "done", "attempts": 1, "started": start, "finished": end}
     sweep = _sweep(tmp_path, {
         "a": {"row": row, "status": done("2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"),
               "ledger": _ledger(1e11, 2e11, (20.0, 10.0), 10.0, 2, 300, 1000), "summary": {"informative_share": 0.3}},

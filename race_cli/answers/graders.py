@@ -10,8 +10,8 @@
 | `math-verify`     | as `math`, but refuses to run without math-verify | math-verify |
 | `math-normalizer` | the last `\\boxed{}`, else `####` / "answer is" (math.extract_math_answer) | race's normaliser (math.math_equal), whatever is installed |
 
-`math` asks the normaliser first because it is fast (~0.1 ms a verdict against math-verify's
-~6 ms, far more on a loaded machine) and never times out, and has graded none of the test suite's
+`math` asks the normaliser first because it is much faster than math-verify (more so on a loaded
+machine) and never times out, and has graded none of the test suite's
 near-misses or MATH-500 cross-pairs as equal; math-verify then only adds right verdicts for forms
 the normaliser does not cover. math-verify runs with 30-second parse/verify timeouts (its default
 is 5) so a busy machine does not turn a right answer wrong; a call that still times out counts

@@ -1,2 +1,7 @@
-"""What a job is: the typed schema (schema.py), Hydra composition (compose.py) and the sweep syntax,
-job ids and typed overrides (sweep.py). Nothing here imports torch."""
+"""What a job is. Nothing here imports torch.
+
+schema.py    the typed schema: every key, its default and its meaning
+domains.py   each key's domain (type, bounds, choices, null), checked in one place
+compose.py   Hydra composition of conf/ with overrides, errors explained
+sweep.py     the sweep syntax, job ids and typed overrides
+"""

@@ -253,7 +253,7 @@ def validate(cfg: Any) -> list[str]:
     for rule in CROSS_FIELD_RULES:
         try:
             found = rule(cfg)
-        except Exception:  # noqa: BLE001 — only while some field is already out of its domain
+        except Exception:  # only while some field is already out of its domain
             if not problems:
                 raise
             continue

@@ -6,8 +6,8 @@
 order every time) or because they cannot be enumerated (`interval(...)`: a continuous range
 for optimising sweepers).
 
-Speed: composing with Hydra costs ~60 ms per call, so a 1,000-job grid cannot compose every
-job. Hydra composes once per distinct choice of config groups (model, reward, task, ...);
+Speed: composing with Hydra costs tens of milliseconds per call, so a 1,000-job grid cannot compose
+every job. Hydra composes once per distinct choice of config groups (model, reward, task, ...);
 every other override is applied to a plain-dict copy, with the schema's types enforced here
 (`apply_value`). tests/test_plan.py::test_fast_path_equals_hydra_composition checks that both paths
 give the same config.
@@ -338,7 +338,7 @@ def with_domain(key: str, message: str) -> str:
 
 
 # `key=123`: the override a large seed sweep repeats 100,000 times. Hydra's grammar reads it as the
-# integer 123 (INT: [+-]? ('0' | [1-9] digits)); parsed here without the ANTLR parser (~5 ms a call),
+# integer 123 (INT: [+-]? ('0' | [1-9] digits)); parsed here without the ANTLR parser (milliseconds a call),
 # anything else goes through Hydra. tests/test_config.py checks both agree.
 _PLAIN_INT = re.compile(r"\+?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)=([+-]?(?:0|[1-9][0-9]{0,17}))")
 

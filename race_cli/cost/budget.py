@@ -159,7 +159,7 @@ def iteration_spec(cfg: Mapping, backend: str) -> IterationSpec:
 
 
 # Measured share of the rows the update ran on (nonzero advantage: ledger rows.trained / rows.total) on the
-# default grid (conf/grid/tiny.yaml: G=4, arithmetic, mu 1/2/4 x 2 seeds; 2026-12-01): what the plan assumes when
+# default grid (conf/grid/tiny.yaml: G=4, arithmetic, mu 1/2/4 x 2 seeds): what the plan assumes when
 # grpo.expected_informative_share is null, per (reward type, model), else per reward type (the mean over its
 # regimes). `race plan --informative-from SWEEP` reads a finished sweep's own, per regime.
 INFORMATIVE_SHARE = {"rule": 0.44, "prm": 0.76}

@@ -399,8 +399,8 @@ def merged_lora_update(arch: Arch, lora: Lora | None, *, dropout: float, grad_ch
     Merging trades the adapters' two small matmuls and their elementwise ops for a full weight
     gradient: at most 1.5x the adapter path's matmul FLOPs per token, less at high rank. It pays
     only where kernels, not arithmetic, bound the time, so `auto` merges when the merged step
-    does at most 1.25x the adapter path's FLOPs per token (tiny-s at r >= 8, tiny-m at r >= 16;
-    measured on tiny-s, r=16, one CPU thread: fwd+bwd 76 ms merged against 96 ms), never on
+    does at most 1.25x the adapter path's FLOPs per token (tiny-s at r >= 8, tiny-m at r >= 16,
+    where it is faster on CPU: docs/measurements/code.md), never on
     real model shapes (Qwen2.5-0.5B: 1.45x). It also needs float32 weights (a bfloat16 W + s*B*A
     would round the adapter's update away), no LoRA dropout (it acts on the adapter's input
     only) and no gradient checkpointing (the recompute would run the unmerged layers).

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from race_cli.cost.flops import LAYER_MATRICES, Arch
-from race_cli.cost.memory import MemSpec, job_memory, kv_cache_bytes, logprob_forward_bytes, model_params, reward_bytes, resident_bytes, rollout_bytes, update_bytes
+from race_cli.cost.memory import MemSpec, kv_cache_bytes, logprob_forward_bytes, reward_bytes, resident_bytes, update_bytes
 
 
 class PeakTracker:
@@ -88,7 +88,6 @@ def fake_model(arch: Arch, *, dtype: str = "bfloat16", lora_r: int | None = 32, 
                tie: bool = False, num_labels: int | None = None) -> FakeModel:
     """A Qwen2 causal LM (or sequence classifier with `num_labels`) of `arch`, with fake parameters."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, Qwen2Config
 
     cfg = Qwen2Config(hidden_size=arch.hidden_size, num_hidden_layers=arch.num_hidden_layers,

@@ -46,15 +46,12 @@ class Rates:
 
 # Measured on the default grid (see the module docstring): model-convention FLOP/s per phase, seconds per
 # evaluation point (arithmetic + arithmetic-hard, 400 items x 2 samples each, common random numbers), setup
-# seconds per job. The median of two fresh-clone `race run`s of the default grid on an idle 2-core AMD EPYC
-# (2026-12-02, nothing else running: load 0.8-1.0, the runs' own two jobs), 24 jobs on 2 workers x 1 thread
-# each, 17m44s and 14m55s wall (the same grid, the same machine: it drifts that much), read by
-# benchmarks/rate_probe.py --from. These are the rates of two jobs sharing the two cores, as the default runs
-# them (a lone job runs faster). The day before, a machine of the same name ran the previous default in
-# 7 min: machines differ by 2x, which is what `race plan --calibrate-from` is for.
+# seconds per job, read by benchmarks/rate_probe.py --from from runs of the default grid on one reference
+# machine (docs/measurements/walltime.md). These are the rates of two jobs sharing two cores, as the default
+# runs them (a lone job runs faster). Machines differ, so a plan on CPU scales them by a short probe of its
+# own machine (cost/cpu_probe.py), and `race plan --calibrate-from` replaces them with a finished sweep's.
 DEFAULT_EVAL_COMPLETIONS = 2 * 400 * 2  # the default grid's evaluation point: 2 targets x 400 items x 2 samples
-CPU_SOURCE = ("CPU defaults measured on an idle 2-core AMD EPYC (2026-12-02, median of 2 runs of the default grid), "
-              "benchmarks/rate_probe.py; another machine: race plan --calibrate-from a finished sweep")
+CPU_SOURCE = "the reference machine's CPU rates (docs/measurements/walltime.md)"
 CPU_RATES: dict[str, Rates] = {
     "tiny-s": Rates({"rollout": 4.01e9, "update": 1.43e10, "reward": 1.18e10}, eval_s=2.44, overhead_s=4.1,
                     source=CPU_SOURCE, eval_completions=DEFAULT_EVAL_COMPLETIONS),
@@ -136,6 +133,15 @@ def cpu_rates(model: str) -> Rates:
     base = CPU_RATES["tiny-m"]
     return Rates(base.flops_per_s, base.eval_s, base.overhead_s, source=f"assumed: {model} not measured, tiny-m's rates",
                  eval_assumed=True)
+
+
+def scaled(rates: Rates, speed: float, source: str) -> Rates:
+    """`rates` on a machine `speed` times as fast as the one they were measured on: every phase's FLOP/s
+    times `speed`, evaluation and setup seconds divided by it (race_cli/plan/cpu_probe.py measures it)."""
+    if not (math.isfinite(speed) and speed > 0):
+        raise ValueError(f"speed {speed!r}: expected a positive factor")
+    return Rates({p: f * speed for p, f in rates.flops_per_s.items()}, rates.eval_s / speed, rates.overhead_s / speed,
+                 source=source, eval_assumed=rates.eval_assumed, eval_completions=rates.eval_completions)
 
 
 def gpu_rates(kind: GpuKind, *, weight_bytes: float, decode_steps: float, rollout_flops: float) -> Rates:

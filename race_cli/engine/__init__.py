@@ -5,6 +5,7 @@ logprobs.py      model-level log-probs of completions (re-packed rows, chunked h
 rollout.py       the rollout interface, the HF generate backend, and which backend a job samples with
 rollout_lean.py  the lean sampler: plain-torch decoding on the training weights, shared prefill
 rollout_vllm.py  the vLLM backend (GPU boxes): sleep around updates, adapter sync
+sampling.py      token sampling every backend shares, with common random numbers for evaluation
 setup.py         building device, task, prompts, reward, policy, rollout and the budget from a config
 hf.py            transformers/peft calls that differ between their releases (dtype keyword, checkpointing, LoRA wrap)
 checkpoint.py    atomic checkpoints and resume

@@ -22,7 +22,6 @@ half-written temp folders.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -128,7 +127,6 @@ def _corrupt_message(path: Path, exc: BaseException) -> str:
 
 def save(job_dir: Path, *, model: Any, optimizer: Any, scheduler: Any, state: dict) -> Path:
     """Write a complete new checkpoint into `job_dir/checkpoint`, replacing the old one atomically."""
-    from safetensors.torch import save_file
 
     job_dir = Path(job_dir)
     tmp = job_dir / f"{TMP_PREFIX}{os.getpid()}"

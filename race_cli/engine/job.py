@@ -168,7 +168,7 @@ class Job:
         max_new_tokens completions each."""
         idx = self.batch(iteration)[:prompts]
         key = (len(idx), max(len(self.train_prompts.ids(j)) for j in idx))  # all the worst case depends on
-        if key not in self._worst_case:  # ~2 ms of ledger arithmetic; a handful of distinct keys per job
+        if key not in self._worst_case:  # ledger arithmetic worth caching; a handful of distinct keys per job
             self._worst_case[key] = self.spec.worst_case(*key)
         return self._worst_case[key]
 

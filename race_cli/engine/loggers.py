@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 from race_cli.errors import RaceError
 

@@ -1,6 +1,10 @@
 """Rollout backends: sample G completions per prompt and say what the sampling cost.
 
-One small interface, three backends (`rollout.backend=auto|lean|hf|vllm`):
+One small interface, three backends (`rollout.backend=auto|lean|hf|vllm`). Each has a `name`, a
+`share_prefix` flag (one prefill serves a whole group), `generate(prompts, *, group_size, greedy,
+seeds=None) -> Rollout` (`seeds`: one per row, evaluation's common random numbers; None: the job's
+training stream) and `sync(model)` (sample from the model's current weights next); vLLM also has
+`yield_gpu()`, called when reward and update follow a generate:
 
 - `LeanRollout` (engine/rollout_lean.py): a plain-torch decoder on the training model's own
   weights; one prefill per prompt shared by its G completions, a preallocated KV cache,
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from race_cli import machine
 from race_cli.cost.flops import Arch, Flops, Lora, generate_flops
@@ -63,22 +67,6 @@ def choose_backend(requested: str, device: str, *, vllm_installed: bool | None =
         if problems:
             raise RaceError(*problems, "Use rollout.backend=lean (or auto) to sample on the training model instead.")
     return name
-
-
-class RolloutBackend(Protocol):
-    name: str
-    share_prefix: bool  # does one prefill serve a whole group (vLLM prefix caching)?
-
-    def generate(self, prompts: list[list[int]], *, group_size: int, greedy: bool,
-                 seeds: list[int] | None = None) -> Rollout:
-        """`seeds`: one per row (groups consecutive): row i samples from a stream of its own keyed by
-        seeds[i] (evaluation's common random numbers); None = the job's training stream."""
-
-    def sync(self, model: Any) -> None:
-        """Make the next `generate` sample from the model's current weights."""
-
-    # optional: yield_gpu() -> None, called when reward and update follow a generate (vLLM sleeps);
-    # backends that sample on the training model itself (hf, lean) have nothing to give back
 
 
 def left_pad(rows: list[list[int]], pad_id: int):

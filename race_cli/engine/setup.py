@@ -8,9 +8,7 @@ can build one at a time. Every mistake a person can fix (a model path that does 
 from __future__ import annotations
 
 import os
-import re
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -207,13 +205,9 @@ def resolve_model_path(path: str, *, what: str = "model.path") -> str:
     return path  # a hub id: transformers resolves (and may fail with its own message, turned into RaceError)
 
 
-# On CPU a smaller micro-batch keeps a layer's activations in cache: tiny-s/tiny-m full fine-tuning, B=8,
-# G in {4, 8}, one thread (length-sorted rows, alternating, medians of 40 updates): 16 rows against the
-# whole batch ran tiny-m G=8 193.5 vs 215.4 ms and 204.1 vs 222.1 ms, tiny-s G=8 76.0 vs 82.1 and 87.1 vs
-# 88.9 ms, tiny-s G=4 44.3 vs 45.2 ms; 4 rows was slower everywhere (per-call overhead). LoRA r=16 on
-# tiny-s, G=8: adapters 100.1 (16 rows) vs 113.4 ms (whole batch); merged (flops.merged_lora_update)
-# 97.0 vs 93.1 ms, and G=4 61.3 vs 57.2 ms: its per-micro-batch functional_call costs more than the
-# cache saves, so the merged path keeps the whole batch.
+# On CPU a smaller micro-batch keeps a layer's activations in cache: 16 rows beat the whole batch for full
+# fine-tuning and LoRA adapters, 4 rows lose to per-call overhead, and the merged LoRA path keeps the whole
+# batch (its per-micro-batch functional_call costs more than the cache saves): docs/measurements/code.md.
 CPU_MICRO_BATCH = 16
 
 

@@ -1,6 +1,13 @@
 """`race plan`, `race flops`, `race mem` and `race validate`: the grid before anything runs.
 
-build.py     expand a sweep, compose and budget every job, write the sweep folder
-render.py    print the plan, one job's FLOP ledger, one job's memory ledger
-validate.py  turn a pilot's recommendation into a validation sweep
+build.py             expand a sweep, compose and budget every job, write the sweep folder
+wall.py              each job's planned wall time and how many run at once
+cpu_probe.py         a short, cached probe of this CPU: the factor the CPU rates are scaled by
+walltime_eval.py     the evaluation's share of a plan's time
+measured.py          what a finished sweep measured (rates, informative shares) for the next plan
+power.py             the smallest effects the grid detects with 80% power, per condition
+render.py            print the plan, one job's FLOP ledger, one job's memory ledger
+validate.py          turn a pilot's recommendation into a validation sweep
+validate_design.py   the validation's fresh items and its seeds per condition by power
+validate_preview.py  `race validate`'s preview at the console's width
 """

@@ -501,7 +501,7 @@ def write_sweep(plan: Plan, sweep_dir: str | os.PathLike) -> bool:
             "created": created,
         }
         # libyaml's emitter when PyYAML has it: the same text as safe_dump (73 composed configs of three
-        # grids compared byte for byte), ~5x faster, which a 100,000-job sweep's configs need
+        # grids compared byte for byte), several times faster, which a 100,000-job sweep's configs need
         dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
         dump = lambda data, **kw: yaml.dump(data, Dumper=dumper, **kw)
         multirun_yaml(tmp).write_text(dump(multirun, sort_keys=False), encoding="utf-8")

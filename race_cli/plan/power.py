@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 POWER = 0.80
 ALPHA = 0.05
-SEED_SD_DEFAULT = 0.02  # the default grid's measured seed spread: 0.016-0.026 (docs/embedded-study.md)
+SEED_SD_DEFAULT = 0.02  # the default grid's measured seed spread: 0.016-0.026 (docs/measurements/embedded-study.md)
 ITEMS_OF = {"gsm8k": 1319, "math500": 500}  # standard sets; arithmetic targets use task.num_eval
 ARITHMETIC_DEFAULT_ITEMS = 200  # an arithmetic target of another task: conf/task/arithmetic.yaml's num_eval
 

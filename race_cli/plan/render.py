@@ -121,7 +121,7 @@ def _cells(r: dict) -> dict[str, str]:
 def _totals(rows: list[dict]) -> dict[str, str]:
     total = sum(r["planned_flops_total"] for r in rows)
     budget = sum(r["budget_flops"] for r in rows)
-    share = lambda k: pct(sum(r[k] for r in rows) / total) if total else ""  # noqa: E731
+    share = lambda k: pct(sum(r[k] for r in rows) / total) if total else ""
     hours = sum(r.get("planned_gpu_hours") or 0.0 for r in rows)
     return {"job id": "total", "budget": fmt_flops(budget), "T": str(sum(r["iterations"] for r in rows)),
             "planned": fmt_flops(total), "used": pct(total / budget) if budget else "",
@@ -157,7 +157,7 @@ def plan_table(plan: Any, rows: list[dict], console) -> tuple[Any, list[str]]:
     width = {c: max(_cell_width(console, x) for x in [c, total.get(c, "")] + [cell[c] for cell in cells])
              for c in names}
     cols = list(names)
-    same = lambda c: len({cell[c] for cell in cells}) == 1  # noqa: E731 - one value for every job
+    same = lambda c: len({cell[c] for cell in cells}) == 1  # one value for every job
     drop = [c for c in SAID_BY_ID if same(c) or all(_said_by_id(c, r) for r in rows)]
     drop += [k for k in swept if same(k)] + [c for c in SAID_BY_ID if c not in drop] + [k for k in swept if not same(k)]
     drop += [c for c in DROP_ORDER if c in names] + ["peak mem", "job time", "feedback", "learning", "search"]
@@ -228,7 +228,7 @@ def settings_lines(plan: Any) -> list[str]:
     for job in plan.jobs:
         c = job.config
         given = {o.lstrip("+").partition("=")[0] for o in job.overrides}
-        src = lambda key, own: "set" if key in given else own  # noqa: E731
+        src = lambda key, own: "set" if key in given else own
         lora = "LoRA" if c["lora"]["enabled"] else "full FT"
         ect = c["rollout"].get("expected_completion_tokens")
         seen[(c["model"]["name"], c["task"]["name"],

@@ -151,7 +151,7 @@ def plan_seeds(noise: Any, regimes: list[str], best: str, ctl: str, n_validated:
     observed = float((1.0 if maximize else -1.0) * (point[i] - point[j]))
     _, bias, _ = VP.shrunk_gap(point, draws, maximize, second=control)  # lowest: the same, best − lowest
     target_gap = float(gap) if gap is not None else max(0.0, observed - bias)
-    parts_of = lambda n: VP.planned_parts(pp, n, n_validated, pool_df)  # noqa: E731
+    parts_of = lambda n: VP.planned_parts(pp, n, n_validated, pool_df)
     if seeds is not None and seeds < 2:
         sp = VP.SeedPlan(seeds, target_gap, math.nan, math.nan, math.nan, 0.0, False)
     elif seeds is not None:

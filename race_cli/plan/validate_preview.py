@@ -97,7 +97,7 @@ def print_picks(picks: list[Any], prov: dict, console) -> None:
     st = prov["settings"]
     ev = st.get("eval_items") or {}
     labels, legend = short_conditions([c["condition"] for c in prov["conditions"]])
-    say = lambda s: console.print(s, highlight=False)  # noqa: E731 - wrapped at the console's width
+    say = lambda s: console.print(s, highlight=False)  # wrapped at the console's width
     say(f"[bold]race validate: {len(picks)} regime(s) from pilot {prov['pilot']['sweep']}[/] (target "
         f"{prov['target']}; {st['selection']} + control: the pilot's {st.get('control', 'lowest')})")
     for line in legend:
@@ -137,7 +137,7 @@ def power_rows(prov: dict, labels: dict[str, str] | None = None) -> list[list[st
     out = []
     for c in prov["conditions"]:
         pp = c.get("power_plan") or {}
-        f = lambda k, nd=3: "–" if not math.isfinite(_finite(pp.get(k))) else f"{_finite(pp.get(k)) + 0.0:.{nd}f}".replace(  # noqa: E731
+        f = lambda k, nd=3: "–" if not math.isfinite(_finite(pp.get(k))) else f"{_finite(pp.get(k)) + 0.0:.{nd}f}".replace(
             f"-{0:.{nd}f}", f"{0:.{nd}f}")  # a bias of -0.0004 reads 0.000, not -0.000
         sd = "/".join(f"{v ** 0.5:.3f}" for v in pp["parts"]["seed_var"]) if "parts" in pp else "–"
         out.append([(labels or {}).get(c["condition"], c["condition"]), c.get("control") or "–",

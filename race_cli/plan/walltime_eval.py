@@ -8,12 +8,11 @@ fractions of eval.at, or the eval.every evaluations of the planned T plus start 
 the training rollouts' T·B·G completions. A completion costs about the same to sample in either
 phase (same policy, same sampler, similar lengths), and training also spends time on its updates,
 so eval / (eval + training completions) is an upper bound on the evaluation's share of the job's time.
-Measured on the default grid (docs/embedded-study.md): the bound is 2-5x the real share.
+On the default grid the bound is several times the real share (docs/measurements/frontier.md).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 

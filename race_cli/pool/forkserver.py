@@ -1,9 +1,8 @@
 """A fork server for CPU workers: import torch and transformers once, fork every job from there.
 
-A job started as `python -m race_cli train` spends ~3.5 s importing torch, transformers and peft
-before its first iteration; the embedded default's jobs train for 10-130 s, so on two cores that
-is ~10% of a pilot (8 short tiny-s jobs on 2 workers: 29 s with a fresh interpreter per job,
-15 s forked; the default pilot: 7 min 25-40 s before, 6 min 53 s after, with other changes).
+A job started as `python -m race_cli train` spends seconds importing torch, transformers and peft
+before its first iteration; the embedded default's jobs train for tens of seconds, so on two cores
+that is a visible share of a pilot (docs/measurements/code.md).
 The local pool therefore starts one server process per run (`python -m
 race_cli.pool.forkserver_main`), which imports those modules and waits; each job is a `fork()`
 of it that then runs `race train --job-dir DIR` exactly as the fresh process would:

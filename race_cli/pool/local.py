@@ -126,8 +126,8 @@ def cpu_slots(workers: int, cores: int) -> list[Slot]:
 
 
 def default_workers(cores: int, n_jobs: int) -> int:
-    """One single-thread worker per core (on the tiny zoo two 1-thread processes gave ~1.7x the
-    throughput of one 2-thread process, measured when the zoo was sized), no more than jobs."""
+    """One single-thread worker per core (tiny models keep one thread busier than two share:
+    docs/measurements/code.md), no more than jobs."""
     return max(1, min(cores, n_jobs))
 
 

@@ -88,7 +88,7 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
         from race_cli.pool.local import refuse_cpu_for_big_models
 
         gpus = machine.visible_gpus()
-        check = lambda configs: refuse_cpu_for_big_models(configs, gpus=gpus, allow_cpu=allow_cpu)  # noqa: E731
+        check = lambda configs: refuse_cpu_for_big_models(configs, gpus=gpus, allow_cpu=allow_cpu)
 
     from race_cli.plan.build import prepare_sweep
 

@@ -3,7 +3,13 @@
 table.py       every job of the sweeps into one DataFrame (failed and unfinished ones listed)
 rank.py        regimes per condition with intervals over evaluation items and seeds, gain over the start
 response.py    the local response of the target to the allocation variable p, with its interval
+frontier.py    the rankings at every equal-FLOP checkpoint: the frontier across budgets
+curve.py       a compute curve per regime, fitted on the equal-FLOP checkpoints
+joint.py       the joint comparison: every (model, reward, G, mu) at the same FLOPs
+joint_view.py  the joint comparison written out (terminal, summary.md, report.json, joint.png)
 recommend.py   the regimes worth validating, with the caveat beside them
+findings.py    what the pilot answers, on one screen, first in the console and summary.md
+predicted.py   the predictions a validation checks: endpoint ranking and compute curves
 validation.py  a validation sweep's verdict on the pilot's call (best - control, paired)
 render.py      the tables, summary.md and report.json
 words.py       one wording per verdict (the findings, the joint comparison, a race's states)

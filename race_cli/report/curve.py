@@ -17,7 +17,7 @@ the regimes ≈ best there: the gap to the best is within its studentized-range 
 familywise 5%), the gap's scale a t scale fitted to the refits' quartiles (stats/curves.t_scale) — the
 bound's level (the range's 95% over R regimes) is far beyond what a percentile of 200 refits resolves.
 
-What the report can see of a fit, and warns about (measured by benchmarks/bench_curve.py, docs/frontier.md):
+What the report can see of a fit, and warns about (measured by benchmarks/bench_curve.py, docs/measurements/frontier.md):
 - not identified: the point fit, or at least BOUND_SHARE of the refits, ran into a bound of B or A;
 - not yet bent: beyond UNBENT_MAX × the observed compute unless the point fit's C_mid lies inside the
   observed compute *and* at least BENT_SHARE of the refits' do (a still-rising truth whose point fit merely
@@ -39,7 +39,7 @@ CURVE_DRAWS = 200  # refits per regime for the intervals (each a least-squares f
 MAX_EXTRAPOLATION = 2.0  # X / (largest compute observed) beyond which the report always warns (bench_curve.py)
 UNBENT_MAX = 1.0  # ... and beyond this unless the refits put C_mid inside the observed compute
 BENT_SHARE = 0.5  # share of refits with C_mid <= the largest observed compute for "bent" (with the point fit's)
-BOUND_SHARE = 0.9  # share of refits at a bound of B or A from which a fit is "not identified" (see docs/frontier.md)
+BOUND_SHARE = 0.9  # share of refits at a bound of B or A from which a fit is "not identified" (see docs/measurements/frontier.md)
 ALPHA = 0.05
 
 

@@ -252,8 +252,8 @@ def short_settle(s: Settle) -> str:
 
 def _conditions(ranking: pd.DataFrame) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, Any]]]:
     """({condition: its rows best first, {column: values}}, {condition: its first row in table order}),
-    from one pass over the ranking (a DataFrame per condition and a pandas lookup per cell cost seconds on
-    800 conditions). Best first is the order DataFrame.sort_values("rank") gives (the same quicksort)."""
+    from one pass over the ranking (a DataFrame per condition and a pandas lookup per cell are slow on
+    hundreds of conditions). Best first is the order DataFrame.sort_values("rank") gives (the same quicksort)."""
     from race_cli.report.recommend import condition_rows
 
     cols = {c: ranking[c].to_numpy() for c in ranking.columns}
@@ -329,7 +329,7 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
     width = max(len(label) for label in labels.values())
     order = [cond for t in targets for cond in (ranking[ranking["target"] == t] if "target" in ranking
                                                     else ranking)["condition"].unique()]
-    wall_of = lambda g, cond: wall.get(str(g["job_condition"][0]) if "job_condition" in g else cond)  # noqa: E731
+    wall_of = lambda g, cond: wall.get(str(g["job_condition"][0]) if "job_condition" in g else cond)
     settled = dict(zip(order, _settle_all([(rows[c], labels[c], wall_of(rows[c], c)) for c in order], k, workers)))
     for t in targets:
         gt = ranking[ranking["target"] == t] if "target" in ranking else ranking

@@ -9,7 +9,7 @@ budget. This module
 - reads the checkpoints (`read_checkpoints`, the only function here that opens files);
 - `sweep_at(data, cps, f)`: the sweep as if every job had ended at fraction f — the same
   SweepData the ranking reads (eval/<target> and per-item scores of that checkpoint, the start
-  unchanged), so any ranking or comparison runs at a checkpoint budget unchanged (issue 28's
+  unchanged), so any ranking or comparison runs at a checkpoint budget unchanged (the
   joint comparison calls this);
 - `frontier_table`: the ranking (race_cli/report/rank.py, stats.py: seed + item noise,
   familywise ≈ best) at every checkpoint budget, one long table;

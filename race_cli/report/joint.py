@@ -87,7 +87,7 @@ def joint_table(data, targets: list[str], ranked: dict[str, pd.Series]) -> pd.Da
         read = ["sweep", "job_id", "budget_flops", "task", "model", "reward", "seed", f"eval/{t}",
                 f"eval_initial/{t}", "share_feedback", "iterations_actual"] + knobs
         jobs = data.jobs.loc[ranked[t], [c for c in dict.fromkeys(read) if c in data.jobs]]
-        for j in jobs.to_dict("records"):  # a dict per job (a row Series each cost ~1 s on 5,000 jobs)
+        for j in jobs.to_dict("records"):  # a dict per job (a row Series each is slow on large sweeps)
             key = (j["sweep"], j["job_id"], t)
             fin, ini = data.items.get(key), data.items_initial.get(key)
             row = {"budget": float(j["budget_flops"]), "task": j.get("task"), "target": t,
@@ -108,7 +108,7 @@ def with_checkpoints(table: pd.DataFrame, data, cps, targets: list[str]) -> pd.D
     """`table` (the jobs' final scores, `checkpoint` 1) plus, for every budget fraction 0 < f < 1 the jobs
     were evaluated at (eval.at), the same jobs at that checkpoint: budget f·C, the checkpoint's per-item
     scores and iteration, `checkpoint` f. The learning rate is constant after warm-up, so a job at f·C
-    stands for a job with budget f·C (the anytime check in docs/embedded-study.md). A checkpoint budget
+    stands for a job with budget f·C (the anytime check in docs/measurements/embedded-study.md). A checkpoint budget
     that some jobs of the sweep ran as their whole budget is left to those jobs (they are not mixed)."""
     from race_cli.report.frontier import sweep_at
     from race_cli.report.rank import rankable

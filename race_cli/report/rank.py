@@ -364,7 +364,7 @@ def _condition_columns(inp: dict, noise, dec, gd, n_boot, rng, maximize,
     weights: item resamples [B, n] by item count n, drawn on first use and shared by the conditions of one
     ranking that have as many items: each condition's draws stay a bootstrap of its own items (the draws of
     two conditions are never combined), and one resample per n is drawn instead of one per condition
-    (1 ms each: a second of a 834-condition report).
+    (each draw is a large array; hundreds of conditions share a handful of item counts).
 
     Intervals, ≈ best (REGWQ), beats its start (Holm on bounds), the winner's interval and curse, and the
     draws come from race_cli/stats: item noise per regime plus seed noise moderated by the sweep pool's

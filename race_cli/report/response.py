@@ -3,8 +3,8 @@
 The response is a function of p, so regimes at (nearly) the same p are replicates: sorted by
 p, neighbours whose p differ by less than REPLICATE_LOG_TOL in log p (3%) are chained into one
 point and averaged (their bootstrap draws too). With B fixed, G scales rollout and update alike
-and moves p by ~1-2% (the earlier default grid: G=4/8 at μ=1 gave p = 0.827/0.841, 1.7% apart),
-while each step of μ moves it by 4-9% (0.83 → 0.91 → 0.95), so G's points merge and μ's stay. Five candidate
+and moves p by a percent or two, while each step of μ moves it by several percent
+(docs/measurements/code.md), so G's points merge and μ's stay. Five candidate
 curves are fitted by least squares to those points: constant; linear and quadratic in p;
 linear and quadratic in log p. The one with the smallest leave-one-out (LOO) squared error
 wins — leaving out one p value, i.e. predicting an allocation the grid did not try; ties go

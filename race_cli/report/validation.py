@@ -674,7 +674,6 @@ def markdown(res: dict) -> str:
 
 
 def print_validation(console, res: dict) -> None:
-    from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
 

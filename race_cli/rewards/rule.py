@@ -31,7 +31,7 @@ def _math_verify_match(completion: str, gold: str) -> bool:
     try:
         gold_parsed = parse(gold) or parse(f"${gold}$")
         return bool(gold_parsed) and bool(verify(gold_parsed, parse(completion)))
-    except Exception:  # math-verify's parser and sympy raise many types; a failure means "no match"
+    except Exception:  # noqa: BLE001 - math-verify's parser and sympy raise many types; a failure means "no match"
         return False
 
 

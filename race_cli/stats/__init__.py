@@ -6,6 +6,9 @@ both compute their statistics with, as cost/ is for FLOPs.
     decisions.py   intervals, ≈ best (REGWQ), > start (Holm on bounds), winners' intervals and curse
     draws.py       resampled regime means (best share, the response fit's p*)
     power.py       the smallest effects a design separates with 80% power, by the decisions above
+    gatekeeping.py gatekept familywise procedures (graphical approach) and Dunnett's critical values
+    curves.py      compute curves: the saturating sigmoid, its bounded fit, seed covariance, intervals
+    validation_power.py  the validation's test of best - control, its power, the seeds it needs
     race.py        racing: the schedule, the α split over looks, each look's decision (winner, equivalent, ...)
     race_sim.py    a race's expected cost, by simulating races through race.py's decisions
 

@@ -88,7 +88,7 @@ def worse_than_best(point: np.ndarray, item: np.ndarray, resid: np.ndarray, seed
     if R < 2:
         return np.zeros(shape, dtype=bool)
     # flat over the leading axes: pilot p's gap i − j is column i·R + j of row p (plain fancy indexing,
-    # ~20× cheaper per step than take_along_axis over [..., R, R])
+    # much cheaper per step than take_along_axis over [..., R, R])
     P = point.reshape(-1, R)
     N = len(P)
     flat = lambda a: np.broadcast_to(a, shape[:-1] + (R, R)).reshape(N, R * R)
@@ -242,7 +242,7 @@ def rank_decisions(noise: Noise, maximize: bool = True, level: float = 0.95, alp
 def rank_decisions_many(noises: list[Noise], maximize: bool = True, level: float = 0.95,
                         alpha: float = ALPHA) -> list[RankDecision]:
     """rank_decisions of many conditions, the same values: conditions of one shape are stacked and decided
-    at once (a condition's decisions cost ~1 ms of small array operations; a sweep has hundreds)."""
+    at once (a condition's decisions are many small array operations; a sweep has hundreds)."""
     out: list[RankDecision | None] = [None] * len(noises)
     sign = 1.0 if maximize else -1.0
     for idx, st in _stacks(noises):
@@ -255,7 +255,7 @@ def rank_decisions_many(noises: list[Noise], maximize: bool = True, level: float
         rows = np.arange(C)
         testable = st.has_seed_noise and R >= 1
         pp = V.stacked_parts(st, pair_contrasts(R))
-        sq = lambda a: np.asarray(a).reshape(C, R, R)  # noqa: E731
+        sq = lambda a: np.asarray(a).reshape(C, R, R)
         if testable and R >= 2:
             worse = worse_than_best(sign * point, sq(pp.item), sq(pp.resid), sq(pp.seed), pp.df_item, pp.df_resid,
                                     sq(pp.df_seed), alpha)
@@ -264,7 +264,7 @@ def rank_decisions_many(noises: list[Noise], maximize: bool = True, level: float
         gap = sign * (point[rows, best][:, None] - point)  # >= 0: how much worse than the best
         gp = Parts(sq(pp.item)[rows, best], sq(pp.resid)[rows, best], sq(pp.seed)[rows, best], pp.df_item,
                    pp.df_resid, sq(pp.df_seed)[rows, best])  # [C, R]: the best against each regime
-        first = lambda df: range_quantile(1 - alpha, R, df) / math.sqrt(2.0)  # noqa: E731 - the range's first step
+        first = lambda df: range_quantile(1 - alpha, R, df) / math.sqrt(2.0)  # the range's first step
         gap_lo = (np.where(np.arange(R)[None, :] == best[:, None], 0.0, gap - _half(gp, first)) if R >= 2
                   else np.zeros((C, R)))
         dev = V.stacked_parts(st, np.eye(R) - 1.0 / R).var

@@ -36,9 +36,8 @@ N_SIM = 2000  # simulated pilots per effect size (binomial sd of a power near 0.
 ITEM_REGIME_SD = 0.05  # assumed sd of an item's score change between two regimes beyond their mean gap
 GAIN_ITEM_SD = 0.18  # per-item spread of the gain over the start (measured on the default grid's pilot)
 # Under common random numbers (every evaluation draws sample j of item i from one keyed stream), the share
-# of a sample's randomness two policies' completions keep in common: measured with benchmarks/bench_crn.py
-# on the G=4 pilot's final policies (docs/embedded-study.md), CRN removes 33-35% of the binomial part of a
-# paired difference between two seeds of one regime and 24-27% between distant regimes. Not all of it:
+# of a sample's randomness two policies' completions keep in common, as benchmarks/bench_crn.py measured it
+# on the default pilot's final policies (docs/measurements/embedded-study.md). Not all of it:
 # once two completions part at one token their contexts differ and the rest is drawn independently.
 CRN_SHARE = 1 / 3
 

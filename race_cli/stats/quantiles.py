@@ -4,7 +4,7 @@
   the normal);
 - `range_quantile(level, k, df)`: the studentized range of k means, exact at k = 2 through t
   (q = √2·t at (1 + level)/2), by a tabulated quadrature otherwise (scipy.stats.studentized_range's
-  formula, the same values to 1e-5, ~1000× faster), cached;
+  formula, the same values to 1e-5, orders of magnitude faster), cached;
 - `half_width(parts, q)`: the interval half-width with each variance part scaled by the quantile at its
   own degrees of freedom (Banerjee 1961, "modified large-sample"): sqrt(q(df_item)²·item −
   q(df_resid)²·resid + q(df_seed)²·seed), the item-minus-residual bracket floored at zero.
@@ -44,7 +44,7 @@ def _sig(df: float) -> float:
 
 
 # The studentized range by quadrature (scipy.stats.studentized_range gives the same values to 1e-5,
-# tests/test_stats.py, but takes 0.05-2 s a call at finite df; the report needs hundreds):
+# tests/test_stats.py, but is slow at finite df; the report needs hundreds of calls):
 # P(W <= q) = ∫ f_s(u) G_k(q·u) du, G_k(w) = k ∫ φ(z) [Φ(z) − Φ(z − w)]^(k−1) dz, s = sqrt(χ²_df/df)
 # (Lund & Lund 1983, the formula scipy integrates). G_k is tabulated once per k on a grid of w.
 _Z = np.linspace(-8.5, 8.5, 341)

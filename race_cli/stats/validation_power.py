@@ -24,11 +24,9 @@ from the pilot's components (`PairParts`):
 
 The pilot's components are estimates from two seeds per regime: on the default grid one pooled s0²
 from 24 one-df spreads, and item_var a small difference of two larger variances (199 df). Taken as the
-truth, plans for power 0.8 confirmed their gap 0.77 of the time (benchmarks/bench_validate_design.py,
-shrunk gap: 0.66 where the pilot had under-estimated the variance, 0.89 where it had over-estimated it;
-power is concave above one half, so a low estimate costs more than a high one gives back), and they
-read the test's seed df as the pool's Σd where the test reads 1/(1/Σd + 1/HETERO_DF) (a median 96
-against 25 df at HETERO_DF 34). `planned_parts` gives the test's df and carries how well the pilot knows
+truth, plans for power 0.8 confirmed their gap less often than promised (power is concave above one
+half, so a low estimate costs more than a high one gives back; docs/measurements/validation.md), and
+they read the test's seed df as the pool's Σd where the test reads 1/(1/Σd + 1/HETERO_DF), far fewer. `planned_parts` gives the test's df and carries how well the pilot knows
 its components (`PlannedParts`); `confirm_power` averages the power over that uncertainty — the expected
 power, or assurance (O'Hagan, Stevens & Campbell 2005; Julious & Owen 2006 for a variance estimated
 with d df). Each simulated validation first draws its truth:

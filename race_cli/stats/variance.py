@@ -43,10 +43,8 @@ from scipy import special
 OUTLIER_ALPHA = 0.05  # familywise over a pool's regimes
 HETERO_DF = 12.0  # prior df of seed variances within a reward system that a handful of 1-df spreads cannot tell
 # apart: 12 df is var(log σ²) = trigamma(6) ≈ 0.18, regimes' seed sd within about 0.66-1.52× of the pool's (95%), as
-# between two model sizes pooled under one reward. The project measured sd 0.016-0.026 within one (34 df); the
-# calibration harness draws 0.5-1.5× (about 6 df): at 34, false "worse" was 0.055/0.058 (independent/CRN
-# sampling, 1,000 conditions), at 20 0.050/0.049, at 12 0.042/0.044, at 6 0.032/0.034, and separation at +0.10
-# fell from 0.69/0.76 (34) to 0.61/0.69 (12): docs/report.md
+# between two model sizes pooled under one reward. Fewer df trade separation for false "worse" calls; 12 is the
+# value that keeps false "worse" under 5% on the calibration harness (docs/measurements/report-calibration.md)
 HETERO_ALPHA = 0.05  # Bartlett's test: per-regime variances only where the pool's spreads differ at this level
 
 
@@ -93,7 +91,7 @@ def homogeneity_p(log_s_sq: np.ndarray, d: np.ndarray, pooled: float) -> float:
     m = tot * math.log(pooled) - float((d * log_s_sq).sum())
     c = 1 + (float((1 / d).sum()) - 1 / tot) / (3 * (G - 1))
     # χ² survival function as scipy.stats.chi2.sf computes it (special.chdtrc), without importing
-    # scipy.stats (~0.6 s); M >= 0 by Jensen, floored at 0 against rounding (chdtrc is nan below 0)
+    # scipy.stats (slow to import); M >= 0 by Jensen, floored at 0 against rounding (chdtrc is nan below 0)
     return float(special.chdtrc(G - 1, max(m / c, 0.0)))
 
 

@@ -12,9 +12,8 @@ the training set depends on `seed` and never contains an evaluation question.
 generator restricted to the longest chains (exactly max_ops operations; max_ops+1 when every chain
 has the same length), the same operands, its own evaluation stream and ids `arith-hard-<i>`. The
 training set excludes its questions as it excludes the task's own evaluation questions.
-Measured with the embedded tiny-s (greedy, 200 items): 27% on the task's own set, 4% on these
-chains; one step longer chains (0/60) or operands above max_operand (0/200) scored nothing, so
-such a target could not rank anything.
+Harder still (one more step, or operands above max_operand) the embedded tiny-s scores nothing, so
+such a target could not rank anything (docs/measurements/code.md).
 """
 
 from __future__ import annotations

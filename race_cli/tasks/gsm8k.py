@@ -89,7 +89,7 @@ def load_hf_split(split: str) -> list[Item]:
                         "or leave task.path unset to use the GSM8K copy shipped with race.") from None
     try:
         rows = load_dataset(HF_NAME, HF_CONFIG, split=split)
-    except Exception as e:  # network, hub and cache errors come in many types
+    except Exception as e:  # noqa: BLE001 - network, hub and cache errors come in many types
         raise RaceError(f"Could not load {HF_NAME} ({HF_CONFIG}) split {split!r} through datasets: "
                         f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                         "Without network access leave task.path unset (the copy shipped with race) or "

@@ -82,7 +82,7 @@ def _read_hub(spec: str, split: str) -> list[tuple[int, dict]]:
                         "or download the rows as JSONL and pass task.path=<file>.") from None
     try:
         rows = load_dataset(name, config or None, split=split)
-    except Exception as e:  # network, hub and cache errors come in many types
+    except Exception as e:  # noqa: BLE001 - network, hub and cache errors come in many types
         raise RaceError(f"Could not load {name} split {split!r} through datasets: {type(e).__name__}: "
                         f"{str(e).splitlines()[0] if str(e) else ''}",
                         "Without network access save the rows as JSONL and pass task.path=<file>.") from None

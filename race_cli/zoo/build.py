@@ -8,8 +8,8 @@ recipe stays the source of truth: `race zoo --verify NAME` rebuilds an entry fro
 temp folder and checks that its weights equal the shipped ones bit for bit.
 Bit for bit holds only on the stack an entry was built on: hundreds of optimizer steps amplify
 1-ulp differences between CPU kernels (MKL picks its SGEMM code path by CPU vendor and ISA, ATen by
-ATEN_CPU_CAPABILITY) into a different trajectory (measured: tiny-s's loss matches its recorded
-history to 4 decimals for 60 steps, then drifts; the PRM's weights end up 0.13-0.16 apart). So
+ATEN_CPU_CAPABILITY) into a different trajectory (the first steps' losses agree, later ones drift:
+docs/measurements/code.md). So
 recipe.json records the build's `fingerprint` (build_fingerprint) and its first steps' exact
 losses; verify reports whether the fingerprints agree, and a rebuild must start from the same
 losses (to float rounding) everywhere.
@@ -335,7 +335,7 @@ def zoo_main(names: list[str] | None, build: bool, force: bool, verify: bool = F
     table = Table(title=f"race zoo ({cache_root() / 'zoo'})")
     for col in ("name", "kind", "params", "built", "greedy", "sampled", "AUC", "build s", "path"):
         table.add_column(col)
-    fmt = lambda v: "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
+    fmt = lambda v: "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
     for r in list_entries():
         if r["name"] in names:
             built = "yes" if r["built"] else f"damaged: {r['damage']}" if r["damage"] else "no"

@@ -12,10 +12,9 @@ Corrupted solutions: one line wrong — a step's result off by ±1, ±2, ±10, �
 later steps computed consistently from the wrong value, or only the final `#### N` line. Label 1
 = "every step so far is correct": lines before the error 1, the erroneous line and all after 0.
 
-Why not a classifier head: measured here, a token-classification head on tiny-s's body (read at
-the step's newline, dense or step labels, 0-2 fresh layers, lr 1e-3-1e-2, up to 1,000 steps)
-stays at the step-position baseline (held-out AUC 0.67-0.70), while the same LM's calibrated
-log-probs in the policy's prompt layout reach 0.93, and 0.98-0.99 after 250 more SFT steps.
+Why not a classifier head: a token-classification head on tiny-s's body stays at the step-position
+baseline, while the same LM's calibrated log-probs in the policy's prompt layout separate correct
+from corrupted steps well (docs/measurements/code.md).
 """
 
 from __future__ import annotations

@@ -54,8 +54,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "tiny-s": {"kind": "policy", "arch": _arch("tiny-s"), "seed": 0, "data_seed": 0, "task": _TASK,
                "fit": {"batch_size": 64, "lr": 5e-3, "warmup_steps": 30, "max_steps": 4000,
                        "band": [0.3, 0.6], "stop_at": 0.4, "monitor_every": 10}},
-    # measured: lr 5e-3 at batch 64 stalls tiny-m (loss 0.17, greedy 0.0 after 3000 steps); lr 3e-3 at
-    # batch 128 learns. It stops higher than tiny-s so that model size is an axis the study can see.
+    # lr 5e-3 at batch 64 stalls tiny-m (docs/measurements/code.md); lr 3e-3 at batch 128 learns. It stops higher than tiny-s so that model size is an axis the study can see.
     # Data stream 1000: the one it was first built on (when a warm start "jumps" depends on the stream).
     "tiny-m": {"kind": "policy", "arch": _arch("tiny-m"), "seed": 0, "data_seed": 1000, "task": _TASK,
                "fit": {"batch_size": 128, "lr": 3e-3, "warmup_steps": 30, "max_steps": 4000,

@@ -49,7 +49,7 @@ from pathlib import Path
 import os
 
 from vllm._api import NEWEST, VERSIONS
-from vllm.lora.request import LoRARequest  # noqa: F401  (re-exported as in vllm)
+from vllm.lora.request import LoRARequest as LoRARequest  # re-exported as in vllm
 
 __version__ = os.environ.get("FAKE_VLLM_VERSION") or NEWEST
 if __version__ not in VERSIONS:

@@ -1,0 +1,180 @@
+"""How fast this machine runs the default's kind of CPU work: the factor `race plan` scales its CPU rates by.
+
+    speed = machine_speed()        # Speed(factor, seconds, cached, source); factor 1.0 = the reference machine
+    rates = walltime.scaled(walltime.cpu_rates("tiny-s"), speed.factor, speed.source)
+
+race_cli/cost/walltime.py's CPU_RATES were measured on one reference machine, and machines of the same
+description differ by 2x (docs/measurements/walltime.md). The probe times a fixed piece of single-thread
+torch work shaped like the default's jobs: a tiny transformer block's forward and backward over a batch of
+rows (the update), then a decode loop of small matmuls (the rollout, where per-call overhead dominates).
+It counts CPU seconds, not wall seconds (a busy machine deschedules the probe, which says nothing about
+its speed), and keeps the fastest of REPEATS runs. The factor is REFERENCE_SECONDS / the seconds here.
+
+torch takes seconds to import and `race plan` never imports it, so the probe runs in a child process, and
+only when this machine has no cached result: the result is kept under the race cache (RACE_CACHE, else
+~/.cache/race) in cpu-probe.json, one entry per machine fingerprint (CPU model, cores, architecture,
+torch and Python versions), so a home folder shared by several machines keeps one each. RACE_CPU_PROBE
+says what to do: unset or `cached` (the default), `refresh` (measure again now; also `race plan
+--reprobe`), `off` (the reference rates unscaled). A probe that cannot run (no torch, a timeout) leaves
+the reference rates unscaled and says so. `race plan --calibrate-from` replaces all of this with a finished
+sweep's own rates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from race_cli import machine
+from race_cli.io import atomic_write_text
+
+ENV = "RACE_CPU_PROBE"
+REPEATS = 40
+TIMEOUT_S = 60
+CACHE_NAME = "cpu-probe.json"
+# The probe's CPU seconds on the reference machine of CPU_RATES. That machine cannot be probed any more, so
+# the figure is inferred from a machine of the kind that ran the default grid in about half the planned time,
+# through the ratio of the two wall times (docs/measurements/walltime.md: which runs, machines and probes).
+REFERENCE_SECONDS = 0.0413
+
+# The work, run by `python -c` in a child with one thread: a 3-layer, 96-wide block (tiny-m's shape) over
+# 4 rows of 64 tokens, forward and backward, then 16 decode steps of 16 rows. Prints the fastest repeat.
+PROBE_CODE = f"""
+import os, time
+import torch
+torch.set_num_threads(1)
+torch.manual_seed(0)
+d, f, rows, T, L = 96, 256, 4, 64, 3
+layers = [dict(qkv=torch.nn.Linear(d, 3 * d), o=torch.nn.Linear(d, d), up=torch.nn.Linear(d, f),
+               down=torch.nn.Linear(f, d)) for _ in range(L)]
+params = [p for layer in layers for m in layer.values() for p in m.parameters()]
+opt = torch.optim.AdamW(params, lr=1e-4)
+mask = torch.full((T, T), float("-inf")).triu(1)
+
+def block(x):
+    for lay in layers:
+        q, k, v = lay["qkv"](x).chunk(3, dim=-1)
+        a = torch.softmax(q @ k.transpose(-1, -2) / d ** 0.5 + mask[: x.shape[1], : x.shape[1]], dim=-1)
+        x = x + lay["o"](a @ v)
+        x = x + lay["down"](torch.nn.functional.silu(lay["up"](x)))
+    return x
+
+best = float("inf")
+for _ in range({REPEATS}):
+    t0 = time.process_time()
+    x = torch.randn(rows, T, d)
+    loss = block(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    with torch.no_grad():
+        h = torch.randn(16, 1, d)
+        for _ in range(16):
+            h = torch.tanh(block(h))
+    best = min(best, time.process_time() - t0)
+print(best)
+"""
+
+
+@dataclass(frozen=True)
+class Speed:
+    """This machine against the reference machine of the CPU rates."""
+
+    factor: float  # rates here / reference rates (1.0: unscaled)
+    seconds: float | None  # the probe's fastest run here (None: not probed)
+    cached: bool  # read from cpu-probe.json rather than measured now
+    source: str  # what `race plan` prints as where its CPU rates come from
+
+
+def fingerprint() -> dict[str, str]:
+    """What makes two machines run the probe alike, as far as this process can tell without torch."""
+    from importlib import metadata
+
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = ""
+    return {"cpu": machine.cpu_model(), "cores": str(machine.cpu_cores()), "arch": platform.machine(),
+            "torch": torch_version, "python": platform.python_version()}
+
+
+def _key(fp: dict[str, str]) -> str:
+    return " | ".join(f"{k}={fp[k]}" for k in sorted(fp))
+
+
+def cache_file() -> Path:
+    from race_cli.zoo.build import cache_root
+
+    return cache_root() / CACHE_NAME
+
+
+def read_cache(path: Path) -> dict:
+    """{fingerprint key: entry}; an unreadable or foreign file reads as empty (the probe runs again)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    machines = data.get("machines") if isinstance(data, dict) else None
+    return {k: v for k, v in machines.items() if isinstance(v, dict)} if isinstance(machines, dict) else {}
+
+
+def run_probe(timeout: float = TIMEOUT_S) -> float:
+    """The probe's fastest repeat here, in seconds, from a child process (raises RuntimeError if it fails)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    try:
+        done = subprocess.run([sys.executable, "-c", PROBE_CODE], capture_output=True, text=True, env=env,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"the CPU probe did not finish in {timeout:g} s") from None
+    try:
+        seconds = float(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the CPU probe failed: {last}") from None
+    if not seconds > 0:
+        raise RuntimeError(f"the CPU probe printed {seconds!r}")
+    return seconds
+
+
+def _source(seconds: float, factor: float, cached: bool) -> str:
+    how = "cached probe" if cached else "probe"
+    return (f"the reference CPU rates x {factor:.2f} ({how} of this machine: {seconds:.3f} s against the "
+            f"reference's {REFERENCE_SECONDS:.3f} s; refresh: race plan --reprobe)")
+
+
+def machine_speed(mode: str | None = None, *, path: Path | None = None, probe=run_probe) -> Speed:
+    """This machine's Speed: from the cache when it has this fingerprint, else measured and cached.
+    `mode`: cached | refresh | off (default: $RACE_CPU_PROBE, else cached)."""
+    mode = (mode if mode is not None else os.environ.get(ENV, "") or "cached").strip().lower()
+    if mode not in ("cached", "refresh", "off"):
+        from race_cli.errors import RaceError
+
+        raise RaceError(f"{ENV}={mode!r}: expected cached, refresh or off.",
+                        f"Unset it to use the cached probe of this machine, or set {ENV}=off for the reference rates.")
+    if mode == "off":
+        return Speed(1.0, None, False, f"the reference CPU rates, unscaled ({ENV}=off)")
+    path = path if path is not None else cache_file()
+    fp = fingerprint()
+    key = _key(fp)
+    entries = read_cache(path)
+    entry = entries.get(key)
+    if mode == "cached" and entry and isinstance(entry.get("seconds"), (int, float)) and entry["seconds"] > 0:
+        seconds = float(entry["seconds"])
+        return Speed(REFERENCE_SECONDS / seconds, seconds, True, _source(seconds, REFERENCE_SECONDS / seconds, True))
+    try:
+        seconds = probe()
+    except RuntimeError as exc:
+        return Speed(1.0, None, False, f"the reference CPU rates, unscaled ({exc})")
+    entries[key] = {"seconds": seconds, "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "fingerprint": fp}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"version": 1, "machines": entries}, indent=2) + "\n", durable=False)
+    except OSError:
+        pass  # a read-only cache: the plan still uses this run's probe
+    return Speed(REFERENCE_SECONDS / seconds, seconds, False, _source(seconds, REFERENCE_SECONDS / seconds, False))
