@@ -11,6 +11,8 @@ recommend.py   the regimes worth validating, with the caveat beside them
 findings.py    what the pilot answers, on one screen, first in the console and summary.md
 predicted.py   the predictions a validation checks: endpoint ranking and compute curves
 validation.py  a validation sweep's verdict on the pilot's call (best - control, paired)
+labels.py      labels read back from provenance.json / report.json, checked against the jobs they name
+race.py        a raced sweep's state per condition, from its folder alone (the statistics: stats/race.py)
 render.py      the tables, summary.md and report.json
 words.py       one wording per verdict (the findings, the joint comparison, a race's states)
 plots.py       the PNGs (matplotlib, imported only when drawn)
