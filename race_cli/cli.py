@@ -26,6 +26,9 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+NO_RACE_HELP = "A fixed design: run the seed axis as it is, no race."
+MAX_SEEDS_HELP = "Race to this many seeds per regime (default: the grid's race.max_seeds)."
+
 OVERRIDES_HELP = ("Hydra overrides and sweeps, e.g. model=tiny-s,tiny-m grpo.group_size=4,8 "
                   "grpo.updates_per_batch=range(1,3) budget.flops=5e11 grid=none.")
 
@@ -75,6 +78,9 @@ def plan(
                                      "as race run --gpus-per-job gives them: that many GPU-hours per job-hour, "
                                      "GPUs // N jobs at once, and with 2 or more the PRM planned on the job's "
                                      "second GPU."),
+    no_race: bool = typer.Option(False, "--no-race", help=NO_RACE_HELP, rich_help_panel="What to run"),
+    max_seeds: Optional[int] = typer.Option(None, "--max-seeds", min=2, max=1000, help=MAX_SEEDS_HELP,
+                                            rich_help_panel="What to run"),
 ) -> None:
     """Expand a sweep into budget-matched GRPO jobs and preview each job's planned FLOP split, peak memory and wall time.
 
@@ -113,7 +119,8 @@ def plan(
                             f"cannot hold more GPUs than there are. Plan for more (--gpu {spec.kind.name}x"
                             f"{gpus_per_job}) or fewer per job.")
         p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes, rates=rates,
-                       informative=informative, gpu=spec, gpus_per_job=gpus_per_job)
+                       informative=informative, gpu=spec, gpus_per_job=gpus_per_job, race=not no_race,
+                       max_seeds=max_seeds)
         if out is not None:
             written = write_sweep(p, out)
     except RaceError as exc:
@@ -234,10 +241,14 @@ def run(
     setup: Optional[List[str]] = typer.Option(None, "--setup", help="SLURM: a shell line run before each task, e.g. "
                                               "'module load cuda' or 'source .venv/bin/activate' (repeatable)."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="SLURM: follow the tasks to the end (default), or submit and exit."),
+    no_race: bool = typer.Option(False, "--no-race", help=NO_RACE_HELP, rich_help_panel="What to run"),
+    max_seeds: Optional[int] = typer.Option(None, "--max-seeds", min=2, max=1000, help=MAX_SEEDS_HELP,
+                                            rich_help_panel="What to run"),
 ) -> None:
     """Run every job of a sweep, one process per job, and end with the top of the ranking.
 
     Takes the same overrides as [bold]race plan[/]; with none, runs the embedded tiny grid on CPU.
+    A grid with a race block races: after each look, seeds go only to the calls still open.
     Rerun the same command to resume: done jobs are skipped, interrupted ones resume from their
     checkpoints, failed ones are rerun only with --retry-failed. Ctrl-C stops the jobs cleanly. The
     end line prints the wall time against the plan's.
@@ -251,7 +262,7 @@ def run(
                         launcher=launcher, retry_failed=retry_failed, yes=yes, max_jobs=max_jobs,
                         partition=partition, time_min=time_min, array_parallelism=array_parallelism,
                         setup=setup or [], cpus_per_task=cpus_per_task, mem_gb=mem_gb, allow_cpu=allow_cpu,
-                        wait=wait)
+                        wait=wait, race=not no_race, max_seeds=max_seeds)
     except RaceError as exc:
         _fail(exc)
     raise typer.Exit(code)

@@ -178,6 +178,7 @@ class GridConf:
     description: str = d("", Text(0, 10_000))
     axes: dict[str, str] = d(factory=dict, domain=MapOf(Text(1, 100_000)))  # e.g. {"grpo.group_size": "4,8"}
     fixed: dict[str, Any] = d(factory=dict, domain=MapOf(AnyPlain()))  # e.g. {"budget.flops": 2e12}
+    race: dict[str, Any] = d(factory=dict, domain=MapOf(AnyPlain()))  # e.g. {"max_seeds": 4}; plan/race_plan.py checks it
 
 
 @dataclass
