@@ -470,24 +470,17 @@ def group_rows(table: pd.DataFrame, by: list[str], sort: bool = True) -> list[tu
     return [(k if isinstance(k, tuple) else (k,), r) for k, r in zip(keys, rows)]
 
 
-def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, seed: int = 0,
-             maximize: bool = True, level: float = 0.95,
-             draws_out: dict[str, np.ndarray] | None = None,
-             assume_seed_sd: float | None = None) -> pd.DataFrame:
-    """The ranking table of every condition: condition columns, then one row per regime.
-
-    A condition is the `by` columns plus the evaluation target: `condition` labels both,
-    `job_condition` only the `by` part (what a job belongs to, whatever it was scored on).
-    Seed variance is pooled over every regime of the sweep that shares a pool (`pool_key`: the reward
-    system), moderated per regime (race_cli/stats/variance.py). assume_seed_sd supplies the seed term
-    where a condition has one seed per regime. draws_out, when given, receives {condition: draws [B, R]}.
-    """
-    from race_cli.stats import decisions as D
+def condition_noises(data: SweepData, target: str, by: list[str], maximize: bool = True,
+                     assume_seed_sd: float | None = None, jobs: pd.DataFrame | None = None,
+                     reg_cols: list[str] | None = None) -> tuple[list[dict], list[dict], list[tuple]]:
+    """Every condition's inputs and noises, as the ranking computes them: (condition values, inputs,
+    (noise, gain noise or None)) per condition in group order. jobs: the rankable jobs to use (default: all
+    of `data`'s); reg_cols: the regime columns (default: those varying among `jobs`). Seed variance is pooled
+    over every regime of these jobs that shares a pool (`pool_key`), moderated per regime."""
     from race_cli.stats.variance import fit_pools
 
-    jobs = data.jobs[rankable(data.jobs, target)]
-    reg_cols = regime_columns(jobs, data.knob_cols, by)
-    rng = np.random.default_rng(seed)
+    jobs = data.jobs[rankable(data.jobs, target)] if jobs is None else jobs
+    reg_cols = regime_columns(jobs, data.knob_cols, by) if reg_cols is None else reg_cols
     arrays = _job_arrays(jobs, reg_cols, target)
     regime_rows = _regime_rows(arrays, reg_cols)
     numbered: dict[tuple, tuple] = {}  # conditions whose jobs list the same regimes in the same order (most)
@@ -501,9 +494,28 @@ def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, se
                                         target, data.items, data.items_initial))
     keys = [pool_key(c) for c in conds]
     pools = fit_pools([i["noise"] for i in inputs], keys)
-    parts: list[dict] = []  # column arrays per condition, joined once at the end (fast)
     noises = [_noises(inp, _prior_for(inp["noise"], pools[k] if pools[k].df_total else None, assume_seed_sd),
                       maximize) for inp, k in zip(inputs, keys)]
+    return conds, inputs, noises
+
+
+def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, seed: int = 0,
+             maximize: bool = True, level: float = 0.95,
+             draws_out: dict[str, np.ndarray] | None = None,
+             assume_seed_sd: float | None = None) -> pd.DataFrame:
+    """The ranking table of every condition: condition columns, then one row per regime.
+
+    A condition is the `by` columns plus the evaluation target: `condition` labels both,
+    `job_condition` only the `by` part (what a job belongs to, whatever it was scored on).
+    Seed variance is pooled over every regime of the sweep that shares a pool (`pool_key`: the reward
+    system), moderated per regime (race_cli/stats/variance.py). assume_seed_sd supplies the seed term
+    where a condition has one seed per regime. draws_out, when given, receives {condition: draws [B, R]}.
+    """
+    from race_cli.stats import decisions as D
+
+    rng = np.random.default_rng(seed)
+    conds, inputs, noises = condition_noises(data, target, by, maximize, assume_seed_sd)
+    parts: list[dict] = []  # column arrays per condition, joined once at the end (fast)
     decs = D.rank_decisions_many([n for n, _ in noises], maximize, level)  # all conditions at once
     has_gain = [i for i, (_, g) in enumerate(noises) if g is not None]
     gds: list[dict | None] = [None] * len(noises)

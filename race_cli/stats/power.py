@@ -205,3 +205,27 @@ def with_seeds(d: Design, seeds: int) -> Design:
     """The same design with another seed count (the pool's df scaled with it)."""
     pool = None if d.pool_df is None else d.pool_df / max(d.seeds - 1, 1) * (seeds - 1)
     return replace(d, seeds=seeds, pool_df=pool)
+
+
+def open_call_power(gap: float, parts: Parts, seeds_now: int, seeds_cap: int, regimes: int, margin: float,
+                    alpha: float) -> float:
+    """Power at the cap of an open call between the best and its runner-up, measured gap `gap` (>= 0):
+    the larger of separating it (the range's first step at `alpha`) and showing it within ±margin (MCB,
+    Bonferroni over regimes − 1), a normal approximation. parts: the gap's measured variance parts now;
+    the item × regime part stays, the job-mean (seed) part shrinks as seeds_now / seeds_cap. What a race's
+    futility stop asks: below 80% neither outcome is in reach at the cap."""
+    from race_cli.stats.quantiles import range_quantile, t_quantile
+    from scipy import special
+
+    inter = max(float(parts.item) - float(parts.resid), 0.0)
+    var = inter + float(parts.seed) * seeds_now / seeds_cap
+    se = math.sqrt(var) if var > 0 else 0.0
+    if se == 0:
+        return 1.0
+    df = float(parts.df_seed)
+    phi = lambda x: float(special.ndtr(x))  # noqa: E731
+    crit = float(range_quantile(1 - alpha, max(regimes, 2), df)) / math.sqrt(2.0)
+    sep = phi(abs(gap) / se - crit)
+    m = margin - float(t_quantile(1 - alpha / max(regimes - 1, 1), df)) * se
+    eq = phi((m - abs(gap)) / se) - phi((-m - abs(gap)) / se) if m > 0 else 0.0
+    return max(sep, eq)

@@ -1,0 +1,158 @@
+"""A raced sweep's state, computed from its folder alone (reads a SweepData; the statistics are stats/race.py).
+
+`race_states(data, schedule)` replays the race from look 0. At look k a condition still racing uses only
+its active regimes' jobs with seed < looks[k]; the sweep's seed pool (report/rank.condition_noises, the
+ranking's own variance model) sees every regime's jobs up to the seeds it was given, the regimes dropped
+and the conditions stopped earlier with theirs. A look is decided only when every job it needs, over the
+whole sweep, is done (the pool spans conditions); until then the racing conditions wait at that look
+("continue"). So a look's decision is a function of its own jobs only: jobs added for later looks never
+change it, and a race stopped and rerun at any point replays to the same states.
+
+`needed_seeds(states)` turns the states into what the run loop writes next: per regime, the seeds it
+needs now.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from race_cli.report.rank import (condition_label, condition_noises, group_rows, label, rankable,
+                                  regime_columns)
+from race_cli.report.table import CONDITION_COLS, SweepData, maximize_target
+from race_cli.stats.race import RaceState, Schedule, decide_look
+
+
+def _subset_noise(noise, idx: list[int]):
+    """The noise of regimes idx only (their seed variances as the sweep pool moderated them)."""
+    from dataclasses import replace
+
+    return replace(noise, m=noise.m[idx], n_seeds=noise.n_seeds[idx], job_var=noise.job_var[idx],
+                   job_df=noise.job_df[idx], seed_var=noise.seed_var[idx], seed_df=noise.seed_df[idx],
+                   outlier=noise.outlier[idx])
+
+
+def _plain(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def race_states(data: SweepData, schedule: Schedule, by: list[str] | None = None,
+                targets: list[str] | None = None) -> list[RaceState]:
+    """Each (condition, target)'s race state: the latest look decided, or the look it waits for."""
+    by = list(CONDITION_COLS) if by is None else list(by)
+    targets = list(data.targets) if targets is None else list(targets)
+    jobs = data.jobs
+    if jobs.empty:
+        return []
+    reg_cols = regime_columns(jobs, data.knob_cols, by)
+    regime = np.array([label({c: _plain(v) for c, v in zip(reg_cols, row)})
+                       for row in jobs[reg_cols].astype(object).to_numpy()], dtype=object) if reg_cols else \
+        np.full(len(jobs), label({}), dtype=object)
+    seed = pd.to_numeric(jobs["seed"], errors="coerce").to_numpy(float) if "seed" in jobs else np.zeros(len(jobs))
+    out = []
+    for target in targets:
+        out += _race_target(data, schedule, by, target, reg_cols, regime, seed)
+    return out
+
+
+def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed) -> list[RaceState]:
+    jobs = data.jobs
+    ok = rankable(jobs, target).to_numpy()
+    maximize = maximize_target(target)
+    looks = schedule.looks
+    groups = group_rows(jobs, by)  # conditions from every job, done or not
+    conds = [dict(zip(by, (_plain(v) for v in key))) for key, _ in groups]
+    # per condition: regime label -> its columns (first job's), in first-appearance order
+    regs = []
+    for _, rows in groups:
+        r: dict[str, dict] = {}
+        for i in rows:
+            r.setdefault(regime[i], {c: _plain(jobs[c].iat[i]) for c in reg_cols})
+        regs.append(r)
+    cond_of = np.empty(len(jobs), dtype=int)
+    for c, (_, rows) in enumerate(groups):
+        cond_of[rows] = c
+    active = [list(r) for r in regs]  # regimes entering the next look
+    last_look = [{g: None for g in r} for r in regs]  # regime -> the last look it took part in
+    final: list[RaceState | None] = [None] * len(conds)  # the state once stopped
+    states: list[RaceState | None] = [None] * len(conds)
+    for k, s_k in enumerate(looks):
+        racing = [c for c in range(len(conds)) if final[c] is None]
+        if not racing:
+            break
+        # does look k have every job it needs?
+        have = {}
+        waiting = []
+        for c in racing:
+            rows = groups[c][1]
+            done = {g: set() for g in active[c]}
+            for i in rows:
+                if ok[i] and regime[i] in done and np.isfinite(seed[i]) and 0 <= seed[i] < s_k:
+                    done[regime[i]].add(int(seed[i]))
+            have[c] = {g: len(v) for g, v in done.items()}
+            if any(n < s_k for n in have[c].values()):
+                waiting.append(c)
+        if waiting:
+            missing = sum(s_k - n for c in waiting for n in have[c].values())
+            for c in racing:
+                states[c] = _state(conds[c], target, k, have[c], schedule.spent(k - 1), "continue",
+                                   tuple(active[c]), states[c].best if states[c] else None, s_k, schedule,
+                                   f"waiting for look {k}: {missing} job(s) of {s_k} seeds per active regime "
+                                   "not done yet", regs[c])
+            break
+        for c in racing:
+            for g in active[c]:
+                last_look[c][g] = k
+        # the look's jobs: each regime's seeds up to the last look it took part in
+        limit = np.array([looks[last_look[cond_of[i]].get(regime[i])]
+                          if last_look[cond_of[i]].get(regime[i]) is not None else 0 for i in range(len(jobs))])
+        use = ok & np.isfinite(seed) & (seed >= 0) & (seed < limit)
+        got_conds, inputs, noises = condition_noises(data, target, by, maximize, jobs=jobs[use], reg_cols=reg_cols)
+        index = {tuple(sorted((k2, _plain(v)) for k2, v in cd.items())): j for j, cd in enumerate(got_conds)}
+        todo, ns, gs, labels = [], [], [], []
+        for c in racing:
+            j = index[tuple(sorted(conds[c].items()))]
+            names = [label(r) for r in inputs[j]["regs"]]
+            idx = [names.index(g) for g in active[c]]
+            noise, gnoise = noises[j]
+            todo.append(c)
+            ns.append(_subset_noise(noise, idx))
+            gs.append(None if gnoise is None else _subset_noise(gnoise, idx))
+            labels.append(list(active[c]))
+        for c, lab, d in zip(todo, labels, decide_look(ns, gs, schedule, k, maximize)):
+            seeds = {g: s_k for g in lab}
+            nxt = looks[k + 1] if d.state == "continue" else None
+            cont = tuple(lab[i] for i in d.active)
+            iv = {lab[i]: (float(d.gap[i]), float(d.gap_lo[i]), float(d.gap_hi[i])) for i in range(len(lab))}
+            st = _state(conds[c], target, k, seeds, schedule.spent(k), d.state, cont, lab[d.best], nxt, schedule,
+                        f"look {k} ({s_k} seeds, α {schedule.level(k):.4g}): {d.reason}", regs[c], iv)
+            states[c] = st
+            if d.state == "continue":
+                active[c] = list(cont)
+            else:
+                final[c] = st
+    return [s for s in states if s is not None]
+
+
+def _state(cond: dict, target: str, k: int, seeds: dict, spent: float, state: str, active: tuple, best,
+           next_seeds, schedule: Schedule, reason: str, regs: dict, intervals: dict | None = None) -> RaceState:
+    act = active if state == "continue" else ()
+    return RaceState(condition=condition_label(cond | {"target": target}), target=target, look=k,
+                     seeds={g: int(n) for g, n in seeds.items()}, alpha_spent=float(spent), state=state,
+                     active=tuple(act), best=best, next_seeds=next_seeds if state == "continue" else None,
+                     margin=schedule.margin, reason=reason, condition_values=dict(cond),
+                     active_values=tuple(dict(regs[g]) for g in act), intervals=intervals or {})
+
+
+def needed_seeds(states: list[RaceState]) -> dict[tuple, int]:
+    """Per regime still racing, the seeds it needs now (the most over targets: one job serves every target).
+    Key: sorted (column, value) pairs of the condition's columns followed by sorted ones of the regime's."""
+    out: dict[tuple, int] = {}
+    for st in states:
+        if st.state != "continue" or st.next_seeds is None:
+            continue
+        cond = sorted(st.condition_values.items())
+        for vals in st.active_values:
+            key = tuple(cond + sorted(vals.items()))
+            out[key] = max(out.get(key, 0), int(st.next_seeds))
+    return out

@@ -1,0 +1,279 @@
+"""Racing: a pilot that spends its seeds where a call is still open (numpy/scipy, no pandas, no I/O).
+
+A race is fixed before the first job by its `Schedule`: looks at fixed seed counts per still-active
+regime (e.g. 2 → 3 → 4, the last one the cap), the familywise error α over all looks, how α is split
+across them, and the equivalence margin. Only which regimes and conditions continue depends on data.
+
+At look k every condition still racing is decided at that look's level α_k (`Schedule.level`), with the
+report's own variance model (stats/variance.py) and procedures (stats/decisions.py), on its active
+regimes' jobs with seed < looks[k]:
+
+- **worse**: a regime shown worse than the best (REGWQ over the active regimes, familywise α_k) stops;
+- **winner**: the best shown better than every other active regime;
+- **equivalent**: every remaining regime within ±margin of the best by simultaneous intervals — Hsu's
+  multiple comparisons with the best in its conservative Bonferroni form: with j* the true best, the
+  one-sided bounds m_j − m_i + t(1 − α_k/(R − 1))·se_ji hold together for j = j* and every i (R − 1
+  comparisons); as j* is unknown the claim needs every ordered pair's bound below the margin,
+  |m_i − m_j| + t·se_ij < margin. Each part at its own df, so unequal seed counts (Tukey–Kramer: every
+  pair's own standard error) are covered;
+- **undecided** (futility, non-binding): neither separation nor equivalence reaches 80% power at the cap
+  (`power.open_call_power`, the open call's measured parts extrapolated in seeds). Stopping early can
+  only withhold claims, never add one;
+- **no_gain**: the condition stops (any of the above) with no active regime shown to beat its start
+  (Holm on one-sided bounds at α_k/2, as the report tests it): its ranking orders regimes that did not learn;
+- anything else **continues**: its surviving regimes get looks[k + 1] seeds; at the cap it is undecided.
+
+Error control over looks: a false claim at any look needs a false claim at some look k, whose chance
+is at most α_k; the Bonferroni split (Σ α_k = α) bounds the total by the union bound whatever the data
+do. A "worse" or "winner" claim at look k is true whenever every claim made at looks ≤ k is (worse is
+transitive), so the familywise error of the whole race is at most α.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from race_cli.errors import RaceError
+
+STATES = ("continue", "winner", "equivalent", "undecided", "no_gain")
+SPENDINGS = ("bonferroni",)  # α split equally over the looks: valid by the union bound
+DEFAULT_LOOKS = (2, 3, 4)  # seeds per active regime at each look; the last is the cap (docs/statistics-race.md)
+DEFAULT_ALPHA = 0.05  # familywise error over all looks and claims of one condition
+DEFAULT_MARGIN = 0.05  # equivalence margin on the score scale (accuracy 0-1; docs/statistics-race.md)
+FUTILITY_POWER = 0.80  # an open call stops as undecided below this power at the cap
+
+
+# --- the schedule ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A race fixed before the first job."""
+
+    looks: tuple[int, ...]  # seeds per active regime at look k, strictly increasing, >= 2; looks[-1] is the cap
+    alpha: float = DEFAULT_ALPHA  # familywise error over all looks
+    margin: float = DEFAULT_MARGIN  # equivalence margin on the score scale, declared before the first job
+    spending: str = "bonferroni"  # how alpha is split over the looks
+
+    def __post_init__(self):
+        object.__setattr__(self, "looks", tuple(self.looks))
+        problems = []
+        lk = self.looks
+        if not lk or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in lk):
+            problems.append(f"race looks must be a non-empty list of whole seed counts, got {list(lk)!r}")
+        elif lk[0] < 2 or any(b <= a for a, b in zip(lk, lk[1:])):
+            problems.append(f"race looks must start at 2 seeds or more and increase strictly, got {list(lk)}; "
+                            "e.g. [2, 3, 4]")
+        if not (isinstance(self.alpha, (int, float)) and 0 < self.alpha < 0.5):
+            problems.append(f"race alpha must be a number in (0, 0.5), got {self.alpha!r}; e.g. 0.05")
+        if not (isinstance(self.margin, (int, float)) and 0 < self.margin < 1):
+            problems.append(f"race margin must be a number in (0, 1) on the score scale, got {self.margin!r}; "
+                            f"e.g. {DEFAULT_MARGIN}")
+        if self.spending not in SPENDINGS:
+            problems.append(f"race spending must be one of {', '.join(SPENDINGS)}, got {self.spending!r}")
+        if problems:
+            raise RaceError(*problems)
+
+    @property
+    def cap(self) -> int:
+        return self.looks[-1]
+
+    def level(self, k: int) -> float:
+        """α spent at look k (Bonferroni: α / number of looks)."""
+        if not 0 <= k < len(self.looks):
+            raise IndexError(f"look {k} outside 0..{len(self.looks) - 1}")
+        return self.alpha / len(self.looks)
+
+    def spent(self, k: int) -> float:
+        """α spent through look k (inclusive); 0 before look 0 (k = -1)."""
+        return sum(self.level(j) for j in range(k + 1))
+
+    def to_json(self) -> dict:
+        return {"looks": list(self.looks), "alpha": self.alpha, "margin": self.margin, "spending": self.spending}
+
+    @classmethod
+    def from_json(cls, d) -> "Schedule":
+        """The plan.json "race" record, validated (RaceError naming what was wrong)."""
+        if not isinstance(d, dict):
+            raise RaceError(f"plan.json's race record must be an object like {cls(DEFAULT_LOOKS).to_json()}, "
+                            f"got {type(d).__name__}")
+        unknown = set(d) - {"looks", "alpha", "margin", "spending"}
+        if unknown or "looks" not in d:
+            raise RaceError(f"plan.json's race record needs 'looks' and may carry alpha, margin, spending; "
+                            f"got keys {sorted(d)}")
+        looks = d["looks"]
+        if not isinstance(looks, list):
+            raise RaceError(f"race looks must be a list of seed counts, got {looks!r}; e.g. [2, 3, 4]")
+        return cls(tuple(looks), d.get("alpha", DEFAULT_ALPHA), d.get("margin", DEFAULT_MARGIN),
+                   d.get("spending", "bonferroni"))
+
+
+def make_schedule(max_seeds: int, first: int = 2, alpha: float = DEFAULT_ALPHA, margin: float = DEFAULT_MARGIN,
+                  spending: str = "bonferroni") -> Schedule:
+    """Looks from `first` seeds growing by about half each time (2, 3, 4, 6, 9, ...) up to the cap max_seeds
+    (always the last look). max_seeds == first: one look, a fixed design."""
+    if not isinstance(max_seeds, int) or not isinstance(first, int) or first < 2 or max_seeds < first:
+        raise RaceError(f"a race needs 2 <= first seeds <= max seeds, got first={first!r}, max_seeds={max_seeds!r}")
+    looks = [first]
+    while True:
+        nxt = max(looks[-1] + 1, int(looks[-1] * 1.5))
+        if nxt >= max_seeds:
+            break
+        looks.append(nxt)
+    if looks[-1] != max_seeds:
+        looks.append(max_seeds)
+    return Schedule(tuple(looks), alpha, margin, spending)
+
+
+# --- the state record ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RaceState:
+    """One condition's race after its latest decided (or awaited) look: the file contract of a raced sweep."""
+
+    condition: str  # the condition label exactly as the ranking names it
+    target: str
+    look: int  # index into Schedule.looks
+    seeds: dict[str, int]  # per active regime (the ranking's label) -> seeds used at this look
+    alpha_spent: float  # α spent through this look's decision (looks not yet decided spend nothing)
+    state: str  # one of STATES
+    active: tuple[str, ...]  # regimes that continue (empty when stopped); a winner is named in `best`
+    best: str | None
+    next_seeds: int | None  # seeds the active regimes need next; None when stopped
+    margin: float
+    reason: str  # one sentence (what was shown, or what would settle an undecided call)
+    condition_values: dict = field(default_factory=dict)  # the condition's columns except target
+    active_values: tuple[dict, ...] = ()  # per active regime, its regime columns
+    intervals: dict = field(default_factory=dict)  # regime -> (best − regime, low, high), simultaneous at α_k
+
+    def to_json(self) -> dict:
+        return {"condition": self.condition, "target": self.target, "look": self.look, "seeds": dict(self.seeds),
+                "alpha_spent": self.alpha_spent, "state": self.state, "active": list(self.active),
+                "best": self.best, "next_seeds": self.next_seeds, "margin": self.margin, "reason": self.reason,
+                "condition_values": {k: _plain(v) for k, v in self.condition_values.items()},
+                "active_values": [{k: _plain(v) for k, v in r.items()} for r in self.active_values],
+                "intervals": {r: [float(x) for x in v] for r, v in self.intervals.items()}}
+
+
+def _plain(v):
+    """numpy scalars as JSON numbers."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+# --- one look's decision ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LookDecision:
+    """What look k decided for one condition (regime indices into its noise's regimes)."""
+
+    state: str  # one of STATES
+    best: int  # the pilot-best active regime
+    worse: tuple[int, ...]  # shown worse than the best at this look: they stop
+    active: tuple[int, ...]  # regimes that continue to the next look (empty when stopped)
+    gap: np.ndarray  # [R] best − regime (in the better direction)
+    gap_lo: np.ndarray  # [R] simultaneous (MCB) bounds of best − regime at α_k
+    gap_hi: np.ndarray
+    power: float  # the open call's power at the cap (nan when not computed)
+    reason: str
+
+
+def equivalence_bounds(point: np.ndarray, parts, alpha: float):
+    """Hsu's MCB half-widths (Bonferroni form) on R regimes: t(1 − α/(R − 1)) · se of every pair, each
+    variance part at its own df. point [R]; parts: the Parts of decisions.pair_contrasts(R) [R·R].
+    Returns h [R, R]: best − i lies in gap ± h[best, i] simultaneously (one-sided each way)."""
+    from race_cli.stats.decisions import _half
+    from race_cli.stats.quantiles import t_quantile
+
+    R = len(point)
+    m = max(R - 1, 1)
+    h = _half(parts, lambda df: t_quantile(1 - alpha / m, df))
+    return np.asarray(h, float).reshape(R, R)
+
+
+def decide_look(noises: list, gains: list, schedule: Schedule, k: int, maximize: bool = True) -> list[LookDecision]:
+    """The decision of look k for many conditions at once.
+
+    noises: each condition's stats/variance.Noise restricted to its active regimes (pooled with the sweep's
+    prior), all with looks[k] seeds or, for regimes that carry more, with theirs; gains: each one's gain
+    Noise (final − start, signed as an improvement) or None without a recorded start."""
+    from race_cli.stats import decisions as D
+    from race_cli.stats import variance as V
+    from race_cli.stats.power import open_call_power
+
+    alpha = schedule.level(k)
+    last = k == len(schedule.looks) - 1
+    decs = D.rank_decisions_many(noises, maximize, alpha=alpha) if noises else []
+    has_gain = [i for i, g in enumerate(gains) if g is not None]
+    gds: list = [None] * len(noises)
+    for i, gd in zip(has_gain, D.gain_decisions_many([gains[i] for i in has_gain], alpha=alpha)):
+        gds[i] = gd
+    sign = 1.0 if maximize else -1.0
+    out = []
+    for noise, dec, gd in zip(noises, decs, gds):
+        R = len(noise.n_seeds)
+        point = sign * np.asarray(dec["mean"], float)
+        best = int(dec["best"])
+        gap = point[best] - point
+        nan = np.full(R, np.nan)
+        if R < 2:
+            out.append(_stop(LookDecision("undecided", best, (), (), gap, nan, nan, math.nan,
+                                          "one regime: nothing to compare"), gd))
+            continue
+        if not dec["testable"]:
+            st = "undecided" if last else "continue"
+            out.append(LookDecision(st, best, (), () if last else tuple(range(R)), gap, nan, nan, math.nan,
+                                    "no seed variance yet: nothing is testable"))
+            continue
+        worse = ~np.asarray(dec["tied_best"], bool)
+        pp = V.contrast_parts(noise, D.pair_contrasts(R))
+        h = equivalence_bounds(point, pp, alpha)
+        lo, hi = gap - h[best], gap + h[best]
+        lo[best] = hi[best] = 0.0
+        rest = [i for i in range(R) if not worse[i]]
+        wl = tuple(i for i in range(R) if worse[i])
+        if len(rest) == 1:
+            out.append(_stop(LookDecision("winner", best, wl, (), gap, lo, hi, math.nan,
+                                          "the best is shown better than every other regime"), gd))
+            continue
+        diff = np.abs(point[:, None] - point[None, :]) + h
+        sub = diff[np.ix_(rest, rest)]
+        if np.all(sub[~np.eye(len(rest), dtype=bool)] < schedule.margin):
+            out.append(_stop(LookDecision("equivalent", best, wl, (), gap, lo, hi, math.nan,
+                                          f"every remaining regime is within ±{schedule.margin:g} of the best"), gd))
+            continue
+        if last:
+            out.append(_stop(LookDecision("undecided", best, wl, (), gap, lo, hi, math.nan,
+                                          f"open at the cap of {schedule.cap} seeds"), gd))
+            continue
+        runner = max((i for i in rest if i != best), key=lambda i: point[i])
+        s_now = int(noise.n_seeds[best])
+        pw = open_call_power(gap[runner], _pair_parts(pp, R, best, runner), s_now, schedule.cap, len(rest),
+                             schedule.margin, schedule.level(len(schedule.looks) - 1))
+        if pw < FUTILITY_POWER:
+            out.append(_stop(LookDecision("undecided", best, wl, (), gap, lo, hi, pw,
+                                          f"separation or equivalence reaches {pw:.2f} power at the cap of "
+                                          f"{schedule.cap} seeds (< {FUTILITY_POWER:.2f})"), gd))
+            continue
+        out.append(LookDecision("continue", best, wl, tuple(rest), gap, lo, hi, pw,
+                                f"open; {pw:.2f} power at the cap"))
+    return out
+
+
+def _pair_parts(pp, R: int, i: int, j: int):
+    from race_cli.stats.variance import Parts
+
+    c = i * R + j
+    return Parts(pp.item[c], pp.resid[c], pp.seed[c], pp.df_item, pp.df_resid, pp.df_seed[c])
+
+
+def _stop(d: LookDecision, gd: dict | None) -> LookDecision:
+    """A stopping decision becomes no_gain when no active regime beats its start (unknown start: kept)."""
+    if gd is None or np.asarray(gd["beats_start"], bool).any():
+        return d
+    return LookDecision("no_gain", d.best, d.worse, (), d.gap, d.gap_lo, d.gap_hi, d.power,
+                        f"no regime is shown to beat its start ({d.state}: {d.reason})")
