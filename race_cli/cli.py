@@ -126,6 +126,13 @@ def plan(
     except RaceError as exc:
         _fail(exc)
     print_plan(p, fmt.value)
+    if p.race is not None and fmt == PlanFormat.table:  # what the race costs: minimum, expected, maximum
+        from rich.console import Console
+
+        from race_cli.plan.race_price import price_lines, price_race
+
+        for line in price_lines(price_race(p, sd[0]), p.race):
+            Console().print(line, highlight=False)
     from race_cli.plan.power import joint_power_lines, plan_joint_power, plan_power, print_power
     from race_cli.plan.walltime_eval import eval_share_line
 

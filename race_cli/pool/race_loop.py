@@ -188,12 +188,13 @@ def next_look(sweep: Path, schedule, say: Callable[[str], None] = print) -> Look
 
 
 def end_lines(states: list, schedule) -> list[str]:
-    """Per condition and target: its end state and the look it was decided at."""
+    """Per condition and target: its end state and the look it was decided at (looks counted from 0, as the
+    state record's `look`)."""
     looks = " -> ".join(map(str, schedule.looks))
     out = [f"race (seeds per regime {looks}, familywise alpha {schedule.alpha:g}, margin ±{schedule.margin:g}):"]
     for s in states:
-        where = f"look {s.look + 1} ({schedule.looks[s.look]} seeds)"
+        where = f"look {s.look} ({schedule.looks[s.look]} seeds)"
         what = {"winner": f"winner {s.best}", "equivalent": f"equivalent within ±{s.margin:g} (best {s.best})",
                 "continue": "still open (waiting for jobs)"}.get(s.state, s.state.replace("_", " "))
-        out.append(f"  {s.condition} · {s.target}: {what} at {where}" + (f"; {s.reason}" if s.reason else ""))
+        out.append(f"  {s.condition}: {what} at {where}" + (f"; {s.reason}" if s.reason else ""))
     return out
