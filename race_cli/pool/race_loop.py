@@ -7,11 +7,10 @@ why the later seeds wait in the reserve). Which ones: the report's own decisions
 (report/race.race_states -> needed_seeds), computed from the folder alone. Nothing here keeps state
 of its own, so a race killed at any point and rerun recomputes the same decisions from the same jobs:
 
-- a job folder is built under <sweep>/.race-look.tmp/ and renamed into jobs/; a folder already in jobs/
-  (a kill came after its rename) is kept as it is;
+- a job folder is built under <sweep>/.race-look.tmp/ and renamed into jobs/;
 - plan.json is rewritten atomically after the folders, so it never lists a folder that is not there;
-  a folder written but not yet listed was never run (the pool runs only listed jobs), and the rerun's
-  decision names it again.
+  a folder written but not yet listed was never run (the pool runs only listed jobs): the rerun removes
+  it before deciding (the report reads every folder) and its decision writes it again.
 No torch; pandas only through the report's reader.
 """
 
@@ -138,8 +137,6 @@ def open_jobs(sweep: Path, job_ids: list[str], doc: dict | None = None) -> list[
         for job_id in job_ids:
             row = reserve[job_id]
             target = folder.job_dir(sweep, check_job_id(job_id, f"{sweep}/plan.json"))
-            if folder.job_config(target).is_file():
-                continue  # renamed into place before a kill: kept
             sib = siblings.get(regime_of(row))
             if sib is None:
                 raise RaceError(f"{sweep}/plan.json: reserve job {job_id} has no written job of its regime to "
@@ -168,12 +165,26 @@ def open_jobs(sweep: Path, job_ids: list[str], doc: dict | None = None) -> list[
     return list(job_ids)
 
 
+def drop_unlisted(sweep: Path, doc: dict) -> list[str]:
+    """Remove the folders of reserve jobs that plan.json does not list yet (a kill came between their
+    rename and plan.json): never run, so nothing is lost, and the report reads only jobs the race opened.
+    Call under the sweep lock."""
+    gone = []
+    for r in doc.get("reserve", []):
+        d = folder.job_dir(sweep, r["job_id"])
+        if d.is_dir() and not d.is_symlink():
+            shutil.rmtree(d)
+            gone.append(r["job_id"])
+    return gone
+
+
 def next_look(sweep: Path, schedule, say: Callable[[str], None] = print) -> Look:
     """Decide from the folder and open what the decision asks for (under the sweep lock)."""
     from race_cli.lock import SweepLock
 
     with SweepLock(sweep, say=say):
         doc = read_plan_document(sweep)
+        drop_unlisted(sweep, doc)
         look = decide(sweep, schedule, doc)
         open_jobs(sweep, look.open, doc)
     if look.open:
