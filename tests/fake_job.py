@@ -59,7 +59,8 @@ def truth_items(fake: dict, seed: int) -> dict:
     fields to merge; {} without `items` (the default fake job)."""
     if "items" not in fake:
         return {}
-    n, mean, sd, start = int(fake["items"]), float(fake["mean"]), float(fake.get("seed_sd", 0.0)), float(fake.get("start", 0.0))
+    n, mean = int(fake["items"]), float(fake["mean"])
+    sd, start = float(fake.get("seed_sd", 0.0)), float(fake.get("start", 0.0))
     p = min(1.0, max(0.0, mean + sd * _normal(f"regime{mean}:seed{seed}")))
     ids = [f"item-{i}" for i in range(n)]
     scores = [1.0 if score(f"item{i}", seed) < p else 0.0 for i in range(n)]
