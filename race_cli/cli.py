@@ -126,6 +126,10 @@ def plan(
     except RaceError as exc:
         _fail(exc)
     print_plan(p, fmt.value)
+    if p.race_note:
+        from rich.console import Console
+
+        Console(stderr=True).print(p.race_note, highlight=False)
     if p.race is not None and fmt == PlanFormat.table:  # what the race costs: minimum, expected, maximum
         from rich.console import Console
 

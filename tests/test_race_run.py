@@ -201,7 +201,7 @@ def test_no_race_is_the_fixed_plan():
 
 
 @pytest.mark.parametrize("args, kw, says", [
-    (["seed=0,2"], {}, "numbers its seeds from 0"),
+    (["seed=0,2"], {}, "numbers its seeds from 0"),  # --max-seeds asks for a race: refused, not fixed
     (["seed=3"], {}, "seed= fixes one seed"),
     ([], {"max_seeds": 1}, "fewer than the 2 seeds"),
 ])
@@ -249,3 +249,13 @@ def test_price_of_a_race_by_hand():
     assert price.expected == price.minimum
     anywhere = price_race(plan, seed_sd=0.02, gap=0.03, n_sim=8)
     assert price.minimum.jobs <= anywhere.expected.jobs <= price.maximum.jobs
+
+
+def test_seeds_typed_that_cannot_start_a_race_plan_a_fixed_design():
+    """seed=0 on a grid that races (no --max-seeds): the fixed design the user typed, with a note."""
+    from race_cli.plan.build import build_plan
+
+    plan = build_plan(["seed=0"])
+    assert plan.race is None and {j.config["seed"] for j in plan.jobs} == {0} and len(plan.jobs) == 12
+    assert "seed=0 cannot start a race" in plan.race_note
+    assert build_plan([]).race_note is None

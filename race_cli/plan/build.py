@@ -139,6 +139,7 @@ class Plan:
     host_note: str | None = None  # pinned host memory of vLLM's level-1 sleep per job and node (memory.pinned_host_check)
     race: Any = None  # stats/race.Schedule of a raced plan (None: a fixed design); `jobs` is then its first look
     reserve: list[PlannedJob] = field(default_factory=list)  # a race's later seeds, written when a look opens
+    race_note: str | None = None  # why a grid that races planned a fixed design (the seeds typed)
 
     def grid_seconds(self) -> float:
         """Planned wall seconds of the whole grid on `slots` (longest first, as the pool runs it)."""
@@ -238,7 +239,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     user_keys = {a.key for a in typed.axes} | {t.lstrip("+").partition("=")[0] for t in typed.fixed}
     axes: list[Axis] = [a for a in grid_axes if a.key not in user_keys] + typed.axes
     fixed = [_fixed_override(k, v) for k, v in grid["fixed"].items() if k not in user_keys] + typed.fixed
-    schedule, first = _race_seeds(grid, axes, fixed, race, max_seeds)
+    schedule, first, race_note = _race_seeds(grid, axes, fixed, race, max_seeds, user_keys)
 
     n_jobs = math.prod(len(a.values) for a in axes) if axes else 1  # counted before anything is expanded
     if n_jobs > max_jobs and not yes:
@@ -311,29 +312,41 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     if host.refuse:
         raise RaceError(host.text)
     return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs, capped=capped,
-                slots=slots, wall_source=source, gpu=gpu, host_note=host.text, race=schedule, reserve=reserve)
+                slots=slots, wall_source=source, gpu=gpu, host_note=host.text, race=schedule, reserve=reserve,
+                race_note=race_note)
 
 
-def _race_seeds(grid: dict, axes: list, fixed: list[str], race: bool, max_seeds: int | None) -> tuple[Any, int]:
-    """(the race's schedule or None, seeds of its first look); a raced plan's seed axis is set to 0..cap-1 in
-    `axes` (in place), the jobs past the first look being its reserve."""
+def _race_seeds(grid: dict, axes: list, fixed: list[str], race: bool, max_seeds: int | None,
+                user_keys: set[str]) -> tuple[Any, int, str | None]:
+    """(the race's schedule or None, seeds of its first look, a note); a raced plan's seed axis is set to
+    0..cap-1 in `axes` (in place), the jobs past the first look being its reserve. Seeds typed on the command
+    line that a race cannot start from (seed=0, seed=3,5) make a fixed design, said in the note, unless
+    --max-seeds asked for a race (then refused)."""
     from race_cli.config.sweep import Axis
     from race_cli.plan.race_plan import first_look_seeds, make_race_schedule, race_block
 
     block = race_block(grid, no_race=not race, max_seeds=max_seeds)
     if block is None:
-        return None, 0
-    first, at = first_look_seeds(axes, fixed)
+        return None, 0, None
+    try:
+        first, at = first_look_seeds(axes, fixed)
+    except RaceError as exc:
+        if max_seeds is not None or "seed" not in user_keys:
+            raise
+        typed = [t for t in fixed if t.lstrip("+").partition("=")[0] == "seed"] + \
+            [f"seed={','.join(a.values)}" for a in axes if a.key == "seed"]
+        return None, 0, (f"note: grid '{grid['name']}' races, but {' '.join(typed)} cannot start a race (seeds 0, 1, "
+                         "... are its first look): a fixed design is planned.")
     schedule = make_race_schedule(block, first)
     if schedule is None:  # one look: the fixed design the seed axis names
-        return None, 0
+        return None, 0, None
     seeds = Axis(key="seed", prefix=axes[at].prefix if at is not None else "",
                  values=[str(s) for s in range(schedule.looks[-1])])
     if at is None:
         axes.append(seeds)
     else:
         axes[at] = seeds
-    return schedule, first
+    return schedule, first, None
 
 
 PROGRESS_JOBS = 5000  # sweeps larger than this print a progress line while they are planned
