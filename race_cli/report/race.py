@@ -20,16 +20,7 @@ import pandas as pd
 from race_cli.report.rank import (condition_label, condition_noises, group_rows, label, rankable,
                                   regime_columns)
 from race_cli.report.table import CONDITION_COLS, SweepData, maximize_target
-from race_cli.stats.race import RaceState, Schedule, decide_look
-
-
-def _subset_noise(noise, idx: list[int]):
-    """The noise of regimes idx only (their seed variances as the sweep pool moderated them)."""
-    from dataclasses import replace
-
-    return replace(noise, m=noise.m[idx], n_seeds=noise.n_seeds[idx], job_var=noise.job_var[idx],
-                   job_df=noise.job_df[idx], seed_var=noise.seed_var[idx], seed_df=noise.seed_df[idx],
-                   outlier=noise.outlier[idx])
+from race_cli.stats.race import RaceState, Schedule, active_noise, decide_look
 
 
 def _plain(v):
@@ -76,6 +67,7 @@ def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed) -
     last_look = [{g: None for g in r} for r in regs]  # regime -> the last look it took part in
     final: list[RaceState | None] = [None] * len(conds)  # the state once stopped
     states: list[RaceState | None] = [None] * len(conds)
+    dropped: list[dict] = [{} for _ in conds]  # regime -> (look, best) where it was shown worse
     for k, s_k in enumerate(looks):
         racing = [c for c in range(len(conds)) if final[c] is None]
         if not racing:
@@ -98,7 +90,7 @@ def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed) -
                 states[c] = _state(conds[c], target, k, have[c], schedule.spent(k - 1), "continue",
                                    tuple(active[c]), states[c].best if states[c] else None, s_k, schedule,
                                    f"waiting for look {k}: {missing} job(s) of {s_k} seeds per active regime "
-                                   "not done yet", regs[c])
+                                   "not done yet", regs[c], dropped=dropped[c])
             break
         for c in racing:
             for g in active[c]:
@@ -116,16 +108,18 @@ def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed) -
             idx = [names.index(g) for g in active[c]]
             noise, gnoise = noises[j]
             todo.append(c)
-            ns.append(_subset_noise(noise, idx))
-            gs.append(None if gnoise is None else _subset_noise(gnoise, idx))
+            ns.append(active_noise(noise, idx))
+            gs.append(None if gnoise is None else active_noise(gnoise, idx))
             labels.append(list(active[c]))
         for c, lab, d in zip(todo, labels, decide_look(ns, gs, schedule, k, maximize)):
             seeds = {g: s_k for g in lab}
             nxt = looks[k + 1] if d.state == "continue" else None
             cont = tuple(lab[i] for i in d.active)
             iv = {lab[i]: (float(d.gap[i]), float(d.gap_lo[i]), float(d.gap_hi[i])) for i in range(len(lab))}
+            dropped[c].update({lab[i]: (k, lab[d.best]) for i in d.worse})
             st = _state(conds[c], target, k, seeds, schedule.spent(k), d.state, cont, lab[d.best], nxt, schedule,
-                        f"look {k} ({s_k} seeds, α {schedule.level(k):.4g}): {d.reason}", regs[c], iv)
+                        f"look {k} ({s_k} seeds, α {schedule.level(k):.4g}): {d.reason}", regs[c], iv,
+                        dict(dropped[c]))
             states[c] = st
             if d.state == "continue":
                 active[c] = list(cont)
@@ -135,13 +129,15 @@ def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed) -
 
 
 def _state(cond: dict, target: str, k: int, seeds: dict, spent: float, state: str, active: tuple, best,
-           next_seeds, schedule: Schedule, reason: str, regs: dict, intervals: dict | None = None) -> RaceState:
+           next_seeds, schedule: Schedule, reason: str, regs: dict, intervals: dict | None = None,
+           dropped: dict | None = None) -> RaceState:
     act = active if state == "continue" else ()
     return RaceState(condition=condition_label(cond | {"target": target}), target=target, look=k,
                      seeds={g: int(n) for g, n in seeds.items()}, alpha_spent=float(spent), state=state,
                      active=tuple(act), best=best, next_seeds=next_seeds if state == "continue" else None,
                      margin=schedule.margin, reason=reason, condition_values=dict(cond),
-                     active_values=tuple(dict(regs[g]) for g in act), intervals=intervals or {})
+                     active_values=tuple(dict(regs[g]) for g in act), intervals=intervals or {},
+                     dropped=dict(dropped or {}))
 
 
 def needed_seeds(states: list[RaceState]) -> dict[tuple, int]:

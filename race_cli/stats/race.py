@@ -39,11 +39,17 @@ import numpy as np
 from race_cli.errors import RaceError
 
 STATES = ("continue", "winner", "equivalent", "undecided", "no_gain")
-SPENDINGS = ("bonferroni",)  # α split equally over the looks: valid by the union bound
+# How α is split over the looks; every split sums to α, so each is valid by the union bound whatever the
+# data do: "bonferroni" equally; "bonferroni-obf" by the increments of an O'Brien–Fleming-type spending
+# function 2 − 2Φ(z(1 − α/2)/√t) (little at the first looks, most at the cap); "bonferroni-pocock" by those
+# of α·ln(1 + (e − 1)t) (front-loaded); t = looks[k] / cap, the information fraction in seeds.
+SPENDINGS = ("bonferroni", "bonferroni-obf", "bonferroni-pocock")
 DEFAULT_LOOKS = (2, 3, 4)  # seeds per active regime at each look; the last is the cap (docs/statistics-race.md)
 DEFAULT_ALPHA = 0.05  # familywise error over all looks and claims of one condition
-DEFAULT_MARGIN = 0.05  # equivalence margin on the score scale (accuracy 0-1; docs/statistics-race.md)
+DEFAULT_MARGIN = 0.08  # equivalence margin on the score scale (accuracy 0-1; docs/statistics-race.md)
+DEFAULT_SPENDING = "bonferroni"
 FUTILITY_POWER = 0.80  # an open call stops as undecided below this power at the cap
+FUTILITY_Z = 2.0  # ... at the gap most in its favour within the look's one-sided 90% bounds (power.open_call_power)
 
 
 # --- the schedule ----------------------------------------------------------------------------------
@@ -56,7 +62,7 @@ class Schedule:
     looks: tuple[int, ...]  # seeds per active regime at look k, strictly increasing, >= 2; looks[-1] is the cap
     alpha: float = DEFAULT_ALPHA  # familywise error over all looks
     margin: float = DEFAULT_MARGIN  # equivalence margin on the score scale, declared before the first job
-    spending: str = "bonferroni"  # how alpha is split over the looks
+    spending: str = DEFAULT_SPENDING  # how alpha is split over the looks
 
     def __post_init__(self):
         object.__setattr__(self, "looks", tuple(self.looks))
@@ -82,20 +88,32 @@ class Schedule:
         return self.looks[-1]
 
     def level(self, k: int) -> float:
-        """α spent at look k (Bonferroni: α / number of looks)."""
+        """α spent at look k (the split's increment; Σ over the looks = α)."""
         if not 0 <= k < len(self.looks):
             raise IndexError(f"look {k} outside 0..{len(self.looks) - 1}")
-        return self.alpha / len(self.looks)
+        return self.spent(k) - self.spent(k - 1)
 
     def spent(self, k: int) -> float:
-        """α spent through look k (inclusive); 0 before look 0 (k = -1)."""
-        return sum(self.level(j) for j in range(k + 1))
+        """α spent through look k (inclusive); 0 before look 0 (k = -1); α at the cap."""
+        if k < 0:
+            return 0.0
+        if k >= len(self.looks) - 1:
+            return self.alpha
+        t = self.looks[k] / self.cap
+        if self.spending == "bonferroni":
+            return self.alpha * (k + 1) / len(self.looks)
+        if self.spending == "bonferroni-obf":
+            from scipy import special
+
+            z = float(special.ndtri(1 - self.alpha / 2))
+            return float(2 - 2 * special.ndtr(z / math.sqrt(t)))
+        return self.alpha * math.log(1 + (math.e - 1) * t)
 
     def to_json(self) -> dict:
         return {"looks": list(self.looks), "alpha": self.alpha, "margin": self.margin, "spending": self.spending}
 
     @classmethod
-    def from_json(cls, d) -> "Schedule":
+    def from_json(cls, d) -> Schedule:
         """The plan.json "race" record, validated (RaceError naming what was wrong)."""
         if not isinstance(d, dict):
             raise RaceError(f"plan.json's race record must be an object like {cls(DEFAULT_LOOKS).to_json()}, "
@@ -149,6 +167,7 @@ class RaceState:
     condition_values: dict = field(default_factory=dict)  # the condition's columns except target
     active_values: tuple[dict, ...] = ()  # per active regime, its regime columns
     intervals: dict = field(default_factory=dict)  # regime -> (best − regime, low, high), simultaneous at α_k
+    dropped: dict = field(default_factory=dict)  # regime -> (look, the best it was shown worse than), every look
 
     def to_json(self) -> dict:
         return {"condition": self.condition, "target": self.target, "look": self.look, "seeds": dict(self.seeds),
@@ -156,7 +175,8 @@ class RaceState:
                 "best": self.best, "next_seeds": self.next_seeds, "margin": self.margin, "reason": self.reason,
                 "condition_values": {k: _plain(v) for k, v in self.condition_values.items()},
                 "active_values": [{k: _plain(v) for k, v in r.items()} for r in self.active_values],
-                "intervals": {r: [float(x) for x in v] for r, v in self.intervals.items()}}
+                "intervals": {r: [float(x) for x in v] for r, v in self.intervals.items()},
+                "dropped": {r: [int(v[0]), v[1]] for r, v in self.dropped.items()}}
 
 
 def _plain(v):
@@ -253,7 +273,7 @@ def decide_look(noises: list, gains: list, schedule: Schedule, k: int, maximize:
         runner = max((i for i in rest if i != best), key=lambda i: point[i])
         s_now = int(noise.n_seeds[best])
         pw = open_call_power(gap[runner], _pair_parts(pp, R, best, runner), s_now, schedule.cap, len(rest),
-                             schedule.margin, schedule.level(len(schedule.looks) - 1))
+                             schedule.margin, schedule.level(len(schedule.looks) - 1), FUTILITY_Z)
         if pw < FUTILITY_POWER:
             out.append(_stop(LookDecision("undecided", best, wl, (), gap, lo, hi, pw,
                                           f"separation or equivalence reaches {pw:.2f} power at the cap of "
@@ -262,6 +282,16 @@ def decide_look(noises: list, gains: list, schedule: Schedule, k: int, maximize:
         out.append(LookDecision("continue", best, wl, tuple(rest), gap, lo, hi, pw,
                                 f"open; {pw:.2f} power at the cap"))
     return out
+
+
+def active_noise(noise, idx: list[int]):
+    """A condition's noise restricted to regimes idx (their seed variances as the pool moderated them; the
+    residual mean square stays pooled over every regime the condition ran)."""
+    from dataclasses import replace
+
+    return replace(noise, m=noise.m[idx], n_seeds=noise.n_seeds[idx], job_var=noise.job_var[idx],
+                   job_df=noise.job_df[idx], seed_var=noise.seed_var[idx], seed_df=noise.seed_df[idx],
+                   outlier=noise.outlier[idx])
 
 
 def _pair_parts(pp, R: int, i: int, j: int):

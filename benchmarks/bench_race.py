@@ -1,0 +1,309 @@
+"""Whole races on known truth: error rates, coverage, power and cost of racing against fixed designs.
+
+    python benchmarks/bench_race.py                         # 1,000 conditions per scenario (long)
+    python benchmarks/bench_race.py --conditions 200        # quicker, noisier
+    python benchmarks/bench_race.py --looks 2 3 4 --margin 0.05
+    python benchmarks/bench_race.py --memory                # the race's sweeps held in memory, no folders
+
+Each scenario is one synthetic sweep of `--conditions` conditions of 3 regimes, simulated item by item as
+benchmarks/bench_calibration.py simulates them (its `simulate_condition`: items ±0.2, item × regime sd
+0.05, per-regime seed sd 0.02·U(0.5, 1.5), 200 items × 4 samples, seed pools of 2 conditions, common
+random numbers and the start evaluated once per condition, as `race run` evaluates). The race writes real
+job folders look by look (tests/report_fixtures.write_job), reads them back (report/table.read_sweeps) and
+decides through report/race.race_states and needed_seeds, as the run loop does; fixed designs of 2, 3 and 4
+seeds are decided on the same simulated runs (their first seeds) through race_states with a one-look
+schedule at the full α.
+
+Truths (start 0.40, regimes 0.45 unless said):
+- equal: every regime equal;
+- +δ: regime μ=1 better than the two others by δ;
+- within: regimes at 0.45 + (margin/2, 0, margin/4): all within ±margin/2 of the best.
+
+Measured: familywise false "worse" or false winner over all looks (a regime dropped, or a winner named,
+whose truth is not below the best it was compared with); false "equivalent" (the best's truth above a
+remaining regime's by more than the margin); coverage of the race's simultaneous best − regime intervals
+and of the report's 95% intervals (mean and gain) on the finished raced sweep; separated (winner = the
+truly best), equivalent, undecided and no-gain shares; mean seeds per regime and jobs per condition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+from bench_calibration import (BUDGET, CRN_SHARE, INTERACTION_SD, ITEM_HALF, N_ITEMS, P_GRID,  # noqa: E402
+                               POOL_SIZE, SAMPLES, SEED_SD, TARGET)
+
+DELTAS = [0.0, 0.03, 0.05, 0.08, 0.10, 0.12]
+FIXED = (2, 3, 4)
+START = 0.40
+START_SAMPLES = 16  # the start evaluated once per condition, 4× the samples of a job's final evaluation
+BASE = 0.45
+
+
+# --- the truths and their simulated runs -----------------------------------------------------------
+
+
+def truth(kind: str, delta: float, margin: float) -> np.ndarray:
+    if kind == "within":
+        return BASE + np.array([margin / 2, 0.0, margin / 4])
+    return BASE + np.array([delta, 0.0, 0.0])
+
+
+def simulate_condition(rng: np.random.Generator, accs, cap: int, start_samples: int = START_SAMPLES):
+    """bench_calibration.simulate_condition's truth under common random numbers, every seed up to the cap,
+    with the start evaluated once for the condition with `start_samples` per item: (final [R, cap, n], start
+    [n]). P = acc_r + d_i + g_ri + e_rs (items ±0.2, item × regime sd 0.05, seed sd 0.02·U(0.5, 1.5))."""
+    R, n, k = len(accs), N_ITEMS, SAMPLES
+    d = rng.uniform(-ITEM_HALF, ITEM_HALF, n)
+    g = rng.normal(0, INTERACTION_SD, (R, n))
+    g -= g.mean(axis=1, keepdims=True)
+    sd = SEED_SD * rng.uniform(0.5, 1.5, R)
+    e = rng.uniform(-1, 1, (R, cap)) * math.sqrt(3.0) * sd[:, None]
+    P = np.clip(np.asarray(accs)[:, None, None] + d + g[:, None, :] + e[:, :, None], 0, 1)  # [R, s, n]
+    U = rng.random((n, k))
+    alike = rng.random((n, k)) < CRN_SHARE
+    W = np.where(alike, U, rng.random((R, cap, n, k)))
+    fin = (W < P[..., None]).mean(axis=-1)
+    ini = rng.binomial(start_samples, np.clip(START + d, 0, 1)) / start_samples
+    return fin, ini
+
+
+def simulate(n: int, kind: str, delta: float, margin: float, cap: int, seed: int):
+    """Per condition: (name, accs, final scores [R, cap, n_items], start scores [n_items]); seed s of a
+    regime is row s whatever design reads it, so the race and the fixed designs share their runs."""
+    rng = np.random.default_rng([seed, int(round(delta * 1000)), {"better": 0, "within": 1}[kind]])
+    out = []
+    for c in range(n):
+        accs = truth(kind, delta, margin)
+        fin, ini = simulate_condition(rng, accs, cap)
+        out.append((f"c{c:05d}", accs, fin, ini))
+    return out
+
+
+def _cond(name: str, c: int) -> dict:
+    return {"model": name, "budget_flops": BUDGET, "reward": f"rule{c // POOL_SIZE}", "task": TARGET}
+
+
+# --- a sweep in memory (fixed designs, --memory) -------------------------------------------------------
+
+
+def memory_sweep(sims, seeds_of) -> object:
+    """A SweepData of the runs seeds_of(c, r) gives (a seed count per condition and regime)."""
+    from race_cli.report.table import SweepData
+
+    ids = [f"i{i:03d}" for i in range(N_ITEMS)]
+    rows, items, initial = [], {}, {}
+    for c, (name, _, fin, ini) in enumerate(sims):
+        cond = _cond(name, c)
+        for r, (mu, _) in enumerate(P_GRID):
+            for s in range(seeds_of(c, r)):
+                jid = f"{name}_G4_mu{mu}_s{s}"
+                rows.append({"sweep": "synthetic", "job_id": jid, "state": "done", "readable": True, **cond,
+                             "group_size": 4, "updates_per_batch": mu, "seed": s,
+                             f"eval/{TARGET}": float(fin[r, s].mean()), f"eval_initial/{TARGET}": float(ini.mean())})
+                items[("synthetic", jid, TARGET)] = (ids, fin[r, s])
+                initial[("synthetic", jid, TARGET)] = (ids, ini)
+    return SweepData(jobs=pd.DataFrame(rows), items=items, items_initial=initial,
+                     knob_cols=["group_size", "updates_per_batch"], targets=[TARGET])
+
+
+# --- the race --------------------------------------------------------------------------------------
+
+
+def _write(jobs_dir: Path, sims, c: int, r: int, s: int, rng) -> None:
+    from report_fixtures import Regime, write_job
+
+    name, _, fin, ini = sims[c]
+    mu, p = P_GRID[r]
+    write_job(jobs_dir, _cond(name, c), Regime(4, mu, p), s, {TARGET: fin[r, s]}, rng, iterations=2,
+              eval_every=2, start={TARGET: ini})
+
+
+def run_race(sims, schedule, folder: Path | None) -> tuple[list, object, int]:
+    """Race the simulated conditions: (final states, the finished sweep's SweepData, reads). folder None: in
+    memory (the same states; faster)."""
+    from race_cli.report.race import needed_seeds, race_states
+    from race_cli.report.table import read_sweeps
+
+    index = {name: c for c, (name, *_) in enumerate(sims)}
+    mu_of = {mu: r for r, (mu, _) in enumerate(P_GRID)}
+    have = np.zeros((len(sims), len(P_GRID)), dtype=int)
+    want = np.full_like(have, schedule.looks[0])
+    rng = np.random.default_rng(7)
+    jobs_dir = folder / "jobs" if folder is not None else None
+    reads = 0
+    while True:
+        for c, r in zip(*np.nonzero(want > have)):
+            if jobs_dir is not None:
+                for s in range(have[c, r], want[c, r]):
+                    _write(jobs_dir, sims, c, r, s, rng)
+            have[c, r] = want[c, r]
+        data = read_sweeps([folder]) if folder is not None else memory_sweep(sims, lambda c, r: have[c, r])
+        reads += 1
+        states = race_states(data, schedule)
+        need = needed_seeds(states)
+        if not need:
+            return states, data, reads
+        for key, n in need.items():
+            kv = dict(key)
+            c, r = index[kv["model"]], mu_of[int(kv["updates_per_batch"])]
+            want[c, r] = max(want[c, r], n)
+        if not (want > have).any():
+            raise RuntimeError("the race asks for no new jobs but is not finished")
+
+
+# --- scoring ------------------------------------------------------------------------------------------
+
+
+def score(states, sims, margin: float, data=None) -> dict:
+    """Error rates, coverage and outcome shares of the final states (and the report's intervals on data)."""
+    acc_of = {name: accs for name, accs, *_ in sims}
+    r_of = {f"μ={mu}": r for r, (mu, _) in enumerate(P_GRID)}
+    n = len(states)
+    fw = fe = sep = eq = und = nog = cont = 0
+    cov = cov_n = 0
+    looks = []
+    for st in states:
+        a = acc_of[st.condition_values["model"]]
+        top = a.max()
+        false = any(a[r_of[g]] >= a[r_of[b]] for g, (_, b) in st.dropped.items())
+        under = st.reason.split("beat its start (")[-1] if st.state == "no_gain" else ""
+        is_winner = st.state == "winner" or (st.state == "no_gain" and under.startswith("winner"))
+        if is_winner:
+            others = [g for g in r_of if g != st.best]
+            false |= any(a[r_of[g]] >= a[r_of[st.best]] for g in others)
+        fw += false
+        is_eq = st.state == "equivalent" or (st.state == "no_gain" and under.startswith("equivalent"))
+        if is_eq:
+            remaining = [g for g in st.seeds if g not in st.dropped]
+            fe += (top - min(a[r_of[g]] for g in remaining)) > margin
+        sep += is_winner and a[r_of[st.best]] == top and (a < top).sum() == len(a) - 1
+        eq += is_eq
+        und += st.state == "undecided"
+        nog += st.state == "no_gain"
+        cont += st.state == "continue"
+        looks.append(st.look)
+        for g, (gap, lo, hi) in st.intervals.items():
+            if g == st.best:
+                continue
+            t = a[r_of[st.best]] - a[r_of[g]]
+            cov += lo <= t <= hi
+            cov_n += 1
+    out = {"conditions": n, "false_worse_or_winner": fw / n, "false_equivalent": fe / n, "separated": sep / n,
+           "equivalent": eq / n, "undecided": und / n, "no_gain": nog / n, "continue": cont / n,
+           "cover_race_intervals": cov / max(cov_n, 1), "mean_look": float(np.mean(looks))}
+    if data is not None:
+        out |= report_coverage(data, acc_of)
+    return out
+
+
+def report_coverage(data, acc_of) -> dict:
+    """Coverage of the report's 95% intervals (regime mean, gain over the start) on a finished sweep."""
+    from race_cli.report.rank import rank_all
+
+    rk = rank_all(data, TARGET, ["model", "budget_flops", "reward", "task"], n_boot=20, seed=0)
+    a = np.array([acc_of[m][[f"μ={mu}" for mu, _ in P_GRID].index(g)] for m, g in zip(rk["model"], rk["regime"])])
+    cf = ((rk["ci_lo"] <= a) & (a <= rk["ci_hi"])).mean()
+    g = a - START
+    cg = ((rk["gain_ci_lo"] <= g) & (g <= rk["gain_ci_hi"])).mean()
+    return {"cover_report_mean": float(cf), "cover_report_gain": float(cg)}
+
+
+def jobs_of(data) -> int:
+    return int((data.jobs["state"] == "done").sum())
+
+
+# --- the scenarios ------------------------------------------------------------------------------------
+
+
+def scenario(kind: str, delta: float, n: int, schedule, seed: int, memory: bool, tmp: Path) -> dict:
+    from race_cli.report.race import race_states
+    from race_cli.stats.race import Schedule
+
+    sims = simulate(n, kind, delta, schedule.margin, max(schedule.cap, max(FIXED)), seed)
+    R = len(P_GRID)
+    t0 = time.perf_counter()
+    folder = None if memory else tmp / f"{kind}-{delta:.3f}"
+    states, data, reads = run_race(sims, schedule, folder)
+    wall = time.perf_counter() - t0
+    jobs = jobs_of(data)
+    row = {"kind": kind, "delta": delta, "design": "race", "looks": list(schedule.looks), "reads": reads,
+           "wall_s": wall, "jobs_per_condition": jobs / n, "seeds_per_regime": jobs / (n * R)}
+    row |= score(states, sims, schedule.margin, data)
+    if kind == "better":  # what race plan prints as the expected cost at this truth (stats/race_sim.py)
+        from race_cli.stats.race_sim import expected_race
+
+        row["plan_seeds_per_regime"] = expected_race(schedule, delta, SEED_SD).seeds_per_regime
+    out = [row]
+    for s in FIXED:
+        fixed = Schedule((s,), alpha=schedule.alpha, margin=schedule.margin)
+        fd = memory_sweep(sims, lambda c, r, s=s: s)
+        st = race_states(fd, fixed)
+        r2 = {"kind": kind, "delta": delta, "design": f"fixed {s}", "jobs_per_condition": s * R,
+              "seeds_per_regime": float(s)}
+        out.append(r2 | score(st, sims, schedule.margin, fd if s == 2 else None))
+    return out
+
+
+def print_table(rows: list[dict], schedule) -> None:
+    print(f"\nRace {list(schedule.looks)} (α {schedule.alpha}, {schedule.spending}, margin ±{schedule.margin}) "
+          f"against fixed designs; {rows[0]['conditions']} conditions per row, 3 regimes\n")
+    head = ["truth", "design", "separated", "equivalent", "undecided", "no gain", "false worse/winner",
+            "false equiv.", "cover race", "cover report", "seeds/regime", "jobs/condition", "plan seeds/regime"]
+    print(" | ".join(head))
+    print("|".join("---" for _ in head))
+    for r in rows:
+        t = "equal" if r["kind"] == "better" and r["delta"] == 0 else (
+            "within ±m/2" if r["kind"] == "within" else f"+{r['delta']:.2f}")
+        cr = f"{r['cover_report_mean']:.3f}/{r['cover_report_gain']:.3f}" if "cover_report_mean" in r else "–"
+        print(" | ".join([t, r["design"], f"{r['separated']:.3f}", f"{r['equivalent']:.3f}", f"{r['undecided']:.3f}",
+                          f"{r['no_gain']:.3f}", f"{r['false_worse_or_winner']:.3f}", f"{r['false_equivalent']:.3f}",
+                          f"{r['cover_race_intervals']:.3f}", cr, f"{r['seeds_per_regime']:.2f}",
+                          f"{r['jobs_per_condition']:.2f}",
+                          f"{r['plan_seeds_per_regime']:.2f}" if "plan_seeds_per_regime" in r else "–"]))
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    from race_cli.stats.race import DEFAULT_ALPHA, DEFAULT_LOOKS, DEFAULT_MARGIN, DEFAULT_SPENDING, Schedule
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--conditions", type=int, default=1000, help="conditions per scenario")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--looks", type=int, nargs="+", default=list(DEFAULT_LOOKS))
+    ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
+    ap.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    ap.add_argument("--spending", default=DEFAULT_SPENDING)
+    ap.add_argument("--deltas", type=float, nargs="+", default=DELTAS)
+    ap.add_argument("--no-within", action="store_true", help="skip the within-margin truth")
+    ap.add_argument("--memory", action="store_true", help="hold the race's sweeps in memory (no job folders)")
+    ap.add_argument("--json", type=Path, help="also write the rows here")
+    a = ap.parse_args(argv)
+    schedule = Schedule(tuple(a.looks), a.alpha, a.margin, a.spending)
+    rows = []
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="race-bench-") as tmp:
+        plan = [("better", d) for d in a.deltas] + ([] if a.no_within else [("within", 0.0)])
+        for kind, d in plan:
+            rows += scenario(kind, d, a.conditions, schedule, a.seed, a.memory, Path(tmp))
+            print(f"  {kind} {d:+.2f}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    print_table(rows, schedule)
+    print(f"\n{time.perf_counter() - t0:.0f} s in all")
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1, default=float))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
