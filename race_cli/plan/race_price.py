@@ -11,24 +11,25 @@ Wall time is the pool's: a look starts when the one before has ended everywhere 
 look when all of its jobs are done), so it is the sum over looks of that look's jobs scheduled on the
 plan's slots, longest first (cost/walltime.grid_seconds).
 
-The simulated truth per (condition, target): item difficulties spread around 0.5 (ITEM_SD), an item ×
-regime interaction (stats/power.ITEM_REGIME_SD), a seed effect N(0, seed sd) per job, scores the mean of
-eval.samples Bernoulli draws (greedy: one). Evaluation noise is drawn independently per job (no common
-random numbers): slightly more noise than the engine's, so slightly more seeds. Targets of one job are
-simulated independently; a regime's seeds are the most any of its targets asks for (one job serves all).
+The simulated truth per (condition, target) is the harness's (stats/race_sim, which benchmarks/bench_race.py
+checks against whole races written as job folders): item difficulties U(±ITEM_HALF) around LEVEL, an item ×
+regime interaction, a seed effect of sd `seed sd`·U(0.5, 1.5) per regime, scores the mean of eval.samples
+Bernoulli draws, here on the plan's own conditions, regimes, items and samples, pooled per reward system
+and target as the ranking pools. Evaluation noise is drawn independently per job (no common random
+numbers): slightly more noise than the engine's, so slightly more seeds. Targets of one job are simulated
+independently; a regime's seeds are the most any of its targets asks for (one job serves all).
 No torch; numpy and scipy through stats/.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 EXPECTED_GAP = 0.05  # the stated truth of the expected price: one regime better by this much (score scale)
-N_SIM = 60  # simulated sweeps; the expected jobs' Monte Carlo error is then a few percent of the range
-ITEM_SD = 0.2  # spread of the items' accuracies around 0.5 in the simulated truth
+N_SIM = 40  # simulated sweeps: the expected jobs within a few percent of the range (Monte Carlo)
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,8 @@ def _mean(points: list[Point]) -> Point:
 def simulate_seeds(regs: list[_Regime], schedule: Any, seed_sd: float, gap: float, rng, n_sim: int) -> np.ndarray:
     """`n_sim` simulated races, decided together look by look: [n_sim, regimes] the seeds each regime ends
     with (see the module docstring for the truth)."""
-    from race_cli.stats.power import ITEM_REGIME_SD
-    from race_cli.stats.race import decide_look
+    from race_cli.stats.race import active_noise, decide_look
+    from race_cli.stats.race_sim import ITEM_HALF, ITEM_REGIME_SD, LEVEL
     from race_cli.stats.variance import fit_pools, noise_of
 
     looks, cap = schedule.looks, schedule.looks[-1]
@@ -126,11 +127,14 @@ def simulate_seeds(regs: list[_Regime], schedule: Any, seed_sd: float, gap: floa
         for cond, idx in conds.items():
             for t, n, k in regs[idx[0]].targets:
                 R = len(idx)
-                base = 0.5 + ITEM_SD * rng.standard_normal(n)  # [n]
-                d = np.zeros(R)
-                d[0] = gap
-                p = base[None, :] + d[:, None] + ITEM_REGIME_SD * rng.standard_normal((R, n))  # [R, n]
-                p = p[:, None, :] + seed_sd * rng.standard_normal((R, cap, 1))  # [R, cap, n]
+                acc = np.full(R, LEVEL)
+                acc[0] += gap  # the first regime of the condition is the better one
+                item = rng.uniform(-ITEM_HALF, ITEM_HALF, n)  # [n]
+                inter = rng.normal(0.0, ITEM_REGIME_SD, (R, n))  # [R, n]
+                inter -= inter.mean(axis=1, keepdims=True)
+                sd = seed_sd * rng.uniform(0.5, 1.5, R)  # [R] heterogeneous seed spread
+                run = rng.uniform(-1, 1, (R, cap)) * np.sqrt(3.0) * sd[:, None]  # [R, cap]
+                p = acc[:, None, None] + item + inter[:, None, :] + run[:, :, None]  # [R, cap, n]
                 scores = rng.binomial(k, np.clip(p, 0.0, 1.0)) / k
                 units.append({"sim": sim, "regs": idx, "scores": scores, "pool": f"{sim}|{cond[2]}|{t}",
                               "active": list(range(R)), "seeds": np.full(R, looks[0]), "open": True})
@@ -154,11 +158,7 @@ def simulate_seeds(regs: list[_Regime], schedule: Any, seed_sd: float, gap: floa
         for u, noise, key in zip(units, noises, keys):
             if not u["open"]:
                 continue
-            pooled = noise.pooled(pools[key] if pools[key].df_total else None)
-            a = u["active"]
-            ns.append(replace(pooled, m=pooled.m[a], n_seeds=pooled.n_seeds[a], job_var=pooled.job_var[a],
-                              job_df=pooled.job_df[a], seed_var=pooled.seed_var[a], seed_df=pooled.seed_df[a],
-                              outlier=pooled.outlier[a]))
+            ns.append(active_noise(noise.pooled(pools[key] if pools[key].df_total else None), u["active"]))
         for u, dec in zip(racing, decide_look(ns, [None] * len(ns), schedule, k_look)):
             if dec.state == "continue":
                 u["active"] = [u["active"][i] for i in dec.active]
