@@ -196,11 +196,11 @@ def price_lines(price: RacePrice, schedule: Any) -> list[str]:
             parts.append(f"{p.gpu_hours:.1f} GPU-hours")
         if p.wall_s is not None:
             parts.append(f"wall {fmt_duration(p.wall_s)}")
-        return f"  {what:<9}{', '.join(parts)}"
+        return f"  {what:<9} {', '.join(parts)}"
 
-    return [f"race: seeds per active regime {looks} (cap {price.looks[-1]}), familywise alpha {schedule.alpha:g} "
-            f"split {schedule.spending}, equivalence margin ±{schedule.margin:g} (--no-race: a fixed design)",
-            fmt(price.minimum, "minimum") + " (every condition stops at the first look)",
-            fmt(price.expected, "expected") + f" (one regime better by {price.gap:g}, seed sd {price.seed_sd:g}; "
-            f"{price.n_sim} simulated races)",
-            fmt(price.maximum, "maximum") + " (every regime to the cap)"]
+    return [f"race: {looks} seeds per active regime, alpha {schedule.alpha:g} ({schedule.spending}), "
+            f"margin ±{schedule.margin:g}; expected = {price.n_sim} simulated sweeps, one regime per condition "
+            f"better by {price.gap:g}, seed sd {price.seed_sd:g}",
+            fmt(price.minimum, "minimum") + ": all stop at look 0",
+            fmt(price.expected, "expected"),
+            fmt(price.maximum, "maximum") + ": all to the cap"]
