@@ -17,7 +17,8 @@ schedule at the full α.
 Truths (start 0.40, regimes 0.45 unless said):
 - equal: every regime equal;
 - +δ: regime μ=1 better than the two others by δ;
-- within: regimes at 0.45 + (margin/2, 0, margin/4): all within ±margin/2 of the best.
+- within: regimes at 0.45 + (margin/2, 0, margin/4): all within ±margin/2 of the best;
+- tied (--tied): two regimes tied at 0.45, the third at 0.35 (a false "worse" drops one of the tied).
 
 Measured: familywise false "worse" or false winner over all looks (a regime dropped, or a winner named,
 whose truth is not below the best it was compared with); false "equivalent" (the best's truth above a
@@ -56,6 +57,8 @@ BASE = 0.45
 
 
 def truth(kind: str, delta: float, margin: float) -> np.ndarray:
+    if kind == "tied":  # two best tied, the third far below: REGWQ's least favourable shape for "worse"
+        return BASE + np.array([0.0, 0.0, -0.10])
     if kind == "within":
         return BASE + np.array([margin / 2, 0.0, margin / 4])
     return BASE + np.array([delta, 0.0, 0.0])
@@ -83,7 +86,7 @@ def simulate_condition(rng: np.random.Generator, accs, cap: int, start_samples: 
 def simulate(n: int, kind: str, delta: float, margin: float, cap: int, seed: int):
     """Per condition: (name, accs, final scores [R, cap, n_items], start scores [n_items]); seed s of a
     regime is row s whatever design reads it, so the race and the fixed designs share their runs."""
-    rng = np.random.default_rng([seed, int(round(delta * 1000)), {"better": 0, "within": 1}[kind]])
+    rng = np.random.default_rng([seed, int(round(delta * 1000)), {"better": 0, "within": 1, "tied": 2}[kind]])
     out = []
     for c in range(n):
         accs = truth(kind, delta, margin)
@@ -265,8 +268,8 @@ def print_table(rows: list[dict], schedule) -> None:
     print(" | ".join(head))
     print("|".join("---" for _ in head))
     for r in rows:
-        t = "equal" if r["kind"] == "better" and r["delta"] == 0 else (
-            "within ±m/2" if r["kind"] == "within" else f"+{r['delta']:.2f}")
+        t = {"within": "within ±m/2", "tied": "two tied, one −0.10"}.get(r["kind"]) or (
+            "equal" if r["delta"] == 0 else f"+{r['delta']:.2f}")
         cr = f"{r['cover_report_mean']:.3f}/{r['cover_report_gain']:.3f}" if "cover_report_mean" in r else "–"
         print(" | ".join([t, r["design"], f"{r['separated']:.3f}", f"{r['equivalent']:.3f}", f"{r['undecided']:.3f}",
                           f"{r['no_gain']:.3f}", f"{r['false_worse_or_winner']:.3f}", f"{r['false_equivalent']:.3f}",
@@ -287,6 +290,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--spending", default=DEFAULT_SPENDING)
     ap.add_argument("--deltas", type=float, nargs="+", default=DELTAS)
     ap.add_argument("--no-within", action="store_true", help="skip the within-margin truth")
+    ap.add_argument("--tied", action="store_true", help="also two tied best regimes and a third 0.10 below")
     ap.add_argument("--memory", action="store_true", help="hold the race's sweeps in memory (no job folders)")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     a = ap.parse_args(argv)
@@ -295,6 +299,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="race-bench-") as tmp:
         plan = [("better", d) for d in a.deltas] + ([] if a.no_within else [("within", 0.0)])
+        plan += [("tied", 0.0)] if a.tied else []
         for kind, d in plan:
             rows += scenario(kind, d, a.conditions, schedule, a.seed, a.memory, Path(tmp))
             print(f"  {kind} {d:+.2f}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)

@@ -87,10 +87,11 @@ def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed) -
         if waiting:
             missing = sum(s_k - n for c in waiting for n in have[c].values())
             for c in racing:
+                prev = f"{states[c].reason}; " if states[c] else ""
                 states[c] = _state(conds[c], target, k, have[c], schedule.spent(k - 1), "continue",
                                    tuple(active[c]), states[c].best if states[c] else None, s_k, schedule,
-                                   f"waiting for look {k}: {missing} job(s) of {s_k} seeds per active regime "
-                                   "not done yet", regs[c], dropped=dropped[c])
+                                   f"{prev}waiting for look {k}: {missing} job(s) of {s_k} seeds per active regime "
+                                   "not done yet", regs[c], states[c].intervals if states[c] else None, dropped[c])
             break
         for c in racing:
             for g in active[c]:

@@ -43,7 +43,10 @@ STATES = ("continue", "winner", "equivalent", "undecided", "no_gain")
 # data do: "bonferroni" equally; "bonferroni-obf" by the increments of an O'Brien–Fleming-type spending
 # function 2 − 2Φ(z(1 − α/2)/√t) (little at the first looks, most at the cap); "bonferroni-pocock" by those
 # of α·ln(1 + (e − 1)t) (front-loaded); t = looks[k] / cap, the information fraction in seeds.
-SPENDINGS = ("bonferroni", "bonferroni-obf", "bonferroni-pocock")
+# "calibrated": CALIBRATED_FACTOR·α split equally, a sharper boundary whose familywise error is α only as
+# benchmarks/bench_race.py measures it (all-equal and two-tied truths), not by the union bound.
+SPENDINGS = ("bonferroni", "bonferroni-obf", "bonferroni-pocock", "calibrated")
+CALIBRATED_FACTOR = 2.0  # nominal 2α split over the looks (docs/statistics-race.md: measured familywise error)
 DEFAULT_LOOKS = (2, 3, 4)  # seeds per active regime at each look; the last is the cap (docs/statistics-race.md)
 DEFAULT_ALPHA = 0.05  # familywise error over all looks and claims of one condition
 DEFAULT_MARGIN = 0.08  # equivalence margin on the score scale (accuracy 0-1; docs/statistics-race.md)
@@ -88,15 +91,18 @@ class Schedule:
         return self.looks[-1]
 
     def level(self, k: int) -> float:
-        """α spent at look k (the split's increment; Σ over the looks = α)."""
+        """Nominal α spent at look k (the split's increment; Σ over the looks = α, calibrated: factor·α)."""
         if not 0 <= k < len(self.looks):
             raise IndexError(f"look {k} outside 0..{len(self.looks) - 1}")
         return self.spent(k) - self.spent(k - 1)
 
     def spent(self, k: int) -> float:
-        """α spent through look k (inclusive); 0 before look 0 (k = -1); α at the cap."""
+        """Nominal α spent through look k (inclusive); 0 before look 0 (k = -1); α at the cap (the calibrated
+        split: CALIBRATED_FACTOR·α)."""
         if k < 0:
             return 0.0
+        if self.spending == "calibrated":
+            return CALIBRATED_FACTOR * self.alpha * (min(k, len(self.looks) - 1) + 1) / len(self.looks)
         if k >= len(self.looks) - 1:
             return self.alpha
         t = self.looks[k] / self.cap
