@@ -109,3 +109,18 @@ def test_the_cap_leaves_nothing_continuing(tmp_path):
     assert {s.state for s in states} <= {"winner", "equivalent", "undecided", "no_gain"}
     assert all(s.next_seeds is None and s.active == () and s.alpha_spent == pytest.approx(0.05) for s in states)
     assert needed_seeds(states) == {}
+
+
+def test_two_targets_need_the_most_seeds_either_asks(tmp_path):
+    # target "clear" separates at 2 seeds, "close" (a 0.06 gap) stays open: the regimes need look 1's seeds
+    targets = {"clear": lambda p, c: 0.3 + 0.5 * p, "close": lambda p, c: 0.5 + 0.06 * (p == 0.1)}
+    root = build_sweep(tmp_path, conditions=CONDS[:1], regimes=REGS, seeds=(0, 1), seed_sd=0.02, samples=4,
+                       rng_seed=0, item_sd=0.1, n_items=300, targets=targets)
+    states = race_states(read_sweeps([root]), SCHEDULE)
+    by_target = {s.target: s for s in states}
+    assert by_target["clear"].state == "winner" and by_target["clear"].best == "μ=4"
+    assert by_target["close"].state == "continue" and by_target["close"].next_seeds == 3
+    assert by_target["close"].condition.endswith("target=close")
+    cond = sorted(CONDS[0].items())
+    assert needed_seeds(states) == {tuple(cond + [("updates_per_batch", mu)]): 3 for mu in (1, 2, 4)}
+    assert race_states(read_sweeps([root]), SCHEDULE, targets=["clear"]) == [by_target["clear"]]

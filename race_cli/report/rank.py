@@ -355,11 +355,11 @@ def _noises(inp: dict, prior, maximize: bool) -> tuple:
     return noise, gnoise
 
 
-def _condition_columns(inp: dict, noise, dec: dict, gd: dict | None, n_boot, rng, maximize,
+def _condition_columns(inp: dict, noise, dec, gd, n_boot, rng, maximize,
                        weights: dict[int, np.ndarray] | None = None) -> tuple[dict, np.ndarray]:
     """The ranking table of one condition as column arrays, rows sorted best first; and the draws [B, R]
     of the regime means in that row order (the response fit bootstraps p* from them). noise: `_noises`;
-    dec, gd: its stats/decisions.rank_decisions and gain_decisions (None without a gain).
+    dec, gd: its stats/decisions.rank_decisions and gain_decisions records (gd None without a gain).
 
     weights: item resamples [B, n] by item count n, drawn on first use and shared by the conditions of one
     ranking that have as many items: each condition's draws stay a bootstrap of its own items (the draws of

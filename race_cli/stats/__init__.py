@@ -6,6 +6,8 @@ both compute their statistics with, as cost/ is for FLOPs.
     decisions.py   intervals, ≈ best (REGWQ), > start (Holm on bounds), winners' intervals and curse
     draws.py       resampled regime means (best share, the response fit's p*)
     power.py       the smallest effects a design separates with 80% power, by the decisions above
+    race.py        racing: the schedule, the α split over looks, each look's decision (winner, equivalent, ...)
+    race_sim.py    a race's expected cost, by simulating races through race.py's decisions
 
 Results are small named records (Interval: estimate, low, high, df, method; Parts; SeedPrior) or
 arrays. race report's ranking, joint comparison, frontier and validation, and race plan's power, call

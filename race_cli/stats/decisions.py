@@ -18,7 +18,8 @@ procedure's distribution at that part's own degrees of freedom (stats/quantiles.
 - `winners_curse`: the best estimate's expected excess over its truth, from the same variance parts
   (normal-normal empirical Bayes: between-regime variance τ² from the spread of the means net of their
   noise; excess = v/(v + τ²) · (m_best − m̄));
-- `rank_decisions` / `gain_decisions`: one condition's table of the above; `rank_decisions_many` /
+- `rank_decisions` / `gain_decisions`: one condition's table of the above, as RankDecision / GainDecision
+  records; `rank_decisions_many` /
   `gain_decisions_many` the same for many conditions, stacked by shape (variance.stack) and decided at once.
 
 With no seed variance (one seed per regime and nothing assumed) the intervals cover evaluation noise
@@ -191,7 +192,47 @@ def _row(p: Parts, c: int) -> Parts:
     return Parts(p.item[c], p.resid[c], p.seed[c], p.df_item, p.df_resid, p.df_seed[c])
 
 
-def rank_decisions(noise: Noise, maximize: bool = True, level: float = 0.95, alpha: float = ALPHA) -> dict:
+@dataclass(frozen=True)
+class RankDecision:
+    """One condition's ranking decisions, per regime (arrays [R]) unless said."""
+
+    mean: np.ndarray  # the regime's mean score
+    se: np.ndarray
+    df: np.ndarray  # the interval's effective df (display)
+    ci_lo: np.ndarray  # two-sided `level` interval of the mean
+    ci_hi: np.ndarray
+    sel_lo: np.ndarray  # the same, simultaneous over the regimes (holds for the regime the data pick)
+    sel_hi: np.ndarray
+    best: int  # index of the pilot-best regime
+    gap_to_best: np.ndarray  # >= 0: how much worse than the best, in the better direction
+    gap_ci_lo: np.ndarray  # the gap's lower bound at the range's first step
+    tied_best: np.ndarray  # bool: not shown worse than the best (REGWQ)
+    testable: bool  # False without seed variance: nothing is called worse
+    expected_drop: float  # the best's winner's curse
+    parts: Parts  # the regime means' variance parts
+
+    def __getitem__(self, key: str):
+        """Read by name as the dict this record replaced was read (callers still using rec["mean"])."""
+        return getattr(self, key)
+
+
+@dataclass(frozen=True)
+class GainDecision:
+    """One condition's gains over its start, per regime (arrays [R])."""
+
+    gain: np.ndarray  # an improvement, already signed
+    gain_se: np.ndarray
+    gain_ci_lo: np.ndarray
+    gain_ci_hi: np.ndarray
+    beats_start: np.ndarray  # bool: Holm on one-sided bounds at alpha/2
+    parts: Parts
+
+    def __getitem__(self, key: str):
+        """Read by name as the dict this record replaced was read."""
+        return getattr(self, key)
+
+
+def rank_decisions(noise: Noise, maximize: bool = True, level: float = 0.95, alpha: float = ALPHA) -> RankDecision:
     """Per regime: mean and interval, the selection-adjusted (simultaneous) interval, the gap to the best
     with its familywise lower bound, `worse` (REGWQ), the winner's curse; `testable` False without seed
     variance (then nothing is called worse)."""
@@ -199,10 +240,10 @@ def rank_decisions(noise: Noise, maximize: bool = True, level: float = 0.95, alp
 
 
 def rank_decisions_many(noises: list[Noise], maximize: bool = True, level: float = 0.95,
-                        alpha: float = ALPHA) -> list[dict]:
+                        alpha: float = ALPHA) -> list[RankDecision]:
     """rank_decisions of many conditions, the same values: conditions of one shape are stacked and decided
     at once (a condition's decisions cost ~1 ms of small array operations; a sweep has hundreds)."""
-    out: list[dict] = [{}] * len(noises)
+    out: list[RankDecision | None] = [None] * len(noises)
     sign = 1.0 if maximize else -1.0
     for idx, st in _stacks(noises):
         C, R = st.n_seeds.shape
@@ -228,22 +269,22 @@ def rank_decisions_many(noises: list[Noise], maximize: bool = True, level: float
                   else np.zeros((C, R)))
         dev = V.stacked_parts(st, np.eye(R) - 1.0 / R).var
         for k, i in enumerate(idx):
-            out[i] = {"mean": point[k], "se": p1.se[k], "df": iv.df[k], "ci_lo": iv.low[k], "ci_hi": iv.high[k],
-                      "sel_lo": sim.low[k], "sel_hi": sim.high[k], "best": int(best[k]), "gap_to_best": gap[k],
-                      "gap_ci_lo": gap_lo[k], "tied_best": ~worse[k], "testable": testable,
-                      "expected_drop": winners_curse(point[k], dev[k], maximize), "parts": _row(p1, k)}
+            out[i] = RankDecision(mean=point[k], se=p1.se[k], df=iv.df[k], ci_lo=iv.low[k], ci_hi=iv.high[k],
+                                  sel_lo=sim.low[k], sel_hi=sim.high[k], best=int(best[k]), gap_to_best=gap[k],
+                                  gap_ci_lo=gap_lo[k], tied_best=~worse[k], testable=testable,
+                                  expected_drop=winners_curse(point[k], dev[k], maximize), parts=_row(p1, k))
     return out
 
 
-def gain_decisions(noise: Noise, level: float = 0.95, alpha: float = ALPHA) -> dict:
+def gain_decisions(noise: Noise, level: float = 0.95, alpha: float = ALPHA) -> GainDecision:
     """Per regime: the gain (an improvement, already signed), its interval, and `beats_start` by Holm
     over the regimes at one-sided familywise alpha/2 (not tested without seed variance)."""
     return gain_decisions_many([noise], level, alpha)[0]
 
 
-def gain_decisions_many(noises: list[Noise], level: float = 0.95, alpha: float = ALPHA) -> list[dict]:
+def gain_decisions_many(noises: list[Noise], level: float = 0.95, alpha: float = ALPHA) -> list[GainDecision]:
     """gain_decisions of many conditions, stacked by shape as rank_decisions_many; the same values."""
-    out: list[dict] = [{}] * len(noises)
+    out: list[GainDecision | None] = [None] * len(noises)
     for idx, st in _stacks(noises):
         C, R = st.n_seeds.shape
         g = st.m.mean(axis=-1)
@@ -251,6 +292,6 @@ def gain_decisions_many(noises: list[Noise], level: float = 0.95, alpha: float =
         iv = intervals(g, p1, level)
         beats = holm_above(g, p1, alpha / 2) if st.has_seed_noise else np.zeros((C, R), dtype=bool)
         for k, i in enumerate(idx):
-            out[i] = {"gain": g[k], "gain_se": p1.se[k], "gain_ci_lo": iv.low[k], "gain_ci_hi": iv.high[k],
-                      "beats_start": beats[k], "parts": _row(p1, k)}
+            out[i] = GainDecision(gain=g[k], gain_se=p1.se[k], gain_ci_lo=iv.low[k], gain_ci_hi=iv.high[k],
+                                  beats_start=beats[k], parts=_row(p1, k))
     return out

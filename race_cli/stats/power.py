@@ -15,7 +15,9 @@ simulated item by item and read by the report.
 - `separation_powers(queries)`: the same for many (design, delta) at once (the report's settle line);
 - `gain_power(design, delta)`: the share in which one regime gaining delta (the others none) "beats its
   start";
-- `smallest_separated` / `smallest_gain`: the smallest delta reaching `power` (0.80), to 0.001.
+- `smallest_separated` / `smallest_gain`: the smallest delta reaching `power` (0.80), to 0.001;
+- `open_call_power`: a race's futility question, the power at the cap of an open call from its measured
+  variance parts (normal approximation).
 """
 
 from __future__ import annotations

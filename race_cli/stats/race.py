@@ -242,20 +242,20 @@ def decide_look(noises: list, gains: list, schedule: Schedule, k: int, maximize:
     out = []
     for noise, dec, gd in zip(noises, decs, gds):
         R = len(noise.n_seeds)
-        point = sign * np.asarray(dec["mean"], float)
-        best = int(dec["best"])
+        point = sign * np.asarray(dec.mean, float)
+        best = dec.best
         gap = point[best] - point
         nan = np.full(R, np.nan)
         if R < 2:
             out.append(_stop(LookDecision("undecided", best, (), (), gap, nan, nan, math.nan,
                                           "one regime: nothing to compare"), gd))
             continue
-        if not dec["testable"]:
+        if not dec.testable:
             st = "undecided" if last else "continue"
             out.append(LookDecision(st, best, (), () if last else tuple(range(R)), gap, nan, nan, math.nan,
                                     "no seed variance yet: nothing is testable"))
             continue
-        worse = ~np.asarray(dec["tied_best"], bool)
+        worse = ~np.asarray(dec.tied_best, bool)
         pp = V.contrast_parts(noise, D.pair_contrasts(R))
         h = equivalence_bounds(point, pp, alpha)
         lo, hi = gap - h[best], gap + h[best]
@@ -307,9 +307,10 @@ def _pair_parts(pp, R: int, i: int, j: int):
     return Parts(pp.item[c], pp.resid[c], pp.seed[c], pp.df_item, pp.df_resid, pp.df_seed[c])
 
 
-def _stop(d: LookDecision, gd: dict | None) -> LookDecision:
-    """A stopping decision becomes no_gain when no active regime beats its start (unknown start: kept)."""
-    if gd is None or np.asarray(gd["beats_start"], bool).any():
+def _stop(d: LookDecision, gd) -> LookDecision:
+    """A stopping decision becomes no_gain when no active regime beats its start (gd: the condition's
+    decisions.GainDecision; None, an unknown start: kept)."""
+    if gd is None or np.asarray(gd.beats_start, bool).any():
         return d
     return LookDecision("no_gain", d.best, d.worse, (), d.gap, d.gap_lo, d.gap_hi, d.power,
                         f"no regime is shown to beat its start ({d.state}: {d.reason})")
