@@ -66,6 +66,9 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+NO_RACE_HELP = "Fixed design: the seed axis as typed."
+MAX_SEEDS_HELP = "The race's cap: seeds per regime."
+
 OVERRIDES_HELP = "Hydra overrides and sweeps, e.g. model=tiny-s,tiny-m grpo.group_size=4,8."
 
 
@@ -77,7 +80,7 @@ class PlanFormat(str, Enum):
 
 def _config_dir_option():
     return typer.Option(None, "--config-dir", metavar="DIR", rich_help_panel="What to run", show_default=False,
-                        help="Your own model/task/reward/grid configs (repeatable).")
+                        help="Your own configs (repeatable).")
 
 
 def _use_config_dirs(dirs: Optional[List[Path]]) -> None:
@@ -114,6 +117,9 @@ def plan(
     yes: bool = typer.Option(False, "--yes", "-y", rich_help_panel=WHAT, help="Plan sweeps larger than --max-jobs."),
     seed_sd: Optional[str] = typer.Option(None, "--seed-sd", metavar="SD|DIR", rich_help_panel=WHAT,
                                           help="Seed spread for the power table (default 0.02)."),
+    no_race: bool = typer.Option(False, "--no-race", rich_help_panel=WHAT, help=NO_RACE_HELP),
+    max_seeds: Optional[int] = typer.Option(None, "--max-seeds", min=2, max=1000, metavar="N", rich_help_panel=WHAT,
+                                            help=MAX_SEEDS_HELP),
     informative_from: Optional[Path] = typer.Option(None, "--informative-from", parser=_folder,
                                                     metavar="DIR", rich_help_panel=WHAT,
                                                     help="Plan updates on a finished sweep's informative share."),
@@ -174,12 +180,24 @@ def plan(
                             f"cannot hold more GPUs than there are. Plan for more (--gpu {spec.kind.name}x"
                             f"{gpus_per_job}) or fewer per job.")
         p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes, rates=rates,
-                       informative=informative, gpu=spec, gpus_per_job=gpus_per_job, assume_gpu=True)
+                       informative=informative, gpu=spec, gpus_per_job=gpus_per_job, assume_gpu=True,
+                       race=not no_race, max_seeds=max_seeds)
         if out is not None:
             written = write_sweep(p, out)
     except RaceError as exc:
         _fail(exc)
     print_plan(p, fmt.value)
+    if p.race_note:
+        from rich.console import Console
+
+        Console(stderr=True).print(p.race_note, highlight=False)
+    if p.race is not None and fmt == PlanFormat.table:  # what the race costs: minimum, expected, maximum
+        from rich.console import Console
+
+        from race_cli.plan.race_price import price_lines, price_race
+
+        for line in price_lines(price_race(p, sd[0]), p.race):
+            Console().print(line, highlight=False)
     from race_cli.plan.power import joint_power_lines, plan_joint_power, plan_power, print_power
     from race_cli.plan.walltime_eval import eval_share_line
 
@@ -318,12 +336,15 @@ def run(
     sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", "-d", parser=_folder,
                                              metavar="DIR", rich_help_panel=OUTPUT,
                                              help="Sweep folder (default: runs/<grid>-<hash>)."),
+    no_race: bool = typer.Option(False, "--no-race", rich_help_panel=WHAT, help=NO_RACE_HELP),
+    max_seeds: Optional[int] = typer.Option(None, "--max-seeds", min=2, max=1000, metavar="N", rich_help_panel=WHAT,
+                                            help=MAX_SEEDS_HELP),
     config_dir: Optional[List[Path]] = _config_dir_option(),
 ) -> None:
     """Run every job of a sweep, one process per job, and end with the findings.
 
-    Takes the same overrides as [bold]race plan[/]; with none, runs the embedded tiny grid on CPU.
-    Rerun the same command to resume. Ctrl-C stops the jobs cleanly.
+    Same overrides as [bold]race plan[/] (none: the embedded tiny grid). A raced grid gives later
+    seeds only to open calls. Rerun to resume; Ctrl-C stops cleanly.
 
     Exit code: 0 all done, 1 some job failed, 2 bad input, 130 stopped. Every option in full:
     docs/commands.md.
@@ -336,7 +357,7 @@ def run(
                         launcher=launcher, retry_failed=retry_failed, yes=yes, max_jobs=max_jobs,
                         partition=partition, time_min=time_min, array_parallelism=array_parallelism,
                         setup=setup or [], cpus_per_task=cpus_per_task, mem_gb=mem_gb, allow_cpu=allow_cpu,
-                        wait=wait)
+                        wait=wait, race=not no_race, max_seeds=max_seeds)
     except RaceError as exc:
         _fail(exc)
     raise typer.Exit(code)

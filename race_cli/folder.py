@@ -31,7 +31,8 @@ from race_cli.io import read_json
 
 
 def plan_json(sweep_dir: str | Path) -> Path:
-    """Every job with its planned ledger, a list of rows (race plan)."""
+    """Every job with its planned ledger, a list of rows (race plan); for a race {"jobs": rows written,
+    "race": schedule, "reserve": rows of later looks} (plan/race_plan.py)."""
     return Path(sweep_dir) / "plan.json"
 
 
@@ -127,8 +128,12 @@ def sweep_of(job: str | Path) -> Path | None:
 
 
 def plan_hash(plan) -> str:
-    """8 hex digits naming the plan: sha1 over each job's id and concrete overrides, in order."""
-    ident = [[j.job_id, list(j.overrides)] for j in plan.jobs]
+    """8 hex digits naming the plan: sha1 over each job's id and concrete overrides, in order (a race's
+    later looks and its schedule included)."""
+    ident: Any = [[j.job_id, list(j.overrides)] for j in plan.jobs]
+    race = getattr(plan, "race", None)
+    if race is not None:  # a race: its schedule and every job to the cap (a fixed design's name is unchanged)
+        ident = [ident + [[j.job_id, list(j.overrides)] for j in plan.reserve], race.to_json()]
     return hashlib.sha1(json.dumps(ident).encode()).hexdigest()[:8]
 
 
@@ -145,6 +150,8 @@ def read_plan_rows(sweep_dir: Path) -> dict[str, dict]:
     where = f"{sweep_dir}/plan.json"
     try:
         rows = read_json(plan_json(sweep_dir))
+        if isinstance(rows, dict) and "race" in rows:  # a raced sweep: the jobs written so far (plan/race_plan.py)
+            rows = rows.get("jobs")
         if not isinstance(rows, list) or not all(isinstance(r, dict) and "job_id" in r for r in rows):
             raise ValueError("expected a list of job rows, each with a job_id")
     except (OSError, ValueError) as exc:

@@ -44,6 +44,32 @@ def score(job_id: str, iteration: int) -> float:
     return int(h[:8], 16) / 16**8
 
 
+def _normal(key: str) -> float:
+    """A deterministic standard normal draw for `key` (Box-Muller on two sha1 uniforms)."""
+    import math
+
+    u1 = (score(key, 1) + 0.5 / 16**8)
+    return math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * score(key, 2))
+
+
+def truth_items(fake: dict, seed: int) -> dict:
+    """With `fake: {items: N, mean: m, seed_sd: s, start: m0}`: per-item 0/1 scores on N items whose
+    accuracy is m plus a seed effect s·z(regime mean, seed), with common random numbers (item i's draw
+    depends on the item and seed only, as the engine's evaluation does), and the start's at m0. Summary
+    fields to merge; {} without `items` (the default fake job)."""
+    if "items" not in fake:
+        return {}
+    n, mean = int(fake["items"]), float(fake["mean"])
+    sd, start = float(fake.get("seed_sd", 0.0)), float(fake.get("start", 0.0))
+    p = min(1.0, max(0.0, mean + sd * _normal(f"regime{mean}:seed{seed}")))
+    ids = [f"item-{i}" for i in range(n)]
+    scores = [1.0 if score(f"item{i}", seed) < p else 0.0 for i in range(n)]
+    initial = [1.0 if score(f"item{i}", -1) < start else 0.0 for i in range(n)]
+    return {"eval": {"accuracy": sum(scores) / n}, "eval_initial": {"accuracy": sum(initial) / n},
+            "eval_items": {"accuracy": {"ids": ids, "scores": scores}},
+            "eval_items_initial": {"accuracy": {"ids": ids, "scores": initial}}}
+
+
 def run(job_dir: Path) -> int:
     import yaml
 
@@ -97,6 +123,7 @@ def run(job_dir: Path) -> int:
         "eval_initial": {"accuracy": 0.0},
         "eval_items": {"accuracy": {"ids": [f"item-{i}" for i in range(len(rows))],
                                     "scores": [round(r["train/reward_mean"]) for r in rows]}},
+        **truth_items(fake, cfg.get("seed", 0)),
         "shares": {"search": 0.7, "learning": 0.3, "feedback": 0.0, "p": 0.3},
         "planned_shares": {"search": 0.7, "learning": 0.3, "feedback": 0.0, "p": 0.3},
         "flops": {"rollout": 0.7 * iterations * fpi, "update": 0.3 * iterations * fpi, "reward": 0.0,

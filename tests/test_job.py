@@ -560,3 +560,52 @@ def test_the_start_is_evaluated_once_per_condition_and_shared(model_dir, tmp_pat
     assert first["a"] == first["b"] == first["c"] != first["d"]
     assert len(list(folder.start_evals_dir(sweep).glob("*.json"))) == 2
     assert not list(folder.start_evals_dir(sweep).glob("*.lock"))  # every lock released
+
+
+def test_the_start_can_be_measured_on_more_samples_and_stays_paired(model_dir, tmp_path):
+    """eval.start_samples=6 with eval.samples=2: the shared start scores each item on 6 draws (scores in
+    sixths), the first 2 of them the very draws every later evaluation makes (common random numbers), so
+    the start is the same policy measured three times as well; another start key than the 2-sample start."""
+    import numpy as np
+
+    from race_cli import folder
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "plan.json").write_text("[]")
+    plain = _setup_job(model_dir, folder.job_dir(sweep, "plain"))
+    more = _setup_job(model_dir, folder.job_dir(sweep, "more"), **{"eval.start_samples": 6})
+    assert plain.start_samples() is None and more.start_samples() == 6
+    assert plain.start_key() != more.start_key()
+    two = plain.evaluate()  # what every evaluation of both jobs draws, k = 2
+    texts: list[str] = []
+    generate = more.rollout.generate
+    more.rollout.generate = lambda *a, **k: (ro := generate(*a, **k)) and (texts.extend(ro.texts) or ro)
+    start, key = more.start_evaluation()
+    assert key == more.start_key()
+    for target in more.targets:
+        scores = np.asarray(start["items"][target.name]["scores"])
+        assert np.allclose(scores * 6, np.round(scores * 6)) and not np.allclose(scores * 2, np.round(scores * 2))
+        assert start["items"][target.name]["ids"] == two["items"][target.name]["ids"]
+    ref: list[str] = []
+    generate2 = plain.rollout.generate
+    plain.rollout.generate = lambda *a, **k: (ro := generate2(*a, **k)) and (ref.extend(ro.texts) or ro)
+    plain.evaluate()
+    # per item, the start's first 2 completions are the 2-sample evaluation's (items in the same order)
+    assert [t for i in range(0, len(texts), 6) for t in texts[i:i + 2]] == ref
+
+
+def test_start_samples_below_samples_or_against_greedy_is_refused(model_dir):
+    from race_cli.config.compose import compose
+    from race_cli.errors import RaceError
+
+    def problems(**extra) -> str:
+        try:
+            compose(overrides(model_dir, **extra))
+        except RaceError as exc:
+            return " ".join(exc.problems)
+        return ""
+
+    assert "below eval.samples=4" in problems(**{"eval.samples": 4, "eval.greedy": "false", "eval.start_samples": 2})
+    assert "compare two decodings" in problems(**{"eval.start_samples": 4})
+    assert problems(**{"eval.samples": 2, "eval.greedy": "false", "eval.start_samples": 8}) == ""

@@ -34,7 +34,8 @@ def test_default_plan_is_the_tiny_grid():
 
 def test_pilot_grid_is_paper_like():
     plan = build_plan(["grid=pilot"])
-    assert len(plan.jobs) == 4 * 3 * 2 * 2
+    assert len(plan.jobs) == 4 * 3 * 2 * 2 * 2  # x 2 seeds: the first look of its race
+    assert list(plan.race.looks) == [2, 3, 4] and len(plan.reserve) == len(plan.jobs)
     models = {j.config["model"]["name"] for j in plan.jobs}
     assert models == {"qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b"}
     assert {j.config["task"]["name"] for j in plan.jobs} == {"gsm8k"}  # grid.fixed applied
@@ -130,8 +131,11 @@ def test_write_sweep_layout_and_idempotence(tmp_path):
     out = tmp_path / "sweep"
     assert write_sweep(plan, out) is True
     assert (out / "multirun.yaml").is_file() and (out / "plan.csv").is_file()
-    rows = json.loads((out / "plan.json").read_text())
+    doc = json.loads((out / "plan.json").read_text())  # the tiny grid races: the first look's rows, the rest reserved
+    rows = doc["jobs"]
     assert [r["job_id"] for r in rows] == [j.job_id for j in plan.jobs]
+    assert doc["race"] == plan.race.to_json() and [r["job_id"] for r in doc["reserve"]] == [j.job_id for j in plan.reserve]
+    assert sorted(p.name for p in (out / "jobs").iterdir()) == sorted(j.job_id for j in plan.jobs)
     for job in plan.jobs:
         hydra = out / "jobs" / job.job_id / ".hydra"
         cfg = yaml.safe_load((hydra / "config.yaml").read_text())

@@ -62,3 +62,53 @@ def test_orchestrator_killed_mid_sweep_then_rerun_equals_uninterrupted(tiny_s, t
         assert b[job][2] == "done"
         assert b[job][0] == a[job][0], f"{job}: metrics differ after the kill and rerun"
         assert b[job][1] == a[job][1], f"{job}: adapter weights differ after the kill and rerun"
+
+
+RACE = ["grid=none", "model=tiny-s", "grpo.group_size=2,4", "grpo.prompts_per_iter=4", "budget.flops=6e9",
+        "eval.at=[0,1]", "checkpoint.every=2", "task.num_eval=40", "seed=0,1", "--max-seeds", "3"]
+
+
+def _race(sweep: Path, wait: bool = True):
+    """The raced `race run` of RACE (seed=0,1 raced to 3 seeds) on 2 workers."""
+    cmd = [sys.executable, "-m", "race_cli", "run", *RACE, "--sweep-dir", str(sweep), "--workers", "2"]
+    env = {**os.environ, "COLUMNS": "200"}
+    if wait:
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+
+
+def _race_outcome(sweep: Path) -> dict:
+    """A race's end: the jobs plan.json lists and the folders there, every job's outcome, every state record."""
+    from race_cli.pool.race_loop import decide, sweep_schedule
+
+    listed = sorted(r["job_id"] for r in json.loads((sweep / "plan.json").read_text())["jobs"])
+    states = [s.to_json() for s in decide(sweep, sweep_schedule(sweep)).states]
+    return {"listed": listed, "folders": sorted(p.name for p in (sweep / "jobs").iterdir()),
+            "jobs": _outcome(sweep), "states": states}
+
+
+@pytest.mark.slow
+def test_race_killed_mid_look_then_rerun_equals_uninterrupted(tiny_s, tmp_path):
+    """The raced `race run` killed with SIGKILL mid-look, at the last look the uninterrupted race reached, and
+    rerun: the same jobs, outcomes (metrics, adapter weights) and race states."""
+    straight = tmp_path / "straight"
+    res = _race(straight)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "race (seeds per regime 2 -> 3" in res.stdout
+    want = _race_outcome(straight)
+    assert set(want["listed"]) >= {"G2_s0", "G2_s1", "G4_s0", "G4_s1"} and want["listed"] == want["folders"]
+    assert all(s["state"] != "continue" for s in want["states"])
+    last = "jobs/*_s2/checkpoint/state.json" if {"G2_s2", "G4_s2"} & set(want["listed"]) \
+        else "jobs/*/checkpoint/state.json"
+
+    broken = tmp_path / "broken"
+    proc = _race(broken, wait=False)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not list(broken.glob(last)) and proc.poll() is None:
+        time.sleep(0.2)
+    assert list(broken.glob(last)), f"no job reached a checkpoint of the look matching {last}"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = _race(broken)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert _race_outcome(broken) == want

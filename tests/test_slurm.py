@@ -133,3 +133,22 @@ def test_cancelled_task_is_interrupted_and_the_rerun_completes_it(tmp_path):
     s = state(sweep, "victim")
     assert s["state"] == "done" and s["attempts"] == 2
     assert "resuming from checkpoint" in (sweep / "jobs" / "victim" / "log.txt").read_text()
+
+
+def test_raced_sweep_runs_look_by_look_on_slurm(tmp_path, capsys):
+    """A race on SLURM: one job array per look, the next look's jobs written after the first array ends,
+    and the same jobs and decisions as the same race on local CPU workers (tests/test_race_run.py's truth)."""
+    from test_race_run import outcome, race, truth_sweep
+
+    local = truth_sweep(tmp_path / "local")
+    assert race(local) == 0
+    sweep = truth_sweep(tmp_path / "slurm", seconds=0.3)
+    assert run(sweep) == 0
+    out = capsys.readouterr().out
+    want, got = outcome(local), outcome(sweep)
+    assert out.count("as SLURM array") == 1 + max(s["look"] for s in want["states"]) == 4  # one array per look
+    assert got["listed"] == want["listed"] and got["folders"] == want["folders"]
+    assert got["states"] == want["states"] and got["metrics"] == want["metrics"]
+    assert set(read_json(sweep / SUBMITIT_DIR / SUBMITTED)) == set(got["listed"])
+    for j in got["listed"]:
+        assert state(sweep, j)["state"] == "done"

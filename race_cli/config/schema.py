@@ -174,6 +174,8 @@ class EvalConf:
     batch_size: int = d(200, Int(1, 65536))  # prompts per generate call
     targets: list[str] = d(factory=list, domain=ListOf(Text(1, 100), max_len=64))  # arithmetic | arithmetic-hard | gsm8k | math500 | a jsonl label; [] = the task's own
     samples: int = d(1, Int(1, 1024))  # k completions per item; k > 1 samples at the eval temperature, item score = fraction correct
+    # completions per item at the shared start evaluation (iteration 0), every gain's floor; null = samples
+    start_samples: Optional[int] = d(None, Int(1, 1024, null=True))
     temperature: Optional[float] = d(None, Real(0.0, 100.0, lo_open=True, null=True))  # sampling temperature at evaluation; None = rollout.temperature
     max_items: Optional[int] = d(None, Int(1, ITEMS, null=True))  # first N items of every target (a subset for small runs); None = all
     max_items_by_target: dict[str, int] = d(factory=dict, domain=MapOf(Int(1, ITEMS), max_len=64))  # per-target N overriding max_items, e.g. {math500: 50}
@@ -194,6 +196,7 @@ class GridConf:
     description: str = d("", Text(0, 10_000))
     axes: dict[str, str] = d(factory=dict, domain=MapOf(Text(1, 100_000)))  # e.g. {"grpo.group_size": "4,8"}
     fixed: dict[str, Any] = d(factory=dict, domain=MapOf(AnyPlain()))  # e.g. {"budget.flops": 2e12}
+    race: dict[str, Any] = d(factory=dict, domain=MapOf(AnyPlain()))  # e.g. {"max_seeds": 4}; plan/race_plan.py
 
 
 @dataclass
@@ -382,7 +385,24 @@ def heads_rule(cfg: Any) -> list[str]:
     return problems
 
 
+def start_samples_rule(cfg: Any) -> list[str]:
+    """eval.start_samples >= eval.samples, and sampled: a start scored on fewer samples, or greedy against
+    sampled finals, would not be paired item by item with the same common random numbers."""
+    k0, k = _get(cfg, "eval.start_samples"), _get(cfg, "eval.samples")
+    if k0 is None:
+        return []
+    if k0 < k:
+        return [f"eval.start_samples={k0} is below eval.samples={k}: the start would be measured worse than "
+                f"every evaluation it is paired with. Expected null or at least {k}."]
+    if k0 > 1 and k == 1 and _get(cfg, "eval.greedy"):
+        return [f"eval.start_samples={k0} samples the start while eval.greedy=true scores every other "
+                "evaluation greedily: the gain would compare two decodings. Set eval.greedy=false (and "
+                "eval.samples), or leave eval.start_samples null."]
+    return []
+
+
 CROSS_FIELD_RULES: list[Callable[[Any], list[str]]] = [
+    start_samples_rule,
     completion_estimate_rule,
     model_len_rule,
     update_group_rule,

@@ -191,7 +191,7 @@ class Job:
 
     # --- evaluation --------------------------------------------------------------------------
 
-    def evaluate(self) -> dict:
+    def evaluate(self, samples: int | None = None) -> dict:
         """Every evaluation target; charged to the eval ledger only (in total and per target).
 
         Per item: eval.samples = k completions (greedy when k = 1 and eval.greedy, else sampled at
@@ -200,12 +200,14 @@ class Job:
         (eval.sample_seed, target, item id, s) (rollout_lean.eval_row_seed), never from the training
         generator, so equal weights give equal completions in every job and an evaluation changes no
         training step.
+        `samples` (the start's eval.start_samples) overrides k: its first eval.samples draws are the ones
+        every other evaluation makes, so the start stays paired item by item.
         Returns {"accuracy": {target: mean score}, "items": {target: {"ids": [...], "scores": [...]}}}.
         """
         from race_cli.answers.graders import grade
 
         e = self.cfg.eval
-        k = int(e.samples)
+        k = int(samples or e.samples)
         greedy = bool(e.greedy) and k == 1
         temperature = e.temperature if e.temperature is not None else self.cfg.rollout.temperature
         per_call = max(1, e.batch_size // k)  # prompts per generate call: batch_size completions
@@ -260,8 +262,19 @@ class Job:
                     "targets": [[t.name, str(t.grader), t.min_new_tokens,
                                  [[it.id, str(it.answer), self.target_prompts[t.name].ids(i)]
                                   for i, it in enumerate(t.items)]] for t in self.targets]}
+        if self.start_samples() is not None:  # only then: the keys of sweeps planned without it stay as they were
+            settings["start_samples"] = self.start_samples()
         h.update(json.dumps(settings, sort_keys=True, default=str).encode())
         return h.hexdigest()
+
+    def start_samples(self) -> int | None:
+        """Completions per item at the start evaluation (eval.start_samples), None when it is eval.samples."""
+        k0 = self.cfg_dict["eval"].get("start_samples")
+        return int(k0) if k0 is not None and int(k0) != int(self.cfg.eval.samples) else None
+
+    def _evaluate_start(self) -> dict:
+        k0 = self.start_samples()
+        return self.evaluate() if k0 is None else self.evaluate(k0)
 
     def start_evaluation(self) -> tuple[dict, str | None]:
         """The iteration-0 evaluation, once per (starting weights, evaluation settings) in a sweep.
@@ -277,7 +290,7 @@ class Job:
 
         sweep = folder.sweep_of(self.job_dir)
         if sweep is None:
-            return self.evaluate(), None
+            return self._evaluate_start(), None
         key = self.start_key()
         path = folder.start_eval_file(sweep, key)
         try:
@@ -312,7 +325,7 @@ class Job:
         try:
             if (hit := cached()) is not None:  # written between our check and our lock
                 return hit, key
-            ev = self.evaluate()
+            ev = self._evaluate_start()
             atomic_write_json(path, {"key": key, "evaluated_by": self.job_id, "eval": ev})
             self.log(f"start evaluation written for the sweep's other jobs: {path.name}")
             return ev, key

@@ -138,6 +138,9 @@ class Plan:
     gpu: Any = None  # walltime.GpuSpec of `race plan --gpu KINDxN` (None: the machine detected here)
     host_note: str | None = None  # pinned host memory of vLLM's level-1 sleep per job and node (memory.pinned_host_check)
     gpu_assumed: str | None = None  # why the plan assumed ASSUMED_GPU (no GPU here, no --gpu): its first line
+    race: Any = None  # stats/race.Schedule of a raced plan (None: a fixed design); `jobs` is then its first look
+    reserve: list[PlannedJob] = field(default_factory=list)  # a race's later seeds, written when a look opens
+    race_note: str | None = None  # why a grid that races planned a fixed design (the seeds typed)
 
     def grid_seconds(self) -> float:
         """Planned wall seconds of the whole grid on `slots` (longest first, as the pool runs it)."""
@@ -177,7 +180,7 @@ def load_grid(name: str) -> dict:
     with open(path, encoding="utf-8") as f:
         grid = yaml.safe_load(f) or {}
     return {"name": grid.get("name", name), "description": grid.get("description", ""),
-            "axes": dict(grid.get("axes") or {}), "fixed": dict(grid.get("fixed") or {})}
+            "axes": dict(grid.get("axes") or {}), "fixed": dict(grid.get("fixed") or {}), "race": grid.get("race")}
 
 
 def _fixed_override(key: str, value: Any) -> str:
@@ -192,7 +195,8 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
                check_budget: bool = True, gpu_mem: int | None = None, rates: dict | None = None,
                informative: dict | None = None, gpu: Any = None, gpus_per_job: int = 1,
                too_many: str = "Check the axes, or pass --yes to plan it anyway.",
-               say: Callable[[str], None] | None = None, assume_gpu: bool = False) -> Plan:
+               say: Callable[[str], None] | None = None, assume_gpu: bool = False, race: bool = True,
+               max_seeds: int | None = None) -> Plan:
     """Expand, compose, validate and budget-match every job; RaceError lists every problem.
 
     `gpu_mem` (bytes): resolve `grpo.micro_batch_size: auto` against it and refuse jobs whose
@@ -208,6 +212,8 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     `assume_gpu` (race plan): with no `gpu` and no GPU here, a sweep whose jobs need one (hub-sized models)
     or that gives `gpu_mem` is planned on one ASSUMED_GPU, never on CPU rates borrowed from a tiny model;
     the plan's gpu_assumed says so.
+    `race` False (--no-race) plans a fixed design even where the grid races; `max_seeds` (--max-seeds) sets
+    the race's cap (plan/race_plan.py): a raced plan's `jobs` are its first look, `reserve` the seeds after.
     """
     from race_cli.cost.memory import plan_memory
 
@@ -238,6 +244,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     user_keys = {a.key for a in typed.axes} | {t.lstrip("+").partition("=")[0] for t in typed.fixed}
     axes: list[Axis] = [a for a in grid_axes if a.key not in user_keys] + typed.axes
     fixed = [_fixed_override(k, v) for k, v in grid["fixed"].items() if k not in user_keys] + typed.fixed
+    schedule, first, race_note = _race_seeds(grid, axes, fixed, race, max_seeds, user_keys)
 
     n_jobs = math.prod(len(a.values) for a in axes) if axes else 1  # counted before anything is expanded
     if n_jobs > max_jobs and not yes:
@@ -297,6 +304,11 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     for job in jobs:
         rep = solved[_split_seed(job.overrides)[0]][5]
         job.wall, job.gpus = rep.wall, rep.gpus
+    reserve: list[PlannedJob] = []
+    if schedule is not None:
+        from race_cli.plan.race_plan import split_looks
+
+        jobs, reserve = split_looks(jobs, first)
     if not any(j.gpus for j in jobs):  # CPU workers: as many as the cores allow, at most one per job
         from race_cli.plan.wall import cpu_workers
 
@@ -311,7 +323,8 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     if host.refuse:
         raise RaceError(host.text)
     return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs, capped=capped,
-                slots=slots, wall_source=source, gpu=gpu, host_note=host.text, gpu_assumed=assumed)
+                slots=slots, wall_source=source, gpu=gpu, host_note=host.text, gpu_assumed=assumed,
+                race=schedule, reserve=reserve, race_note=race_note)
 
 
 ASSUMED_GPU = "H100"  # the kind a plan assumes when its jobs need a GPU and none is named or detected
@@ -331,6 +344,39 @@ def _assumed_gpu(jobs: Sequence[PlannedJob], gpu_mem: int | None) -> tuple[Any, 
     return GpuSpec(GPU_KINDS[ASSUMED_GPU], 1), (
         f"GPU assumed: 1 {ASSUMED_GPU} per job, as no GPU is visible here and no --gpu was given ({why}). "
         f"Plan for yours with --gpu KIND or KINDxN (known: {', '.join(GPU_KINDS)}), e.g. --gpu {ASSUMED_GPU}x8.")
+
+
+def _race_seeds(grid: dict, axes: list, fixed: list[str], race: bool, max_seeds: int | None,
+                user_keys: set[str]) -> tuple[Any, int, str | None]:
+    """(the race's schedule or None, seeds of its first look, a note); a raced plan's seed axis is set to
+    0..cap-1 in `axes` (in place), the jobs past the first look being its reserve. Seeds typed on the command
+    line that a race cannot start from (seed=0, seed=3,5) make a fixed design, said in the note, unless
+    --max-seeds asked for a race (then refused)."""
+    from race_cli.config.sweep import Axis
+    from race_cli.plan.race_plan import first_look_seeds, make_race_schedule, race_block
+
+    block = race_block(grid, no_race=not race, max_seeds=max_seeds)
+    if block is None:
+        return None, 0, None
+    try:
+        first, at = first_look_seeds(axes, fixed)
+    except RaceError:
+        if max_seeds is not None or "seed" not in user_keys:
+            raise
+        typed = [t for t in fixed if t.lstrip("+").partition("=")[0] == "seed"] + \
+            [f"seed={','.join(a.values)}" for a in axes if a.key == "seed"]
+        return None, 0, (f"note: grid '{grid['name']}' races, but {' '.join(typed)} cannot start a race (seeds 0, 1, "
+                         "... are its first look): a fixed design is planned.")
+    schedule = make_race_schedule(block, first)
+    if schedule is None:  # one look: the fixed design the seed axis names
+        return None, 0, None
+    seeds = Axis(key="seed", prefix=axes[at].prefix if at is not None else "",
+                 values=[str(s) for s in range(schedule.looks[-1])])
+    if at is None:
+        axes.append(seeds)
+    else:
+        axes[at] = seeds
+    return schedule, first, None
 
 
 PROGRESS_JOBS = 5000  # sweeps larger than this print a progress line while they are planned
@@ -449,8 +495,22 @@ def _compose_regime(overrides: list[str], groups: set[str], bases: dict, types: 
 
 # --- writing the sweep folder ------------------------------------------------------------------
 
-def _plan_identity(rows: list[dict]) -> list[tuple]:
-    return [(r["job_id"], r["overrides"]) for r in rows]
+def _plan_identity(data: Any) -> Any:
+    """What names a plan in plan.json: its jobs' ids and overrides in order, or for a race (a mapping with
+    "race") the schedule and every job to the cap, the ones written and the reserve alike, in any order."""
+    if isinstance(data, dict):
+        rows = list(data.get("jobs") or []) + list(data.get("reserve") or [])
+        return (sorted((r["job_id"], r["overrides"]) for r in rows), data.get("race"))
+    return [(r["job_id"], r["overrides"]) for r in data]
+
+
+def plan_document(plan: Plan, rows: list[dict]) -> Any:
+    """plan.json's content: the rows (a fixed design, as always), or for a race {"jobs": the first look's rows,
+    "race": the schedule, "reserve": the later seeds' rows} (race_cli/plan/race_plan.py)."""
+    if plan.race is None:
+        return rows
+    cache: dict = {}
+    return {"jobs": rows, "race": plan.race.to_json(), "reserve": [j.row(cache) for j in plan.reserve]}
 
 
 def write_sweep(plan: Plan, sweep_dir: str | os.PathLike) -> bool:
@@ -477,7 +537,7 @@ def write_sweep(plan: Plan, sweep_dir: str | os.PathLike) -> bool:
                                 "Choose another --out / --sweep-dir, or remove the folder.")
         else:
             try:
-                same = _plan_identity(read_json(existing)) == _plan_identity(rows)
+                same = _plan_identity(read_json(existing)) == _plan_identity(plan_document(plan, rows))
             except (ValueError, KeyError, TypeError):
                 same = False
             if same:
@@ -505,7 +565,7 @@ def write_sweep(plan: Plan, sweep_dir: str | os.PathLike) -> bool:
         dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
         dump = lambda data, **kw: yaml.dump(data, Dumper=dumper, **kw)
         multirun_yaml(tmp).write_text(dump(multirun, sort_keys=False), encoding="utf-8")
-        atomic_write_json(plan_json(tmp), rows)
+        atomic_write_json(plan_json(tmp), plan_document(plan, rows))
         _write_csv(plan_csv(tmp), rows)
         for job in plan.jobs:
             folder = job_dir(tmp, job.job_id)
@@ -536,10 +596,12 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool, max_jobs: int,
                   runs_root: Path = Path("runs"), say: Callable[[str], None] = print,
-                  check: Callable[[list[dict]], None] | None = None) -> Path:
+                  check: Callable[[list[dict]], None] | None = None, race: bool = True,
+                  max_seeds: int | None = None) -> Path:
     """The sweep folder to run: an existing one as it is (--sweep-dir, no overrides), else the plan
     of `overrides` written (or found unchanged) at --sweep-dir or the default folder.
-    `check(job configs)` may refuse the sweep (RaceError) before anything is written."""
+    `check(job configs)` may refuse the sweep (RaceError) before anything is written. `race`, `max_seeds`:
+    as build_plan (an existing folder keeps the design it was planned with)."""
     if sweep_dir is not None and not overrides and is_sweep(sweep_dir):
         say(f"sweep: {sweep_dir} (resuming the plan already there)")
         if check is not None:
@@ -547,7 +609,7 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
 
             check([job_config_data(p) for p in job_configs(sweep_dir)])
         return Path(sweep_dir)
-    plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes)
+    plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes, race=race, max_seeds=max_seeds)
     if check is not None:
         check([job.config for job in plan.jobs])
     from race_cli.zoo.build import refuse_unusable_cache
@@ -563,5 +625,8 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
             raise RaceError(*exc.problems, f"(race run names its folder after the plan; {target} should "
                             "hold this plan. Remove it, or pass --sweep-dir to run elsewhere.)") from None
         raise
-    say(f"sweep: {target} ({len(plan.jobs)} jobs, {'new' if written else 'resuming'})")
+    size = (f"{len(plan.jobs)} jobs" if plan.race is None else
+            f"{len(plan.jobs)} jobs at the first look, up to {len(plan.jobs) + len(plan.reserve)} in a race to "
+            f"{plan.race.looks[-1]} seeds")
+    say(f"sweep: {target} ({size}, {'new' if written else 'resuming'})")
     return target

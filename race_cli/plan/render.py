@@ -49,7 +49,10 @@ def print_plan(plan: Any, fmt: str = "table", file=None, console=None) -> None:
     if assumed and fmt != "table":  # stdout stays the data; the assumption still comes first
         print(assumed, file=sys.stderr)
     if fmt == "json":
-        out.write(json.dumps({"grid": plan.grid["name"], "axes": plan.axes, "jobs": rows}, indent=2) + "\n")
+        doc = {"grid": plan.grid["name"], "axes": plan.axes, "jobs": rows}
+        if getattr(plan, "race", None) is not None:  # a race: its schedule; jobs are its first look
+            doc["race"] = plan.race.to_json()
+        out.write(json.dumps(doc, indent=2) + "\n")
         return
     if fmt == "csv":
         buf = io.StringIO()

@@ -68,12 +68,14 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
              max_jobs: int = 512, partition: str | None = None, time_min: int = 60,
              array_parallelism: int | None = None, setup: Sequence[str] = (), cpus_per_task: int | None = None,
              wait: bool = True, grace_s: float = 10.0, live: bool | None = None, report: bool = True,
-             allow_cpu: bool = False, mem_gb: int | None = None,
+             allow_cpu: bool = False, mem_gb: int | None = None, race: bool = True, max_seeds: int | None = None,
              job_command: Callable[[Path], list[str]] | None = None, runs_root: Path = Path("runs"),
              say: Callable[[str], None] = print) -> int:
     """Plan (or reopen) the sweep, run what is not done, print the outcome; returns the exit code.
 
-    Raises RaceError (exit 2) on bad input before anything runs. See the module docstring.
+    Raises RaceError (exit 2) on bad input before anything runs. See the module docstring. A raced sweep
+    (plan.json "race") runs look after look until no call needs more seeds (pool/race_loop.py); `race` False
+    (--no-race) and `max_seeds` (--max-seeds) shape a new plan as in race plan.
     """
     from race_cli.pool.local import default_job_command
 
@@ -93,30 +95,56 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
     from race_cli.plan.build import prepare_sweep
 
     sweep = prepare_sweep(overrides, sweep_dir, yes=yes, max_jobs=max_jobs, runs_root=runs_root, say=say,
-                          check=check)
-    rows = folder.read_plan_rows(sweep)
+                          check=check, race=race, max_seeds=max_seeds)
+    from race_cli.pool.race_loop import end_lines, next_look, sweep_schedule
 
-    if launcher == "slurm":
-        from race_cli.pool.slurm import run_slurm
+    schedule = sweep_schedule(sweep)  # None: a fixed design, one pass
+    timing: dict = {}
+    look = None
+    while True:  # one pass per look of a race
+        rows = folder.read_plan_rows(sweep)
+        if launcher == "slurm":
+            from race_cli.pool.slurm import run_slurm
 
-        code = run_slurm(sweep, rows, retry_failed=retry_failed, partition=partition, time_min=time_min,
-                         gpus_per_job=gpus_per_job, array_parallelism=array_parallelism, setup=list(setup),
-                         cpus_per_task=cpus_per_task, mem_gb=mem_gb, wait=wait, job_command=job_command, say=say)
-        if code is not None:
-            return code
-    else:
-        if own_jobs:
-            prebuild_zoo(sweep, list(rows), say)
-        timing: dict = {}
-        stopped = run_local(sweep, rows, workers=workers, gpus_per_job=gpus_per_job, retry_failed=retry_failed,
-                            grace_s=grace_s, live=live, job_command=job_command, say=say, timing=timing)
-        if stopped:
-            say(f"Stopped by {signal.Signals(stopped).name}: running jobs are marked interrupted. "
-                f"Resume with the same command, or: race run --sweep-dir {sweep}")
-            return 128 + stopped
-        return finish(sweep, list(rows), retry_failed=retry_failed, report=report, say=say,
-                      end_line=timing.get("line"))
-    return finish(sweep, list(rows), retry_failed=retry_failed, report=report, say=say)
+            code = run_slurm(sweep, rows, retry_failed=retry_failed, partition=partition, time_min=time_min,
+                             gpus_per_job=gpus_per_job, array_parallelism=array_parallelism, setup=list(setup),
+                             cpus_per_task=cpus_per_task, mem_gb=mem_gb, wait=wait, job_command=job_command,
+                             say=say)
+            if code is not None:
+                return code
+        else:
+            if own_jobs:
+                prebuild_zoo(sweep, list(rows), say)
+            stopped = run_local(sweep, rows, workers=workers, gpus_per_job=gpus_per_job, retry_failed=retry_failed,
+                                grace_s=grace_s, live=live, job_command=job_command, say=say, timing=timing)
+            if stopped:
+                say(f"Stopped by {signal.Signals(stopped).name}: running jobs are marked interrupted. "
+                    f"Resume with the same command, or: race run --sweep-dir {sweep}")
+                return 128 + stopped
+        if schedule is None:
+            break
+        look = next_look(sweep, schedule, say)
+        if not look.open:
+            break
+    end = [*end_lines(look.states, schedule)] if look is not None else []
+    if timing.get("looks", 0) > 1:
+        end.append(race_wall_line(timing))
+    elif timing.get("line"):
+        end.append(timing["line"])
+    return finish(sweep, list(rows), retry_failed=retry_failed, report=report, say=say,
+                  end_line="\n".join(end) or None)
+
+
+def race_wall_line(timing: dict) -> str:
+    """The planned-vs-actual wall time of a race's passes: each look runs after the one before, so the
+    planned time is the sum of each pass's schedule on its slots."""
+    from race_cli.cost.walltime import fmt_duration
+
+    planned, actual, n = timing["planned_s"], timing["actual_s"], timing["jobs"]
+    text = f"wall time {fmt_duration(actual)} for {n} job(s) in {timing['looks']} pass(es) on {timing['where']}"
+    if planned is None or planned <= 0:
+        return text + "."
+    return text + f"; planned {fmt_duration(planned)} for those jobs (actual / planned {actual / planned:.2f})."
 
 
 def wall_check_line(planned: list[float | None], actual_s: float, slots: int, where: str) -> str:
@@ -247,9 +275,22 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
         finally:
             display.close()
         if timing is not None:
-            timing["line"] = wall_check_line([rows.get(j, {}).get("planned_seconds") for j in todo],
-                                             time.monotonic() - t0, len(slots), where)
+            planned = [rows.get(j, {}).get("planned_seconds") for j in todo]
+            actual = time.monotonic() - t0
+            timing["line"] = wall_check_line(planned, actual, len(slots), where)
+            _add_pass(timing, planned, actual, len(slots), where)
         return pool.stopped_by
+
+
+def _add_pass(timing: dict, planned: list, actual_s: float, slots: int, where: str) -> None:
+    """Add one pass of the pool (a race's look) to `timing`: jobs, seconds, the plan's seconds for them."""
+    from race_cli.cost.walltime import grid_seconds
+
+    known = None if any(p is None for p in planned) else grid_seconds([float(p) for p in planned], slots)
+    before = timing.get("planned_s", 0.0)
+    timing.update(looks=timing.get("looks", 0) + 1, jobs=timing.get("jobs", 0) + len(planned),
+                  actual_s=timing.get("actual_s", 0.0) + actual_s, where=where,
+                  planned_s=None if known is None or before is None else before + known)
 
 
 def finish(sweep: Path, job_ids: list[str], *, retry_failed: bool, report: bool, say,

@@ -1,0 +1,206 @@
+"""What a race costs before it runs: jobs, FLOPs, GPU-hours and wall time at three points.
+
+- minimum: every condition stops at the first look (the first look's jobs, as a fixed design would run);
+- expected: the mean over simulated races on a stated truth (one regime per condition better by `gap`,
+  the others equal, seeds spread by the plan's seed sd), decided look by look by the race's own
+  decision (stats/race.decide_look) on the report's variance model (stats/variance.noise_of, pooled
+  per reward system as the ranking pools);
+- maximum: every regime runs to the cap.
+
+Wall time is the pool's: a look starts when the one before has ended everywhere (the race decides a
+look when all of its jobs are done), so it is the sum over looks of that look's jobs scheduled on the
+plan's slots, longest first (cost/walltime.grid_seconds).
+
+The simulated truth per (condition, target) is the harness's (stats/race_sim, which benchmarks/bench_race.py
+checks against whole races written as job folders): item difficulties U(±ITEM_HALF) around LEVEL, an item ×
+regime interaction, a seed effect of sd `seed sd`·U(0.5, 1.5) per regime, scores the mean of eval.samples
+Bernoulli draws, here on the plan's own conditions, regimes, items and samples, pooled per reward system
+and target as the ranking pools. Evaluation noise is drawn independently per job (no common random
+numbers): slightly more noise than the engine's, so slightly more seeds. Targets of one job are simulated
+independently; a regime's seeds are the most any of its targets asks for (one job serves all).
+No torch; numpy and scipy through stats/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+EXPECTED_GAP = 0.05  # the stated truth of the expected price: one regime better by this much (score scale)
+N_SIM = 40  # simulated sweeps: the expected jobs within a few percent of the range (Monte Carlo)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One price of a race."""
+
+    jobs: float
+    flops: float  # planned training FLOPs (model convention), evaluation not charged
+    gpu_hours: float | None  # None: CPU workers
+    wall_s: float | None  # None: a job without planned seconds
+
+
+@dataclass(frozen=True)
+class RacePrice:
+    looks: tuple[int, ...]
+    minimum: Point
+    expected: Point
+    maximum: Point
+    gap: float  # the truth of `expected`
+    seed_sd: float
+    n_sim: int
+    slots: int
+
+
+@dataclass
+class _Regime:
+    cond: tuple  # (model, budget, reward, task): the report's condition columns
+    targets: list[tuple[str, int, int]]  # (target, items, samples per item)
+    seconds: float | None  # planned wall seconds of one job
+    flops: float
+    gpus: int
+
+
+def _regimes(plan: Any) -> list[_Regime]:
+    """The plan's regimes (jobs equal up to their seed), first look and reserve alike, in plan order."""
+    from race_cli.cost.budget import reward_name
+    from race_cli.plan.power import planned_items
+    from race_cli.tasks.targets import target_names
+
+    out: dict[tuple, _Regime] = {}
+    for j in list(plan.jobs) + list(plan.reserve):
+        key = tuple(sorted(o for o in j.overrides if o.lstrip("+~").partition("=")[0] != "seed"))
+        if key in out:
+            continue
+        c = j.config
+        ev = c.get("eval", {})
+        k = int(ev.get("samples", 1))
+        targets = [(t, n, k) for t in target_names(c) if (n := planned_items(c, t)) and n >= 2]
+        out[key] = _Regime(cond=(c["model"]["name"], float(c["budget"]["flops"]), reward_name(c), c["task"]["name"]),
+                           targets=targets, seconds=j.wall.total if j.wall else None,
+                           flops=float(j.planned()["flops"]["total"]), gpus=int(j.gpus or 0))
+    return list(out.values())
+
+
+def _cost(regs: list[_Regime], seeds: np.ndarray, looks: tuple[int, ...], slots: int) -> Point:
+    """The price of a race whose regime r ends with seeds[r] seeds (a value of `looks`)."""
+    from race_cli.cost.walltime import grid_seconds
+
+    jobs = float(seeds.sum())
+    flops = float(sum(r.flops * s for r, s in zip(regs, seeds)))
+    gpu = [r.gpus for r in regs]
+    gpu_hours = (float(sum((r.seconds or 0.0) * r.gpus * s for r, s in zip(regs, seeds))) / 3600
+                 if any(gpu) else None)
+    wall: float | None = None
+    if all(r.seconds is not None for r in regs):
+        wall, before = 0.0, 0
+        for s_k in looks:
+            run = [r.seconds for r, s in zip(regs, seeds) for _ in range(max(0, min(int(s), s_k) - before))]
+            wall += grid_seconds(run, slots) if run else 0.0
+            before = s_k
+    return Point(jobs, flops, gpu_hours, wall)
+
+
+def _mean(points: list[Point]) -> Point:
+    def avg(xs):
+        return None if any(x is None for x in xs) else float(np.mean(xs))
+
+    return Point(float(np.mean([p.jobs for p in points])), float(np.mean([p.flops for p in points])),
+                 avg([p.gpu_hours for p in points]), avg([p.wall_s for p in points]))
+
+
+def simulate_seeds(regs: list[_Regime], schedule: Any, seed_sd: float, gap: float, rng, n_sim: int) -> np.ndarray:
+    """`n_sim` simulated races, decided together look by look: [n_sim, regimes] the seeds each regime ends
+    with (see the module docstring for the truth)."""
+    from race_cli.stats.race import active_noise, decide_look
+    from race_cli.stats.race_sim import ITEM_HALF, ITEM_REGIME_SD, LEVEL
+    from race_cli.stats.variance import fit_pools, noise_of
+
+    looks, cap = schedule.looks, schedule.looks[-1]
+    conds: dict[tuple, list[int]] = {}
+    for i, r in enumerate(regs):
+        conds.setdefault(r.cond, []).append(i)
+    units = []  # one race per (simulation, condition, target): its regimes (indices into regs), scores [R, cap, n]
+    for sim in range(n_sim):
+        for cond, idx in conds.items():
+            for t, n, k in regs[idx[0]].targets:
+                R = len(idx)
+                acc = np.full(R, LEVEL)
+                acc[0] += gap  # the first regime of the condition is the better one
+                item = rng.uniform(-ITEM_HALF, ITEM_HALF, n)  # [n]
+                inter = rng.normal(0.0, ITEM_REGIME_SD, (R, n))  # [R, n]
+                inter -= inter.mean(axis=1, keepdims=True)
+                sd = seed_sd * rng.uniform(0.5, 1.5, R)  # [R] heterogeneous seed spread
+                run = rng.uniform(-1, 1, (R, cap)) * np.sqrt(3.0) * sd[:, None]  # [R, cap]
+                p = acc[:, None, None] + item + inter[:, None, :] + run[:, :, None]  # [R, cap, n]
+                scores = rng.binomial(k, np.clip(p, 0.0, 1.0)) / k
+                units.append({"sim": sim, "regs": idx, "scores": scores, "pool": f"{sim}|{cond[2]}|{t}",
+                              "active": list(range(R)), "seeds": np.full(R, looks[0]), "open": True})
+    for k_look, s_k in enumerate(looks):
+        racing = [u for u in units if u["open"]]
+        if not racing:
+            break
+        for u in racing:
+            u["seeds"][u["active"]] = s_k
+        noises = []
+        for u in units:  # stopped races' regimes keep their seeds in the pool, as the report's do
+            codes = np.concatenate([np.full(s, r) for r, s in enumerate(u["seeds"])])
+            table = np.concatenate([u["scores"][r, :s] for r, s in enumerate(u["seeds"])])
+            noises.append(noise_of(codes, table, n_reg=len(u["regs"]), own_pool=False))
+        keys = [u["pool"] for u in units]
+        pools: dict = {}
+        for sim in range(n_sim):  # each simulated sweep pools its own regimes
+            at = [i for i, u in enumerate(units) if u["sim"] == sim]
+            pools.update(fit_pools([noises[i] for i in at], [keys[i] for i in at]))
+        ns = []
+        for u, noise, key in zip(units, noises, keys):
+            if not u["open"]:
+                continue
+            ns.append(active_noise(noise.pooled(pools[key] if pools[key].df_total else None), u["active"]))
+        for u, dec in zip(racing, decide_look(ns, [None] * len(ns), schedule, k_look)):
+            if dec.state == "continue":
+                u["active"] = [u["active"][i] for i in dec.active]
+            else:
+                u["open"] = False
+    seeds = np.full((n_sim, len(regs)), looks[0])
+    for u in units:
+        for r, s in zip(u["regs"], u["seeds"]):
+            seeds[u["sim"], r] = max(seeds[u["sim"], r], s)
+    return seeds
+
+
+def price_race(plan: Any, seed_sd: float, gap: float = EXPECTED_GAP, n_sim: int = N_SIM, seed: int = 0) -> RacePrice:
+    """The race's minimum, expected and maximum price (plan.race must be set)."""
+    schedule = plan.race
+    looks = tuple(schedule.looks)
+    regs = _regimes(plan)
+    slots = max(1, int(plan.slots))
+    rng = np.random.default_rng(seed)
+    sims = [_cost(regs, s, looks, slots) for s in simulate_seeds(regs, schedule, seed_sd, gap, rng, n_sim)]
+    return RacePrice(looks=looks, minimum=_cost(regs, np.full(len(regs), looks[0]), looks, slots),
+                     expected=_mean(sims), maximum=_cost(regs, np.full(len(regs), looks[-1]), looks, slots),
+                     gap=gap, seed_sd=seed_sd, n_sim=n_sim, slots=slots)
+
+
+def price_lines(price: RacePrice, schedule: Any) -> list[str]:
+    """The price as printed under the plan."""
+    from race_cli.cost.walltime import fmt_duration
+
+    looks = " -> ".join(map(str, price.looks))
+
+    def fmt(p: Point, what: str) -> str:
+        parts = [f"{p.jobs:.0f} jobs" if float(p.jobs).is_integer() else f"{p.jobs:.1f} jobs", f"{p.flops:.3g} FLOPs"]
+        if p.gpu_hours is not None:
+            parts.append(f"{p.gpu_hours:.1f} GPU-hours")
+        if p.wall_s is not None:
+            parts.append(f"wall {fmt_duration(p.wall_s)}")
+        return f"  {what:<9} {', '.join(parts)}"
+
+    return [f"race: {looks} seeds per active regime, alpha {schedule.alpha:g} ({schedule.spending}), "
+            f"margin ±{schedule.margin:g}; expected = {price.n_sim} simulated sweeps, one regime per condition "
+            f"better by {price.gap:g}, seed sd {price.seed_sd:g}",
+            fmt(price.minimum, "minimum") + ": all stop at look 0",
+            fmt(price.expected, "expected"),
+            fmt(price.maximum, "maximum") + ": all to the cap"]
