@@ -124,3 +124,22 @@ def test_two_targets_need_the_most_seeds_either_asks(tmp_path):
     cond = sorted(CONDS[0].items())
     assert needed_seeds(states) == {tuple(cond + [("updates_per_batch", mu)]): 3 for mu in (1, 2, 4)}
     assert race_states(read_sweeps([root]), SCHEDULE, targets=["clear"]) == [by_target["clear"]]
+
+
+def test_a_running_job_sits_in_its_condition(sweep):
+    """Mid-look: a look-1 job still running has no summary.json; its overrides name the model, G, μ and seed but
+    leave the task (and here the budget) to the defaults. Read from its composed config, it joins its condition:
+    the race waits at look 1 instead of inventing a condition of its own (task=nan) waiting at look 0."""
+    rng = np.random.default_rng(5)
+    _add(sweep, "b", REGS[:2], 2, rng)
+    job = sweep / "jobs" / "b_mu4_rule_s2"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text("- model=b\n- grpo.updates_per_batch=4\n- seed=2\n")
+    (job / ".hydra" / "config.yaml").write_text(
+        "model:\n  name: b\nbudget:\n  flops: 1.0e+12\nreward:\n  type: rule\ntask:\n  name: arithmetic\n"
+        "grpo:\n  group_size: 4\n  updates_per_batch: 4\nseed: 2\n")
+    (job / "status.json").write_text(json.dumps({"job_id": job.name, "state": "running", "attempts": 1}))
+    states = race_states(read_sweeps([sweep]), SCHEDULE)
+    assert len(states) == 2  # conditions a and b only
+    b = _by_model(states)["b"]
+    assert b.state == "continue" and b.look == 1 and b.seeds == {"μ=1": 3, "μ=2": 3, "μ=4": 2}

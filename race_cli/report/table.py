@@ -265,10 +265,29 @@ def read_job(job_dir: str | os.PathLike, sweep: str) -> tuple[dict, dict, list[d
             pass
         except (ValueError, UnicodeDecodeError, OSError) as e:
             problems.append(f"overrides.yaml unreadable ({e})")
+        for k, v in _condition_from_config(job_dir).items():  # what the overrides leave to the defaults (task)
+            row.setdefault(k, v)
     if problems:
         row["readable"] = False
         row["problem"] = "; ".join(problems)
     return row, items, curve
+
+
+def _condition_from_config(job_dir) -> dict[str, Any]:
+    """An unfinished job's condition columns as summary.json will write them, from its composed config
+    (.hydra/config.yaml, read bounded, never through a link): so that a running job sits in the same
+    condition as its finished siblings (a raced sweep's state is read mid-look). {} when unreadable."""
+    import yaml
+
+    from race_cli.cost.budget import reward_label, reward_name
+
+    try:
+        text = read_bounded(inside(folder.job_config(job_dir), job_dir), 4 * 2**20).decode("utf-8")
+        cfg = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+        return {"model": str(cfg["model"]["name"]), "budget_flops": float(cfg["budget"]["flops"]),
+                "reward": reward_label(reward_name(cfg)), "task": str(cfg["task"]["name"])}
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError, yaml.YAMLError, TypeError, KeyError):
+        return {}
 
 
 def job_identity(job_dir: Path) -> str | None:
