@@ -83,10 +83,10 @@ def race_state(state) -> str:
     reason = _LOOK_PREFIX.sub("", str(state.reason or "").strip())
     why = f": {reason}" if reason else ""
     best = state.best or "–"
-    if state.state == "winner":
-        return f"winner {best} {at}{why}"
+    if state.state == "winner":  # the verdict says it all; its reason stays in report.json
+        return f"winner {best} {at}"
     if state.state == "equivalent":
-        return f"equivalent within {margin_text(state.margin)} of {best} {at}, take the cheapest{why}"
+        return f"equivalent within {margin_text(state.margin)} of {best} {at}, take the cheapest"
     if state.state == "undecided":
         return f"undecided {at}{why}"
     if state.state == "no_gain":
