@@ -218,7 +218,7 @@ def test_a_planted_interpolation_is_refused_before_a_folder_is_written(tmp_path,
 
 @pytest.mark.parametrize("args,flag", [(["plan", "grid=none", "--out", ""], "'--out'"),
                                        (["run", "grid=none", "--sweep-dir", ""], "'--sweep-dir'"),
-                                       (["report", ""], "'sweep_dirs'"),
+                                       (["report", ""], "'SWEEP...'"),
                                        (["report", "s", "--out", ""], "'--out'"),
                                        (["validate", ""], "'pilot'"),
                                        (["validate", "s", "--out", ""], "'--out'"),

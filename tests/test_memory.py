@@ -207,20 +207,21 @@ def test_dtype_keyword_follows_the_transformers_version():
 
 
 # --- race plan --gpu-mem ------------------------------------------------------------------------------
+# (seed=0: one seed of each regime, a fixed design; memory is the same for every seed)
 
 
 def test_pilot_fits_80gib_with_vllm_and_the_flops_do_not_change():
-    plan = build_plan(["grid=pilot", "rollout.backend=vllm"], gpu_mem=80 * GIB)
+    plan = build_plan(["grid=pilot", "seed=0", "rollout.backend=vllm"], gpu_mem=80 * GIB)
     assert len(plan.jobs) == 48
     for job in plan.jobs:
         assert 1 <= job.memory.micro_batch and job.memory.peak <= 0.9 * 80 * GIB
-    whole = build_plan(["grid=pilot", "rollout.backend=vllm", "grpo.micro_batch_size=0"])
+    whole = build_plan(["grid=pilot", "seed=0", "rollout.backend=vllm", "grpo.micro_batch_size=0"])
     assert [j.per_iteration for j in whole.jobs] == [j.per_iteration for j in plan.jobs]
 
 
 def test_plan_refuses_jobs_that_cannot_fit_naming_job_phase_and_fix():
     with pytest.raises(RaceError) as err:
-        build_plan(["grid=pilot", "rollout.backend=vllm"], gpu_mem=24 * GIB)
+        build_plan(["grid=pilot", "seed=0", "rollout.backend=vllm"], gpu_mem=24 * GIB)
     problems = err.value.problems
     assert any(p.startswith("Job qwen2.5-7b_G4_mu1_prm-7b: the ") and "phase needs" in p and "Try:" in p
                for p in problems)
@@ -266,7 +267,7 @@ def test_release_between_phases_is_what_lets_the_pilot_fit_beside_vllm(monkeypat
     from race_cli import machine
 
     monkeypatch.setattr(machine, "vllm_kv_release", lambda: False)
-    plan = build_plan(["grid=pilot", "rollout.backend=vllm"], gpu_mem=80 * GIB)
+    plan = build_plan(["grid=pilot", "seed=0", "rollout.backend=vllm"], gpu_mem=80 * GIB)
     assert {j.memory.sleep_mode for j in plan.jobs} == {"weights"}
     job = next(j for j in plan.jobs if j.job_id == "qwen2.5-7b_G4_mu1_prm-7b")
     m = job.memory
@@ -287,7 +288,7 @@ def test_release_between_phases_is_what_lets_the_pilot_fit_beside_vllm(monkeypat
 
 
 def test_plan_sizes_gpu_memory_utilization_and_refuses_the_rollout_phase():
-    plan = build_plan(["grid=pilot", "rollout.backend=vllm"], gpu_mem=80 * GIB)
+    plan = build_plan(["grid=pilot", "seed=0", "rollout.backend=vllm"], gpu_mem=80 * GIB)
     for job in plan.jobs:
         row = memory.memory_row(job.memory)
         need = memory.vllm_need_bytes(memory.spec_from_config(job.config))
@@ -295,7 +296,7 @@ def test_plan_sizes_gpu_memory_utilization_and_refuses_the_rollout_phase():
         assert job.memory.phases["rollout"]["vllm_reserved"] == int(row["gpu_memory_utilization"] * 80 * GIB)
     # 7B policy + 7B PRM beside vLLM at 40 GiB: the rollout phase alone cannot fit, whatever the micro-batch
     with pytest.raises(RaceError) as err:
-        build_plan(["grid=pilot", "rollout.backend=vllm", "model=qwen2.5-7b", "reward=prm-7b", "grpo.group_size=4",
+        build_plan(["grid=pilot", "seed=0", "rollout.backend=vllm", "model=qwen2.5-7b", "reward=prm-7b", "grpo.group_size=4",
                     "grpo.updates_per_batch=1"], gpu_mem=40 * GIB)
     (p,) = err.value.problems
     assert "the rollout phase needs" in p and "vllm_reserved" in p and "fewer rollout tokens" in p
@@ -349,7 +350,7 @@ def test_the_0_5b_jobs_vllm_reservation_is_what_memory_fraction_reserves():
     about 3-4 GiB, but vLLM reserves 5% (7.0 GiB); the plan must count the 7 GiB."""
     from race_cli.engine.rollout_vllm import memory_fraction
 
-    plan = build_plan(["grid=pilot", "rollout.backend=vllm", "model=qwen2.5-0.5b"], gpu_mem=H200)
+    plan = build_plan(["grid=pilot", "seed=0", "rollout.backend=vllm", "model=qwen2.5-0.5b"], gpu_mem=H200)
     floored = 0
     for job in plan.jobs:
         s = memory.spec_from_config(job.config)

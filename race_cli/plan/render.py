@@ -136,6 +136,9 @@ def _totals(rows: list[dict]) -> dict[str, str]:
             "GPU-h": f"{hours:.3g}" if hours else ""}
 
 
+PEAK_PHASE = "peak mem's phase"  # the phase in the peak mem cells, the first thing to go before the column
+
+
 def plan_table(plan: Any, rows: list[dict], console) -> tuple[Any, list[str]]:
     """(the table, the columns left out): COLUMNS and the plan's other swept keys, one space between
     columns, no cell ever folded or cut. While the table is wider than the console, columns go: first those
@@ -163,11 +166,18 @@ def plan_table(plan: Any, rows: list[dict], console) -> tuple[Any, list[str]]:
     same = lambda c: len({cell[c] for cell in cells}) == 1  # one value for every job
     drop = [c for c in SAID_BY_ID if same(c) or all(_said_by_id(c, r) for r in rows)]
     drop += [k for k in swept if same(k)] + [c for c in SAID_BY_ID if c not in drop] + [k for k in swept if not same(k)]
-    drop += [c for c in DROP_ORDER if c in names] + ["peak mem", "job time", "feedback", "learning", "search"]
+    drop += [c for c in DROP_ORDER if c in names] + [PEAK_PHASE, "peak mem", "job time", "feedback", "learning",
+                                                     "search"]
     left_out = []
     while sum(width[c] for c in cols) + len(cols) - 1 > console.width and drop:  # one space between columns
         c = drop.pop(0)
-        if c in cols:
+        if c == PEAK_PHASE and "peak mem" in cols:  # '71.3 GiB (update)' -> '71.3 GiB': the size before the column
+            for cell in cells + [total]:
+                if "peak mem" in cell:
+                    cell["peak mem"] = cell["peak mem"].split(" (")[0]
+            width["peak mem"] = max(_cell_width(console, x) for x in ["peak mem", total.get("peak mem", "")]
+                                    + [cell["peak mem"] for cell in cells])
+        elif c in cols:
             cols.remove(c)
             left_out.append(c)
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0), pad_edge=False)
