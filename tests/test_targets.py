@@ -100,7 +100,8 @@ def test_eval_and_logger_keys_are_typed_with_defaults():
     cfg = _cfg()
     assert OmegaConf.to_container(cfg.eval) == {
         "at": [0.0, 0.125, 0.25, 0.5, 0.75, 1.0], "every": None, "greedy": True, "batch_size": 200, "targets": [], "samples": 1, "temperature": None,
-        "max_items": None, "max_items_by_target": {}, "max_new_tokens": None, "sample_seed": 0}
+        "max_items": None, "max_items_by_target": {}, "max_new_tokens": None, "sample_seed": 0,
+        "start_samples": None}  # None: the start is evaluated with eval.samples, like every other point
     assert cfg.logger == "none"
     for bad, key in (("eval.samples=0", "eval.samples"), ("logger=mlflow", "logger"),
                      ("eval.temperature=0", "eval.temperature")):
