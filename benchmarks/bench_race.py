@@ -5,7 +5,7 @@
     python benchmarks/bench_race.py --looks 2 3 4 --margin 0.05
     python benchmarks/bench_race.py --memory                # the race's sweeps held in memory, no folders
 
-Each scenario is one synthetic sweep of `--conditions` conditions of 3 regimes, simulated item by item as
+Each scenario is one synthetic sweep of `--conditions` conditions of 3 regimes (--regimes: 2-6), simulated item by item as
 benchmarks/bench_calibration.py simulates them (its `simulate_condition`: items ±0.2, item × regime sd
 0.05, per-regime seed sd 0.02·U(0.5, 1.5), 200 items × 4 samples, seed pools of 2 conditions, common
 random numbers and the start evaluated once per condition, as `race run` evaluates). The race writes real
@@ -17,8 +17,8 @@ schedule at the full α.
 Truths (start 0.40, regimes 0.45 unless said):
 - equal: every regime equal;
 - +δ: regime μ=1 better than the two others by δ;
-- within: regimes at 0.45 + (margin/2, 0, margin/4): all within ±margin/2 of the best;
-- tied (--tied): two regimes tied at 0.45, the third at 0.35 (a false "worse" drops one of the tied).
+- within: regimes at 0.45 + (margin/2, 0, margin/4, ...): all within ±margin/2 of the best;
+- tied (--tied): two regimes tied at 0.45, the others at 0.35 (a false "worse" drops one of the tied).
 
 Measured: familywise false "worse" or false winner over all looks (a regime dropped, or a winner named,
 whose truth is not below the best it was compared with); false "equivalent" (the best's truth above a
@@ -48,6 +48,10 @@ from bench_calibration import (BUDGET, CRN_SHARE, INTERACTION_SD, ITEM_HALF, N_I
 
 DELTAS = [0.0, 0.03, 0.05, 0.08, 0.10, 0.12]
 FIXED = (2, 3, 4)
+# (μ, p) of each regime: the default grid's three (bench_calibration.P_GRID), then more update counts for
+# --regimes up to 6 (the GPU pilot's G × μ grid has 6 regimes per condition)
+ALL_REGIMES = list(P_GRID) + [(8, 0.97), (16, 0.98), (32, 0.99)]
+GRID = list(P_GRID)  # the regimes of this run (main sets it from --regimes)
 START = 0.40
 START_SAMPLES = 16  # the start evaluated once per condition, 4× the samples of a job's final evaluation
 BASE = 0.45
@@ -57,11 +61,12 @@ BASE = 0.45
 
 
 def truth(kind: str, delta: float, margin: float) -> np.ndarray:
-    if kind == "tied":  # two best tied, the third far below: REGWQ's least favourable shape for "worse"
-        return BASE + np.array([0.0, 0.0, -0.10])
+    R = len(GRID)
+    if kind == "tied":  # two best tied, the others far below: REGWQ's least favourable shape for "worse"
+        return BASE + np.array([0.0, 0.0] + [-0.10] * (R - 2))
     if kind == "within":
-        return BASE + np.array([margin / 2, 0.0, margin / 4])
-    return BASE + np.array([delta, 0.0, 0.0])
+        return BASE + np.array([margin / 2, 0.0] + [margin / 4] * (R - 2))
+    return BASE + np.array([delta] + [0.0] * (R - 1))
 
 
 def simulate_condition(rng: np.random.Generator, accs, cap: int, start_samples: int = START_SAMPLES):
@@ -110,7 +115,7 @@ def memory_sweep(sims, seeds_of) -> object:
     rows, items, initial = [], {}, {}
     for c, (name, _, fin, ini) in enumerate(sims):
         cond = _cond(name, c)
-        for r, (mu, _) in enumerate(P_GRID):
+        for r, (mu, _) in enumerate(GRID):
             for s in range(seeds_of(c, r)):
                 jid = f"{name}_G4_mu{mu}_s{s}"
                 rows.append({"sweep": "synthetic", "job_id": jid, "state": "done", "readable": True, **cond,
@@ -129,7 +134,7 @@ def _write(jobs_dir: Path, sims, c: int, r: int, s: int, rng) -> None:
     from report_fixtures import Regime, write_job
 
     name, _, fin, ini = sims[c]
-    mu, p = P_GRID[r]
+    mu, p = GRID[r]
     write_job(jobs_dir, _cond(name, c), Regime(4, mu, p), s, {TARGET: fin[r, s]}, rng, iterations=2,
               eval_every=2, start={TARGET: ini})
 
@@ -141,8 +146,8 @@ def run_race(sims, schedule, folder: Path | None) -> tuple[list, object, int]:
     from race_cli.report.table import read_sweeps
 
     index = {name: c for c, (name, *_) in enumerate(sims)}
-    mu_of = {mu: r for r, (mu, _) in enumerate(P_GRID)}
-    have = np.zeros((len(sims), len(P_GRID)), dtype=int)
+    mu_of = {mu: r for r, (mu, _) in enumerate(GRID)}
+    have = np.zeros((len(sims), len(GRID)), dtype=int)
     want = np.full_like(have, schedule.looks[0])
     rng = np.random.default_rng(7)
     jobs_dir = folder / "jobs" if folder is not None else None
@@ -173,7 +178,7 @@ def run_race(sims, schedule, folder: Path | None) -> tuple[list, object, int]:
 def score(states, sims, margin: float, data=None) -> dict:
     """Error rates, coverage and outcome shares of the final states (and the report's intervals on data)."""
     acc_of = {name: accs for name, accs, *_ in sims}
-    r_of = {f"μ={mu}": r for r, (mu, _) in enumerate(P_GRID)}
+    r_of = {f"μ={mu}": r for r, (mu, _) in enumerate(GRID)}
     n = len(states)
     fw = fe = sep = eq = und = nog = cont = 0
     cov = cov_n = 0
@@ -217,7 +222,7 @@ def report_coverage(data, acc_of) -> dict:
     from race_cli.report.rank import rank_all
 
     rk = rank_all(data, TARGET, ["model", "budget_flops", "reward", "task"], n_boot=20, seed=0)
-    a = np.array([acc_of[m][[f"μ={mu}" for mu, _ in P_GRID].index(g)] for m, g in zip(rk["model"], rk["regime"])])
+    a = np.array([acc_of[m][[f"μ={mu}" for mu, _ in GRID].index(g)] for m, g in zip(rk["model"], rk["regime"])])
     cf = ((rk["ci_lo"] <= a) & (a <= rk["ci_hi"])).mean()
     g = a - START
     cg = ((rk["gain_ci_lo"] <= g) & (g <= rk["gain_ci_hi"])).mean()
@@ -236,7 +241,7 @@ def scenario(kind: str, delta: float, n: int, schedule, seed: int, memory: bool,
     from race_cli.stats.race import Schedule
 
     sims = simulate(n, kind, delta, schedule.margin, max(schedule.cap, max(FIXED)), seed)
-    R = len(P_GRID)
+    R = len(GRID)
     t0 = time.perf_counter()
     folder = None if memory else tmp / f"{kind}-{delta:.3f}"
     states, data, reads = run_race(sims, schedule, folder)
@@ -262,7 +267,7 @@ def scenario(kind: str, delta: float, n: int, schedule, seed: int, memory: bool,
 
 def print_table(rows: list[dict], schedule) -> None:
     print(f"\nRace {list(schedule.looks)} (α {schedule.alpha}, {schedule.spending}, margin ±{schedule.margin}) "
-          f"against fixed designs; {rows[0]['conditions']} conditions per row, 3 regimes\n")
+          f"against fixed designs; {rows[0]['conditions']} conditions per row, {len(GRID)} regimes\n")
     head = ["truth", "design", "separated", "equivalent", "undecided", "no gain", "false worse/winner",
             "false equiv.", "cover race", "cover report", "seeds/regime", "jobs/condition", "plan seeds/regime"]
     print(" | ".join(head))
@@ -292,8 +297,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--no-within", action="store_true", help="skip the within-margin truth")
     ap.add_argument("--tied", action="store_true", help="also two tied best regimes and a third 0.10 below")
     ap.add_argument("--memory", action="store_true", help="hold the race's sweeps in memory (no job folders)")
+    ap.add_argument("--regimes", type=int, default=len(P_GRID), choices=range(2, len(ALL_REGIMES) + 1),
+                    help="regimes per condition (3: the default grid's μ = 1, 2, 4; 6: as many as the GPU pilot)")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     a = ap.parse_args(argv)
+    GRID[:] = ALL_REGIMES[:a.regimes]
     schedule = Schedule(tuple(a.looks), a.alpha, a.margin, a.spending)
     rows = []
     t0 = time.perf_counter()

@@ -205,6 +205,25 @@ def test_no_race_is_the_fixed_plan():
     assert build_plan([], max_seeds=2).race is None  # one look: fixed
 
 
+def test_a_plan_races_with_the_calibrated_split_only_where_it_was_measured():
+    """A grid that names no split of α gets the calibrated one for the measured schedule (looks 2-3-4, α 0.05,
+    at most 6 regimes per condition: the default grid has 3, the GPU pilot 6) and Bonferroni otherwise; a
+    split the grid names is kept whatever the measurement covers."""
+    import dataclasses
+
+    from race_cli.plan.build import build_plan
+    from race_cli.plan.race_plan import regimes_per_condition, resolve_spending
+
+    default = build_plan([])
+    assert regimes_per_condition(default.jobs) == 3 and default.race.spending == "calibrated"
+    assert build_plan([], max_seeds=6).race.spending == "bonferroni"  # looks 2-3-4-6: not measured
+    seven = build_plan(["grid=none", "model=tiny-s", "grpo.updates_per_batch=1,2,3,4,5,6,7", "seed=0,1"], max_seeds=4)
+    assert list(seven.race.looks) == [2, 3, 4] and regimes_per_condition(seven.jobs) == 7
+    assert seven.race.spending == "bonferroni"  # more regimes than measured
+    named = dataclasses.replace(default.race, spending="bonferroni-obf")
+    assert resolve_spending(named, True, default.jobs).spending == "bonferroni-obf"
+
+
 @pytest.mark.parametrize("args, kw, says", [
     (["seed=0,2"], {}, "numbers its seeds from 0"),  # --max-seeds asks for a race: refused, not fixed
     (["seed=3"], {}, "seed= fixes one seed"),

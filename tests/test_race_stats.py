@@ -13,7 +13,7 @@ from race_cli.stats import decisions as D
 from race_cli.stats import variance as V
 from race_cli.stats.quantiles import t_quantile
 from race_cli.stats.race import (CALIBRATED_FACTOR, DEFAULT_LOOKS, SPENDINGS, Schedule, active_noise, decide_look,
-                                 equivalence_bounds, make_schedule)
+                                 default_spending, equivalence_bounds, make_schedule)
 
 # --- the schedule ------------------------------------------------------------------------------------
 
@@ -75,6 +75,17 @@ def test_spending_values_by_hand():
     assert obf.spent(1) == pytest.approx(2 - 2 * phi(1.959964 / math.sqrt(0.75)), rel=1e-5)  # 0.02363
     poc = Schedule((2, 3, 4), spending="bonferroni-pocock")
     assert poc.spent(0) == pytest.approx(0.05 * math.log(1 + (math.e - 1) * 0.5))  # 0.03101
+
+
+def test_the_calibrated_split_is_the_default_only_where_it_was_measured():
+    """docs/measurements/race.md measured the calibrated split at looks 2-3-4, α 0.05, with 3 and 6 regimes:
+    there it is the default; one more regime, another α or another look count falls back to Bonferroni."""
+    assert default_spending((2, 3, 4), 0.05, 3) == "calibrated"
+    assert default_spending([2, 3, 4], 0.05, 6) == "calibrated"
+    assert default_spending((2, 3, 4), 0.05, 7) == "bonferroni"
+    assert default_spending((2, 3, 4), 0.10, 3) == "bonferroni"
+    assert default_spending((2, 3, 4, 6), 0.05, 3) == "bonferroni"
+    assert default_spending((2, 4), 0.05, 3) == "bonferroni"
 
 
 # --- the decision on hand-built conditions ----------------------------------------------------------

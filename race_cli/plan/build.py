@@ -244,7 +244,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     user_keys = {a.key for a in typed.axes} | {t.lstrip("+").partition("=")[0] for t in typed.fixed}
     axes: list[Axis] = [a for a in grid_axes if a.key not in user_keys] + typed.axes
     fixed = [_fixed_override(k, v) for k, v in grid["fixed"].items() if k not in user_keys] + typed.fixed
-    schedule, first, race_note = _race_seeds(grid, axes, fixed, race, max_seeds, user_keys)
+    schedule, first, race_note, spending_named = _race_seeds(grid, axes, fixed, race, max_seeds, user_keys)
 
     n_jobs = math.prod(len(a.values) for a in axes) if axes else 1  # counted before anything is expanded
     if n_jobs > max_jobs and not yes:
@@ -306,8 +306,9 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
         job.wall, job.gpus = rep.wall, rep.gpus
     reserve: list[PlannedJob] = []
     if schedule is not None:
-        from race_cli.plan.race_plan import split_looks
+        from race_cli.plan.race_plan import resolve_spending, split_looks
 
+        schedule = resolve_spending(schedule, spending_named, jobs)
         jobs, reserve = split_looks(jobs, first)
     if not any(j.gpus for j in jobs):  # CPU workers: as many as the cores allow, at most one per job
         from race_cli.plan.wall import cpu_workers
@@ -347,8 +348,9 @@ def _assumed_gpu(jobs: Sequence[PlannedJob], gpu_mem: int | None) -> tuple[Any, 
 
 
 def _race_seeds(grid: dict, axes: list, fixed: list[str], race: bool, max_seeds: int | None,
-                user_keys: set[str]) -> tuple[Any, int, str | None]:
-    """(the race's schedule or None, seeds of its first look, a note); a raced plan's seed axis is set to
+                user_keys: set[str]) -> tuple[Any, int, str | None, bool]:
+    """(the race's schedule or None, seeds of its first look, a note, whether the grid named the split of α);
+    a raced plan's seed axis is set to
     0..cap-1 in `axes` (in place), the jobs past the first look being its reserve. Seeds typed on the command
     line that a race cannot start from (seed=0, seed=3,5) make a fixed design, said in the note, unless
     --max-seeds asked for a race (then refused)."""
@@ -357,7 +359,7 @@ def _race_seeds(grid: dict, axes: list, fixed: list[str], race: bool, max_seeds:
 
     block = race_block(grid, no_race=not race, max_seeds=max_seeds)
     if block is None:
-        return None, 0, None
+        return None, 0, None, False
     try:
         first, at = first_look_seeds(axes, fixed)
     except RaceError:
@@ -366,17 +368,17 @@ def _race_seeds(grid: dict, axes: list, fixed: list[str], race: bool, max_seeds:
         typed = [t for t in fixed if t.lstrip("+").partition("=")[0] == "seed"] + \
             [f"seed={','.join(a.values)}" for a in axes if a.key == "seed"]
         return None, 0, (f"note: grid '{grid['name']}' races, but {' '.join(typed)} cannot start a race (seeds 0, 1, "
-                         "... are its first look): a fixed design is planned.")
+                         "... are its first look): a fixed design is planned."), False
     schedule = make_race_schedule(block, first)
     if schedule is None:  # one look: the fixed design the seed axis names
-        return None, 0, None
+        return None, 0, None, False
     seeds = Axis(key="seed", prefix=axes[at].prefix if at is not None else "",
                  values=[str(s) for s in range(schedule.looks[-1])])
     if at is None:
         axes.append(seeds)
     else:
         axes[at] = seeds
-    return schedule, first, None
+    return schedule, first, None, block.get("spending") is not None
 
 
 PROGRESS_JOBS = 5000  # sweeps larger than this print a progress line while they are planned

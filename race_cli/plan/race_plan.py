@@ -4,7 +4,7 @@
       max_seeds: 6        # the cap: seeds per regime at the last look (or looks: [2, 3, 4, 6])
       alpha: null         # familywise error over all looks; null = stats/race.DEFAULT_ALPHA
       margin: null        # equivalence margin (score scale), declared before the first job; null = the default
-      spending: null      # how alpha is split over the looks; null = the default rule
+      spending: null      # how alpha is split over the looks; null = calibrated where measured, else bonferroni
 
 The first look runs the grid's seed axis as it is (seed=0,1: 2 seeds per regime); later looks add
 seeds 2, 3, ... up to the cap, to the regimes the race keeps. The plan holds every job to the cap:
@@ -98,6 +98,31 @@ def make_race_schedule(block: dict, first: int):
         raise
     except (ValueError, TypeError) as exc:
         raise RaceError(f"race block {block}: {exc}") from None
+
+
+def regimes_per_condition(jobs: list) -> int:
+    """The most regimes (jobs alike up to their seed) in one condition (model, budget, reward, task)."""
+    from race_cli.cost.budget import reward_name
+
+    regimes: dict[tuple, set] = {}
+    for j in jobs:
+        c = j.config
+        cond = (c["model"]["name"], float(c["budget"]["flops"]), reward_name(c), c["task"]["name"])
+        regimes.setdefault(cond, set()).add(tuple(o for o in j.overrides if o.lstrip("+").partition("=")[0] != "seed"))
+    return max((len(r) for r in regimes.values()), default=0)
+
+
+def resolve_spending(schedule, named: bool, jobs: list):
+    """The schedule with its split of α settled: the grid's own when it names one (`named`), else
+    stats/race.default_spending for these looks, this α and the plan's regimes per condition."""
+    import dataclasses
+
+    from race_cli.stats import race as sr
+
+    if named:
+        return schedule
+    rule = sr.default_spending(schedule.looks, schedule.alpha, regimes_per_condition(jobs))
+    return dataclasses.replace(schedule, spending=rule)
 
 
 def first_look_seeds(axes: list, fixed: list[str]) -> tuple[int, int | None]:

@@ -198,7 +198,9 @@ def price_lines(price: RacePrice, schedule: Any) -> list[str]:
             parts.append(f"wall {fmt_duration(p.wall_s)}")
         return f"  {what:<9} {', '.join(parts)}"
 
-    return [f"race: {looks} seeds per active regime, alpha {schedule.alpha:g} ({schedule.spending}), "
+    from race_cli.stats.race import SPENDING_WORDS
+
+    return [f"race: {looks} seeds per active regime, alpha {schedule.alpha:g} ({SPENDING_WORDS[schedule.spending]}), "
             f"margin ±{schedule.margin:g}; expected = {price.n_sim} simulated sweeps, one regime per condition "
             f"better by {price.gap:g}, seed sd {price.seed_sd:g}",
             fmt(price.minimum, "minimum") + ": all stop at look 0",

@@ -64,9 +64,11 @@ def margin_text(margin: Any) -> str:
 
 def race_schedule(schedule) -> str:
     """The race a sweep ran (stats/race.Schedule), one line: its looks, α and margin."""
+    from race_cli.stats.race import SPENDING_WORDS
+
     looks = " → ".join(str(n) for n in schedule.looks)
     return (f"race: looks at {looks} seeds per active regime, familywise α {schedule.alpha:g} over the looks "
-            f"({schedule.spending}), equivalence margin {margin_text(schedule.margin)}; a raced condition's call "
+            f"({SPENDING_WORDS[schedule.spending]}), equivalence margin {margin_text(schedule.margin)}; a raced condition's call "
             "is its race state at its last look (the rankings' intervals below are at the full α, for reference).")
 
 

@@ -50,7 +50,22 @@ CALIBRATED_FACTOR = 2.0  # nominal 2α split over the looks (docs/statistics-rac
 DEFAULT_LOOKS = (2, 3, 4)  # seeds per active regime at each look; the last is the cap (docs/statistics-race.md)
 DEFAULT_ALPHA = 0.05  # familywise error over all looks and claims of one condition
 DEFAULT_MARGIN = 0.08  # equivalence margin on the score scale (accuracy 0-1; docs/statistics-race.md)
-DEFAULT_SPENDING = "bonferroni"
+DEFAULT_SPENDING = "bonferroni"  # the split of a schedule built without one (valid whatever the data do)
+# How the race line of a plan or report names each split: the rule, and what its error control rests on.
+SPENDING_WORDS = {"bonferroni": "equal split, union bound", "bonferroni-obf": "O'Brien–Fleming-type split, union bound",
+                  "bonferroni-pocock": "Pocock-type split, union bound",
+                  "calibrated": "calibrated split, familywise error measured"}
+# Where the calibrated split was measured to keep the familywise error at or below α, all-equal and two-tied
+# truths, 2,000+ conditions each (docs/measurements/race.md): (looks, α) -> the most regimes per condition
+# measured. A grid that names no split races with the calibrated one there, and with Bonferroni elsewhere.
+CALIBRATED_MEASURED = {((2, 3, 4), 0.05): 6}
+
+
+def default_spending(looks, alpha: float, regimes: int) -> str:
+    """The split a race uses when its grid names none: "calibrated" where CALIBRATED_MEASURED covers these
+    looks, this α and this many regimes per condition, else "bonferroni"."""
+    most = CALIBRATED_MEASURED.get((tuple(int(x) for x in looks), round(float(alpha), 9)))
+    return "calibrated" if most is not None and regimes <= most else DEFAULT_SPENDING
 FUTILITY_POWER = 0.80  # an open call stops as undecided below this power at the cap
 FUTILITY_Z = 2.0  # ... at the gap most in its favour within the look's one-sided 90% bounds (power.open_call_power)
 
