@@ -273,7 +273,7 @@ def print_table(rows: list[dict], schedule) -> None:
     print(" | ".join(head))
     print("|".join("---" for _ in head))
     for r in rows:
-        t = {"within": "within ±m/2", "tied": "two tied, one −0.10"}.get(r["kind"]) or (
+        t = {"within": "within ±m/2", "tied": "two tied, the rest −0.10"}.get(r["kind"]) or (
             "equal" if r["delta"] == 0 else f"+{r['delta']:.2f}")
         cr = f"{r['cover_report_mean']:.3f}/{r['cover_report_gain']:.3f}" if "cover_report_mean" in r else "–"
         print(" | ".join([t, r["design"], f"{r['separated']:.3f}", f"{r['equivalent']:.3f}", f"{r['undecided']:.3f}",
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--spending", default=DEFAULT_SPENDING)
     ap.add_argument("--deltas", type=float, nargs="+", default=DELTAS)
     ap.add_argument("--no-within", action="store_true", help="skip the within-margin truth")
-    ap.add_argument("--tied", action="store_true", help="also two tied best regimes and a third 0.10 below")
+    ap.add_argument("--tied", action="store_true", help="also two tied best regimes and the rest 0.10 below")
     ap.add_argument("--memory", action="store_true", help="hold the race's sweeps in memory (no job folders)")
     ap.add_argument("--regimes", type=int, default=len(P_GRID), choices=range(2, len(ALL_REGIMES) + 1),
                     help="regimes per condition (3: the default grid's μ = 1, 2, 4; 6: as many as the GPU pilot)")

@@ -56,7 +56,7 @@ SPENDING_WORDS = {"bonferroni": "equal split, union bound", "bonferroni-obf": "O
                   "bonferroni-pocock": "Pocock-type split, union bound",
                   "calibrated": "calibrated split, familywise error measured"}
 # Where the calibrated split was measured to keep the familywise error at or below α, all-equal and two-tied
-# truths, 2,000+ conditions each (docs/measurements/race.md): (looks, α) -> the most regimes per condition
+# truths, 1,000-2,000 conditions each (docs/measurements/race.md): (looks, α) -> the most regimes per condition
 # measured. A grid that names no split races with the calibrated one there, and with Bonferroni elsewhere.
 CALIBRATED_MEASURED = {((2, 3, 4), 0.05): 6}
 
