@@ -60,14 +60,15 @@ SPENDING_WORDS = {"bonferroni": "equal split, union bound", "bonferroni-obf": "O
 # measured. A grid that names no split races with the calibrated one there, and with Bonferroni elsewhere.
 CALIBRATED_MEASURED = {((2, 3, 4), 0.05): 6}
 
+FUTILITY_POWER = 0.80  # an open call stops as undecided below this power at the cap
+FUTILITY_Z = 2.0  # ... at the gap most in its favour within the look's one-sided 90% bounds (power.open_call_power)
+
 
 def default_spending(looks, alpha: float, regimes: int) -> str:
     """The split a race uses when its grid names none: "calibrated" where CALIBRATED_MEASURED covers these
     looks, this α and this many regimes per condition, else "bonferroni"."""
     most = CALIBRATED_MEASURED.get((tuple(int(x) for x in looks), round(float(alpha), 9)))
     return "calibrated" if most is not None and regimes <= most else DEFAULT_SPENDING
-FUTILITY_POWER = 0.80  # an open call stops as undecided below this power at the cap
-FUTILITY_Z = 2.0  # ... at the gap most in its favour within the look's one-sided 90% bounds (power.open_call_power)
 
 
 # --- the schedule ----------------------------------------------------------------------------------
