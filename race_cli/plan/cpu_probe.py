@@ -38,10 +38,11 @@ ENV = "RACE_CPU_PROBE"
 REPEATS = 40
 TIMEOUT_S = 60
 CACHE_NAME = "cpu-probe.json"
-# The probe's CPU seconds on the reference machine of CPU_RATES. That machine cannot be probed any more, so
-# the figure is inferred from a machine of the kind that ran the default grid in about half the planned time,
-# through the ratio of the two wall times (docs/measurements/walltime.md: which runs, machines and probes).
-REFERENCE_SECONDS = 0.0413
+# The probe's CPU seconds on a machine that runs the default grid at exactly the CPU rates, fitted on pairs of
+# (the probe `race plan --reprobe` took, the fixed default grid's wall time right after it) on a quiet machine:
+# each pair gives probe seconds x unscaled plan / actual; this is their geometric mean
+# (docs/measurements/walltime.md: the pairs, and each one predicted from the others).
+REFERENCE_SECONDS = 0.0160
 
 # The work, run by `python -c` in a child with one thread: a 3-layer, 96-wide block (tiny-m's shape) over
 # 4 rows of 64 tokens, forward and backward, then 16 decode steps of 16 rows. Prints the fastest repeat.
