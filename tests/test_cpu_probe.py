@@ -72,6 +72,18 @@ def test_another_machines_entry_is_kept_and_not_used(tmp_path):
     assert set(json.loads(path.read_text())["machines"]) == {"cpu=elsewhere", P._key(P.fingerprint())}
 
 
+def test_an_entry_of_another_probe_version_is_probed_again(tmp_path):
+    """A cached figure from another probe (its work or statistic) is not comparable with REFERENCE_SECONDS."""
+    path = tmp_path / "cpu-probe.json"
+    old = {"seconds": P.REFERENCE_SECONDS / 5, "fingerprint": P.fingerprint()}  # version 1 wrote no "probe"
+    for entry in (old, {**old, "probe": P.VERSION - 1}):
+        path.write_text(json.dumps({"version": 1, "machines": {P._key(P.fingerprint()): entry}}))
+        probe = Probe(P.REFERENCE_SECONDS / 2)
+        speed = P.machine_speed("cached", path=path, probe=probe)
+        assert (speed.factor, speed.cached, probe.calls) == (pytest.approx(2.0), False, 1)
+        assert json.loads(path.read_text())["machines"][P._key(P.fingerprint())]["probe"] == P.VERSION
+
+
 @pytest.mark.parametrize("text", ["not json", "[]", '{"machines": 3}', '{"machines": {"k": 5}}'])
 def test_a_damaged_cache_is_probed_again(tmp_path, text):
     path = tmp_path / "cpu-probe.json"
@@ -104,7 +116,8 @@ def test_the_plan_scales_its_cpu_rates_and_names_them(tmp_path, monkeypatch):
     monkeypatch.setenv("RACE_CACHE", str(tmp_path))
     monkeypatch.setenv("RACE_CPU_PROBE", "cached")
     (tmp_path / P.CACHE_NAME).write_text(json.dumps({"version": 1, "machines": {
-        P._key(P.fingerprint()): {"seconds": P.REFERENCE_SECONDS / 2.5, "fingerprint": P.fingerprint()}}}))
+        P._key(P.fingerprint()): {"seconds": P.REFERENCE_SECONDS / 2.5, "probe": P.VERSION,
+                                  "fingerprint": P.fingerprint()}}}))
     here = build_plan(["grid=none", "model=tiny-s", "grpo.group_size=4,8"])
     assert "x 2.50 (cached probe of this machine" in here.wall_source
     for a, b in zip(ref.jobs, here.jobs):
