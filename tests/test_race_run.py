@@ -58,10 +58,16 @@ def outcome(sweep: Path) -> dict:
             "reserve": sorted(r["job_id"] for r in doc["reserve"])}
 
 
-def test_race_adds_seeds_only_where_a_call_is_open(tmp_path):
-    sweep = truth_sweep(tmp_path / "s")
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> tuple[Path, dict]:
+    """The uninterrupted race on the truth, run once for this file: (its folder, its outcome)."""
+    sweep = truth_sweep(tmp_path_factory.mktemp("straight") / "s")
     assert race(sweep) == 0
-    out = outcome(sweep)
+    return sweep, outcome(sweep)
+
+
+def test_race_adds_seeds_only_where_a_call_is_open(straight):
+    sweep, out = straight
     assert out["listed"] == out["folders"]  # the reserve is never written
     seeds: dict[str, set] = {}
     for j in out["listed"]:
@@ -93,10 +99,8 @@ def _start_race(sweep: Path) -> subprocess.Popen:
 
 
 @pytest.mark.parametrize("look", [0, 1, 3])
-def test_race_killed_mid_look_then_rerun_ends_as_an_uninterrupted_one(tmp_path, look):
-    straight = truth_sweep(tmp_path / "straight")
-    assert race(straight) == 0
-    want = outcome(straight)
+def test_race_killed_mid_look_then_rerun_ends_as_an_uninterrupted_one(straight, tmp_path, look):
+    want = straight[1]
 
     broken = truth_sweep(tmp_path / "broken", seconds=0.6)
     proc = _start_race(broken)
@@ -121,14 +125,12 @@ def test_race_killed_mid_look_then_rerun_ends_as_an_uninterrupted_one(tmp_path, 
         assert read_json(broken / "jobs" / j / "status.json")["attempts"] == 1
 
 
-def test_killed_between_the_next_looks_folders_and_plan_json(tmp_path, monkeypatch):
+def test_killed_between_the_next_looks_folders_and_plan_json(straight, tmp_path, monkeypatch):
     """A kill after the next look's folders are renamed into jobs/ but before plan.json lists them: the
     rerun decides the same look from the jobs plan.json lists, writes those folders again and runs each job once."""
     from race_cli.pool import race_loop
 
-    straight = truth_sweep(tmp_path / "straight")
-    assert race(straight) == 0
-    want = outcome(straight)
+    want = straight[1]
 
     broken = truth_sweep(tmp_path / "broken")
 

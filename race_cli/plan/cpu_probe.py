@@ -8,7 +8,7 @@ description differ by 2x (docs/measurements/walltime.md). The probe times a fixe
 torch work shaped like the default's jobs: a tiny transformer block's forward and backward over a batch of
 rows (the update), then a decode loop of small matmuls (the rollout, where per-call overhead dominates).
 It counts CPU seconds, not wall seconds (a busy machine deschedules the probe, which says nothing about
-its speed), and keeps the median of REPEATS runs. Even an idle virtual machine runs this work much faster in
+its speed), and keeps the REPEATS runs' median. Even an idle virtual machine runs this work much faster in
 some spells of half a second than in others (docs/measurements/walltime.md); the median over a few seconds of
 them estimates the speed a twenty-minute grid averages, where the fastest run measures whichever spell it caught.
 The factor is REFERENCE_SECONDS / the seconds here.
