@@ -42,8 +42,9 @@ VERSIONS = _supported_versions()
 
 
 def _import_fake(monkeypatch, version: str):
+    _forget_fake()  # a fake imported earlier in this test (fake_at twice): gone for good, not restored at teardown
     for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        monkeypatch.delitem(sys.modules, name)
+        monkeypatch.delitem(sys.modules, name)  # anything else: put back when the test ends
     monkeypatch.setenv("FAKE_VLLM_VERSION", version)
     monkeypatch.syspath_prepend(str(FAKE))
     import vllm as fake
@@ -55,8 +56,10 @@ def _import_fake(monkeypatch, version: str):
 
 
 def _forget_fake() -> None:
+    """Drop the fake from sys.modules: a later test in this process must not find a `vllm` (machine.vllm_installed)."""
     for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        del sys.modules[name]
+        if Path(getattr(sys.modules[name], "__file__", None) or "/").is_relative_to(FAKE):
+            del sys.modules[name]
 
 
 @pytest.fixture(params=VERSIONS)
