@@ -7,28 +7,36 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 
 
-def run_pytest(tmp_path: Path, body: str, **env) -> subprocess.CompletedProcess:
+def run_pytest(tmp_path: Path, body: str, *args: str, **env) -> subprocess.CompletedProcess:
     (tmp_path / "test_sample.py").write_text("import pytest\n\n" + body, encoding="utf-8")
     full_env = {k: v for k, v in os.environ.items() if k != "RACE_ALLOW_SKIPS"}
     full_env.update(PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), **env)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "skip_guard", "-p", "no:cacheprovider",
-                           "--rootdir", str(tmp_path), str(tmp_path)],
+                           "--rootdir", str(tmp_path), *args, str(tmp_path)],
                           capture_output=True, text=True, cwd=tmp_path, env=full_env, timeout=120)
 
 
-def test_an_avoidable_skip_fails_the_run_and_names_the_test(tmp_path):
+# the suite runs under pytest-xdist (pyproject.toml): the workers' reports must reach the guard in the controller
+WORKERS = pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+
+
+@WORKERS
+def test_an_avoidable_skip_fails_the_run_and_names_the_test(tmp_path, workers):
     out = run_pytest(tmp_path, "def test_a():\n    pytest.skip('math-verify not installed')\n\n"
-                               "def test_b():\n    assert True\n")
+                               "def test_b():\n    assert True\n", *workers)
     assert out.returncode == 1, out.stdout
     assert "test_sample.py::test_a: math-verify not installed" in out.stdout
     assert "1 passed, 1 skipped" in out.stdout
 
 
-def test_a_module_skipped_at_import_counts_too(tmp_path):
-    out = run_pytest(tmp_path, "pytest.importorskip('no_such_module_race')\n\ndef test_a():\n    pass\n")
+@WORKERS
+def test_a_module_skipped_at_import_counts_too(tmp_path, workers):
+    out = run_pytest(tmp_path, "pytest.importorskip('no_such_module_race')\n\ndef test_a():\n    pass\n", *workers)
     assert out.returncode == 1, out.stdout
     assert "no_such_module_race" in out.stdout
 
