@@ -9,9 +9,9 @@ torch work shaped like the default's jobs: a tiny transformer block's forward an
 rows (the update), then a decode loop of small matmuls (the rollout, where per-call overhead dominates).
 It counts CPU seconds, not wall seconds (a busy machine deschedules the probe, which says nothing about
 its speed), and keeps the REPEATS runs' median. Even an idle virtual machine runs this work much faster in
-some spells of half a second than in others (docs/measurements/walltime.md); the median over a few seconds of
-them estimates the speed a twenty-minute grid averages, where the fastest run measures whichever spell it caught.
-The factor is REFERENCE_SECONDS / the seconds here.
+some spells than in others, and spells can outlast the probe, so one probe can still mis-state the speed a
+twenty-minute grid averages (docs/measurements/walltime.md measures how far); `race plan --calibrate-from`
+a finished sweep is the exact way. The factor is REFERENCE_SECONDS / the seconds here.
 
 torch takes seconds to import and `race plan` never imports it, so the probe runs in a child process, and
 only when this machine has no cached result: the result is kept under the race cache (RACE_CACHE, else
