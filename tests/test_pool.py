@@ -378,8 +378,8 @@ def test_the_end_line_checks_the_planned_wall_time(tmp_path):
     from race_cli.pool.run import wall_check_line
 
     # planned 60, 60 and 30 s on 2 slots, longest first: 60 | 60 + 30 -> the grid takes 90 s
-    assert wall_check_line([60.0, 60.0, 30.0], 99.0, 2, "2 CPU worker(s)").startswith(
-        "wall time 1m39s for 3 job(s) on 2 CPU worker(s); planned 1m30s (actual / planned 1.10;")
+    assert wall_check_line([60.0, 60.0, 30.0], 99.0, 2, "2 CPU worker(s)") == (
+        "wall time 1m39s for 3 job(s) on 2 CPU worker(s); planned 1m30s (actual / planned 1.10).")
     assert "no planned seconds" in wall_check_line([60.0, None], 5.0, 2, "2 CPU worker(s)")
 
     sweep = make_sweep(tmp_path / "s", {"a": {"seconds": 0.2}, "b": {"seconds": 0.2}, "c": {"seconds": 0.2}})

@@ -171,3 +171,111 @@ def test_time_left_uses_planned_seconds_over_the_slots(tmp_path):
     assert p.eta() == pytest.approx(90.0)
     p.took["d"] = 24.0  # d took 24 s for 20 planned: this session runs 1.2x the plan
     assert p.eta() == pytest.approx(108.0)
+
+
+# --- the rates this machine's own sweeps measured (plan/learned.py) ------------------------------------
+
+
+def _cpu_sweep(tmp: Path, model: str = "tiny-s", device: str = "cpu") -> Path:
+    """Two finished jobs of `model` on `device`: the sweep test_calibrate_and_informative_from_a_sweep reads."""
+    row = {"model": model, "reward": "rule", "group_size": 4, "updates_per_batch": 1}
+    done = lambda start, end: {"state": "done", "attempts": 1, "device": device, "started": start, "finished": end}
+    return _sweep(tmp, {
+        "a": {"row": row, "status": done("2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"),
+              "ledger": _ledger(1e11, 2e11, (20.0, 10.0), 10.0, 2, 300, 1000)},
+        "b": {"row": row, "status": done("2026-01-01T00:00:00Z", "2026-01-01T00:01:40Z"),
+              "ledger": _ledger(3e11, 2e11, (40.0, 30.0), 20.0, 3, 500, 1000)},
+    })
+
+
+def test_a_finished_cpu_sweep_is_kept_per_machine_and_per_worker_count(tmp_path, monkeypatch):
+    from race_cli.plan.learned import learn, machine_rates
+    from race_cli.plan.measured import sweep_rates
+
+    monkeypatch.setenv("RACE_CPU_PROBE", "cached")
+    path = tmp_path / "cpu-rates.json"
+    sweep = _cpu_sweep(tmp_path / "one")
+    assert learn(sweep, 2, path=path) == ["tiny-s"]
+    kept, measured = machine_rates(2, path=path)["tiny-s"], sweep_rates(sweep)["tiny-s"]
+    # the figures test_calibrate_and_informative_from_a_sweep works out by hand, stored and read back
+    assert kept.flops_per_s == measured.flops_per_s and kept.flops_per_s["update"] == pytest.approx(1e10)
+    assert (kept.eval_s, kept.overhead_s) == (pytest.approx(6.0), pytest.approx(15.0))
+    assert str(sweep.resolve()) in kept.source and "--reprobe" in kept.source
+    assert machine_rates(1, path=path) == {}  # one job alone runs faster than two sharing two cores
+    # a later sweep of another model adds to what is kept; the same model is replaced by the latest
+    assert learn(_cpu_sweep(tmp_path / "two", "tiny-m"), 2, path=path) == ["tiny-m"]
+    assert set(machine_rates(2, path=path)) == {"tiny-s", "tiny-m"}
+    monkeypatch.setenv("RACE_CPU_PROBE", "off")  # the reference rates: nothing read, nothing written
+    assert machine_rates(2, path=path) == {} and learn(sweep, 2, path=tmp_path / "other.json") == []
+    assert not (tmp_path / "other.json").exists()
+
+
+def test_gpu_jobs_and_unusable_records_are_not_learned(tmp_path, monkeypatch):
+    from race_cli.plan import cpu_probe
+    from race_cli.plan.learned import learn, machine_rates
+
+    monkeypatch.setenv("RACE_CPU_PROBE", "cached")
+    path = tmp_path / "cpu-rates.json"
+    assert learn(_cpu_sweep(tmp_path / "gpu", device="cuda:0"), 1, path=path) == [] and not path.exists()
+    assert learn(tmp_path, 1, path=path) == []  # not a sweep folder: nothing to learn, no error
+    assert learn(_cpu_sweep(tmp_path / "cpu"), 2, path=path) == ["tiny-s"]
+    data = json.loads(path.read_text())
+    record = data["machines"][cpu_probe.machine_key()]["tiny-s"]
+    for bad in ({"eval_s": float("nan")}, {"overhead_s": -1.0}, {"flops_per_s": {"rollout": "fast"}},
+                {"eval_completions": 0}, {"eval_s": True}):
+        data["machines"][cpu_probe.machine_key()]["tiny-s"] = record | bad
+        path.write_text(json.dumps(data))
+        assert machine_rates(2, path=path) == {}, bad
+    path.write_text("not json")
+    assert machine_rates(2, path=path) == {}
+
+
+def test_reprobe_forgets_what_the_machine_learned(tmp_path, monkeypatch):
+    from race_cli.plan import cpu_probe
+    from race_cli.plan.learned import learn, machine_rates
+
+    monkeypatch.setenv("RACE_CPU_PROBE", "cached")
+    learned = tmp_path / "cpu-rates.json"
+    assert learn(_cpu_sweep(tmp_path / "s"), 2, path=learned) == ["tiny-s"]
+    speed = cpu_probe.machine_speed("refresh", path=tmp_path / "cpu-probe.json", probe=lambda: 0.05)
+    assert speed.seconds == 0.05 and machine_rates(2, path=learned) == {}
+
+
+def test_a_plan_prices_cpu_jobs_at_what_this_machine_measured(tmp_path, monkeypatch):
+    from race_cli.plan import cpu_probe
+    from race_cli.plan.build import build_plan
+    from race_cli.plan.learned import learn
+    from race_cli.plan.measured import sweep_rates
+
+    monkeypatch.setenv("RACE_CPU_PROBE", "cached")
+    monkeypatch.setenv("RACE_CACHE", str(tmp_path / "cache"))
+
+    def no_probe(*_, **__):
+        raise AssertionError("the probe ran although this machine's own rates were kept")
+
+    monkeypatch.setattr(cpu_probe, "run_probe", no_probe)
+    sweep = _cpu_sweep(tmp_path / "s")
+    assert learn(sweep, 1) == ["tiny-s"]  # grid=none: one job, one worker
+    job = build_plan(["grid=none"], race=False).jobs[0]
+    assert job.config["model"]["name"] == "tiny-s" and "measured on this machine" in job.wall.source
+    b, c = job.budget, job.config
+    by_hand = W.job_seconds({p: f.model for p, f in b.flops().items()}, sweep_rates(sweep)["tiny-s"],
+                            iterations=b.iterations, eval_every=c["eval"].get("every"), eval_at=c["eval"].get("at") or (),
+                            generations=None)
+    assert job.wall.phases == pytest.approx(by_hand.phases) and job.wall.overhead == pytest.approx(15.0)
+    # --calibrate-from still comes first
+    other = build_plan(["grid=none"], race=False, rates=sweep_rates(sweep)).jobs[0]
+    assert other.wall.source.startswith("measured: ")
+
+
+def test_race_run_says_what_it_kept_for_the_next_plan(tmp_path, monkeypatch):
+    from race_cli.pool.run import learn_line
+
+    monkeypatch.setenv("RACE_CACHE", str(tmp_path / "cache"))
+    sweep = _cpu_sweep(tmp_path / "s")
+    monkeypatch.setenv("RACE_CPU_PROBE", "off")
+    assert learn_line(sweep, 2) == "race plan --calibrate-from this sweep plans the next one on its own rates."
+    monkeypatch.setenv("RACE_CPU_PROBE", "cached")
+    assert learn_line(sweep, 2) == ("The next race plan on this machine prices tiny-s at the rates this sweep "
+                                    "measured with 2 worker(s) (race plan --reprobe forgets them).")
+    assert (tmp_path / "cache" / "cpu-rates.json").exists()

@@ -113,6 +113,11 @@ def _key(fp: dict[str, str]) -> str:
     return " | ".join(f"{k}={fp[k]}" for k in sorted(fp))
 
 
+def machine_key() -> str:
+    """This machine's key in the race cache's per-machine files (cpu-probe.json, cpu-rates.json)."""
+    return _key(fingerprint())
+
+
 def cache_file() -> Path:
     from race_cli.zoo.build import cache_root
 
@@ -165,6 +170,10 @@ def machine_speed(mode: str | None = None, *, path: Path | None = None, probe=ru
     if mode == "off":
         return Speed(1.0, None, False, f"the reference CPU rates, unscaled ({ENV}=off)")
     path = path if path is not None else cache_file()
+    if mode == "refresh":  # the machine is measured afresh: what its sweeps measured goes too (plan/learned.py)
+        from race_cli.plan.learned import CACHE_NAME as LEARNED, forget
+
+        forget(path.with_name(LEARNED))
     fp = fingerprint()
     key = _key(fp)
     entries = read_cache(path)

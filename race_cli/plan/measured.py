@@ -20,7 +20,7 @@ from race_cli.errors import RaceError
 from race_cli.io import read_json, read_jsonl
 
 
-def _finished_jobs(sweep: Path) -> list[tuple[Path, dict]]:
+def finished_jobs(sweep: Path) -> list[tuple[Path, dict]]:
     """(job folder, its plan row) of every done job of `sweep`; refuses a folder that is not a sweep."""
     from race_cli.status import read_status
 
@@ -89,7 +89,7 @@ def sweep_rates(sweep: Path) -> dict[str, Rates]:
     from race_cli.status import read_status
 
     per_model: dict[str, Measured] = {}
-    for d, row in _finished_jobs(sweep):
+    for d, row in finished_jobs(sweep):
         led = _ledger(d)
         if led is None:
             continue
@@ -138,7 +138,7 @@ def sweep_informative(sweep: Path) -> dict[tuple, float]:
     """Measured share of rows updated on, per regime (model, reward, G, mu), and per reward type ('rule' /
     'prm') pooled over its regimes: the mean over the finished jobs."""
     sums: dict[tuple, list[float]] = {}
-    for d, row in _finished_jobs(sweep):
+    for d, row in finished_jobs(sweep):
         v = _job_share(d)
         if v is None:
             continue

@@ -2,9 +2,10 @@
 
     slots, source = plan_wall(plan.jobs, rates=None)   # sets job.wall (walltime.JobTime) and job.gpus
 
-CPU jobs use the measured CPU rates of their model (walltime.CPU_RATES), scaled by a cached probe of
-this machine (plan/cpu_probe.py), unless `rates` (a finished sweep's, plan/measured.sweep_rates) has
-that model; they run on one single-thread worker per core,
+CPU jobs use, first found: `rates` (a finished sweep's, plan/measured.sweep_rates: race plan
+--calibrate-from); the rates this machine's own latest sweep of that model measured with as many workers
+(plan/learned.py); the reference CPU rates of their model (walltime.CPU_RATES) scaled by a cached probe of
+this machine (plan/cpu_probe.py). They run on one single-thread worker per core,
 at most one per job (the pool's rule, pool/local.default_workers). GPU jobs use the stated
 assumptions of the GPU kind nvidia-smi names (walltime.GPU_KINDS; H100 when it names none known),
 one job per visible GPU. `race plan --gpu H100x8` plans for 8 H100s instead of what is detected here
@@ -54,6 +55,8 @@ def plan_wall(jobs: Sequence, rates: dict | None = None, gpu: walltime.GpuSpec |
     if any(on):
         kind = gpu.kind if gpu is not None else walltime.gpu_kind(machine.gpu_name()) or walltime.GPU_KINDS["H100"]
     sources = set()
+    cpu_slots = cpu_workers(machine.cpu_cores(), len(jobs))
+    learned = None  # {model: Rates} this machine's finished sweeps measured (plan/learned.py), read at most once
     speed = None  # this machine against the CPU rates' reference (plan/cpu_probe.py), probed at most once
     for job, job_on_gpu in zip(jobs, on):
         c, b = job.config, job.budget
@@ -65,13 +68,20 @@ def plan_wall(jobs: Sequence, rates: dict | None = None, gpu: walltime.GpuSpec |
             r = walltime.gpu_rates(kind, weight_bytes=_weight_bytes(c), decode_steps=float(c["rollout"]["max_new_tokens"]),
                                    rollout_flops=per)
         else:
-            if speed is None:
-                from race_cli.plan.cpu_probe import machine_speed
+            if learned is None:
+                from race_cli.plan.learned import machine_rates
 
-                speed = machine_speed()
-            base = walltime.cpu_rates(model)
-            r = walltime.scaled(base, speed.factor, speed.source if base.source == walltime.CPU_SOURCE
-                                else f"{base.source}; {speed.source}")
+                learned = machine_rates(cpu_slots)
+            if model in learned:
+                r = learned[model]
+            else:
+                if speed is None:
+                    from race_cli.plan.cpu_probe import machine_speed
+
+                    speed = machine_speed()
+                base = walltime.cpu_rates(model)
+                r = walltime.scaled(base, speed.factor, speed.source if base.source == walltime.CPU_SOURCE
+                                    else f"{base.source}; {speed.source}")
         planned = {p: f.model for p, f in b.flops().items()}
         ev, train = job_generations(job)
         points = walltime.eval_points(b.iterations, c["eval"].get("every"), c["eval"].get("at") or ())
@@ -87,5 +97,5 @@ def plan_wall(jobs: Sequence, rates: dict | None = None, gpu: walltime.GpuSpec |
     if sum(on):
         slots = max(1, (gpu.count if gpu is not None else max(1, len(machine.visible_gpus()))) // gpus_per_job)
     else:
-        slots = cpu_workers(machine.cpu_cores(), len(jobs))
+        slots = cpu_slots
     return slots, "; ".join(sorted(sources))

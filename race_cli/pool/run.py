@@ -131,6 +131,8 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
         end.append(race_wall_line(timing))
     elif timing.get("line"):
         end.append(timing["line"])
+    if launcher == "local" and own_jobs and timing.get("cpu_slots"):
+        end.append(learn_line(sweep, timing["cpu_slots"]))
     return finish(sweep, list(rows), retry_failed=retry_failed, report=report, say=say,
                   end_line="\n".join(end) or None)
 
@@ -147,6 +149,17 @@ def race_wall_line(timing: dict) -> str:
     return text + f"; planned {fmt_duration(planned)} for those jobs (actual / planned {actual / planned:.2f})."
 
 
+def learn_line(sweep: Path, workers: int) -> str:
+    """Keep the CPU rates the sweep measured for the next plan on this machine (plan/learned.py), and say so."""
+    from race_cli.plan.learned import learn
+
+    models = learn(sweep, workers)
+    if not models:
+        return "race plan --calibrate-from this sweep plans the next one on its own rates."
+    return (f"The next race plan on this machine prices {', '.join(models)} at the rates this sweep measured "
+            f"with {workers} worker(s) (race plan --reprobe forgets them).")
+
+
 def wall_check_line(planned: list[float | None], actual_s: float, slots: int, where: str) -> str:
     """'wall time 6m17s for 24 job(s) on 2 CPU worker(s); planned 8m04s (actual / planned 0.78)': every run
     checks the wall-time model race plan printed (the plan's seconds of the jobs run, scheduled as the pool did)."""
@@ -158,8 +171,7 @@ def wall_check_line(planned: list[float | None], actual_s: float, slots: int, wh
     plan_s = grid_seconds([float(p) for p in planned], slots)
     if plan_s <= 0:
         return text + "."
-    return (text + f"; planned {fmt_duration(plan_s)} (actual / planned {actual_s / plan_s:.2f}; "
-            "race plan --calibrate-from this sweep plans the next one on its own rates).")
+    return text + f"; planned {fmt_duration(plan_s)} (actual / planned {actual_s / plan_s:.2f})."
 
 
 def prebuild_zoo(sweep: Path, job_ids: list[str], say: Callable[[str], None]) -> None:
@@ -279,6 +291,8 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
             actual = time.monotonic() - t0
             timing["line"] = wall_check_line(planned, actual, len(slots), where)
             _add_pass(timing, planned, actual, len(slots), where)
+            if not slots[0].name.startswith("cuda"):  # the widest pass of CPU workers (plan/learned.py)
+                timing["cpu_slots"] = max(timing.get("cpu_slots", 0), len(slots))
         return pool.stopped_by
 
 

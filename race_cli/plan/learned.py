@@ -1,0 +1,152 @@
+"""The CPU rates this machine's own finished sweeps measured: what `race run` leaves for the next `race plan`.
+
+    learn(sweep, workers)              # after race run: the sweep's rates (plan/measured.sweep_rates), kept
+    rates = machine_rates(workers)     # race plan: {model: Rates} measured here with that many workers
+
+A probe of a few seconds (plan/cpu_probe.py) cannot average a virtual machine's fast and slow spells,
+which outlast it; a finished sweep has averaged them over its own run. So after `race run` has run CPU
+jobs, the rates its finished jobs measured (the ones `race plan --calibrate-from` reads) are kept per
+machine fingerprint (the probe's: CPU model, cores, architecture, torch and Python versions) in
+cpu-rates.json under the race cache, one record per model, the latest sweep that ran it. A later plan on
+this machine prices a CPU job of that model at those rates when it runs as many workers at once as the
+sweep did (two jobs sharing two cores run slower than one alone), and at the probe's otherwise.
+
+`race plan --calibrate-from` still takes precedence. RACE_CPU_PROBE=off neither reads nor writes them;
+`refresh` (race plan --reprobe) forgets them with the probe. The file is data: a record that is not
+finite positive numbers is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from race_cli.cost.walltime import PHASES, Rates
+from race_cli.io import atomic_write_text
+
+CACHE_NAME = "cpu-rates.json"
+
+
+def cache_file() -> Path:
+    from race_cli.zoo.build import cache_root
+
+    return cache_root() / CACHE_NAME
+
+
+def _read(path: Path) -> dict:
+    """{fingerprint key: {model: record}}; an unreadable or foreign file reads as empty."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    machines = data.get("machines") if isinstance(data, dict) else None
+    if not isinstance(machines, dict):
+        return {}
+    return {k: v for k, v in machines.items() if isinstance(v, dict)}
+
+
+def _write(path: Path, machines: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"version": 1, "machines": machines}, indent=2) + "\n", durable=False)
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _record(rates: Rates, *, sweep: Path, workers: int, jobs: int) -> dict:
+    return {"flops_per_s": dict(rates.flops_per_s), "eval_s": rates.eval_s, "overhead_s": rates.overhead_s,
+            "eval_completions": rates.eval_completions, "eval_assumed": rates.eval_assumed, "workers": workers,
+            "jobs": jobs, "sweep": str(sweep), "measured": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def _rates(record: dict) -> Rates | None:
+    """The Rates of a stored record, or None when any figure is not what it should be."""
+    fps = record.get("flops_per_s")
+    if not isinstance(fps, dict) or not all(_positive(fps.get(p)) for p in PHASES):
+        return None
+    per_point, overhead = record.get("eval_completions"), record.get("overhead_s")
+    if not _positive(record.get("eval_s")) or not (_positive(overhead) or overhead == 0):
+        return None
+    if per_point is not None and not _positive(per_point):
+        return None
+    source = (f"measured on this machine by race run of {record.get('sweep')} ({record.get('measured')}; "
+              "race plan --reprobe forgets them)")
+    return Rates({p: float(fps[p]) for p in PHASES}, eval_s=float(record["eval_s"]),
+                 overhead_s=float(record["overhead_s"]), source=source,
+                 eval_assumed=record.get("eval_assumed") is True, eval_completions=per_point)
+
+
+def _mode() -> str:
+    import os
+
+    from race_cli.plan.cpu_probe import ENV
+
+    return (os.environ.get(ENV, "") or "cached").strip().lower()
+
+
+def machine_rates(workers: int, *, path: Path | None = None) -> dict[str, Rates]:
+    """{model: Rates} this machine's latest sweeps measured with `workers` jobs at once ({}: none, or
+    RACE_CPU_PROBE is off or refresh)."""
+    from race_cli.plan.cpu_probe import machine_key
+
+    if _mode() != "cached":
+        return {}
+    records = _read(path if path is not None else cache_file()).get(machine_key(), {})
+    out = {}
+    for model, record in records.items():
+        if isinstance(record, dict) and record.get("workers") == workers:
+            rates = _rates(record)
+            if rates is not None:
+                out[model] = rates
+    return out
+
+
+def forget(path: Path | None = None) -> None:
+    """Drop this machine's learned rates (race plan --reprobe: the machine is measured afresh)."""
+    from race_cli.plan.cpu_probe import machine_key
+
+    path = path if path is not None else cache_file()
+    machines = _read(path)
+    if machines.pop(machine_key(), None) is not None:
+        try:
+            _write(path, machines)
+        except OSError:
+            pass
+
+
+def learn(sweep: Path, workers: int, *, path: Path | None = None) -> list[str]:
+    """Keep the rates `sweep`'s finished CPU jobs measured, run `workers` at once; returns the models kept
+    ([]: RACE_CPU_PROBE is off, a job ran on a GPU, nothing finished is readable, or the cache is read-only)."""
+    from race_cli.errors import RaceError
+    from race_cli.plan.cpu_probe import machine_key
+    from race_cli.plan.measured import finished_jobs, sweep_rates
+    from race_cli.status import read_status
+
+    if _mode() == "off":
+        return []
+    try:
+        done = finished_jobs(sweep)
+        if any(read_status(d).get("device") != "cpu" for d, _ in done):
+            return []
+        rates = sweep_rates(sweep)
+    except (RaceError, OSError, ValueError):
+        return []
+    sweep = Path(sweep).resolve()
+    per_model = {}
+    for _, row in done:
+        per_model[str(row.get("model"))] = per_model.get(str(row.get("model")), 0) + 1
+    path = path if path is not None else cache_file()
+    machines = _read(path)
+    key = machine_key()
+    records = machines.get(key, {})
+    for model, r in rates.items():
+        records[model] = _record(r, sweep=sweep, workers=workers, jobs=per_model.get(model, 0))
+    machines[key] = records
+    try:
+        _write(path, machines)
+    except OSError:
+        return []
+    return sorted(rates)
