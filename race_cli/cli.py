@@ -129,7 +129,7 @@ def plan(
                                                   metavar="DIR", rich_help_panel=WHERE,
                                                   help="Wall-time rates from a finished sweep."),
     reprobe: bool = typer.Option(False, "--reprobe", rich_help_panel=WHERE,
-                                 help="Measure this CPU again (cached otherwise)."),
+                                 help="Probe this CPU again; forget its learned rates."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", metavar="SIZE", rich_help_panel=RESOURCES,
                                           help="Device memory per job, e.g. 80GiB."),
     gpus_per_job: int = typer.Option(1, "--gpus-per-job", min=1, max=1024, metavar="N", rich_help_panel=RESOURCES,

@@ -17,9 +17,9 @@ GRID = ["grid=none", "model=tiny-s", "grpo.group_size=2,4", "grpo.prompts_per_it
         "eval.every=4", "checkpoint.every=2", "task.num_eval=40"]
 
 
-def _run(sweep: Path, *extra: str, wait: bool = True):
+def _run(sweep: Path, *extra: str, wait: bool = True, env: dict | None = None):
     cmd = [sys.executable, "-m", "race_cli", "run", *GRID, "--sweep-dir", str(sweep), "--workers", "1", *extra]
-    env = {**os.environ, "COLUMNS": "200"}
+    env = {**os.environ, "COLUMNS": "200", **(env or {})}
     if wait:
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -39,9 +39,18 @@ def _outcome(sweep: Path) -> dict:
 @pytest.mark.slow
 def test_orchestrator_killed_mid_sweep_then_rerun_equals_uninterrupted(tiny_s, tmp_path):
     straight = tmp_path / "straight"
-    res = _run(straight)
+    # a cache of its own (the zoo linked in), so the rates this run measures are kept there (plan/learned.py)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "zoo").symlink_to(tiny_s.parent, target_is_directory=True)
+    res = _run(straight, env={"RACE_CACHE": str(cache), "RACE_CPU_PROBE": "cached"})
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "top of the ranking" in res.stdout and (straight / "report" / "summary.md").is_file()
+    assert res.stdout.splitlines()[-1] == ("The next race plan on this machine prices tiny-s at the rates this "
+                                           "sweep measured with 1 worker(s) (race plan --reprobe forgets them).")
+    (kept,) = json.loads((cache / "cpu-rates.json").read_text())["machines"].values()
+    assert (kept["tiny-s"]["workers"], kept["tiny-s"]["jobs"]) == (1, 2)
+    assert kept["tiny-s"]["sweep"] == str(straight.resolve())
 
     broken = tmp_path / "broken"
     proc = _run(broken, wait=False)

@@ -237,8 +237,11 @@ def test_reprobe_forgets_what_the_machine_learned(tmp_path, monkeypatch):
     monkeypatch.setenv("RACE_CPU_PROBE", "cached")
     learned = tmp_path / "cpu-rates.json"
     assert learn(_cpu_sweep(tmp_path / "s"), 2, path=learned) == ["tiny-s"]
-    speed = cpu_probe.machine_speed("refresh", path=tmp_path / "cpu-probe.json", probe=lambda: 0.05)
-    assert speed.seconds == 0.05 and machine_rates(2, path=learned) == {}
+    monkeypatch.setenv("RACE_CPU_PROBE", "refresh")  # race plan --reprobe
+    assert machine_rates(2, path=learned) == {}
+    assert cpu_probe.machine_key() not in json.loads(learned.read_text())["machines"]
+    monkeypatch.setenv("RACE_CPU_PROBE", "cached")
+    assert machine_rates(2, path=learned) == {}  # gone, not only hidden
 
 
 def test_a_plan_prices_cpu_jobs_at_what_this_machine_measured(tmp_path, monkeypatch):

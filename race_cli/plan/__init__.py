@@ -5,6 +5,7 @@ wall.py              each job's planned wall time and how many run at once
 cpu_probe.py         a short, cached probe of this CPU: the factor the CPU rates are scaled by
 walltime_eval.py     the evaluation's share of a plan's time
 measured.py          what a finished sweep measured (rates, informative shares) for the next plan
+learned.py           the CPU rates race run measured on this machine, kept for its next plans
 race_plan.py         a grid's race block: the schedule, the first look's seeds
 race_price.py        a race's price: jobs, FLOPs and time at its minimum, expected and maximum
 power.py             the smallest effects the grid detects with 80% power, per condition

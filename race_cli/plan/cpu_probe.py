@@ -10,22 +10,24 @@ rows (the update), then a decode loop of small matmuls (the rollout, where per-c
 It counts CPU seconds, not wall seconds (a busy machine deschedules the probe, which says nothing about
 its speed), and keeps the REPEATS runs' median. Even an idle virtual machine runs this work much faster in
 some spells than in others, and spells can outlast the probe, so one probe can still mis-state the speed a
-twenty-minute grid averages (docs/measurements/walltime.md measures how far); `race plan --calibrate-from`
-a finished sweep is the exact way. The factor is REFERENCE_SECONDS / the seconds here.
+twenty-minute grid averages (docs/measurements/walltime.md measures how far). So the probe only prices
+models this machine has not run yet: once `race run` has, the plan uses the rates its sweep measured
+(plan/learned.py). The factor is REFERENCE_SECONDS / the seconds here.
 
 torch takes seconds to import and `race plan` never imports it, so the probe runs in a child process, and
 only when this machine has no cached result: the result is kept under the race cache (RACE_CACHE, else
 ~/.cache/race) in cpu-probe.json, one entry per machine fingerprint (CPU model, cores, architecture,
 torch and Python versions), so a home folder shared by several machines keeps one each. RACE_CPU_PROBE
-says what to do: unset or `cached` (the default), `refresh` (measure again now; also `race plan
---reprobe`), `off` (the reference rates unscaled). A probe that cannot run (no torch, a timeout) leaves
-the reference rates unscaled and says so. `race plan --calibrate-from` replaces all of this with a finished
-sweep's own rates.
+says what to do: unset or `cached` (the default), `refresh` (measure again now and forget the learned
+rates; also `race plan --reprobe`), `off` (the reference rates unscaled, nothing learned). A probe that
+cannot run (no torch, a timeout) leaves the reference rates unscaled and says so. `race plan
+--calibrate-from` replaces all of this with a finished sweep's own rates.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -170,16 +172,12 @@ def machine_speed(mode: str | None = None, *, path: Path | None = None, probe=ru
     if mode == "off":
         return Speed(1.0, None, False, f"the reference CPU rates, unscaled ({ENV}=off)")
     path = path if path is not None else cache_file()
-    if mode == "refresh":  # the machine is measured afresh: what its sweeps measured goes too (plan/learned.py)
-        from race_cli.plan.learned import CACHE_NAME as LEARNED, forget
-
-        forget(path.with_name(LEARNED))
     fp = fingerprint()
     key = _key(fp)
     entries = read_cache(path)
     entry = entries.get(key)
     if (mode == "cached" and entry and entry.get("probe") == VERSION and isinstance(entry.get("seconds"), (int, float))
-            and entry["seconds"] > 0):
+            and math.isfinite(entry["seconds"]) and entry["seconds"] > 0):
         seconds = float(entry["seconds"])
         return Speed(REFERENCE_SECONDS / seconds, seconds, True, _source(seconds, REFERENCE_SECONDS / seconds, True))
     try:

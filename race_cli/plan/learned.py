@@ -56,10 +56,10 @@ def _positive(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-def _record(rates: Rates, *, sweep: Path, workers: int, jobs: int) -> dict:
+def _record(rates: Rates, *, sweep: Path, workers: int, jobs: int, finished: str) -> dict:
     return {"flops_per_s": dict(rates.flops_per_s), "eval_s": rates.eval_s, "overhead_s": rates.overhead_s,
             "eval_completions": rates.eval_completions, "eval_assumed": rates.eval_assumed, "workers": workers,
-            "jobs": jobs, "sweep": str(sweep), "measured": time.strftime("%Y-%m-%d %H:%M")}
+            "jobs": jobs, "sweep": str(sweep), "finished": finished}
 
 
 def _rates(record: dict) -> Rates | None:
@@ -72,8 +72,9 @@ def _rates(record: dict) -> Rates | None:
         return None
     if per_point is not None and not _positive(per_point):
         return None
-    source = (f"measured on this machine by race run of {record.get('sweep')} ({record.get('measured')}; "
-              "race plan --reprobe forgets them)")
+    sweep, finished = record.get("sweep"), record.get("finished")
+    source = (f"measured on this machine by race run of {sweep if isinstance(sweep, str) else '?'} (finished "
+              f"{finished if isinstance(finished, str) else '?'}; race plan --reprobe forgets them)")
     return Rates({p: float(fps[p]) for p in PHASES}, eval_s=float(record["eval_s"]),
                  overhead_s=float(record["overhead_s"]), source=source,
                  eval_assumed=record.get("eval_assumed") is True, eval_completions=per_point)
@@ -89,12 +90,15 @@ def _mode() -> str:
 
 def machine_rates(workers: int, *, path: Path | None = None) -> dict[str, Rates]:
     """{model: Rates} this machine's latest sweeps measured with `workers` jobs at once ({}: none, or
-    RACE_CPU_PROBE is off or refresh)."""
+    RACE_CPU_PROBE is off; refresh, as race plan --reprobe sets it, forgets them first)."""
     from race_cli.plan.cpu_probe import machine_key
 
+    path = path if path is not None else cache_file()
+    if _mode() == "refresh":  # the machine is measured afresh: what its sweeps measured goes too
+        forget(path)
     if _mode() != "cached":
         return {}
-    records = _read(path if path is not None else cache_file()).get(machine_key(), {})
+    records = _read(path).get(machine_key(), {})
     out = {}
     for model, record in records.items():
         if isinstance(record, dict) and record.get("workers") == workers:
@@ -135,15 +139,20 @@ def learn(sweep: Path, workers: int, *, path: Path | None = None) -> list[str]:
     except (RaceError, OSError, ValueError):
         return []
     sweep = Path(sweep).resolve()
-    per_model = {}
-    for _, row in done:
+    per_model: dict[str, int] = {}
+    finished = []  # the status times are UTC, "YYYY-MM-DDTHH:MM:SSZ"
+    for d, row in done:
         per_model[str(row.get("model"))] = per_model.get(str(row.get("model")), 0) + 1
+        stamp = read_status(d).get("finished")
+        if isinstance(stamp, str) and len(stamp) == 20:
+            finished.append(stamp[:10] + " " + stamp[11:16] + " UTC")
+    when = max(finished) if finished else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     path = path if path is not None else cache_file()
     machines = _read(path)
     key = machine_key()
     records = machines.get(key, {})
     for model, r in rates.items():
-        records[model] = _record(r, sweep=sweep, workers=workers, jobs=per_model.get(model, 0))
+        records[model] = _record(r, sweep=sweep, workers=workers, jobs=per_model.get(model, 0), finished=when)
     machines[key] = records
     try:
         _write(path, machines)

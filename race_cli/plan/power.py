@@ -23,6 +23,7 @@ and read by the report.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
@@ -314,6 +315,8 @@ def print_power(rows: list[Power], source: str, eval_share: str | None = None, f
                       "a third of it common to two jobs (common random numbers, as measured on the default pilot); "
                       "the start one shared evaluation: race_cli/plan/power.py.", caption_justify="left")
     console = Console(file=file) if file is not None else Console(stderr=True)  # the terminal's width
+    if file is None:  # the plan above went to stdout: let it out first when both go to one pipe (2>&1)
+        sys.stdout.flush()
     if console.width < 120:  # a pipe or an 80-column terminal: short headers, one space apart, nothing folded
         from rich import box
 
