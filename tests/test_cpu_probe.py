@@ -84,6 +84,15 @@ def test_an_entry_of_another_probe_version_is_probed_again(tmp_path):
         assert json.loads(path.read_text())["machines"][P._key(P.fingerprint())]["probe"] == P.VERSION
 
 
+@pytest.mark.parametrize("seconds", [float("inf"), float("nan"), 0.0, -1.0, "0.02", True])
+def test_a_cached_figure_that_is_not_a_finite_positive_number_is_probed_again(tmp_path, seconds):
+    path = tmp_path / "cpu-probe.json"
+    entry = {"seconds": seconds, "probe": P.VERSION, "fingerprint": P.fingerprint()}
+    path.write_text(json.dumps({"version": 1, "machines": {P._key(P.fingerprint()): entry}}))  # Infinity, NaN
+    probe = Probe(P.REFERENCE_SECONDS / 2)
+    assert P.machine_speed("cached", path=path, probe=probe).factor == pytest.approx(2.0) and probe.calls == 1
+
+
 @pytest.mark.parametrize("text", ["not json", "[]", '{"machines": 3}', '{"machines": {"k": 5}}'])
 def test_a_damaged_cache_is_probed_again(tmp_path, text):
     path = tmp_path / "cpu-probe.json"
@@ -124,6 +133,25 @@ def test_the_plan_scales_its_cpu_rates_and_names_them(tmp_path, monkeypatch):
         assert b.wall.total == pytest.approx(a.wall.total / 2.5)
     calibrated = {"tiny-s": W.Rates({"rollout": 1e9, "update": 1e9, "reward": 1e9}, 1.0, 1.0, source="measured: x")}
     assert build_plan(["grid=none", "model=tiny-s"], rates=calibrated).wall_source == "measured: x"  # wins
+
+
+def test_the_probe_keeps_every_core_busy_up_to_a_cap():
+    assert [P.probe_children(n) for n in (1, 2, 3, 8, 64)] == [1, 2, 3, 8, P.MAX_CHILDREN] and P.MAX_CHILDREN == 8
+
+
+def test_the_median_is_pooled_over_the_children_and_a_bad_child_fails_the_probe(monkeypatch):
+    # each child prints its repeats; with three children of 0.01 0.02 0.06 the pooled nine sort to
+    # 0.01 0.01 0.01 0.02 0.02 0.02 0.06 0.06 0.06, and the median (the fifth) is 0.02
+    monkeypatch.setattr(P, "PROBE_CODE", "print('0.06 0.01 0.02')")
+    assert P.run_probe(children=3) == 0.02
+    for code, said in (("import sys; sys.exit('no torch here')", "no torch here"), ("print('fast')", "no output"),
+                       ("print('0.01 nan')", "no output"), ("print('')", "no output")):
+        monkeypatch.setattr(P, "PROBE_CODE", code)
+        with pytest.raises(RuntimeError, match=f"the CPU probe failed: {said}"):
+            P.run_probe(children=2)
+    monkeypatch.setattr(P, "PROBE_CODE", "import time; time.sleep(30)")
+    with pytest.raises(RuntimeError, match="did not finish in 1 s"):
+        P.run_probe(timeout=1, children=2)
 
 
 def test_the_real_probe_runs_in_a_child_and_race_plan_stays_torch_free(tmp_path):

@@ -8,9 +8,11 @@ description differ by 2x (docs/measurements/walltime.md). The probe times a fixe
 torch work shaped like the default's jobs: a tiny transformer block's forward and backward over a batch of
 rows (the update), then a decode loop of small matmuls (the rollout, where per-call overhead dominates).
 It counts CPU seconds, not wall seconds (a busy machine deschedules the probe, which says nothing about
-its speed), and keeps the REPEATS runs' median. Even an idle virtual machine runs this work much faster in
-some spells than in others, and spells can outlast the probe, so one probe can still mis-state the speed a
-twenty-minute grid averages (docs/measurements/walltime.md measures how far). So the probe only prices
+its speed). It runs in one child per core at once (at most MAX_CHILDREN), because `race run` keeps every
+core busy with a worker, and a lone thread on an otherwise idle virtual machine reads fast spells the grid
+does not run in; it keeps the median of all the children's REPEATS runs. Spells still outlast the probe,
+so one probe can mis-state the speed a twenty-minute grid averages (docs/measurements/walltime.md
+measures how often). So the probe only prices
 models this machine has not run yet: once `race run` has, the plan uses the rates its sweep measured
 (plan/learned.py). The factor is REFERENCE_SECONDS / the seconds here.
 
@@ -41,17 +43,17 @@ from race_cli.io import atomic_write_text
 
 ENV = "RACE_CPU_PROBE"
 REPEATS = 120
-VERSION = 2  # of the probe's work and statistic: an entry cached by another version is probed again
+MAX_CHILDREN = 8
+VERSION = 3  # of the probe's work and statistic: an entry cached by another version is probed again
 TIMEOUT_S = 60
 CACHE_NAME = "cpu-probe.json"
-# The probe's CPU seconds on a machine that runs the default grid at exactly the CPU rates, fitted on pairs of
-# (this probe, the fixed default grid's wall time) taken together on a quiet machine: each pair gives probe
-# seconds x unscaled plan / actual wall time (docs/measurements/walltime.md: the pairs, each predicted from
-# the other, and the check on a fresh clone).
-REFERENCE_SECONDS = 0.0235
+# The probe's CPU seconds on a machine that runs the default grid at exactly the CPU rates: the median of this
+# probe's readings on a quiet machine x the unscaled plan / the median wall time of the fixed default grid
+# there (docs/measurements/walltime.md: the readings, the grid times and the check on a fresh clone).
+REFERENCE_SECONDS = 0.0266
 
 # The work, run by `python -c` in a child with one thread: a 3-layer, 96-wide block (tiny-m's shape) over
-# 4 rows of 64 tokens, forward and backward, then 16 decode steps of 16 rows. Prints the median repeat.
+# 4 rows of 64 tokens, forward and backward, then 16 decode steps of 16 rows. Prints every repeat's seconds.
 PROBE_CODE = f"""
 import os, time
 import torch
@@ -85,7 +87,7 @@ for _ in range({REPEATS}):
         for _ in range(16):
             h = torch.tanh(block(h))
     times.append(time.process_time() - t0)
-print(sorted(times)[len(times) // 2])
+print(" ".join(repr(t) for t in times))
 """
 
 
@@ -136,22 +138,40 @@ def read_cache(path: Path) -> dict:
     return {k: v for k, v in machines.items() if isinstance(v, dict)} if isinstance(machines, dict) else {}
 
 
-def run_probe(timeout: float = TIMEOUT_S) -> float:
-    """The probe's median repeat here, in seconds, from a child process (raises RuntimeError if it fails)."""
+def probe_children(cores: int | None = None) -> int:
+    """Children the probe runs at once: one per core, as `race run` runs one worker per core, at most
+    MAX_CHILDREN (each imports torch)."""
+    return max(1, min(cores if cores is not None else machine.cpu_cores(), MAX_CHILDREN))
+
+
+def run_probe(timeout: float = TIMEOUT_S, children: int | None = None) -> float:
+    """The median repeat of the probe run by `children` child processes at once (default probe_children()),
+    pooled over all of them, in seconds (raises RuntimeError if one fails)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", PROBE_CODE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(children or probe_children())]
+    deadline = time.monotonic() + timeout
+    times: list[float] = []
     try:
-        done = subprocess.run([sys.executable, "-c", PROBE_CODE], capture_output=True, text=True, env=env,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"the CPU probe did not finish in {timeout:g} s") from None
-    try:
-        seconds = float(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"the CPU probe failed: {last}") from None
-    if not seconds > 0:
-        raise RuntimeError(f"the CPU probe printed {seconds!r}")
-    return seconds
+        for proc in procs:
+            try:
+                out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"the CPU probe did not finish in {timeout:g} s") from None
+            try:
+                got = [float(t) for t in out.split()]
+            except ValueError:
+                got = []
+            if proc.returncode != 0 or not got or not all(math.isfinite(t) and t > 0 for t in got):
+                last = (err.strip().splitlines() or ["no output"])[-1]
+                raise RuntimeError(f"the CPU probe failed: {last}")
+            times += got
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return sorted(times)[len(times) // 2]
 
 
 def _source(seconds: float, factor: float, cached: bool) -> str:
@@ -176,8 +196,9 @@ def machine_speed(mode: str | None = None, *, path: Path | None = None, probe=ru
     key = _key(fp)
     entries = read_cache(path)
     entry = entries.get(key)
-    if (mode == "cached" and entry and entry.get("probe") == VERSION and isinstance(entry.get("seconds"), (int, float))
-            and math.isfinite(entry["seconds"]) and entry["seconds"] > 0):
+    figure = entry.get("seconds") if entry else None
+    if (mode == "cached" and entry and entry.get("probe") == VERSION and isinstance(figure, (int, float))
+            and not isinstance(figure, bool) and math.isfinite(figure) and figure > 0):
         seconds = float(entry["seconds"])
         return Speed(REFERENCE_SECONDS / seconds, seconds, True, _source(seconds, REFERENCE_SECONDS / seconds, True))
     try:
