@@ -122,20 +122,27 @@ def machine_key() -> str:
     return _key(fingerprint())
 
 
-def cache_file() -> Path:
+def cache_file(name: str = CACHE_NAME) -> Path:
     from race_cli.zoo.build import cache_root
 
-    return cache_root() / CACHE_NAME
+    return cache_root() / name
 
 
 def read_cache(path: Path) -> dict:
-    """{fingerprint key: entry}; an unreadable or foreign file reads as empty (the probe runs again)."""
+    """{fingerprint key: entry} of a per-machine file (cpu-probe.json, cpu-rates.json); an unreadable or
+    foreign file reads as empty (the probe runs again, nothing learned is used)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     machines = data.get("machines") if isinstance(data, dict) else None
     return {k: v for k, v in machines.items() if isinstance(v, dict)} if isinstance(machines, dict) else {}
+
+
+def write_cache(path: Path, machines: dict) -> None:
+    """Replace a per-machine file with `machines` (atomically; raises OSError where it cannot be written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"version": 1, "machines": machines}, indent=2) + "\n", durable=False)
 
 
 def probe_children(cores: int | None = None) -> int:
@@ -207,8 +214,7 @@ def machine_speed(mode: str | None = None, *, path: Path | None = None, probe=ru
         return Speed(1.0, None, False, f"the reference CPU rates, unscaled ({exc})")
     entries[key] = {"seconds": seconds, "probe": VERSION, "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "fingerprint": fp}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({"version": 1, "machines": entries}, indent=2) + "\n", durable=False)
+        write_cache(path, entries)
     except OSError:
         pass  # a read-only cache: the plan still uses this run's probe
     return Speed(REFERENCE_SECONDS / seconds, seconds, False, _source(seconds, REFERENCE_SECONDS / seconds, False))

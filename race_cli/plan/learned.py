@@ -18,38 +18,20 @@ finite positive numbers is ignored.
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import time
 from pathlib import Path
 
 from race_cli.cost.walltime import PHASES, Rates
-from race_cli.io import atomic_write_text
+from race_cli.plan import cpu_probe
+from race_cli.plan.cpu_probe import machine_key, read_cache, write_cache
 
 CACHE_NAME = "cpu-rates.json"
 
 
 def cache_file() -> Path:
-    from race_cli.zoo.build import cache_root
-
-    return cache_root() / CACHE_NAME
-
-
-def _read(path: Path) -> dict:
-    """{fingerprint key: {model: record}}; an unreadable or foreign file reads as empty."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    machines = data.get("machines") if isinstance(data, dict) else None
-    if not isinstance(machines, dict):
-        return {}
-    return {k: v for k, v in machines.items() if isinstance(v, dict)}
-
-
-def _write(path: Path, machines: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps({"version": 1, "machines": machines}, indent=2) + "\n", durable=False)
+    return cpu_probe.cache_file(CACHE_NAME)
 
 
 def _positive(x) -> bool:
@@ -81,24 +63,18 @@ def _rates(record: dict) -> Rates | None:
 
 
 def _mode() -> str:
-    import os
-
-    from race_cli.plan.cpu_probe import ENV
-
-    return (os.environ.get(ENV, "") or "cached").strip().lower()
+    return (os.environ.get(cpu_probe.ENV, "") or "cached").strip().lower()
 
 
 def machine_rates(workers: int, *, path: Path | None = None) -> dict[str, Rates]:
     """{model: Rates} this machine's latest sweeps measured with `workers` jobs at once ({}: none, or
     RACE_CPU_PROBE is off; refresh, as race plan --reprobe sets it, forgets them first)."""
-    from race_cli.plan.cpu_probe import machine_key
-
     path = path if path is not None else cache_file()
     if _mode() == "refresh":  # the machine is measured afresh: what its sweeps measured goes too
         forget(path)
     if _mode() != "cached":
         return {}
-    records = _read(path).get(machine_key(), {})
+    records = read_cache(path).get(machine_key(), {})
     out = {}
     for model, record in records.items():
         if isinstance(record, dict) and record.get("workers") == workers:
@@ -110,13 +86,11 @@ def machine_rates(workers: int, *, path: Path | None = None) -> dict[str, Rates]
 
 def forget(path: Path | None = None) -> None:
     """Drop this machine's learned rates (race plan --reprobe: the machine is measured afresh)."""
-    from race_cli.plan.cpu_probe import machine_key
-
     path = path if path is not None else cache_file()
-    machines = _read(path)
+    machines = read_cache(path)
     if machines.pop(machine_key(), None) is not None:
         try:
-            _write(path, machines)
+            write_cache(path, machines)
         except OSError:
             pass
 
@@ -125,7 +99,6 @@ def learn(sweep: Path, workers: int, *, path: Path | None = None) -> list[str]:
     """Keep the rates `sweep`'s finished CPU jobs measured, run `workers` at once; returns the models kept
     ([]: RACE_CPU_PROBE is off, a job ran on a GPU, nothing finished is readable, or the cache is read-only)."""
     from race_cli.errors import RaceError
-    from race_cli.plan.cpu_probe import machine_key
     from race_cli.plan.measured import finished_jobs, sweep_rates
     from race_cli.status import read_status
 
@@ -148,14 +121,14 @@ def learn(sweep: Path, workers: int, *, path: Path | None = None) -> list[str]:
             finished.append(stamp[:10] + " " + stamp[11:16] + " UTC")
     when = max(finished) if finished else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     path = path if path is not None else cache_file()
-    machines = _read(path)
+    machines = read_cache(path)
     key = machine_key()
     records = machines.get(key, {})
     for model, r in rates.items():
         records[model] = _record(r, sweep=sweep, workers=workers, jobs=per_model.get(model, 0), finished=when)
     machines[key] = records
     try:
-        _write(path, machines)
+        write_cache(path, machines)
     except OSError:
         return []
     return sorted(rates)
