@@ -222,7 +222,7 @@ def test_gpu_jobs_and_unusable_records_are_not_learned(tmp_path, monkeypatch):
     data = json.loads(path.read_text())
     record = data["machines"][cpu_probe.machine_key()]["tiny-s"]
     for bad in ({"eval_s": float("nan")}, {"overhead_s": -1.0}, {"flops_per_s": {"rollout": "fast"}},
-                {"eval_completions": 0}, {"eval_s": True}):
+                {"eval_completions": 0}, {"eval_s": True}, {"overhead_s": False}):
         data["machines"][cpu_probe.machine_key()]["tiny-s"] = record | bad
         path.write_text(json.dumps(data))
         assert machine_rates(2, path=path) == {}, bad
@@ -279,6 +279,8 @@ def test_race_run_says_what_it_kept_for_the_next_plan(tmp_path, monkeypatch):
     monkeypatch.setenv("RACE_CPU_PROBE", "off")
     assert learn_line(sweep, 2) == "race plan --calibrate-from this sweep plans the next one on its own rates."
     monkeypatch.setenv("RACE_CPU_PROBE", "cached")
+    hint = "race plan --calibrate-from this sweep plans the next one on its own rates."
+    assert learn_line(sweep, 0) == hint and not (tmp_path / "cache").exists()  # GPU jobs only: nothing learned
     assert learn_line(sweep, 2) == ("The next race plan on this machine prices tiny-s at the rates this sweep "
                                     "measured with 2 worker(s) (race plan --reprobe forgets them).")
     assert (tmp_path / "cache" / "cpu-rates.json").exists()

@@ -12,9 +12,9 @@ its speed). It runs in one child per core at once (at most MAX_CHILDREN), becaus
 core busy with a worker, and a lone thread on an otherwise idle virtual machine reads fast spells the grid
 does not run in; it keeps the median of all the children's REPEATS runs. Spells still outlast the probe,
 so one probe can mis-state the speed a twenty-minute grid averages (docs/measurements/walltime.md
-measures how often). So the probe only prices
-models this machine has not run yet: once `race run` has, the plan uses the rates its sweep measured
-(plan/learned.py). The factor is REFERENCE_SECONDS / the seconds here.
+measures how often). So the probe only prices models this machine has not run yet: once `race run` has,
+the plan uses the rates its sweep measured (plan/learned.py). The factor is REFERENCE_SECONDS / the
+seconds here.
 
 torch takes seconds to import and `race plan` never imports it, so the probe runs in a child process, and
 only when this machine has no cached result: the result is kept under the race cache (RACE_CACHE, else
@@ -145,6 +145,11 @@ def write_cache(path: Path, machines: dict) -> None:
     atomic_write_text(path, json.dumps({"version": 1, "machines": machines}, indent=2) + "\n", durable=False)
 
 
+def env_mode() -> str:
+    """What RACE_CPU_PROBE asks for: cached (unset), refresh or off (machine_speed refuses anything else)."""
+    return (os.environ.get(ENV, "") or "cached").strip().lower()
+
+
 def probe_children(cores: int | None = None) -> int:
     """Children the probe runs at once: one per core, as `race run` runs one worker per core, at most
     MAX_CHILDREN (each imports torch)."""
@@ -190,7 +195,7 @@ def _source(seconds: float, factor: float, cached: bool) -> str:
 def machine_speed(mode: str | None = None, *, path: Path | None = None, probe=run_probe) -> Speed:
     """This machine's Speed: from the cache when it has this fingerprint, else measured and cached.
     `mode`: cached | refresh | off (default: $RACE_CPU_PROBE, else cached)."""
-    mode = (mode if mode is not None else os.environ.get(ENV, "") or "cached").strip().lower()
+    mode = (mode if mode is not None else env_mode()).strip().lower()
     if mode not in ("cached", "refresh", "off"):
         from race_cli.errors import RaceError
 

@@ -19,13 +19,13 @@ finite positive numbers is ignored.
 from __future__ import annotations
 
 import math
-import os
 import time
+from collections import Counter
 from pathlib import Path
 
 from race_cli.cost.walltime import PHASES, Rates
 from race_cli.plan import cpu_probe
-from race_cli.plan.cpu_probe import machine_key, read_cache, write_cache
+from race_cli.plan.cpu_probe import env_mode, machine_key, read_cache, write_cache
 
 CACHE_NAME = "cpu-rates.json"
 
@@ -34,8 +34,9 @@ def cache_file() -> Path:
     return cpu_probe.cache_file(CACHE_NAME)
 
 
-def _positive(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+def _figure(x, *, zero: bool = False) -> bool:
+    """A finite number (not a bool) above 0, or at 0 too with `zero`."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and (x > 0 or zero and x == 0)
 
 
 def _record(rates: Rates, *, sweep: Path, workers: int, jobs: int, finished: str) -> dict:
@@ -47,12 +48,11 @@ def _record(rates: Rates, *, sweep: Path, workers: int, jobs: int, finished: str
 def _rates(record: dict) -> Rates | None:
     """The Rates of a stored record, or None when any figure is not what it should be."""
     fps = record.get("flops_per_s")
-    if not isinstance(fps, dict) or not all(_positive(fps.get(p)) for p in PHASES):
+    if not isinstance(fps, dict) or not all(_figure(fps.get(p)) for p in PHASES):
         return None
-    per_point, overhead = record.get("eval_completions"), record.get("overhead_s")
-    if not _positive(record.get("eval_s")) or not (_positive(overhead) or overhead == 0):
-        return None
-    if per_point is not None and not _positive(per_point):
+    per_point = record.get("eval_completions")
+    if not (_figure(record.get("eval_s")) and _figure(record.get("overhead_s"), zero=True)
+            and (per_point is None or _figure(per_point))):
         return None
     sweep, finished = record.get("sweep"), record.get("finished")
     source = (f"measured on this machine by race run of {sweep if isinstance(sweep, str) else '?'} (finished "
@@ -62,17 +62,13 @@ def _rates(record: dict) -> Rates | None:
                  eval_assumed=record.get("eval_assumed") is True, eval_completions=per_point)
 
 
-def _mode() -> str:
-    return (os.environ.get(cpu_probe.ENV, "") or "cached").strip().lower()
-
-
 def machine_rates(workers: int, *, path: Path | None = None) -> dict[str, Rates]:
     """{model: Rates} this machine's latest sweeps measured with `workers` jobs at once ({}: none, or
     RACE_CPU_PROBE is off; refresh, as race plan --reprobe sets it, forgets them first)."""
     path = path if path is not None else cache_file()
-    if _mode() == "refresh":  # the machine is measured afresh: what its sweeps measured goes too
+    if env_mode() == "refresh":  # the machine is measured afresh: what its sweeps measured goes too
         forget(path)
-    if _mode() != "cached":
+    if env_mode() != "cached":
         return {}
     records = read_cache(path).get(machine_key(), {})
     out = {}
@@ -102,30 +98,26 @@ def learn(sweep: Path, workers: int, *, path: Path | None = None) -> list[str]:
     from race_cli.plan.measured import finished_jobs, sweep_rates
     from race_cli.status import read_status
 
-    if _mode() == "off":
+    if env_mode() == "off":
         return []
     try:
-        done = finished_jobs(sweep)
-        if any(read_status(d).get("device") != "cpu" for d, _ in done):
+        done = [(read_status(d), row) for d, row in finished_jobs(sweep)]
+        if any(status.get("device") != "cpu" for status, _ in done):
             return []
         rates = sweep_rates(sweep)
     except (RaceError, OSError, ValueError):
         return []
     sweep = Path(sweep).resolve()
-    per_model: dict[str, int] = {}
-    finished = []  # the status times are UTC, "YYYY-MM-DDTHH:MM:SSZ"
-    for d, row in done:
-        per_model[str(row.get("model"))] = per_model.get(str(row.get("model")), 0) + 1
-        stamp = read_status(d).get("finished")
-        if isinstance(stamp, str) and len(stamp) == 20:
-            finished.append(stamp[:10] + " " + stamp[11:16] + " UTC")
-    when = max(finished) if finished else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    jobs = Counter(str(row.get("model")) for _, row in done)
+    last = max((s["finished"] for s, _ in done if isinstance(s.get("finished"), str) and len(s["finished"]) == 20),
+               default=None)  # status times are UTC, "YYYY-MM-DDTHH:MM:SSZ"
+    when = f"{last[:10]} {last[11:16]} UTC" if last else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     path = path if path is not None else cache_file()
     machines = read_cache(path)
     key = machine_key()
     records = machines.get(key, {})
     for model, r in rates.items():
-        records[model] = _record(r, sweep=sweep, workers=workers, jobs=per_model.get(model, 0), finished=when)
+        records[model] = _record(r, sweep=sweep, workers=workers, jobs=jobs[model], finished=when)
     machines[key] = records
     try:
         write_cache(path, machines)

@@ -131,8 +131,8 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
         end.append(race_wall_line(timing))
     elif timing.get("line"):
         end.append(timing["line"])
-    if launcher == "local" and own_jobs and timing.get("cpu_slots"):
-        end.append(learn_line(sweep, timing["cpu_slots"]))
+    if launcher == "local" and own_jobs and timing.get("jobs"):
+        end.append(learn_line(sweep, timing.get("cpu_slots", 0)))
     return finish(sweep, list(rows), retry_failed=retry_failed, report=report, say=say,
                   end_line="\n".join(end) or None)
 
@@ -150,10 +150,11 @@ def race_wall_line(timing: dict) -> str:
 
 
 def learn_line(sweep: Path, workers: int) -> str:
-    """Keep the CPU rates the sweep measured for the next plan on this machine (plan/learned.py), and say so."""
+    """Keep the CPU rates the sweep measured with `workers` CPU workers for the next plan on this machine
+    (plan/learned.py), and say so; with none (GPU jobs) or nothing kept, point to --calibrate-from."""
     from race_cli.plan.learned import learn
 
-    models = learn(sweep, workers)
+    models = learn(sweep, workers) if workers else []
     if not models:
         return "race plan --calibrate-from this sweep plans the next one on its own rates."
     return (f"The next race plan on this machine prices {', '.join(models)} at the rates this sweep measured "
