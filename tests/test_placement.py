@@ -1,4 +1,5 @@
-"""Placement: GPU detection (MIG, UUIDs), the reward model's own GPU, SLURM resources, CPU refusal of hub models."""
+"""Placement: GPU detection (MIG, UUIDs), the reward model's own GPU, SLURM resources and live tasks,
+CPU refusal of hub models."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from race_cli.engine.setup import reward_device
 from race_cli.errors import RaceError
 from race_cli.machine import parse_smi_listing, parse_visible_devices, visible_gpus
 from race_cli.pool.local import make_slots, refuse_cpu_for_big_models
+from race_cli.io import atomic_write_json
+from race_cli.pool import slurm
 from race_cli.pool.slurm import task_memory_gb, task_resources
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +110,26 @@ def test_hub_models_need_a_gpu_or_allow_cpu():
     refuse_cpu_for_big_models(big, gpus=[], allow_cpu=True)
     refuse_cpu_for_big_models(big, gpus=["0"], allow_cpu=False)
     refuse_cpu_for_big_models(tiny, gpus=[], allow_cpu=False)
+
+
+def test_a_done_job_squeue_still_lists_is_not_live(monkeypatch, tmp_path):
+    """A task writes done to status.json, returns to submitit, and only then leaves squeue: in that
+    moment a second race run must neither wait for it nor refuse to run the sweep here."""
+    sweep = tmp_path / "s"
+    for job, state in (("a", "done"), ("b", "running"), ("c", "failed"), ("d", "pending")):
+        atomic_write_json(sweep / "jobs" / job / "status.json", {"job_id": job, "state": state, "attempts": 1})
+    atomic_write_json(sweep / slurm.SUBMITIT_DIR / slurm.SUBMITTED,
+                      {"a": "7_0", "b": "7_1", "c": "7_2", "d": "7_3", "elsewhere": "7_4"})
+    queue = {"7_0": "RUNNING", "7_1": "RUNNING", "7_2": "COMPLETING", "7_4": "PENDING", "8_0": "RUNNING"}
+    monkeypatch.setattr(slurm, "slurm_queue", lambda: dict(queue))
+    # c's cancel is still in progress (COMPLETING): waited for, then counted live once settle_s is out
+    assert slurm.live_jobs(sweep, ["a", "b", "c", "d"], settle_s=0) == {"b": "7_1", "c": "7_2"}
+    queue.pop("7_2")
+    assert slurm.live_jobs(sweep, ["a", "b", "c", "d"]) == {"b": "7_1"}  # a is done; elsewhere is not asked for
+    with pytest.raises(RaceError, match=r"1 job\(s\) .* still queued or running on SLURM \(7_1\)"):
+        slurm.refuse_if_live_on_slurm(sweep, ["a", "b", "c", "d"])
+    queue.pop("7_1")
+    slurm.refuse_if_live_on_slurm(sweep, ["a", "b", "c", "d"])  # only the done a is listed: nothing to refuse
 
 
 def test_race_run_pilot_on_a_cpu_box_exits_2_with_the_hint(tmp_path):

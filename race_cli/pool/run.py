@@ -255,7 +255,7 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
     with SweepLock(sweep, say=say):
         from race_cli.pool.slurm import refuse_if_live_on_slurm
 
-        refuse_if_live_on_slurm(sweep)
+        refuse_if_live_on_slurm(sweep, list(rows))
         wait_for_live_trainers(sweep, list(rows), say)
         st.sweep_temp_files(sweep)
         states = st.read_states(sweep, list(rows))

@@ -156,13 +156,17 @@ def slurm_queue() -> dict[str, str] | None:
     return dict(line.split(None, 1) for line in out.stdout.splitlines() if len(line.split(None, 1)) == 2)
 
 
-def live_jobs(sweep: Path, settle_s: float = 300.0) -> dict[str, str]:
-    """job_id -> SLURM id for this sweep's jobs still queued or running on SLURM.
+def live_jobs(sweep: Path, job_ids: Sequence[str], settle_s: float = 300.0) -> dict[str, str]:
+    """job_id -> SLURM id for the jobs of `job_ids` still queued or running on SLURM.
 
+    A job whose status.json already says done is not live: its task only returns to submitit
+    after that, and squeue can still list it RUNNING for a moment.
     Tasks still COMPLETING (a cancel in progress: their processes may still write) are waited
     for, up to `settle_s`, so that a resubmission never overlaps the task it replaces.
     """
-    subs = submitted(sweep)
+    ids = set(job_ids)
+    subs = {j: s for j, s in submitted(sweep).items()
+            if j in ids and st.read_status(folder.job_dir(sweep, j))["state"] != "done"}
     if not subs:
         return {}
     deadline = time.monotonic() + settle_s
@@ -174,8 +178,8 @@ def live_jobs(sweep: Path, settle_s: float = 300.0) -> dict[str, str]:
         time.sleep(1.0)
 
 
-def refuse_if_live_on_slurm(sweep: Path) -> None:
-    live = live_jobs(sweep)
+def refuse_if_live_on_slurm(sweep: Path, job_ids: Sequence[str]) -> None:
+    live = live_jobs(sweep, job_ids)
     if live:
         ids = sorted(set(live.values()))
         raise RaceError(f"{len(live)} job(s) of {sweep} are still queued or running on SLURM "
@@ -254,7 +258,7 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
     logs = sweep / SUBMITIT_DIR
     with SweepLock(sweep, say=say):
         states = st.read_states(sweep, list(rows))
-        live = {j: s for j, s in live_jobs(sweep).items() if j in rows}  # ids of plan.json only (checked)
+        live = live_jobs(sweep, list(rows))  # ids of plan.json only (checked)
         if not live:
             st.sweep_temp_files(sweep)
         st.adopt_orphans(sweep, {j: s for j, s in states.items() if j not in live})
