@@ -17,10 +17,6 @@ import pytest
 # plans in tests price CPU jobs at the reference rates, unscaled: the same figures on every machine, and no
 # probe child per `race` subprocess (tests/test_cpu_probe.py exercises the probe itself)
 os.environ.setdefault("RACE_CPU_PROBE", "off")
-# the suite runs one pytest worker per core, and a test's torch (in process or in a race subprocess) takes every
-# core as OpenMP threads: two teams spinning on the same cores while they wait for each other ran a two-job
-# race run 6x slower than sleeping waiters do (benchmarks/bench_omp_wait.py). Set before any test imports torch.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")
