@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import os
 import re
 from pathlib import Path
@@ -225,13 +226,21 @@ def _hydra():
         GlobalHydra.instance().clear()
 
 
-def _under_schema(cfg: Any, where: str) -> Any:
-    """Merge into the typed schema: catches keys added with +KEY that the schema does not know."""
+@functools.lru_cache(maxsize=1)
+def _schema() -> Any:
+    """The typed schema as an OmegaConf node, built once: merge copies it, nothing here writes to it."""
     from omegaconf import OmegaConf
 
     from race_cli.config.schema import RaceConfig
 
-    schema = OmegaConf.structured(RaceConfig)
+    return OmegaConf.structured(RaceConfig)
+
+
+def _under_schema(cfg: Any, where: str) -> Any:
+    """Merge into the typed schema: catches keys added with +KEY that the schema does not know."""
+    from omegaconf import OmegaConf
+
+    schema = _schema()
     unknown = _unknown_keys(schema, cfg)
     if unknown:
         known = _all_keys(schema)
@@ -354,7 +363,7 @@ def refuse_planted_interpolation(cfg: dict, overrides: Sequence[str]) -> None:
 def load_job_config(path: str | os.PathLike) -> Any:
     """Reload a job's saved .hydra/config.yaml under the schema (race train --job-dir).
 
-    The file comes from a sweep folder, so it is read as plain YAML data (yaml.safe_load, size
+    The file comes from a sweep folder, so it is read as plain YAML data (a safe loader, size
     bounded) and any OmegaConf interpolation or resolver in it is refused before OmegaConf sees
     it (`_plain_data`): only the user's own overrides and conf/ get Hydra's features."""
     import yaml
@@ -366,7 +375,8 @@ def load_job_config(path: str | os.PathLike) -> Any:
     if not path.is_file():
         raise RaceError(f"No job config at {path}: expected a job folder written by `race plan --out`.")
     try:
-        data = yaml.safe_load(read_bounded(path, MAX_JOB_CONFIG_BYTES).decode("utf-8"))
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader where PyYAML has it
+        data = yaml.load(read_bounded(path, MAX_JOB_CONFIG_BYTES).decode("utf-8"), Loader=loader)  # noqa: S506
     except LinkRefused as exc:
         raise RaceError(f"{path}: {exc.strerror}; race reads job configs from plain files only. Replan the job "
                         "(race plan --out DIR).") from None
