@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-GRID = ["grid=none", "model=tiny-s", "grpo.group_size=2,4", "grpo.prompts_per_iter=4", "budget.flops=1.5e10",
-        "eval.every=4", "checkpoint.every=2", "task.num_eval=40"]
+GRID = ["grid=none", "model=tiny-s", "grpo.group_size=2,4", "grpo.prompts_per_iter=4", "budget.flops=1e10",
+        "eval.every=8", "checkpoint.every=2", "task.num_eval=40"]
 
 
 def _run(sweep: Path, *extra: str, wait: bool = True, env: dict | None = None):
