@@ -118,7 +118,10 @@ def gpu_slots(gpus: Sequence[str], gpus_per_job: int, vllm_port: str | None = No
 
 
 def cpu_slots(workers: int, cores: int) -> list[Slot]:
-    """`workers` CPU slots sharing `cores`: each child gets cores // workers torch threads (>= 1)."""
+    """`workers` CPU slots sharing `cores`: each child gets cores // workers torch threads (>= 1).
+
+    OpenMP's wait policy is left alone: its waiting threads spin, which is fastest while the pool has the
+    cores to itself and slow when another multi-threaded run shares them (docs/measurements/code.md)."""
     threads = str(max(1, cores // max(1, workers)))
     env = {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
            "RACE_THREADS": threads}
