@@ -223,9 +223,8 @@ def job_config_section(job_or_config: str | Path, key: str) -> Any:
     plan writes configs (block style, one document). Anything else (the key twice, a flow-style document,
     an alias defined elsewhere, more than one document) parses the whole file instead, so the answer is
     always the whole parse's. The report reads one model block per model size this way (much faster than the whole file)."""
-    import yaml
 
-    from race_cli.io import read_bounded
+    from race_cli.io import load_yaml, read_bounded
 
     path = Path(job_or_config)
     path = path if path.name == "config.yaml" else job_config(path)
@@ -241,8 +240,7 @@ def job_config_section(job_or_config: str | Path, key: str) -> Any:
         while i < len(lines) and (not lines[i] or lines[i][0] in " -#"):
             i += 1
         try:
-            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            block = yaml.load("\n".join(lines[starts[0]:i]), Loader=loader)  # noqa: S506 - a safe loader
+            block = load_yaml("\n".join(lines[starts[0]:i]))
             if isinstance(block, dict) and list(block) == [key]:
                 return block[key]
         except Exception:  # noqa: BLE001 - not parseable alone (an alias, say): the whole parse decides
@@ -255,15 +253,13 @@ def job_config_data(job_or_config: str | Path) -> dict:
     model is hub-sized), or {} when it is missing, a link, a device, too large or not YAML: that
     job then fails with its own message when `race train` loads it (config/compose.py), and the
     sweep's other jobs are not held up. Interpolations are left as text, never resolved."""
-    import yaml
 
-    from race_cli.io import read_bounded
+    from race_cli.io import load_yaml, read_bounded
 
     path = Path(job_or_config)
     path = path if path.name == "config.yaml" else job_config(path)
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        data = yaml.load(read_bounded(path, 4 * 2**20).decode("utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+        data = load_yaml(read_bounded(path, 4 * 2**20).decode("utf-8"))
     except Exception:  # noqa: BLE001 - any unreadable config is the job's own failure, later
         return {}
     return data if isinstance(data, dict) else {}

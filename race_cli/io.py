@@ -256,6 +256,12 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
+def load_yaml(text: str) -> Any:
+    """YAML as plain data: a safe loader only (no tags, no objects), libyaml's where PyYAML was built with it."""
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+
 def json_depth(data: bytes, limit: int = MAX_JSON_DEPTH) -> int:
     """Nesting depth of a valid JSON document's containers (`[1]` is 1, `{"a": [1]}` 2), counted on
     its bytes at C speed; any depth past `limit` reads as limit + 1 (the count stops there).

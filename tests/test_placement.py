@@ -12,9 +12,9 @@ import pytest
 
 from race_cli.engine.setup import reward_device
 from race_cli.errors import RaceError
+from race_cli.io import atomic_write_json
 from race_cli.machine import parse_smi_listing, parse_visible_devices, visible_gpus
 from race_cli.pool.local import make_slots, refuse_cpu_for_big_models
-from race_cli.io import atomic_write_json
 from race_cli.pool import slurm
 from race_cli.pool.slurm import task_memory_gb, task_resources
 

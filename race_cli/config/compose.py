@@ -366,17 +366,15 @@ def load_job_config(path: str | os.PathLike) -> Any:
     The file comes from a sweep folder, so it is read as plain YAML data (a safe loader, size
     bounded) and any OmegaConf interpolation or resolver in it is refused before OmegaConf sees
     it (`_plain_data`): only the user's own overrides and conf/ get Hydra's features."""
-    import yaml
     from omegaconf import OmegaConf
 
-    from race_cli.io import LinkRefused, read_bounded
+    from race_cli.io import LinkRefused, load_yaml, read_bounded
 
     path = Path(path)
     if not path.is_file():
         raise RaceError(f"No job config at {path}: expected a job folder written by `race plan --out`.")
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader where PyYAML has it
-        data = yaml.load(read_bounded(path, MAX_JOB_CONFIG_BYTES).decode("utf-8"), Loader=loader)  # noqa: S506
+        data = load_yaml(read_bounded(path, MAX_JOB_CONFIG_BYTES).decode("utf-8"))
     except LinkRefused as exc:
         raise RaceError(f"{path}: {exc.strerror}; race reads job configs from plain files only. Replan the job "
                         "(race plan --out DIR).") from None

@@ -165,14 +165,14 @@ def live_jobs(sweep: Path, job_ids: Sequence[str], settle_s: float = 300.0) -> d
     for, up to `settle_s`, so that a resubmission never overlaps the task it replaces.
     """
     ids = set(job_ids)
-    subs = {j: s for j, s in submitted(sweep).items()
-            if j in ids and st.read_status(folder.job_dir(sweep, j))["state"] != "done"}
+    subs = {j: s for j, s in submitted(sweep).items() if j in ids}
     if not subs:
         return {}
     deadline = time.monotonic() + settle_s
     while True:
         queue = slurm_queue() or {}
-        mine = {j: s for j, s in subs.items() if s in queue}
+        mine = {j: s for j, s in subs.items()  # status.json is read only for the tasks squeue lists
+                if s in queue and st.read_status(folder.job_dir(sweep, j))["state"] != "done"}
         if not any(queue[s] == "COMPLETING" for s in mine.values()) or time.monotonic() > deadline:
             return mine
         time.sleep(1.0)

@@ -38,7 +38,7 @@ import pandas as pd
 from race_cli import folder
 from race_cli.cost import budget
 from race_cli.errors import RaceError
-from race_cli.io import inside, jsonl_rows, read_bounded, read_json
+from race_cli.io import inside, jsonl_rows, load_yaml, read_bounded, read_json
 from race_cli.status import status_path
 
 CONDITION_COLS = ["model", "budget_flops", "reward", "task"]  # what a condition is (docs/design.md)
@@ -283,7 +283,7 @@ def _condition_from_config(job_dir) -> dict[str, Any]:
 
     try:
         text = read_bounded(inside(folder.job_config(job_dir), job_dir), 4 * 2**20).decode("utf-8")
-        cfg = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+        cfg = load_yaml(text)
         return {"model": str(cfg["model"]["name"]), "budget_flops": float(cfg["budget"]["flops"]),
                 "reward": reward_label(reward_name(cfg)), "task": str(cfg["task"]["name"])}
     except (OSError, ValueError, UnicodeDecodeError, RecursionError, yaml.YAMLError, TypeError, KeyError):
@@ -299,9 +299,8 @@ def job_identity(job_dir: Path) -> str | None:
     import yaml
 
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         text = read_bounded(inside(folder.job_config(job_dir), job_dir), 4 * 2**20).decode("utf-8")  # no linked .hydra/
-        cfg = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+        cfg = load_yaml(text)
         text = json.dumps(cfg, sort_keys=True, default=str)
     except (OSError, ValueError, RecursionError, yaml.YAMLError, TypeError):
         return None
