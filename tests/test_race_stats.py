@@ -11,9 +11,9 @@ import pytest
 from race_cli.errors import RaceError
 from race_cli.stats import decisions as D
 from race_cli.stats import variance as V
-from race_cli.stats.quantiles import t_quantile
+from race_cli.stats.quantiles import range_quantile
 from race_cli.stats.race import (CALIBRATED_FACTOR, DEFAULT_LOOKS, SPENDINGS, Schedule, active_noise, decide_look,
-                                 default_spending, equivalence_bounds, make_schedule)
+                                 default_spending, make_schedule, pair_bounds)
 
 # --- the schedule ------------------------------------------------------------------------------------
 
@@ -120,15 +120,45 @@ def test_winner_equivalent_undecided_and_continue():
     assert c.state == "continue" and c.power >= 0.8 and set(c.active) == {0, 1, 2}
 
 
-def test_no_gain_relabels_a_stop_only():
+def test_the_gain_call_sits_beside_the_allocation_call_never_instead():
+    """A winner whose regimes did not beat their start stays the winner (the allocation question), with
+    gain "no_gain" beside it and the best's measured gain; with a clear gain it reads "gain"; no start: None."""
     s = Schedule((2, 3, 4), 0.05, 0.08)
     winner = _noise([[0.60, 0.61, 0.60], [0.40, 0.41, 0.40], [0.40, 0.40, 0.41]])
     flat = _noise([[0.00, 0.01, -0.01], [0.0, 0.01, -0.01], [0.01, 0.0, -0.01]])  # gains over the start ~0
     big = _noise([[0.20, 0.21, 0.20], [0.10, 0.11, 0.10], [0.10, 0.10, 0.11]])
     (a,) = decide_look([winner], [flat], s, 1)
     (b,) = decide_look([winner], [big], s, 1)
-    assert a.state == "no_gain" and "winner" in a.reason and a.best == 0
-    assert b.state == "winner"
+    (c,) = decide_look([winner], [None], s, 1)
+    assert (a.state, a.gain, a.best) == ("winner", "no_gain", 0)
+    assert a.best_gain == pytest.approx(0.0)  # (0.00 + 0.01 − 0.01) / 3
+    assert (b.state, b.gain) == ("winner", "gain") and b.best_gain == pytest.approx(0.61 / 3)
+    assert (c.state, c.gain) == ("winner", None) and math.isnan(c.best_gain)
+
+
+def test_drops_winner_and_intervals_are_one_claim():
+    """Every regime the look drops has its printed best − regime interval above 0, and every regime it keeps
+    has 0 inside (or below) its interval: one set of simultaneous intervals decides and is printed. Checked on
+    600 simulated conditions at two truths, where the REGWQ drops and MCB intervals used before disagreed."""
+    from race_cli.stats.race_sim import _runs
+
+    rng = np.random.default_rng(5)
+    s = Schedule((3,), 0.05, 0.08)
+    for gap in (0.0, 0.05):
+        runs = [_runs(rng, 3, 3, 100, 4, gap, 0.02) for _ in range(300)]
+        codes = np.repeat(np.arange(3), 3)
+        noises = [V.noise_of(codes, r.reshape(9, -1), 3) for r in runs]
+        decs = decide_look(noises, [None] * len(noises), s, 0)
+        for d in decs:
+            for i in range(3):
+                if i == d.best:
+                    continue
+                assert (i in d.worse) == (d.gap_lo[i] > 0)
+            if d.state == "winner":
+                assert all(d.gap_lo[i] > 0 for i in range(3) if i != d.best)
+            if d.state == "equivalent":
+                assert all(d.gap_hi[i] < s.margin for i in range(3) if i not in d.worse)
+        assert sum(len(d.worse) for d in decs) > 0  # the check saw drops, not only empty records
 
 
 def test_unequal_seed_counts_use_each_pair_s_own_standard_error():
@@ -145,14 +175,14 @@ def test_unequal_seed_counts_use_each_pair_s_own_standard_error():
     for i, j in [(0, 1), (0, 2), (1, 2)]:
         assert pp.seed[i * 3 + j] == pytest.approx(pooled * (1 / noise.n_seeds[i] + 1 / noise.n_seeds[j]))
         assert pp.df_seed[i * 3 + j] == pytest.approx(df)
-    h = equivalence_bounds(noise.point, pp, 0.05)
-    t = t_quantile(1 - 0.05 / 2, df)  # one-sided, Bonferroni over R − 1 = 2 comparisons
-    assert h[0, 2] == pytest.approx(t * math.sqrt(pooled * (1 / 5 + 1 / 2)))
-    assert h[0, 1] == pytest.approx(t * math.sqrt(pooled * (1 / 5 + 1 / 3)))
+    h = pair_bounds(pp, 3, 0.05)
+    q = range_quantile(0.95, 3, df) / math.sqrt(2)  # Tukey–Kramer: the studentized range of 3 means
+    assert h[0, 2] == pytest.approx(q * math.sqrt(pooled * (1 / 5 + 1 / 2)))
+    assert h[0, 1] == pytest.approx(q * math.sqrt(pooled * (1 / 5 + 1 / 3)))
     (dec,) = decide_look([noise], [None], Schedule((2, 5), 0.05, 0.08), 1)  # the cap: α_1 = 0.025
-    t1 = t_quantile(1 - 0.025 / 2, df)
-    assert dec.gap_hi[2] - dec.gap[2] == pytest.approx(t1 * math.sqrt(pooled * (1 / 5 + 1 / 2)))
-    assert dec.gap[1] - dec.gap_lo[1] == pytest.approx(t1 * math.sqrt(pooled * (1 / 5 + 1 / 3)))
+    q1 = range_quantile(1 - 0.025, 3, df) / math.sqrt(2)
+    assert dec.gap_hi[2] - dec.gap[2] == pytest.approx(q1 * math.sqrt(pooled * (1 / 5 + 1 / 2)))
+    assert dec.gap[1] - dec.gap_lo[1] == pytest.approx(q1 * math.sqrt(pooled * (1 / 5 + 1 / 3)))
     # the subset the race keeps: regimes 0 and 2, their moderated variances kept
     sub = active_noise(noise.pooled(V.fit_prior(noise.job_var, noise.job_df)), [0, 2])
     assert sub.n_seeds.tolist() == [5, 2] and sub.seed_var.tolist() == pytest.approx([pooled, pooled])
@@ -163,8 +193,8 @@ def test_unequal_seed_counts_use_each_pair_s_own_standard_error():
 
 def test_small_calibration_on_null_and_shifted_conditions():
     """400 all-equal conditions (item × regime noise, heterogeneous seed sd 0.01-0.03, 100 items, seed pools
-    of 2 conditions): the look's claims are wrong in at most α of them (+3 binomial sd), and the MCB
-    intervals for best − each cover the truth in >= 0.93 when one regime is better by 0.05."""
+    of 2 conditions): the look's claims are wrong in at most α of them (+3 binomial sd), and the
+    (Tukey–Kramer) intervals for best − each cover the truth in >= 0.93 when one regime is better by 0.05."""
     from race_cli.stats.race_sim import _runs
 
     rng = np.random.default_rng(11)

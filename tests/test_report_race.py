@@ -82,11 +82,21 @@ def test_words_for_every_state_name_the_look_and_the_margin():
     base = dict(condition="c", target="t", look=1, seeds={"a": 3, "b": 3}, alpha_spent=0.05, active=(),
                 best="a", next_seeds=None, margin=0.03, reason="look 1 (3 seeds, α 0.025): why")
     said = {s: race_state(RaceState(state=s, **base)) for s in ("winner", "equivalent", "undecided", "no_gain")}
-    # a winner's and an equivalence's reason only restates the verdict: report.json keeps it, the words do not
+    # a winner's and an equivalence's reason only restates the verdict: report.json keeps it, the words do not;
+    # "no_gain" as a state is a record written before issue 52, still worded
     assert said == {"winner": "winner a at look 1 (3 seeds)",
-                    "equivalent": "equivalent within ±0.030 of a at look 1 (3 seeds), take the cheapest",
+                    "equivalent": "equivalent within ±0.030 at look 1 (3 seeds): best a; take any: no wall time "
+                                  "per job measured to choose by",
                     "undecided": "undecided at look 1 (3 seeds): why",
                     "no_gain": "no gain at look 1 (3 seeds): why"}
+    # since issue 52: the best's gain beside the margin, the regime to take with its time per job (b: 41 s
+    # against a's 52 s), and the gain call beside the allocation call, never instead of it
+    eq = RaceState(state="equivalent", **(base | {"best_gain": 0.052, "job_seconds": {"a": 52.0, "b": 41.0},
+                                                  "take": "b", "gain": "gain"}))
+    assert race_state(eq) == ("equivalent within ±0.030 at look 1 (3 seeds): best a gains +0.052 over its start; "
+                              "take b: 41s per job (a 52s)")
+    flat = RaceState(state="winner", **(base | {"gain": "no_gain", "best_gain": 0.004}))
+    assert race_state(flat) == "winner a at look 1 (3 seeds); no regime shown to beat its start"
     going = RaceState(state="continue", **(base | {"look": 0, "seeds": {"a": 2, "b": 2}, "active": ("a", "b"),
                                                    "next_seeds": 3, "reason": "open"}))
     assert race_state(going) == "racing at look 0 (2 seeds): a, b continue to 3 seeds: open"

@@ -203,9 +203,8 @@ def end_lines(states: list, schedule) -> list[str]:
     state record's `look`)."""
     looks = " -> ".join(map(str, schedule.looks))
     out = [f"race (seeds per regime {looks}, familywise alpha {schedule.alpha:g}, margin ±{schedule.margin:g}):"]
-    for s in states:
-        where = f"look {s.look} ({schedule.looks[s.look]} seeds)"
-        what = {"winner": f"winner {s.best}", "equivalent": f"equivalent within ±{s.margin:g} (best {s.best})",
-                "continue": "still open (waiting for jobs)"}.get(s.state, s.state.replace("_", " "))
-        out.append(f"  {s.condition}: {what} at {where}" + (f"; {s.reason}" if s.reason else ""))
+    from race_cli.report.words import race_state
+
+    for s in states:  # the report's own wording of each state (report/words.race_state)
+        out.append(f"  {s.condition}: {race_state(s)}")
     return out

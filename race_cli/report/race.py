@@ -20,7 +20,7 @@ import pandas as pd
 from race_cli.report.rank import (condition_label, condition_noises, group_rows, label, rankable,
                                   regime_columns)
 from race_cli.report.table import CONDITION_COLS, SweepData, maximize_target
-from race_cli.stats.race import RaceState, Schedule, active_noise, decide_look
+from race_cli.stats.race import RaceState, Schedule, active_noise, decide_look, take_regime
 
 
 def _plain(v):
@@ -40,13 +40,27 @@ def race_states(data: SweepData, schedule: Schedule, by: list[str] | None = None
                        for row in jobs[reg_cols].astype(object).to_numpy()], dtype=object) if reg_cols else \
         np.full(len(jobs), label({}), dtype=object)
     seed = pd.to_numeric(jobs["seed"], errors="coerce").to_numpy(float) if "seed" in jobs else np.zeros(len(jobs))
+    secs = (pd.to_numeric(jobs["seconds_total"], errors="coerce").to_numpy(float) if "seconds_total" in jobs
+            else np.full(len(jobs), np.nan))
     out = []
     for target in targets:
-        out += _race_target(data, schedule, by, target, reg_cols, regime, seed)
+        out += _race_target(data, schedule, by, target, reg_cols, regime, seed, secs)
     return out
 
 
-def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed) -> list[RaceState]:
+def job_seconds(rows, regime, secs, names) -> dict[str, float]:
+    """Per regime of `names`, the mean wall seconds of its jobs among `rows` (summary.json seconds.total:
+    training and evaluation), where measured: what "take the cheapest" compares at equal FLOPs."""
+    out = {}
+    for g in names:
+        v = secs[[i for i in rows if regime[i] == g]]
+        v = v[np.isfinite(v)]
+        if len(v):
+            out[g] = float(v.mean())
+    return out
+
+
+def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed, secs) -> list[RaceState]:
     jobs = data.jobs
     ok = rankable(jobs, target).to_numpy()
     maximize = maximize_target(target)
@@ -118,9 +132,12 @@ def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed) -
             cont = tuple(lab[i] for i in d.active)
             iv = {lab[i]: (float(d.gap[i]), float(d.gap_lo[i]), float(d.gap_hi[i])) for i in range(len(lab))}
             dropped[c].update({lab[i]: (k, lab[d.best]) for i in d.worse})
+            secs_k = job_seconds([i for i in groups[c][1] if use[i]], regime, secs, lab)
+            kept = [lab[i] for i in range(len(lab)) if i not in d.worse]
             st = _state(conds[c], target, k, seeds, schedule.spent(k), d.state, cont, lab[d.best], nxt, schedule,
                         f"look {k} ({s_k} seeds, α {schedule.level(k):.4g}): {d.reason}", regs[c], iv,
-                        dict(dropped[c]))
+                        dict(dropped[c]), gain=d.gain, best_gain=d.best_gain, job_seconds=secs_k,
+                        take=take_regime(kept, secs_k) if d.state == "equivalent" else None)
             states[c] = st
             if d.state == "continue":
                 active[c] = list(cont)
@@ -131,14 +148,17 @@ def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed) -
 
 def _state(cond: dict, target: str, k: int, seeds: dict, spent: float, state: str, active: tuple, best,
            next_seeds, schedule: Schedule, reason: str, regs: dict, intervals: dict | None = None,
-           dropped: dict | None = None) -> RaceState:
+           dropped: dict | None = None, gain: str | None = None, best_gain: float = np.nan,
+           job_seconds: dict | None = None, take: str | None = None) -> RaceState:
     act = active if state == "continue" else ()
     return RaceState(condition=condition_label(cond | {"target": target}), target=target, look=k,
                      seeds={g: int(n) for g, n in seeds.items()}, alpha_spent=float(spent), state=state,
                      active=tuple(act), best=best, next_seeds=next_seeds if state == "continue" else None,
                      margin=schedule.margin, reason=reason, condition_values=dict(cond),
                      active_values=tuple(dict(regs[g]) for g in act), intervals=intervals or {},
-                     dropped=dict(dropped or {}))
+                     dropped=dict(dropped or {}), gain=gain,
+                     best_gain=float(best_gain) if best_gain is not None and np.isfinite(best_gain) else None,
+                     job_seconds=dict(job_seconds or {}), take=take)
 
 
 def needed_seeds(states: list[RaceState]) -> dict[tuple, int]:

@@ -7,8 +7,10 @@ in the console, summary.md and report.json:
 - a comparison of two sides: "<side> ahead", or why none is named — "not separated" (the
   test did not tell them apart: not a claim that they are equal), "not tested" (its gate in the
   gatekept sequence stayed shut), "not testable with one seed", "no interval";
-- a race's state per condition (stats/race.py STATES): winner, equivalent within ±margin,
-  undecided (with what would settle it), no gain, or still running, and at which look.
+- a race's state per condition (stats/race.py STATES): winner, equivalent within ±margin (beside the
+  best's gain over its start, and the regime to take: the least wall time per job among the equivalent),
+  undecided (with what would settle it), or still running, and at which look; "no regime shown to beat
+  its start" is said beside the allocation call, never instead of it.
 """
 
 from __future__ import annotations
@@ -85,14 +87,41 @@ def race_state(state) -> str:
     reason = _LOOK_PREFIX.sub("", str(state.reason or "").strip())
     why = f": {reason}" if reason else ""
     best = state.best or "–"
+    gain = gain_note(state)
     if state.state == "winner":  # the verdict says it all; its reason stays in report.json
-        return f"winner {best} {at}"
+        return f"winner {best} {at}{gain}"
     if state.state == "equivalent":
-        return f"equivalent within {margin_text(state.margin)} of {best} {at}, take the cheapest"
+        return f"equivalent within {margin_text(state.margin)} {at}: {best_gain_text(state)}; {take_text(state)}{gain}"
     if state.state == "undecided":
-        return f"undecided {at}{why}"
-    if state.state == "no_gain":
+        return f"undecided {at}{why}{gain}"
+    if state.state == "no_gain":  # a record written before issue 52, when no_gain replaced the allocation state
         return f"no gain {at}{why}"
     active = ", ".join(map(str, state.active or ())) or "–"
     nxt = f" to {state.next_seeds} seeds" if state.next_seeds else ""
     return f"racing {at}: {active} continue{nxt}{why}"
+
+
+def gain_note(state) -> str:
+    """'; no regime shown to beat its start' beside an allocation call whose gain call is no_gain, else ''."""
+    return "; no regime shown to beat its start" if getattr(state, "gain", None) == "no_gain" else ""
+
+
+def best_gain_text(state) -> str:
+    """'best μ=1 gains +0.052 over its start' (the margin is read beside it), or 'best μ=1' without a start."""
+    g = getattr(state, "best_gain", None)
+    best = state.best or "–"
+    return f"best {best} gains {signed(g)} over its start" if g is not None and math.isfinite(number(g)) else \
+        f"best {best}"
+
+
+def take_text(state) -> str:
+    """'take μ=2: 41 s per job (μ=1 52 s, μ=4 1m00s)': the equivalent regime with the least measured wall time
+    per job, at equal FLOPs; without measured times, says so."""
+    from race_cli.cost.walltime import fmt_duration
+
+    secs = getattr(state, "job_seconds", None) or {}
+    take = getattr(state, "take", None)
+    if not take or take not in secs:
+        return "take any: no wall time per job measured to choose by"
+    others = ", ".join(f"{g} {fmt_duration(v)}" for g, v in secs.items() if g != take and g not in (state.dropped or {}))
+    return f"take {take}: {fmt_duration(secs[take])} per job" + (f" ({others})" if others else "")

@@ -8,25 +8,33 @@ At look k every condition still racing is decided at that look's level α_k (`Sc
 report's own variance model (stats/variance.py) and procedures (stats/decisions.py), on its active
 regimes' jobs with seed < looks[k]:
 
-- **worse**: a regime shown worse than the best (REGWQ over the active regimes, familywise α_k) stops;
-- **winner**: the best shown better than every other active regime;
-- **equivalent**: every remaining regime within ±margin of the best by simultaneous intervals — Hsu's
-  multiple comparisons with the best in its conservative Bonferroni form: with j* the true best, the
-  one-sided bounds m_j − m_i + t(1 − α_k/(R − 1))·se_ji hold together for j = j* and every i (R − 1
-  comparisons); as j* is unknown the claim needs every ordered pair's bound below the margin,
-  |m_i − m_j| + t·se_ij < margin. Each part at its own df, so unequal seed counts (Tukey–Kramer: every
-  pair's own standard error) are covered;
+Every claim of a look is read off one set of intervals: Tukey–Kramer simultaneous intervals for every
+pairwise difference of the active regimes at α_k (the studentized range q(1 − α_k, R, df)/√2 times each
+pair's own standard error, each variance part at its own df, so unequal seed counts are covered). They
+hold for pairs the data pick, the best among them, so the drops, the winner, the equivalence and the
+best − regime intervals the record prints are one claim and cannot contradict each other:
+
+- **worse**: a regime whose best − regime interval lies above 0 stops;
+- **winner**: every other active regime is worse;
+- **equivalent**: every remaining regime within ±margin of every other, |m_i − m_j| + h_ij < margin for
+  every pair (so within ±margin of the true best whichever it is);
 - **undecided** (futility, non-binding): neither separation nor equivalence reaches 80% power at the cap
   (`power.open_call_power`, the open call's measured parts extrapolated in seeds). Stopping early can
   only withhold claims, never add one;
-- **no_gain**: the condition stops (any of the above) with no active regime shown to beat its start
-  (Holm on one-sided bounds at α_k/2, as the report tests it): its ranking orders regimes that did not learn;
 - anything else **continues**: its surviving regimes get looks[k + 1] seeds; at the cap it is undecided.
+
+The gain over the start is a separate question with its own field (`gain`): at a stopping look, "gain"
+when some active regime is shown to beat its start (Holm on one-sided bounds at α_k/2, as the report
+tests it), "no_gain" when none is (its ranking orders regimes that did not learn), None without a
+recorded start. It never replaces the allocation state: a winner that did not beat its start is still
+the winner of the allocation question, said beside "no gain".
 
 Error control over looks: a false claim at any look needs a false claim at some look k, whose chance
 is at most α_k; the Bonferroni split (Σ α_k = α) bounds the total by the union bound whatever the data
 do. A "worse" or "winner" claim at look k is true whenever every claim made at looks ≤ k is (worse is
-transitive), so the familywise error of the whole race is at most α.
+transitive), so the familywise error of the whole race is at most α. (Before issue 52 the drops came from
+the REGWQ step-down and the intervals and equivalence from Hsu's MCB bounds: two procedures whose records
+could disagree; docs/measurements/race.md compares the two.)
 """
 
 from __future__ import annotations
@@ -38,7 +46,9 @@ import numpy as np
 
 from race_cli.errors import RaceError
 
-STATES = ("continue", "winner", "equivalent", "undecided", "no_gain")
+STATES = ("continue", "winner", "equivalent", "undecided")  # the allocation call (`state`)
+GAINS = ("gain", "no_gain")  # the gain-over-start call (`gain`), None without a start or before a stop
+OLD_STATES = STATES + ("no_gain",)  # `state` values a record written before issue 52 may hold
 # How α is split over the looks; every split sums to α, so each is valid by the union bound whatever the
 # data do: "bonferroni" equally; "bonferroni-obf" by the increments of an O'Brien–Fleming-type spending
 # function 2 − 2Φ(z(1 − α/2)/√t) (little at the first looks, most at the cap); "bonferroni-pocock" by those
@@ -180,7 +190,7 @@ class RaceState:
     look: int  # index into Schedule.looks
     seeds: dict[str, int]  # per active regime (the ranking's label) -> seeds used at this look
     alpha_spent: float  # α spent through this look's decision (looks not yet decided spend nothing)
-    state: str  # one of STATES
+    state: str  # one of STATES: the allocation call (never "no_gain" since issue 52: that is `gain`)
     active: tuple[str, ...]  # regimes that continue (empty when stopped); a winner is named in `best`
     best: str | None
     next_seeds: int | None  # seeds the active regimes need next; None when stopped
@@ -190,6 +200,10 @@ class RaceState:
     active_values: tuple[dict, ...] = ()  # per active regime, its regime columns
     intervals: dict = field(default_factory=dict)  # regime -> (best − regime, low, high), simultaneous at α_k
     dropped: dict = field(default_factory=dict)  # regime -> (look, the best it was shown worse than), every look
+    gain: str | None = None  # the gain-over-start call once stopped: one of GAINS; None: no start, or racing
+    best_gain: float | None = None  # the best's mean gain over its start (an improvement), None without a start
+    job_seconds: dict = field(default_factory=dict)  # regime compared at this look -> mean wall seconds per job
+    take: str | None = None  # equivalent: the regime to take (least wall seconds per job among those kept)
 
     def to_json(self) -> dict:
         return {"condition": self.condition, "target": self.target, "look": self.look, "seeds": dict(self.seeds),
@@ -198,7 +212,17 @@ class RaceState:
                 "condition_values": {k: _plain(v) for k, v in self.condition_values.items()},
                 "active_values": [{k: _plain(v) for k, v in r.items()} for r in self.active_values],
                 "intervals": {r: [float(x) for x in v] for r, v in self.intervals.items()},
-                "dropped": {r: [int(v[0]), v[1]] for r, v in self.dropped.items()}}
+                "dropped": {r: [int(v[0]), v[1]] for r, v in self.dropped.items()},
+                "gain": self.gain, "best_gain": self.best_gain,
+                "job_seconds": {r: float(v) for r, v in self.job_seconds.items()}, "take": self.take}
+
+
+def take_regime(kept: list[str], job_seconds: dict) -> str | None:
+    """Among regimes shown equivalent (all spend the same FLOPs by construction), the one to take: the least
+    measured wall seconds per job; None when no kept regime has a measured time."""
+    timed = [(float(job_seconds[g]), i, g) for i, g in enumerate(kept)
+             if g in job_seconds and math.isfinite(float(job_seconds[g]))]
+    return min(timed)[2] if timed else None
 
 
 def _plain(v):
@@ -213,27 +237,27 @@ def _plain(v):
 class LookDecision:
     """What look k decided for one condition (regime indices into its noise's regimes)."""
 
-    state: str  # one of STATES
+    state: str  # one of STATES: the allocation call
     best: int  # the pilot-best active regime
-    worse: tuple[int, ...]  # shown worse than the best at this look: they stop
+    worse: tuple[int, ...]  # shown worse than the best at this look (gap_lo > 0): they stop
     active: tuple[int, ...]  # regimes that continue to the next look (empty when stopped)
     gap: np.ndarray  # [R] best − regime (in the better direction)
-    gap_lo: np.ndarray  # [R] simultaneous (MCB) bounds of best − regime at α_k
+    gap_lo: np.ndarray  # [R] simultaneous (Tukey–Kramer) bounds of best − regime at α_k: the ones decided on
     gap_hi: np.ndarray
     power: float  # the open call's power at the cap (nan when not computed)
     reason: str
+    gain: str | None = None  # one of GAINS once stopped (None: no recorded start, or still racing)
+    best_gain: float = math.nan  # the best's mean gain over its start (an improvement; nan without a start)
 
 
-def equivalence_bounds(point: np.ndarray, parts, alpha: float):
-    """Hsu's MCB half-widths (Bonferroni form) on R regimes: t(1 − α/(R − 1)) · se of every pair, each
-    variance part at its own df. point [R]; parts: the Parts of decisions.pair_contrasts(R) [R·R].
-    Returns h [R, R]: best − i lies in gap ± h[best, i] simultaneously (one-sided each way)."""
+def pair_bounds(parts, R: int, alpha: float) -> np.ndarray:
+    """Tukey–Kramer half-widths on R regimes: q(1 − α, R, df)/√2 · se of every pair, each variance part at
+    its own df. parts: the Parts of decisions.pair_contrasts(R) [R·R]. Returns h [R, R]: every i − j lies in
+    m_i − m_j ± h[i, j] simultaneously at 1 − α, whichever pairs the data pick."""
     from race_cli.stats.decisions import _half
-    from race_cli.stats.quantiles import t_quantile
+    from race_cli.stats.quantiles import range_quantile
 
-    R = len(point)
-    m = max(R - 1, 1)
-    h = _half(parts, lambda df: t_quantile(1 - alpha / m, df))
+    h = _half(parts, lambda df: range_quantile(1 - alpha, max(R, 2), df) / math.sqrt(2.0))
     return np.asarray(h, float).reshape(R, R)
 
 
@@ -249,33 +273,33 @@ def decide_look(noises: list, gains: list, schedule: Schedule, k: int, maximize:
 
     alpha = schedule.level(k)
     last = k == len(schedule.looks) - 1
-    decs = D.rank_decisions_many(noises, maximize, alpha=alpha) if noises else []
     has_gain = [i for i, g in enumerate(gains) if g is not None]
     gds: list = [None] * len(noises)
     for i, gd in zip(has_gain, D.gain_decisions_many([gains[i] for i in has_gain], alpha=alpha)):
         gds[i] = gd
     sign = 1.0 if maximize else -1.0
     out = []
-    for noise, dec, gd in zip(noises, decs, gds):
+    for noise, gd in zip(noises, gds):
         R = len(noise.n_seeds)
-        point = sign * np.asarray(dec.mean, float)
-        best = dec.best
+        point = sign * np.asarray(noise.point, float)
+        best = int(np.argmax(point))
         gap = point[best] - point
         nan = np.full(R, np.nan)
         if R < 2:
             out.append(_stop(LookDecision("undecided", best, (), (), gap, nan, nan, math.nan,
                                           "one regime: nothing to compare"), gd))
             continue
-        if not dec.testable:
+        if not noise.has_seed_noise:
             st = "undecided" if last else "continue"
-            out.append(LookDecision(st, best, (), () if last else tuple(range(R)), gap, nan, nan, math.nan,
-                                    "no seed variance yet: nothing is testable"))
+            dec = LookDecision(st, best, (), () if last else tuple(range(R)), gap, nan, nan, math.nan,
+                               "no seed variance yet: nothing is testable")
+            out.append(_stop(dec, gd) if last else dec)
             continue
-        worse = ~np.asarray(dec.tied_best, bool)
         pp = V.contrast_parts(noise, D.pair_contrasts(R))
-        h = equivalence_bounds(point, pp, alpha)
+        h = pair_bounds(pp, R, alpha)
         lo, hi = gap - h[best], gap + h[best]
         lo[best] = hi[best] = 0.0
+        worse = lo > 0
         rest = [i for i in range(R) if not worse[i]]
         wl = tuple(i for i in range(R) if worse[i])
         if len(rest) == 1:
@@ -324,9 +348,12 @@ def _pair_parts(pp, R: int, i: int, j: int):
 
 
 def _stop(d: LookDecision, gd) -> LookDecision:
-    """A stopping decision becomes no_gain when no active regime beats its start (gd: the condition's
-    decisions.GainDecision; None, an unknown start: kept)."""
-    if gd is None or np.asarray(gd.beats_start, bool).any():
+    """A stopping decision with its gain call beside it: "gain" when some active regime beats its start,
+    "no_gain" when none does (gd: the condition's decisions.GainDecision; None, an unknown start: None).
+    The allocation state is kept whatever the gain call says."""
+    from dataclasses import replace
+
+    if gd is None:
         return d
-    return LookDecision("no_gain", d.best, d.worse, (), d.gap, d.gap_lo, d.gap_hi, d.power,
-                        f"no regime is shown to beat its start ({d.state}: {d.reason})")
+    beats = bool(np.asarray(gd.beats_start, bool).any())
+    return replace(d, gain="gain" if beats else "no_gain", best_gain=float(np.asarray(gd.gain, float)[d.best]))
