@@ -28,7 +28,7 @@ def doc_commands() -> list[tuple[str, int]]:
                 continue
             command, _, comment = line.partition("  #")
             if not re.match(r"(race |python scripts/|PYTHONPATH=\S+ python scripts/)", command):
-                continue  # shell set-up: venv, pip, export, huggingface-cli
+                continue  # shell set-up: venv, pip, export, hf download
             out.append((command.strip(), 2 if "exits 2" in comment else 0))
     return out
 
@@ -44,9 +44,10 @@ def test_the_guide_marks_what_it_cannot_run_here():
         import yaml
 
         conf = yaml.safe_load((ROOT / "conf" / "model" / f"{model}.yaml").read_text())
-        assert f"huggingface-cli download {conf['path']} --revision {conf['revision']}" in text
+        assert f"hf download {conf['path']} --revision {conf['revision']}" in text
     prm = yaml.safe_load((ROOT / "conf" / "reward" / "prm-7b.yaml").read_text())["model"]
-    assert f"huggingface-cli download {prm['path']} --revision {prm['revision']}" in text
+    assert f"hf download {prm['path']} --revision {prm['revision']}" in text
+    assert "HF_HUB_OFFLINE=1" in text and "export HF_HOME=" in text  # a shared cache, offline afterwards
 
 
 @pytest.mark.slow

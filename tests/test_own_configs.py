@@ -86,7 +86,21 @@ def test_a_model_with_neither_exits_2_with_a_message(own, tmp_path):
                 env={"HF_HUB_CACHE": str(tmp_path / "empty-cache"), "HF_HUB_OFFLINE": "1"})
     assert got.returncode == 2, got.stderr
     assert "has no arch: block and no config.json was found for my-org/not-downloaded" in got.stderr
+    assert "hf download my-org/not-downloaded config.json" in got.stderr and "huggingface-cli" not in got.stderr
     assert "Traceback" not in got.stderr
+
+
+def test_a_local_folder_without_config_json_gets_no_download_advice(own, tmp_path):
+    """A model path that is a folder (or written as one) is fixed by fixing the folder, never by a download."""
+    (tmp_path / "empty-model").mkdir()
+    for name, path in (("empty", tmp_path / "empty-model"), ("gone", tmp_path / "not-there" / "model")):
+        (own / "model" / f"{name}.yaml").write_text(_model_yaml(name, str(path)))
+        got = _race("plan", "--config-dir", str(own), "grid=none", f"model={name}",
+                    env={"HF_HUB_CACHE": str(tmp_path / "empty-cache"), "HF_HUB_OFFLINE": "1"})
+        assert got.returncode == 2, got.stderr
+        text = " ".join(got.stderr.split())
+        assert f"{path} holds no config.json" in text and "download" not in text, text
+        assert "Traceback" not in got.stderr
 
 
 def test_a_hub_model_reads_config_json_from_the_hf_cache_offline(own, tmp_path):

@@ -75,8 +75,13 @@ def _derive_arch(node: dict, key: str, read_arch: ArchReader) -> list[str]:
     given = node.get("arch")
     found = None if path.startswith("zoo:") else read_arch(path, revision)  # the zoo builds from the conf block
     if given is None and found is None:
-        return [f"{key}.arch: {node.get('name')!r} has no arch: block and no config.json was found for {path} (a "
-                "local folder, or the Hugging Face cache). Fetch the config first (huggingface-cli download "
+        if is_local_path(path):  # a folder on this machine: nothing to download, the folder is wrong
+            return [f"{key}.arch: {node.get('name')!r} has no arch: block and {path} holds no config.json (or does "
+                    "not exist here): expected a transformers model folder (save_pretrained output). Fix "
+                    f"{key}.path, or copy the model's architecture into the config's arch: block "
+                    "(docs/own-configs.md)."]
+        return [f"{key}.arch: {node.get('name')!r} has no arch: block and no config.json was found for {path} in the "
+                "Hugging Face cache (HF_HOME). Fetch the config first (hf download "
                 f"{path} config.json{' --revision ' + revision if revision else ''}), or copy its architecture "
                 "into the config's arch: block (docs/own-configs.md)."]
     if found is None:
@@ -156,6 +161,12 @@ def _read_cached(path: str, revision: Optional[str]) -> Optional[dict]:
         return arch_of(data)
     except RaceError as exc:
         raise RaceError(f"{file}: {exc}") from None
+
+
+def is_local_path(path: str) -> bool:
+    """Whether `path` names a folder on this machine rather than a hub id (Org/Name): it exists, or it is
+    written as a path (/, ., ~ first, or other than one slash); the same reading as engine/setup.resolve_model_path."""
+    return Path(path).expanduser().exists() or path.startswith(("/", ".", "~")) or path.count("/") != 1
 
 
 def _hub_cache_file(repo_id: str, revision: Optional[str]) -> Optional[str]:

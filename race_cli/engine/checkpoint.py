@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from race_cli.engine.hf import save_model
 from race_cli.io import _fsync_dir, disk_errors, dumps, read_json
 
 NAME, OLD, TMP_PREFIX = "checkpoint", ".checkpoint.old", ".checkpoint.tmp-"
@@ -135,7 +136,7 @@ def save(job_dir: Path, *, model: Any, optimizer: Any, scheduler: Any, state: di
     tmp.mkdir(parents=True)
     try:
         with disk_errors(tmp / "adapter"):  # peft / transformers write through safetensors: its error for a full disk
-            model.save_pretrained(str(tmp / "adapter"))
+            save_model(model, str(tmp / "adapter"))
         trainable = {n: p.detach().cpu().contiguous().clone() for n, p in model.named_parameters() if p.requires_grad}
         _save_safetensors(trainable, tmp / "trainable.safetensors")
         _save_torch({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optim.pt")

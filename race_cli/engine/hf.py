@@ -50,3 +50,17 @@ def lora_wrap(model: Any, lora_config: Any) -> Any:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return get_peft_model(model, lora_config)
+
+
+def save_model(model: Any, folder: str, **kwargs: Any) -> None:
+    """`model.save_pretrained(folder)`; a PEFT adapter with `save_embedding_layers=False`.
+
+    PEFT's default ("auto") asks the Hub for the base model's config.json, at the Hub's default revision
+    rather than the pinned one, on every save whose base is a hub id (HF_HUB_OFFLINE=1 aside), to learn
+    whether the vocabulary was resized. race never resizes it nor adapts the embeddings, so the adapter
+    holds the LoRA weights only and no save goes to the network."""
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):
+        kwargs["save_embedding_layers"] = False
+    model.save_pretrained(folder, **kwargs)

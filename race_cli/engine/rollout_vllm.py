@@ -294,15 +294,17 @@ class VLLMRollout:
         import torch
         from vllm.lora.request import LoRARequest
 
+        from race_cli.engine.hf import save_model
+
         self._sleep()  # a sync before any generate (start/resume) also finds the engine asleep
         self._lora_id += 1
         path = self.sync_dir / f"adapter-{self._lora_id}"
         dtype = getattr(torch, self.dtype, None) if isinstance(self.dtype, str) else None
         if isinstance(dtype, torch.dtype) and hasattr(model, "state_dict"):
             lora_state = {k: v.detach().to(dtype) for k, v in model.state_dict().items() if "lora_" in k}
-            model.save_pretrained(str(path), state_dict=lora_state)
+            save_model(model, str(path), state_dict=lora_state)
         else:
-            model.save_pretrained(str(path))
+            save_model(model, str(path))
         self._request = LoRARequest(f"policy-{self._lora_id}", self._lora_id, str(path))
         if self._adapter is not None:
             _remove(self._adapter)  # the previous adapter: never served again (its id is retired)
