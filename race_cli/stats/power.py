@@ -211,15 +211,15 @@ def with_seeds(d: Design, seeds: int) -> Design:
 def open_call_power(gap: float, parts: Parts, seeds_now: int, seeds_cap: int, regimes: int, margin: float,
                     alpha: float, z: float = 0.0) -> float:
     """Power at the cap of an open call between the best and its runner-up, measured gap `gap`: the larger
-    of separating it (the range's first step at `alpha`) and showing it within ±margin (MCB, Bonferroni over
-    regimes − 1), a normal approximation at the measured gap, as the settle line asks it. parts: the gap's
-    measured variance parts now; the item × regime part stays (the same items), the job-mean (seed) part
-    shrinks as seeds_now / seeds_cap and its pooled df grows as seeds − 1 (combined with HETERO_DF as
+    of separating it and showing it within ±margin (both on the same Tukey–Kramer intervals at `alpha`, as
+    stats/race.decide_look reads them), a normal approximation at the measured gap, as the settle line asks
+    it. parts: the gap's measured variance parts now; the item × regime part stays (the same items), the
+    job-mean (seed) part shrinks as seeds_now / seeds_cap and its pooled df grows as seeds − 1 (combined with HETERO_DF as
     stats/variance.moderate combines them). What a race's futility stop asks: below 80% neither outcome is
     in reach at the cap."""
     from scipy import special
 
-    from race_cli.stats.quantiles import range_quantile, t_quantile
+    from race_cli.stats.quantiles import range_quantile
 
     inter = max(float(parts.item) - float(parts.resid), 0.0)
     se_now = math.sqrt(max(inter + float(parts.seed), 0.0))
@@ -234,6 +234,6 @@ def open_call_power(gap: float, parts: Parts, seeds_now: int, seeds_cap: int, re
     crit = float(range_quantile(1 - alpha, max(regimes, 2), df)) / math.sqrt(2.0)
     hi, lo = abs(gap) + z * se_now, max(abs(gap) - z * se_now, 0.0)  # the gaps most in favour of each outcome
     sep = float(special.ndtr(hi / se - crit))
-    m = margin - float(t_quantile(1 - alpha / max(regimes - 1, 1), df)) * se
+    m = margin - crit * se  # the same Tukey–Kramer half-width the race's equivalence reads (stats/race.py)
     eq = float(special.ndtr((m - lo) / se) - special.ndtr((-m - lo) / se)) if m > 0 else 0.0
     return max(sep, eq)
