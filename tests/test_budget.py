@@ -129,7 +129,7 @@ def test_ledger_adds_and_round_trips_exactly():
 
 def test_every_default_grid_job_spends_98_to_100_percent():
     used = [r["budget_used"] for r in build_plan([]).rows()]
-    assert len(used) == 24 and all(0.98 <= u <= 1.0 for u in used), used
+    assert len(used) == 32 and all(0.98 <= u <= 1.0 for u in used), used
     assert statistics.median(used) > 0.99
 
 

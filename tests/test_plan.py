@@ -22,13 +22,15 @@ from race_cli.config.sweep import job_id
 def test_default_plan_is_the_tiny_grid():
     plan = build_plan([])
     assert plan.grid["name"] == "tiny"
-    assert len(plan.jobs) == 2 * 3 * 2 * 2  # model x mu x reward x seed of conf/grid/tiny.yaml
-    assert plan.jobs[0].job_id == "tiny-s_mu1_rule_s0"
+    assert len(plan.jobs) == 2 * 2 * 2 * 2 * 2  # model x G x mu x reward x seed of conf/grid/tiny.yaml
+    assert plan.jobs[0].job_id == "tiny-s_G4_mu1_rule_s0"
+    regimes = {(j.config["grpo"]["group_size"], j.config["grpo"]["updates_per_batch"]) for j in plan.jobs}
+    assert regimes == {(4, 1), (4, 2), (8, 1), (8, 2)}  # search (G) x learning (mu): G=8 mu=1 vs G=4 mu=2
     assert {j.config["seed"] for j in plan.jobs} == {0, 1}  # two seeds: intervals with training noise
     from race_cli.plan.build import one_seed_regimes
 
     assert one_seed_regimes(plan.jobs) == 0
-    assert one_seed_regimes(build_plan(["seed=0"]).jobs) == 12  # race plan warns about these
+    assert one_seed_regimes(build_plan(["seed=0"]).jobs) == 16  # race plan warns about these
     assert len({j.job_id for j in plan.jobs}) == len(plan.jobs)
 
 
@@ -173,11 +175,11 @@ def _race(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 def test_cli_plan_formats_and_exit_codes(tmp_path):
     res = _race("plan", "--format", "json")
     assert res.returncode == 0, res.stderr
-    assert len(json.loads(res.stdout)["jobs"]) == 24
+    assert len(json.loads(res.stdout)["jobs"]) == 32
     res = _race("plan", "--format", "csv", "model=tiny-s")
     assert res.returncode == 0 and res.stdout.splitlines()[0].startswith("job_id,model,group_size")
     res = _race("plan")
-    assert "tiny-s_mu1_rule_s0" in res.stdout and "total" in res.stdout
+    assert "tiny-s_G4_mu1_rule_s0" in res.stdout and "total" in res.stdout
     res = _race("plan", "grpo.group_size=abc", "--out", str(tmp_path / "s"))
     assert res.returncode == 2 and "Wrong type for grpo.group_size" in res.stderr
     assert not (tmp_path / "s").exists()

@@ -197,13 +197,13 @@ def test_no_race_is_the_fixed_plan():
     fixed = build_plan([], race=False)
     raced = build_plan([])
     assert fixed.race is None and fixed.reserve == []
-    assert len(fixed.jobs) == 24 and {j.config["seed"] for j in fixed.jobs} == {0, 1}
+    assert len(fixed.jobs) == 32 and {j.config["seed"] for j in fixed.jobs} == {0, 1}
     assert isinstance(plan_document(fixed, fixed.rows()), list)
     old_hash = hashlib.sha1(json.dumps([[j.job_id, list(j.overrides)] for j in fixed.jobs]).encode()).hexdigest()[:8]
     assert plan_hash(fixed) == old_hash and default_sweep_dir(fixed).name == f"tiny-{old_hash}"
     assert raced.rows() == fixed.rows()
     assert plan_hash(raced) != plan_hash(fixed)  # a race and a fixed design never share a folder
-    assert list(raced.race.looks) == [2, 3, 4] and len(raced.reserve) == 24
+    assert list(raced.race.looks) == [2, 3, 4] and len(raced.reserve) == 32
     assert build_plan([], max_seeds=2).race is None  # one look: fixed
 
 
