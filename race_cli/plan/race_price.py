@@ -52,6 +52,7 @@ class RacePrice:
     seed_sd: float
     n_sim: int
     slots: int
+    resolution: tuple = ()  # Resolution per condition and target: what the race resolves at its cap
 
 
 @dataclass
@@ -181,7 +182,8 @@ def price_race(plan: Any, seed_sd: float, gap: float = EXPECTED_GAP, n_sim: int 
     sims = [_cost(regs, s, looks, slots) for s in simulate_seeds(regs, schedule, seed_sd, gap, rng, n_sim)]
     return RacePrice(looks=looks, minimum=_cost(regs, np.full(len(regs), looks[0]), looks, slots),
                      expected=_mean(sims), maximum=_cost(regs, np.full(len(regs), looks[-1]), looks, slots),
-                     gap=gap, seed_sd=seed_sd, n_sim=n_sim, slots=slots)
+                     gap=gap, seed_sd=seed_sd, n_sim=n_sim, slots=slots,
+                     resolution=tuple(race_resolution(plan, seed_sd)))
 
 
 def price_lines(price: RacePrice, schedule: Any) -> list[str]:
@@ -205,4 +207,79 @@ def price_lines(price: RacePrice, schedule: Any) -> list[str]:
             f"better by {price.gap:g}, seed sd {price.seed_sd:g}",
             fmt(price.minimum, "minimum") + ": all stop at look 0",
             fmt(price.expected, "expected"),
-            fmt(price.maximum, "maximum") + ": all to the cap"]
+            fmt(price.maximum, "maximum") + ": all to the cap"] + resolution_lines(list(price.resolution), schedule.margin)
+
+
+# --- what the race resolves at its cap -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """One condition and target's resolution at the race's cap (stats/race_power.py)."""
+
+    condition: str
+    target: str
+    seeds: int  # the cap
+    regimes: int
+    alpha: float  # the last look's level
+    margin: float  # the smallest equivalence margin shown with 80% power when all regimes are equal
+    gap: float  # the smallest gap named the winner with 80% power
+
+
+def race_resolution(plan: Any, seed_sd: float) -> list[Resolution]:
+    """Per condition and target of a raced plan, what its last look resolves with every regime at the cap:
+    the items, samples, regimes and seed pool of the plan (the report's pool: a reward system's regimes)."""
+    from race_cli.cost.budget import reward_name
+    from race_cli.plan.power import planned_items
+    from race_cli.stats.power import Design
+    from race_cli.stats.race_power import smallest_margin, smallest_race_gap
+    from race_cli.tasks.targets import target_names
+
+    schedule = plan.race
+    cap, alpha = schedule.cap, schedule.level(len(schedule.looks) - 1)
+    regs = _regimes(plan)
+    conds: dict[tuple, list[_Regime]] = {}
+    for r in regs:
+        conds.setdefault(r.cond, []).append(r)
+    pool: dict[str, float] = {}  # seed df of the report's pool at the cap: every regime of a reward system
+    for cond, rs in conds.items():
+        pool[cond[2]] = pool.get(cond[2], 0.0) + len(rs) * (cap - 1)
+    first = {}
+    for j in list(plan.jobs) + list(plan.reserve):
+        c = j.config
+        first.setdefault((c["model"]["name"], float(c["budget"]["flops"]), reward_name(c), c["task"]["name"]), c)
+    out = []
+    for cond, rs in conds.items():
+        c = first[cond]
+        ev = c.get("eval", {})
+        k = int(ev.get("samples", 1))
+        greedy = bool(ev.get("greedy", True)) and k == 1
+        for t in target_names(c):
+            n = planned_items(c, t)
+            if not n or n < 2:
+                continue
+            d = Design(n=n, k=1 if greedy else k, seeds=cap, regimes=len(rs), seed_sd=seed_sd, pool_df=pool[cond[2]],
+                       crn=not greedy)
+            out.append(Resolution(f"{cond[0]} C={cond[1]:.3g} {cond[2]}", t, cap, len(rs), alpha,
+                                  smallest_margin(d, alpha), smallest_race_gap(d, alpha)))
+    return out
+
+
+def resolution_lines(rows: list[Resolution], margin: float) -> list[str]:
+    """What `race plan` prints under the price: per condition the margin and gap the race resolves at its cap,
+    then a note where the declared margin lies below what the cap can show (such calls end undecided)."""
+    if not rows:
+        return []
+    fmt = lambda v: f"{v:.3f}" if v == v else "–"
+    r0 = rows[0]
+    out = [f"race resolution at the cap ({r0.seeds} seeds per regime, last look's α {r0.alpha:.4g}, seed sd as above): "
+           f"declared margin ±{margin:g}; per condition the smallest margin and gap resolved with 80% power"]
+    width = max(len(r.condition) for r in rows)
+    out += [f"  {r.condition.ljust(width)}  {r.target}: margin ±{fmt(r.margin)}, gap {fmt(r.gap)}" for r in rows]
+    short = [r for r in rows if r.margin == r.margin and margin < r.margin]
+    if short:
+        out.append(f"note: the declared margin ±{margin:g} lies below what the race can show at its cap in {len(short)} "
+                   f"of {len(rows)} condition(s): there equivalence cannot be shown and an open call ends undecided "
+                   "with its price (more items, samples or a larger cap would reach it; a larger margin would not "
+                   "mean the same question).")
+    return out

@@ -59,7 +59,8 @@ SPENDINGS = ("bonferroni", "bonferroni-obf", "bonferroni-pocock", "calibrated")
 CALIBRATED_FACTOR = 2.0  # nominal 2α split over the looks (docs/statistics-race.md: measured familywise error)
 DEFAULT_LOOKS = (2, 3, 4)  # seeds per active regime at each look; the last is the cap (docs/statistics-race.md)
 DEFAULT_ALPHA = 0.05  # familywise error over all looks and claims of one condition
-DEFAULT_MARGIN = 0.08  # equivalence margin on the score scale (accuracy 0-1; docs/statistics-race.md)
+DEFAULT_MARGIN = 0.05  # equivalence margin of a race whose grid declares none (score scale; each shipped grid declares
+# its own, the smallest difference that matters for its task: docs/racing.md)
 DEFAULT_SPENDING = "bonferroni"  # the split of a schedule built without one (valid whatever the data do)
 # How the race line of a plan or report names each split: the rule, and what its error control rests on.
 SPENDING_WORDS = {"bonferroni": "equal split, union bound", "bonferroni-obf": "O'Brien–Fleming-type split, union bound",
