@@ -141,6 +141,7 @@ class Plan:
     race: Any = None  # stats/race.Schedule of a raced plan (None: a fixed design); `jobs` is then its first look
     reserve: list[PlannedJob] = field(default_factory=list)  # a race's later seeds, written when a look opens
     race_note: str | None = None  # why a grid that races planned a fixed design (the seeds typed)
+    task_note: str | None = None  # which of the grid's fixed keys were left out because task= names another task
 
     def grid_seconds(self) -> float:
         """Planned wall seconds of the whole grid on `slots` (longest first, as the pool runs it)."""
@@ -157,6 +158,11 @@ class Plan:
 
 def default_grid() -> str:
     """The grid chosen in conf/config.yaml's defaults list."""
+    return default_option("grid", "none")
+
+
+def default_option(group: str, fallback: str) -> str:
+    """The option of `group` chosen in conf/config.yaml's defaults list."""
     import yaml
 
     from race_cli.config.compose import CONFIG_NAME, config_file
@@ -164,9 +170,31 @@ def default_grid() -> str:
     with open(config_file(None, CONFIG_NAME), encoding="utf-8") as f:
         root = yaml.safe_load(f) or {}
     for entry in root.get("defaults", []):
-        if isinstance(entry, dict) and "grid" in entry:
-            return str(entry["grid"])
-    return "none"
+        if isinstance(entry, dict) and group in entry:
+            return str(entry[group])
+    return fallback
+
+
+# A grid's fixed keys that belong to its task: what it evaluates on and the task's lengths and item counts.
+# When the command names another task=, they are left out, so evaluation and lengths follow that task.
+TASK_BOUND = ("eval.targets", "eval.max_items", "eval.max_items_by_target", "rollout.max_new_tokens",
+              "rollout.expected_completion_tokens", "rollout.max_model_len")
+
+
+def task_fixed(grid: dict, typed: Any) -> tuple[dict, str | None]:
+    """(the grid's fixed block to apply, a note) when `typed` (config.sweep.parse_sweep) names task=: a task
+    other than the grid's own (its fixed task:, else conf/config.yaml's) drops the grid's TASK_BOUND and task.*
+    keys, and the note says which; the grid's own task, or no task=, keeps the block whole."""
+    named = [t.lstrip("+").partition("=")[2] for t in typed.fixed if t.lstrip("+").partition("=")[0] == "task"]
+    named += [v for a in typed.axes if a.key == "task" for v in a.values]
+    own = str(grid["fixed"].get("task") or default_option("task", "arithmetic"))
+    drop = [k for k in grid["fixed"] if k in TASK_BOUND or k.startswith("task.")]
+    if not drop or all(n == own for n in named):
+        return grid["fixed"], None
+    note = (f"note: task={','.join(dict.fromkeys(named))} is not the task of grid '{grid['name']}' ({own}): its "
+            f"{', '.join(drop)} are left out, so evaluation and lengths follow your task (eval.targets: the "
+            "task's own). Name eval.targets=[...] to evaluate elsewhere.")
+    return {k: v for k, v in grid["fixed"].items() if k not in drop}, note
 
 
 def load_grid(name: str) -> dict:
@@ -243,7 +271,8 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     # Axes: the grid's, replaced by a command-line sweep or fixed value of the same key.
     user_keys = {a.key for a in typed.axes} | {t.lstrip("+").partition("=")[0] for t in typed.fixed}
     axes: list[Axis] = [a for a in grid_axes if a.key not in user_keys] + typed.axes
-    fixed = [_fixed_override(k, v) for k, v in grid["fixed"].items() if k not in user_keys] + typed.fixed
+    grid_fixed, task_note = task_fixed(grid, typed)
+    fixed = [_fixed_override(k, v) for k, v in grid_fixed.items() if k not in user_keys] + typed.fixed
     schedule, first, race_note, spending_named = _race_seeds(grid, axes, fixed, race, max_seeds, user_keys)
 
     n_jobs = math.prod(len(a.values) for a in axes) if axes else 1  # counted before anything is expanded
@@ -257,6 +286,9 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     jobs, problems = _compose_jobs(fixed, combos, set(groups))
     if problems:
         raise RaceError(*problems)
+    from race_cli.plan.checks import check_jobs
+
+    check_jobs(j.config for j in jobs)  # each model's tokenizer, the task's rows, the targets: before any job
     assumed = None
     if assume_gpu and gpu is None and not machine.visible_gpus():
         gpu, assumed = _assumed_gpu(jobs, gpu_mem)
@@ -325,7 +357,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
         raise RaceError(host.text)
     return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs, capped=capped,
                 slots=slots, wall_source=source, gpu=gpu, host_note=host.text, gpu_assumed=assumed,
-                race=schedule, reserve=reserve, race_note=race_note)
+                race=schedule, reserve=reserve, race_note=race_note, task_note=task_note)
 
 
 ASSUMED_GPU = "H100"  # the kind a plan assumes when its jobs need a GPU and none is named or detected
@@ -630,5 +662,7 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
     size = (f"{len(plan.jobs)} jobs" if plan.race is None else
             f"{len(plan.jobs)} jobs at the first look, up to {len(plan.jobs) + len(plan.reserve)} in a race to "
             f"{plan.race.looks[-1]} seeds")
+    if plan.task_note:
+        say(plan.task_note)
     say(f"sweep: {target} ({size}, {'new' if written else 'resuming'})")
     return target

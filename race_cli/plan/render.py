@@ -249,7 +249,7 @@ def settings_lines(plan: Any) -> list[str]:
               f"expected {ect:g} tokens ({src('rollout.expected_completion_tokens', 'task')})" if ect is not None
               else "expected = the cap",
               f"lr {c['grpo']['lr']:g} ({src('grpo.lr', 'model')}, {lora})",
-              f"budget {c['budget']['flops']:g} ({src('budget.flops', 'model')})")] = None
+              f"budget {c['budget']['flops']:g} ({src('budget.flops', 'model')})") + _targets_setting(c)] = None
     models: dict[tuple, list[str]] = {}  # models that take the same settings on the same task share a line
     for m, t, *rest in seen:
         models.setdefault((t, *rest), []).append(m)
@@ -312,6 +312,14 @@ def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2
     console.print(f"[bold]{c['model']['name']}[/] G={c['grpo']['group_size']} μ={c['grpo']['updates_per_batch']} "
                   f"B={c['grpo']['prompts_per_iter']} reward={job.row()['reward']} "
                   f"lora={'r=' + str(c['lora']['r']) if c['lora']['enabled'] else 'off (full FT)'} "
+def _targets_setting(c: dict) -> tuple[str, ...]:
+    """('evaluated on arithmetic, arithmetic-hard (set)',) when a job's targets are not its task's own, else ()."""
+    from race_cli.tasks.targets import target_names, task_target_name
+
+    names = target_names(c)
+    return () if names == [task_target_name(c["task"])] else (f"evaluated on {', '.join(names)} (set)",)
+
+
                   f"budget={fmt_flops(c['budget']['flops'])} -> T={_iterations(job.row())} iterations", highlight=False)
     table = Table(title="planned ledger (FLOPs)", title_justify="left")
     for name in ("phase", "per iteration (model)", "per iteration (executed)", "job (model)", "job (executed)", "share"):
