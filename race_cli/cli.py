@@ -120,6 +120,8 @@ def plan(
     no_race: bool = typer.Option(False, "--no-race", rich_help_panel=WHAT, help=NO_RACE_HELP),
     max_seeds: Optional[int] = typer.Option(None, "--max-seeds", min=2, max=1000, metavar="N", rich_help_panel=WHAT,
                                             help=MAX_SEEDS_HELP),
+    power_table: bool = typer.Option(False, "--power-table", rich_help_panel=OUTPUT,
+                                     help="Print the power per condition (the headline sums it up)."),
     informative_from: Optional[Path] = typer.Option(None, "--informative-from", parser=_folder,
                                                     metavar="DIR", rich_help_panel=WHAT,
                                                     help="Plan updates on a finished sweep's informative share."),
@@ -186,23 +188,29 @@ def plan(
             written = write_sweep(p, out)
     except RaceError as exc:
         _fail(exc)
-    print_plan(p, fmt.value)
+    from race_cli.plan.power import joint_power_lines, plan_joint_power, plan_power, print_power
+    from race_cli.plan.render import power_line
+    from race_cli.plan.walltime_eval import eval_share_line
+
+    powers, joint = plan_power(p.jobs, sd[0]), plan_joint_power(p.jobs, sd[0])
+    head = []  # the headline under the jobs and wall time: what the pilot resolves, what the race costs
+    if fmt == PlanFormat.table:
+        head += [line for line in [power_line(powers, joint, sd[0], sd[1], table=power_table)] if line]
+        if p.race is not None:
+            from race_cli.plan.race_price import price_lines, price_race
+
+            head += price_lines(price_race(p, sd[0]), p.race)
+    print_plan(p, fmt.value, head=head)
     if p.race_note:
         from rich.console import Console
 
         Console(stderr=True).print(p.race_note, highlight=False)
-    if p.race is not None and fmt == PlanFormat.table:  # what the race costs: minimum, expected, maximum
+    if power_table or fmt != PlanFormat.table:  # the table on stderr: stdout stays the plan (or its data)
+        print_power(powers, sd[1], eval_share_line(p.jobs), joint_lines=joint_power_lines(joint))
+    elif (share := eval_share_line(p.jobs)):
         from rich.console import Console
 
-        from race_cli.plan.race_price import price_lines, price_race
-
-        for line in price_lines(price_race(p, sd[0]), p.race):
-            Console().print(line, highlight=False)
-    from race_cli.plan.power import joint_power_lines, plan_joint_power, plan_power, print_power
-    from race_cli.plan.walltime_eval import eval_share_line
-
-    print_power(plan_power(p.jobs, sd[0]), sd[1], eval_share_line(p.jobs),
-                joint_lines=joint_power_lines(plan_joint_power(p.jobs, sd[0])))
+        Console().print(share, highlight=False)
     from race_cli.plan.build import SEED_WARNING, one_seed_regimes
 
     if (n_one := one_seed_regimes(p.jobs)):

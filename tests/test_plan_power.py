@@ -130,15 +130,17 @@ def test_joint_detectable_by_hand_for_the_default_grid():
     assert joint_detectable(n, 4, 4, 2, 2, 3, 0.02)["size"] < d["size"]
 
 
-def test_race_plan_prints_the_joint_power_line():
+def test_race_plan_prints_the_joint_power_line_with_the_power_table():
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "race_cli", "plan"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-m", "race_cli", "plan", "--power-table"], capture_output=True, text=True,
+                       timeout=300)
     assert p.returncode == 0, p.stderr
     flat = " ".join((p.stdout + p.stderr).split())
-    assert "joint comparison at 8e+11 FLOPs on arithmetic (2 sizes × 2 reward systems × 3 allocations" in flat
-    assert "smallest model-size difference detected with 80% power allocation by allocation 0.051" in flat
+    # the default grid's 2 x 2 allocations (G in {4, 8} x mu in {1, 2}) per size and reward system
+    assert "joint comparison at 8e+11 FLOPs on arithmetic (2 sizes × 2 reward systems × 4 allocations" in flat
+    assert "smallest model-size difference detected with 80% power allocation by allocation 0.041" in flat
 
 
 def test_separation_powers_at_once_are_the_one_by_one_values():

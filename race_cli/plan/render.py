@@ -30,19 +30,39 @@ SAID_BY_ID = ["model", "reward", "seed", "G", "μ"]  # left out first when room 
 DROP_ORDER = ["tokens", "planned", "budget", "inf.", "mb", "used", "GPU-h", "T", "p"]  # after SAID_BY_ID, swept keys
 KEEP = ["job id", "search", "learning", "feedback", "peak mem", "job time"]  # shown at any width from 80 columns
 # (narrower still, they go too, job id last: no line is wider than the console)
-CAPTION = ("T: iterations (+b: the last one takes b < B prompts, spending the rest of the budget); used = planned / "
-           "budget; search / learning / feedback = planned shares of the job's FLOPs (rollout / update / reward); p = "
-           "update fraction. Model-convention FLOPs; evaluation is not charged. peak mem = planned peak device memory "
-           "and its phase; mb = sequences per micro-batch on a GPU (+ckpt: gradient checkpointing; CPU workers run "
-           "micro_batch_size auto as 16 sequences); inf. = planned share of rows the update runs on; job time = the "
-           "job's planned duration (total: the sum, not the grid's wall time, which the next line gives); GPU-h = "
-           "job time x its GPUs.")
+# The legend under the table: one entry per column, printed only for the columns the width kept (the
+# entries of search, learning and feedback are one, printed once).
+LEGEND = {"T": "T: iterations (+b: the last one takes b < B prompts, spending the rest of the budget)",
+          "budget": "budget / planned: the job's FLOP budget and its planned FLOPs",
+          "used": "used = planned / budget",
+          "search": "search / learning / feedback = planned shares of the job's FLOPs (rollout / update / reward)",
+          "p": "p = update fraction",
+          "tokens": "tokens = planned prompt + completion tokens",
+          "peak mem": "peak mem = planned peak device memory{phase}",
+          "mb": "mb = sequences per micro-batch on a GPU (+ckpt: gradient checkpointing; CPU workers run "
+                "micro_batch_size auto as 16 sequences)",
+          "inf.": "inf. = planned share of rows the update runs on",
+          "job time": "job time = the job's planned duration (total: their sum, not the grid's wall time above)",
+          "GPU-h": "GPU-h = job time x its GPUs"}
+LEGEND_SAME = {"planned": "budget", "learning": "search", "feedback": "search"}  # columns one entry explains
+FLOPS_NOTE = "Model-convention FLOPs; evaluation is not charged."
+
+
+def legend(shown: Sequence[str], phase: bool = True) -> str:
+    """The legend of the columns `shown`, in their order (a column the width dropped is not explained)."""
+    keys = dict.fromkeys(LEGEND_SAME.get(c, c) for c in shown)
+    parts = [LEGEND[k].format(phase=" and its phase" if phase else "") for k in keys if k in LEGEND]
+    return "; ".join(parts) + ". " + FLOPS_NOTE if parts else FLOPS_NOTE
+
+
 LEFT_OUT = "Not shown at this width: {cols} (in plan.csv and plan.json: race plan --format csv)."
 
 
-def print_plan(plan: Any, fmt: str = "table", file=None, console=None) -> None:
+def print_plan(plan: Any, fmt: str = "table", file=None, console=None, head: Sequence[str] = ()) -> None:
     """Print the plan rows as a table with totals, or as CSV / JSON on stdout. The table takes the console's
-    width: the columns that fit (plan_table), the rest named under it."""
+    width: the columns that fit (plan_table), the rest named under it. The table format opens with the
+    headline (jobs, the grid's wall time, then `head`: the race's price and what the pilot resolves), so
+    an 80-column screen shows it before the per-job rows, their legend and the settings."""
     out = file or sys.stdout
     rows = plan.rows()
     assumed = getattr(plan, "gpu_assumed", None)
@@ -68,18 +88,51 @@ def print_plan(plan: Any, fmt: str = "table", file=None, console=None) -> None:
     if assumed:
         console.print(assumed, highlight=False)
     console.print(f"race plan: grid '{plan.grid['name']}', {len(rows)} jobs", highlight=False)
+    console.print(wall_line(plan), highlight=False)
+    for line in head:
+        console.print(line, highlight=False)
     table, left_out = plan_table(plan, rows, console)
     console.print(table)
-    console.print(CAPTION, highlight=False)
+    shown = [str(c.header) for c in table.columns]
+    phase = any(" (" in c for c in table.columns[shown.index("peak mem")].cells) if "peak mem" in shown else False
+    console.print(legend(shown, phase), highlight=False)
     if left_out:
         console.print(LEFT_OUT.format(cols=", ".join(left_out)), highlight=False)
-    console.print(wall_line(plan), highlight=False)
     for line in settings_lines(plan):
         console.print(line, highlight=False)
     if any("vllm_sleep_mode" in r for r in rows):
         console.print(_sleep_table(rows))
     if getattr(plan, "host_note", None):
         console.print(plan.host_note, highlight=False)
+
+
+def _span(values: Sequence[float]) -> str:
+    """'0.113' or '0.092-0.117' (the range over conditions); '–' where none is testable."""
+    import math
+
+    vals = sorted(v for v in values if math.isfinite(v))
+    if not vals:
+        return "–"
+    lo, hi = f"{vals[0]:.3f}", f"{vals[-1]:.3f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def power_line(rows: Sequence[Any], joint: Sequence[Any], seed_sd: float, source: str, table: bool = False) -> str:
+    """The headline's one line on what the pilot resolves: the smallest gain over the start and gap between
+    regimes detected with 80% power (plan/power.py, the report's tests), over every condition and target,
+    and the joint comparison's; the per-condition table is `race plan --power-table`."""
+    if not rows:
+        return ""
+    sd = f"seed sd {seed_sd:g} " + ("assumed" if source.startswith("assumed") else f"({source})")
+    one = " (one seed per regime: not testable)" if all(r.seeds < 2 for r in rows) else ""
+    text = (f"resolves with 80% power ({len(rows)} condition x target, {sd}): a gain over the start of "
+            f"{_span([r.gain for r in rows])}, a gap between regimes of {_span([r.gap for r in rows])}{one}")
+    if joint:
+        text += (f"; joint: model size {_span([j.size for j in joint])}, rule - reward model "
+                 f"{_span([j.feedback for j in joint])}")
+    return text + ("." if table else ". Per condition: race plan --power-table.")
+
+
 def _sleep_table(rows: list[dict]):
     """Per vLLM job: how its engine frees the GPU for each update, what that costs per iteration, what it pins."""
     from rich import box
@@ -102,7 +155,8 @@ def _sleep_table(rows: list[dict]):
 
 
 def _swept(plan: Any) -> list[str]:
-    return [k for k in plan.axes if k not in ("model", "grpo.group_size", "grpo.updates_per_batch", "reward")]
+    """The swept keys beyond the columns every plan has (model, G, μ, reward, seed: never a second column)."""
+    return [k for k in plan.axes if k not in ("model", "grpo.group_size", "grpo.updates_per_batch", "reward", "seed")]
 
 
 def _mb(r: dict) -> str:
@@ -258,6 +312,14 @@ def settings_lines(plan: Any) -> list[str]:
     return lines[:SETTINGS_SHOWN] + ([f"settings: {more} more (each job's .hydra/config.yaml)"] if more > 0 else [])
 
 
+def _targets_setting(c: dict) -> tuple[str, ...]:
+    """('evaluated on arithmetic, arithmetic-hard (set)',) when a job's targets are not its task's own, else ()."""
+    from race_cli.tasks.targets import target_names, task_target_name
+
+    names = target_names(c)
+    return () if names == [task_target_name(c["task"])] else (f"evaluated on {', '.join(names)} (set)",)
+
+
 def _gpu_source(plan: Any) -> str:
     gpu = plan.gpu
     if getattr(plan, "gpu_assumed", None):
@@ -307,25 +369,17 @@ def print_flops(overrides: Sequence[str], *, audit: bool = False, batch: int = 2
                         "Drop the comma lists / range() (race plan previews sweeps).")
     job = plan.jobs[0]
     pl = job.planned()
-    console = Console(file=file or sys.stdout, width=120)
+    console = Console(file=file or sys.stdout)  # the terminal's width (a pipe: 80, or $COLUMNS)
     c = job.config
     console.print(f"[bold]{c['model']['name']}[/] G={c['grpo']['group_size']} μ={c['grpo']['updates_per_batch']} "
                   f"B={c['grpo']['prompts_per_iter']} reward={job.row()['reward']} "
                   f"lora={'r=' + str(c['lora']['r']) if c['lora']['enabled'] else 'off (full FT)'} "
-def _targets_setting(c: dict) -> tuple[str, ...]:
-    """('evaluated on arithmetic, arithmetic-hard (set)',) when a job's targets are not its task's own, else ()."""
-    from race_cli.tasks.targets import target_names, task_target_name
-
-    names = target_names(c)
-    return () if names == [task_target_name(c["task"])] else (f"evaluated on {', '.join(names)} (set)",)
-
-
                   f"budget={fmt_flops(c['budget']['flops'])} -> T={_iterations(job.row())} iterations", highlight=False)
     table = Table(title="planned ledger (FLOPs)", title_justify="left")
-    for name in ("phase", "per iteration (model)", "per iteration (executed)", "job (model)", "job (executed)", "share"):
-        table.add_column(name, justify="left" if name == "phase" else "right")
+    for name in ("phase", "iter.\nmodel", "iter.\nexecuted", "job\nmodel", "job\nexecuted", "share"):
+        table.add_column(name, justify="left" if name == "phase" else "right", no_wrap=name in ("phase", "share"))
     total = pl["flops"]["total"]
-    names = {"rollout": "rollout / search", "update": "update / learning", "reward": "reward / feedback"}
+    names = {"rollout": "rollout/search", "update": "update/learning", "reward": "reward/feedback"}
     for k, label in names.items():
         f = job.per_iteration[k]
         table.add_row(label, fmt_flops(f.model), fmt_flops(f.executed), fmt_flops(pl["flops"][k]),
@@ -393,7 +447,7 @@ def print_memory(overrides: Sequence[str], *, gpu_mem: int | None = None, audit:
     from race_cli.cost.memory import fmt_bytes
     from race_cli.plan.build import build_plan
 
-    console = Console(file=file or sys.stdout, width=120)
+    console = Console(file=file or sys.stdout)  # the terminal's width (a pipe: 80, or $COLUMNS)
     (job,) = build_plan(["grid=none", *overrides], max_jobs=1, yes=True, check_budget=False, gpu_mem=gpu_mem).jobs
     m = job.memory
     table = Table(title=f"memory ledger: {job.config['model']['name']}, micro-batch {m.micro_batch}"
