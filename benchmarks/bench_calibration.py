@@ -242,7 +242,7 @@ def run_validations(root: Path, n: int, gap: float, seed_sd: float, n_seeds: int
             "conditions": conds, "jobs": tags}
     V.write_provenance(root, prov)
     res = V.compare(root, V.read_provenance(root), read_sweeps([root]), n_boot=200)
-    return res["conditions"]
+    return res.conditions
 
 
 def detectable_gap(rows: list[dict], power: float = 0.85) -> float:

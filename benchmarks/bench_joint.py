@@ -173,7 +173,7 @@ def run_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, seed: int, n_b
         joint = J.joint_compare(J.joint_table(data, [TARGET], ranked), data.knob_cols, {TARGET: True},
                                 J.model_sizes([root], data.jobs), n_boot=n_boot, seed=seed)
     cpu = time.process_time() - c0
-    s = joint["sentences"]
+    s = joint.sentences
     s = s[s["question"] != "split"]
     count = {k: {"n": 0, "final": 0, "final_big": 0, "matched": 0, "matched_big": 0, "gain": 0, "feedback": 0,
                  "any": 0} for k in ("null", "size", "skewed")}

@@ -146,7 +146,7 @@ def joint(tmp_path_factory):
 
 
 def sentence(res, question: str, scope: str | None = None) -> dict:
-    s = res.joint["sentences"]
+    s = res.joint.sentences
     s = s[s["question"] == question]
     if scope is not None:
         s = s[s["scope"] == scope]
@@ -156,7 +156,7 @@ def sentence(res, question: str, scope: str | None = None) -> dict:
 
 def test_joint_ranking_orders_every_regime_at_the_budget(joint):
     res = joint[0]
-    rk = res.joint["ranking"]
+    rk = res.joint.ranking
     assert len(rk) == 8 and rk["joint"].nunique() == 1
     assert list(rk["mean"]) == pytest.approx([0.9, 0.875, 0.75, 0.7, 0.6, 0.5, 0.3, 0.2])
     assert rk.iloc[0]["regime"] == "tiny-m · rule · μ=1" and bool(rk.iloc[0]["is_best"])
@@ -238,7 +238,7 @@ def test_joint_section_is_in_every_output_and_fits_80_columns(joint):
     nums = set(re.findall(r"[+-]?\d+\.\d+", out))  # no number is cut by the 80-column table
     from race_cli.report.joint_view import rows
 
-    for row in rows(res.joint["ranking"], narrow=True):
+    for row in rows(res.joint.ranking, narrow=True):
         for cell in row[2:4]:
             for x in re.findall(r"[+-]?\d+\.\d+", cell):
                 assert x in nums, (cell, x)
@@ -264,17 +264,17 @@ def test_across_budgets_the_larger_policy_overtakes(tmp_path):
     root = write_grid(tmp_path / "sweep", GRID, START, budget=8e11)
     write_grid(root, low, {"tiny-m": 6, "tiny-s": 0}, budget=1e11)
     res = run_report(ReportOptions([root], plots=False, bootstrap=200), console=quiet())
-    size = res.joint["sentences"]
+    size = res.joint.sentences
     size = size[size["question"] == "size_final"].sort_values("budget")
     assert list(size["winner"]) == ["tiny-s", "tiny-m"]
     assert list(size["diff"]) == pytest.approx([0.3 - 0.6, 0.3])
-    over = [a for a in res.joint["across"] if a["question"] == "overtake"]
+    over = [a for a in res.joint.across if a["question"] == "overtake"]
     assert len(over) == 1
     o = over[0]
     assert (o["overtake_lo"], o["overtake_hi"]) == (1e11, 8e11)
     assert o["overtake_flops"] == pytest.approx(math.sqrt(1e11 * 8e11))
     assert "overtakes tiny-s on arithmetic between 1e+11 and 8e+11 FLOPs (interpolated crossing 2.83e+11)" in o["text"]
-    best = [a for a in res.joint["across"] if a["question"] == "best_per_budget"][0]["text"]
+    best = [a for a in res.joint.across if a["question"] == "best_per_budget"][0]["text"]
     assert "1e+11: tiny-s" in best and "8e+11: tiny-m" in best
 
 
@@ -282,7 +282,7 @@ def test_models_scored_on_different_items_are_compared_unpaired(tmp_path):
     ids = lambda model: [f"{model}-item-{i}" for i in range(N)]  # no id in common across models
     root = write_grid(tmp_path / "sweep", GRID, START, ids_of=ids)
     res = run_report(ReportOptions([root], plots=False, bootstrap=200), console=quiet())
-    rk = res.joint["ranking"]
+    rk = res.joint.ranking
     assert rk["method"].iloc[0].startswith("seeds only, unpaired (the jobs share no item ids")
     # job-level values, both seeds equal: nothing to build an interval from, so no winner is named
     s = sentence(res, "size_final")
@@ -338,7 +338,7 @@ def test_allocation_by_allocation_feedback_comparison(joint):
 
 def test_the_gates_weights_by_hand(joint):
     """Every claim's weight where the graph stopped (the module docstring's walk-through)."""
-    s = joint[0].joint["sentences"]
+    s = joint[0].joint.sentences
     s = s[s["question"] != "split"]
     got = {(q, None if q.startswith("size") else sc): w for q, sc, w in zip(s["question"], s["scope"], s["weight"])}
     assert got == pytest.approx(WEIGHTS)
@@ -353,7 +353,7 @@ def test_more_claims_mean_wider_intervals(tmp_path):
     grid = GRID | {("tiny-x", r, mu): c - 4 for (m_, r, mu), c in GRID.items() if m_ == "tiny-s"}
     root = write_grid(tmp_path / "sweep", grid, START | {"tiny-x": 0})
     res = run_report(ReportOptions([root], plots=False, bootstrap=200), console=quiet())
-    s = res.joint["sentences"]
+    s = res.joint.sentences
     sm = s[s["question"] == "size_matched"]
     assert set(zip(sm["a"], sm["b"])) == {("tiny-m", "tiny-s"), ("tiny-m", "tiny-x"), ("tiny-s", "tiny-x")}
     assert set(s["n_claims"].dropna()) == {20}
@@ -377,7 +377,7 @@ def test_checkpoint_budgets_are_compared_jointly_and_the_crossing_is_found(tmp_p
     between the two budgets; race run's end summary prints the final budget's answers."""
     root = write_grid(tmp_path / "sweep", GRID, START, half=HALF)
     res = run_report(ReportOptions([root], plots=False, bootstrap=200), console=quiet())
-    s = res.joint["sentences"]
+    s = res.joint.sentences
     sm = s[s["question"] == "size_matched"].sort_values("budget")
     assert list(sm["budget"]) == [4e11, 8e11] and list(sm["checkpoint"]) == [0.5, 1.0]
     assert list(sm["diff"]) == pytest.approx([-0.25, 65 / 160])
@@ -388,9 +388,9 @@ def test_checkpoint_budgets_are_compared_jointly_and_the_crossing_is_found(tmp_p
     assert (row["ci_lo"], row["ci_hi"]) == pytest.approx((lo, hi), abs=1e-9)
     assert "budget=4e+11 (jobs at 0.5 of 8e+11)" in row["joint"]
     assert "tiny-s runs 4.0× the iterations" in row["text"]  # the checkpoint's iterations (20 vs 5)
-    over = [a for a in res.joint["across"] if a["question"] == "overtake_matched"]
+    over = [a for a in res.joint.across if a["question"] == "overtake_matched"]
     assert len(over) == 1 and (over[0]["overtake_lo"], over[0]["overtake_hi"]) == (4e11, 8e11)
-    lines = [p["text"] for p in res.joint["per_budget"]]
+    lines = [p["text"] for p in res.joint.per_budget]
     assert len(lines) == 2 and "tiny-s ahead" in lines[0] and "tiny-m ahead" in lines[1]
 
     from race_cli.report.command import print_report_top
@@ -407,7 +407,7 @@ def test_a_budget_run_in_full_is_not_mixed_with_checkpoints_at_it(tmp_path):
     root = write_grid(tmp_path / "sweep", GRID, START, half=HALF)
     write_grid(root, HALF, START, budget=4e11)
     res = run_report(ReportOptions([root], plots=False, bootstrap=200), console=quiet())
-    rk = res.joint["ranking"]
+    rk = res.joint.ranking
     at4 = rk[rk["budget"] == 4e11]
     assert len(at4) == 8 and set(at4["checkpoint"]) == {1.0} and set(at4["n_seeds"]) == {2}
 

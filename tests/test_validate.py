@@ -246,7 +246,7 @@ def test_report_of_a_validation_gives_the_known_verdicts_and_correlations(pilot,
     run_validation(val, truth)
     console = _console()
     res = run_report(ReportOptions([val], plots=False, bootstrap=400), console=console).validation
-    by = {c["condition"].split("reward=")[1].split()[0]: c for c in res["conditions"]}
+    by = {c["condition"].split("reward=")[1].split()[0]: c for c in res.conditions}
     rule, prm = by["rule"], by["prm"]
     assert rule["verdict"] == V.CONFIRMED and rule["val_best"] == "G=8 μ=2"
     assert rule["diff"] == pytest.approx(0.30, abs=0.05) and rule["diff_lo"] > 0.15 and rule["one_sided_conf"] > 0.999
@@ -265,9 +265,9 @@ def test_report_of_a_validation_gives_the_known_verdicts_and_correlations(pilot,
     assert "at the pilot's 1e+12 FLOPs → +0.3" in rule["sentence"] and "marginal gain per FLOP" in rule["sentence"]
     assert prm["sentence"].startswith("Reversed at 2e+12 FLOPs: G=8 μ=2")
     assert "ρ = +1.00 [1.00, 1.00] over 4 regimes" in rule["sentence"]
-    assert res["summary"].startswith("The pilot's call was confirmed in 1 of 2 condition(s) (best − control "
+    assert res.summary.startswith("The pilot's call was confirmed in 1 of 2 condition(s) (best − control "
                                      "interval above zero); not separated in 0, reversed in 1")
-    assert "diagnostic" in res["summary"]
+    assert "diagnostic" in res.summary
     text = console.file.getvalue()
     assert "was the pilot's call confirmed?" in text and "Reversed at 2e+12 FLOPs" in text
     out = val / "report"
@@ -284,13 +284,13 @@ def test_a_reversed_order_and_a_pending_condition(pilot, tmp_path):
     run_validation(val, {"rule": {"G=8 μ=2": 0.35, "G=4 μ=2": 0.45, "G=8 μ=1": 0.55, "G=16 μ=1": 0.65}},
                    only={"rule"})
     res = run_report(ReportOptions([val], plots=False, bootstrap=300), console=_console()).validation
-    by = {c["condition"].split("reward=")[1].split()[0]: c for c in res["conditions"]}
+    by = {c["condition"].split("reward=")[1].split()[0]: c for c in res.conditions}
     rule, prm = by["rule"], by["prm"]
     assert rule["verdict"] == V.REVERSED and rule["val_best"] == "G=16 μ=1"
     assert rule["spearman"] == pytest.approx(-1.0)
     assert prm["verdict"] == V.PENDING and prm["n_done"] == 0 and prm["n_jobs"] == 8
-    assert res["summary"].startswith("The pilot's call was confirmed in 0 of 1 condition(s)")
-    assert "1 condition(s) pending" in res["summary"]
+    assert res.summary.startswith("The pilot's call was confirmed in 0 of 1 condition(s)")
+    assert "1 condition(s) pending" in res.summary
 
 
 def test_an_equal_best_and_control_are_not_separated_and_do_not_count(tmp_path):
@@ -302,14 +302,14 @@ def test_an_equal_best_and_control_are_not_separated_and_do_not_count(tmp_path):
     # best and control truly equal: the interval of their gap (se ≈ 0.02) straddles zero
     run_validation(val, {"rule": {"G=8 μ=2": 0.45, "G=16 μ=1": 0.45}})
     res = run_report(ReportOptions([val], plots=False, bootstrap=300), console=_console()).validation
-    (c,) = res["conditions"]
+    (c,) = res.conditions
     assert c["verdict"] == V.NOT_SEPARATED and c["diff_lo"] < 0 < c["diff_hi"]
     assert 0.05 < c["one_sided_conf"] < 0.95
     assert not c["scaled"] and c["budget"] == 1e12  # the pilot's own budget
     assert "gain over the start +0.385 in the pilot, +0.1" in c["sentence"]  # 0.70 vs 0.45 − 0.30
     assert np.isnan(c["spearman"]) and "ρ" not in c["sentence"]  # two regimes: no rank correlation
-    assert res["summary"].startswith("The pilot's call was confirmed in 0 of 1 condition(s)")
-    assert "not separated in 1" in res["summary"]
+    assert res.summary.startswith("The pilot's call was confirmed in 0 of 1 condition(s)")
+    assert "not separated in 1" in res.summary
 
 
 def test_a_margin_fixed_in_advance_must_be_cleared(tmp_path):
@@ -321,9 +321,9 @@ def test_a_margin_fixed_in_advance_must_be_cleared(tmp_path):
                             control="lowest")
         run_validation(val, {"rule": {"G=8 μ=2": 0.55, "G=16 μ=1": 0.45}})
         res[margin] = run_report(ReportOptions([val], plots=False, bootstrap=300), console=_console()).validation
-    assert res[0.0]["conditions"][0]["verdict"] == V.CONFIRMED
-    assert res[0.2]["conditions"][0]["verdict"] == V.NOT_SEPARATED
-    assert "above the margin 0.2" in res[0.2]["summary"]
+    assert res[0.0].conditions[0]["verdict"] == V.CONFIRMED
+    assert res[0.2].conditions[0]["verdict"] == V.NOT_SEPARATED
+    assert "above the margin 0.2" in res[0.2].summary
 
 
 def test_conditions_where_nothing_beat_its_start_are_skipped_unless_asked(tmp_path):
@@ -347,10 +347,10 @@ def test_one_finished_regime_is_not_yet_a_verdict(tmp_path):
     val = validate_main(pilot, scale=2, seeds=2, out=tmp_path / "val", control="lowest")
     run_validation(val, {"rule": {"G=8 μ=2": 0.60, "G=16 μ=1": 0.30}}, skip=frozenset({"G=16 μ=1"}))
     res = run_report(ReportOptions([val], plots=False, bootstrap=200), console=_console()).validation
-    (c,) = res["conditions"]
+    (c,) = res.conditions
     assert c["verdict"] == V.PENDING and c["n_done"] == 2 and c["n_jobs"] == 4
     assert c["sentence"].startswith("Pending: only G=8 μ=2 has finished validation jobs (2 of 4 jobs done)")
-    assert res["summary"].startswith("No condition can be judged yet (1 pending)")
+    assert res.summary.startswith("No condition can be judged yet (1 pending)")
 
 
 def test_gain_pairs_each_item_with_its_start_when_jobs_keep_both(tmp_path):
@@ -365,9 +365,9 @@ def test_gain_pairs_each_item_with_its_start_when_jobs_keep_both(tmp_path):
         s["eval_items_initial"] = {"arithmetic": {"ids": ids, "scores": [0] * len(ids)}}
         summary.write_text(json.dumps(s))
     res = run_report(ReportOptions([val], plots=False, bootstrap=300), console=_console()).validation
-    (c,) = res["conditions"]
+    (c,) = res.conditions
     assert c["best_val_gain"] == pytest.approx(c["best_val_mean"])
-    regs = res["regimes"].set_index("regime")
+    regs = res.regimes.set_index("regime")
     assert regs.loc["G=8 μ=2", "val_gain_ci_lo"] == pytest.approx(regs.loc["G=8 μ=2", "val_ci_lo"], abs=0.02)
 
 
@@ -584,17 +584,17 @@ def test_one_seed_per_regime_gives_no_verdict_unless_a_seed_sd_is_assumed(tmp_pa
     from race_cli.report.table import read_sweeps
 
     res = V.compare(val, V.read_provenance(val), read_sweeps([val]), n_boot=200)
-    (c,) = res["conditions"]
+    (c,) = res.conditions
     # a gap of 0.30 with 600 items is far outside evaluation noise, yet one run per regime cannot
     # tell a better regime from a lucky seed: no verdict, and the summary counts none
     assert c["verdict"] == V.NOT_TESTABLE and c["sentence"].startswith("Not testable with one seed")
-    assert res["summary"].startswith("No condition can be judged yet (0 pending; 1 condition(s) not testable")
+    assert res.summary.startswith("No condition can be judged yet (0 pending; 1 condition(s) not testable")
     res = V.compare(val, V.read_provenance(val), read_sweeps([val]), n_boot=200, assume_seed_sd=0.03)
-    (c,) = res["conditions"]
+    (c,) = res.conditions
     assert c["verdict"] == V.CONFIRMED and "assumed" in c["noise"] and "assumed seed sd" in c["sentence"]
     # the assumed seed sd enters as a job-mean variance of 0.03² per regime: se >= √(2·0.03²)
     assert c["diff_se"] >= 0.03 * np.sqrt(2) - 1e-9
     # race report --assume-seed-sd passes it on to the validation's test
     got = run_report(ReportOptions([val], plots=False, bootstrap=200, assume_seed_sd=0.03),
                      console=_console()).validation
-    assert got["conditions"][0]["verdict"] == V.CONFIRMED
+    assert got.conditions[0]["verdict"] == V.CONFIRMED

@@ -115,10 +115,10 @@ def test_validate_stores_both_predictions_and_the_report_compares_them(tmp_path)
                     shutil.move(str(f), val / "jobs" / jid / f.name)
             shutil.rmtree(tmp)
     res = run_report(ReportOptions([val], plots=False, bootstrap=200), console=_console()).validation
-    row = res["conditions"][0]
+    row = res.conditions[0]
     # the endpoint misses the rising regime by about 0.594 − 0.475 = 0.12; the curve gets closer
     assert row["endpoint_mae"] > 0.04 and row["curve_mae"] < row["endpoint_mae"]
-    regs = res["regimes"].set_index("regime")
+    regs = res.regimes.set_index("regime")
     assert regs.loc["μ=4", "endpoint_error"] == pytest.approx(0.475 - 0.594, abs=0.03)
     md = (val / "report" / "validation.md").read_text()
     # two regimes are a reading, not evidence that one predictor is better: no such claim is printed

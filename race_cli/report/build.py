@@ -21,6 +21,7 @@ from typing import Any
 
 from race_cli import folder
 from race_cli.errors import RaceError
+from race_cli.report.records import Frontier, Joint, Totals, Validation
 from race_cli.report.table import CONDITION_COLS, maximize_target, read_sweeps
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -74,15 +75,15 @@ class Report:
     fits: dict  # condition key -> response fit (report/response.py)
     moves: list[str]  # how the recommended split moves along each condition column
     target_differences: list[str]  # where the best regime differs between targets
-    totals: dict  # training and evaluation FLOPs per phase
+    totals: Totals  # training and evaluation FLOPs per phase
     reg_cols: list[str]  # the regime columns (the knobs that vary)
     curves: Any  # DataFrame: the jobs' learning curves (for the figures)
-    frontier: dict  # report/frontier.frontier_report: the frontier across budgets
+    frontier: Frontier  # the frontier across budgets (report/frontier.frontier_report)
     predictions: Any  # DataFrame at --at-budget (report/curve.py), else None
-    joint: dict  # report/joint.joint_compare: the joint comparison
+    joint: Joint  # the joint comparison (report/joint.joint_compare)
     findings: list[str]  # the findings lines (report/findings.py)
     settles: list  # findings.Settle per open call
-    validation: dict | None  # a validation sweep's verdicts (report/validation.compare), else None
+    validation: Validation | None  # a validation sweep's verdicts (report/validation.compare), else None
     notes: list[str] = field(default_factory=list)  # said on stderr after the report (a skipped validation)
     race: list | None = None  # a raced sweep's RaceState per (target, condition), else None
     schedule: Any = None  # its stats/race.Schedule, else None
@@ -185,7 +186,7 @@ def _findings(ranking, rec, joint, jobs, sweep_dirs, targets, maximize, items, r
         return [f"Findings: not available ({type(exc).__name__}: {exc}); the sections below have every figure."], []
 
 
-def _validation(o: ReportOptions, data) -> tuple[dict | None, list[str]]:
+def _validation(o: ReportOptions, data) -> tuple[Validation | None, list[str]]:
     """A validation sweep (race validate wrote provenance.json): did the pilot's call hold? (None for an
     ordinary sweep.) A malformed provenance file is a note, never a failed report."""
     from race_cli.report.validation import compare, read_provenance
@@ -202,26 +203,33 @@ def _validation(o: ReportOptions, data) -> tuple[dict | None, list[str]]:
 
 
 def read_schedule(sweep: Path):
-    """The race schedule plan.json declares (stats/race.Schedule), or None for a fixed design: no "race"
-    record, or a one-look race (`--no-race`). A malformed record is refused (RaceError)."""
-    from race_cli.io import read_json
+    """The race schedule of a sweep (stats/race.Schedule), or None for a fixed design: plan/plan_file.read_race,
+    the one reader race run uses too (a malformed record, or one changed since the race started, refused)."""
+    from race_cli.plan.plan_file import read_race
 
-    try:
-        plan = read_json(folder.plan_json(sweep))
-    except (OSError, ValueError):
-        return None  # the reader (report/table.py) lists the jobs without it
-    if not isinstance(plan, dict) or "race" not in plan:
-        return None
-    from race_cli.stats.race import Schedule
+    plan = read_race(sweep, rows=False)
+    return plan.schedule if plan is not None else None
 
-    try:
-        schedule = Schedule.from_json(plan["race"])
-    except RaceError as exc:
-        raise RaceError(f"{folder.plan_json(sweep)}: " + " ".join(exc.problems),
-                        "Expected the race record race plan writes, e.g. "
-                        '{"looks": [2, 3, 4], "alpha": 0.05, "margin": 0.05, "spending": "bonferroni"}; '
-                        "replan the sweep (race plan --out DIR).") from None
-    return schedule if len(schedule.looks) > 1 else None
+
+def _race(sweep_dirs: list, data, by: list[str], targets: list[str]) -> tuple[list | None, Any, list[str]]:
+    """(race states, schedule, notes) of a raced sweep, replayed from the jobs its plan.json lists
+    (plan/plan_file.race_jobs). A race is replayed only for one sweep by its own conditions, never under
+    another shape (--by, several sweeps pooled): then (None, None, a note saying so)."""
+    from race_cli.plan.plan_file import race_jobs, read_race
+
+    raced = [(d, p) for d in sweep_dirs for p in [read_race(d, rows=False)] if p is not None]
+    if not raced:
+        return None, None, []
+    if len(sweep_dirs) > 1 or list(by) != list(CONDITION_COLS):
+        why = ("several sweeps are reported together" if len(sweep_dirs) > 1 else
+               f"--by {','.join(by)} groups the jobs otherwise than the race's conditions")
+        return None, None, [f"race states not shown: {why}, and a race is replayed only for its own sweep by its "
+                            "own conditions (model, budget, reward, task). Report "
+                            f"{' and '.join(str(d) for d, _ in raced)} alone, without --by, to see them."]
+    (sweep, plan), = raced
+    from race_cli.report.race import race_states
+
+    return race_states(race_jobs(data, plan, sweep), plan.schedule, by=by, targets=targets), plan.schedule, []
 
 
 def build_report(o: ReportOptions) -> Report:
@@ -273,26 +281,22 @@ def build_report(o: ReportOptions) -> Report:
     if o.at_budget is not None:
         from race_cli.report import curve as CV
 
-        pred = CV.predictions(data, front["checkpoints"], targets, by, *at, seed=o.seed, maximize=maximize)
+        pred = CV.predictions(data, front.checkpoints, targets, by, *at, seed=o.seed, maximize=maximize)
         if not len(pred):
             raise RaceError(f"--at-budget {o.at_budget}: no condition has per-item scores at three or more "
                             "checkpoint budgets to fit a compute curve to.",
                             "Expected jobs run with eval.at (e.g. [0, 0.25, 0.5, 0.75, 1]); rerun the pilot "
                             "with it, or report without --at-budget.")
 
-    table = J.with_checkpoints(J.joint_table(data, targets, ranked_by), data, front["checkpoints"], targets)
+    table = J.with_checkpoints(J.joint_table(data, targets, ranked_by), data, front.checkpoints, targets)
     joint = J.joint_compare(table, data.knob_cols, maximize,
                             J.model_sizes(sweep_dirs, data.jobs[ranked]), rec, n_boot=o.bootstrap, seed=o.seed)
 
-    race = None
-    schedule = read_schedule(sweep_dirs[0])
-    if schedule is not None:  # a raced sweep: each condition's state, replayed from the folder (report/race.py)
-        from race_cli.report.race import race_states
-
-        race = race_states(data, schedule, by=by, targets=targets)
+    race, schedule, race_notes = _race(sweep_dirs, data, by, targets)  # each condition's state (report/race.py)
     flines, settles = _findings(ranking, rec, joint, jobs, sweep_dirs, targets, maximize, data.items, race,
                                 schedule)
     validation, notes = _validation(o, data)
+    notes = race_notes + notes
     return Report(options=o, targets=targets, maximize=maximize, by=by, jobs=jobs, ranked=ranked, ranking=ranking,
                   recommendations=rec, fits=fits, moves=moves, target_differences=diffs, totals=totals,
                   reg_cols=reg_cols, curves=data.curves, frontier=front, predictions=pred, joint=joint,

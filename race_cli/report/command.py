@@ -62,11 +62,11 @@ def _draw(rep: Report, out_dir: Path) -> list[str]:
     tmp = Path(tempfile.mkdtemp(dir=out_dir, prefix=".plots."))
     try:
         # one colour and marker per regime in every figure, built once
-        styles = regime_styles(list(rep.ranking["regime"]) + list(front["table"].get("regime", [])))
+        styles = regime_styles(list(rep.ranking["regime"]) + list(front.table.get("regime", [])))
         figs = write_plots(tmp, rep.jobs, rep.ranking, rep.recommendations, rep.fits, rep.curves, rep.targets,
                            rep.reg_cols, rep.by, styles=styles)
-        if len(front["table"]):
-            figs += F.write_plots(tmp, front["table"], front["best"], styles)
+        if len(front.table):
+            figs += F.write_plots(tmp, front.table, front.best, styles)
         figs += JV.write_joint_plot(tmp, rep.joint)
         for f in figs:
             os.replace(tmp / f, out_dir / f)

@@ -319,7 +319,7 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
         return [], []
     varying = _varying(ranking)
     k = infer_samples(items)
-    sent = (joint or {}).get("sentences")
+    sent = joint.sentences if joint is not None else None
     sent = sent if isinstance(sent, pd.DataFrame) else pd.DataFrame()
     wall = _job_seconds(jobs)
     lines, settles = ["Findings: which regime, which size, does the reward model pay, what next"], []

@@ -30,6 +30,7 @@ import pandas as pd
 
 from race_cli import folder
 from race_cli.io import read_json
+from race_cli.report.records import Frontier
 from race_cli.report.table import SweepData, _item_block
 
 
@@ -357,14 +358,14 @@ def write_plots(out_dir: Path, fr: pd.DataFrame, best: pd.DataFrame, styles: dic
 
 
 def frontier_report(sweep_dirs: list[Path], data: SweepData, targets: list[str], by: list[str],
-                    n_boot: int, seed: int, maximize: dict[str, bool]) -> dict:
-    """Everything the report shows of the frontier: {"table", "best", "sentences", "problems", "checkpoints"};
-    empty tables when no job recorded checkpoints (older sweeps)."""
+                    n_boot: int, seed: int, maximize: dict[str, bool]) -> Frontier:
+    """Everything the report shows of the frontier (report/records.Frontier); empty tables when no job
+    recorded checkpoints (older sweeps)."""
     cps, problems = read_checkpoints(sweep_dirs, data.jobs, data.eval_points)
     fr = frontier_table(data, cps, targets, by, n_boot=n_boot, seed=seed, maximize=maximize)
     if not len(fr):
-        return {"table": fr, "best": pd.DataFrame(), "sentences": [], "problems": problems, "checkpoints": cps}
+        return Frontier(table=fr, best=pd.DataFrame(), sentences=[], problems=problems, checkpoints=cps)
     best = best_per_budget(fr)
     changes = winner_changes(fr)
-    return {"table": fr, "best": best, "sentences": changes + stable_sentence(fr, changes), "problems": problems,
-            "checkpoints": cps}
+    return Frontier(table=fr, best=best, sentences=changes + stable_sentence(fr, changes), problems=problems,
+                    checkpoints=cps)

@@ -56,6 +56,7 @@ import pandas as pd
 
 from race_cli.report import words as W
 from race_cli.report.rank import SHORT, _fmt, label
+from race_cli.report.records import Joint
 
 ALPHA = 0.05
 AXES = ("model", "reward")  # the condition columns ranked across: what the within rankings hold fixed
@@ -768,16 +769,14 @@ def _crossing(cs: np.ndarray, d: np.ndarray, first: int) -> float:
 
 def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, bool],
                   sizes: dict[str, int] | None = None, rec: pd.DataFrame | None = None,
-                  n_boot: int = 1000, seed: int = 0, alpha: float = ALPHA, level: float = 0.95) -> dict:
+                  n_boot: int = 1000, seed: int = 0, alpha: float = ALPHA, level: float = 0.95) -> Joint:
     """The joint comparison of every joint condition (budget, task, target) of `table` (joint_table's
-    columns). Returns {"ranking": DataFrame (one row per joint regime), "sentences": DataFrame (one row
-    per comparison, `text` the sentence), "across": list of dicts (several budgets)}; empty when no
-    joint condition has two models or two reward systems (nothing to compare across)."""
+    columns), as a report/records.Joint (its ranking: one row per joint regime; its sentences: one row per
+    comparison, `text` the sentence; across: several budgets); empty when no joint condition has two models
+    or two reward systems (nothing to compare across)."""
     sizes = sizes or {}
-    empty = {"ranking": pd.DataFrame(), "sentences": pd.DataFrame(), "across": [], "per_budget": [],
-             "sizes": dict(sizes), "notes": []}
     if not len(table):
-        return empty
+        return Joint(ranking=pd.DataFrame(), sentences=pd.DataFrame(), sizes=dict(sizes))
     knobs = [k for k in knobs if k in table and table[k].nunique(dropna=True) > 1]
     rng = np.random.default_rng(seed)
     parts, sents, notes = [], [], []
@@ -805,9 +804,8 @@ def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, boo
         found += [split] if split else []
         sents += [head | s for s in found]
     if not parts:
-        return empty | {"notes": notes}
+        return Joint(ranking=pd.DataFrame(), sentences=pd.DataFrame(), sizes=dict(sizes), notes=notes)
     ranking = pd.concat(parts, ignore_index=True)
     sentences = pd.DataFrame(sents)
-    return {"ranking": ranking, "sentences": sentences, "across": _across(ranking, sentences, sizes),
-            "per_budget": per_budget(sentences),
-            "sizes": dict(sizes), "notes": notes}
+    return Joint(ranking=ranking, sentences=sentences, across=_across(ranking, sentences, sizes),
+                 per_budget=per_budget(sentences), sizes=dict(sizes), notes=notes)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from race_cli.report.rank import _fmt
+from race_cli.report.records import Joint
 
 JOINT_PLOT = "joint.png"
 JOINT_CSV = "joint.csv"
@@ -77,8 +78,8 @@ def rows(g: pd.DataFrame, narrow: bool) -> list[list[str]]:
     return out
 
 
-def _sentences_of(joint: dict, name: str) -> list[str]:
-    s = joint["sentences"]
+def _sentences_of(joint: Joint, name: str) -> list[str]:
+    s = joint.sentences
     return list(s.loc[s["joint"] == name, "text"]) if len(s) else []
 
 
@@ -89,18 +90,18 @@ def _noise_line(g: pd.DataFrame) -> str:
     return line
 
 
-def print_joint(console, joint: dict) -> None:
+def print_joint(console, joint: Joint) -> None:
     """The joint section in the terminal: per joint condition its ranking and sentences."""
     from rich.table import Table
 
-    for n in joint.get("notes", []):
+    for n in joint.notes:
         console.print("• " + n, highlight=False)
-    if not len(joint["ranking"]):
+    if not len(joint.ranking):
         return
     console.rule("[bold]joint comparison: every model, reward and split at the same budget")
     console.print(INTRO, highlight=False)
     narrow = console.width < NARROW
-    finals = joint["ranking"][_final(joint["ranking"])]
+    finals = joint.ranking[_final(joint.ranking)]
     for name, g in finals.groupby("joint", sort=False):
         t = Table(title=f"{name}  ·  {_noise_line(g)}", title_justify="left")
         for h in NARROW_HEAD if narrow else HEAD:
@@ -110,49 +111,49 @@ def print_joint(console, joint: dict) -> None:
         console.print(t)
         for s in _sentences_of(joint, name):
             console.print("• " + s, highlight=False)
-    if joint.get("across") or len(finals) < len(joint["ranking"]):
+    if joint.across or len(finals) < len(joint.ranking):
         console.print(ACROSS_INTRO, highlight=False)
-        for a in joint.get("per_budget", []):
+        for a in joint.per_budget:
             console.print("• " + a["text"], highlight=False)
-    for a in joint["across"]:
+    for a in joint.across:
         console.print("• " + a["text"], highlight=False)
     if narrow:
         console.print(f"Narrow console: start, > start, best share, feedback share, iterations and seeds of the "
                       f"joint ranking are in summary.md and {JOINT_CSV}.", highlight=False)
 
 
-def markdown(joint: dict) -> list[str]:
+def markdown(joint: Joint) -> list[str]:
     """summary.md lines of the joint section (none when there is nothing to compare across)."""
     from race_cli.report.render import md_table
 
-    notes = [f"- {n}" for n in joint.get("notes", [])] + ([""] if joint.get("notes") else [])
-    if not len(joint["ranking"]):
+    notes = [f"- {n}" for n in joint.notes] + ([""] if joint.notes else [])
+    if not len(joint.ranking):
         return (["## Joint comparison", ""] + notes) if notes else []
     out = ["## Joint comparison: every model, reward and split at the same budget", "", INTRO, ""] + notes
-    for name, g in joint["ranking"].groupby("joint", sort=False):
+    for name, g in joint.ranking.groupby("joint", sort=False):
         out += [f"### {name}", "", _noise_line(g), "", md_table(HEAD, rows(g, narrow=False)), ""]
         out += [f"- {s}" for s in _sentences_of(joint, name)] + [""]
-    if joint["across"] or joint.get("per_budget"):
+    if joint.across or joint.per_budget:
         out += ["### Across budgets", "", ACROSS_INTRO.replace(" in summary.md", " above"), ""]
-        out += [f"- {a['text']}" for a in joint.get("per_budget", [])] + [""]
-        out += [f"- {a['text']}" for a in joint["across"]] + [""]
-    out += [f"![{JOINT_PLOT}]({JOINT_PLOT})", ""] if joint.get("plotted") else []
+        out += [f"- {a['text']}" for a in joint.per_budget] + [""]
+        out += [f"- {a['text']}" for a in joint.across] + [""]
+    out += [f"![{JOINT_PLOT}]({JOINT_PLOT})", ""] if joint.plotted else []
     return out
 
 
-def to_json(joint: dict) -> dict:
+def to_json(joint: Joint) -> dict:
     recs = lambda df: json.loads(df.to_json(orient="records")) if len(df) else []
-    return {"ranking": recs(joint["ranking"]), "sentences": recs(joint["sentences"]), "notes": joint.get("notes", []),
-            "across": json.loads(pd.DataFrame(joint["across"]).to_json(orient="records")) if joint["across"] else [],
-            "per_budget": joint.get("per_budget", [])}
+    return {"ranking": recs(joint.ranking), "sentences": recs(joint.sentences), "notes": joint.notes,
+            "across": json.loads(pd.DataFrame(joint.across).to_json(orient="records")) if joint.across else [],
+            "per_budget": joint.per_budget}
 
 
-def write_joint_plot(out_dir, joint: dict) -> list[str]:
+def write_joint_plot(out_dir, joint: Joint) -> list[str]:
     """joint.png, per target: with several budgets, the best regime of each (model, reward) against the
     budget, one line each, 95% intervals shaded; with one budget and known model sizes, the best regime
     of each reward against the model size (linear parameters), one line per reward. Returns the file
     names written."""
-    rk = joint["ranking"]
+    rk = joint.ranking
     if not len(rk):
         return []
     import matplotlib
@@ -160,7 +161,7 @@ def write_joint_plot(out_dir, joint: dict) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sizes = joint.get("sizes") or {}
+    sizes = joint.sizes
     targets = list(dict.fromkeys(rk["target"]))
     fig, axes = plt.subplots(1, len(targets), figsize=(5.4 * len(targets), 4.2), squeeze=False)
     for ax, target in zip(axes.flat, targets):
@@ -203,5 +204,5 @@ def write_joint_plot(out_dir, joint: dict) -> list[str]:
     fig.tight_layout()
     fig.savefig(out_dir / JOINT_PLOT, dpi=120)
     plt.close(fig)
-    joint["plotted"] = True
+    joint.plotted = True
     return [JOINT_PLOT]

@@ -12,9 +12,12 @@ where the best regime differs between targets.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
+from race_cli.report.records import Totals
 from race_cli.report.response import FitResult, describe_fit, fit_response
 
 CAVEAT = ("A pilot grid is a diagnostic, not a promise of held-out gains; "
@@ -292,12 +295,12 @@ TOTALS = {"rollout": "flops_rollout", "update": "flops_update", "reward": "flops
           "total": "flops_total", "eval": "eval_flops", "budget": "budget_ledger"}  # total -> job column summed
 
 
-def compute_totals(jobs: pd.DataFrame) -> dict[str, float]:
+def compute_totals(jobs: pd.DataFrame) -> Totals:
     """Total model-convention FLOPs of all readable jobs, split by phase (+ eval, not charged)."""
     return _totals(_total_columns(jobs), np.arange(len(jobs)))
 
 
-def totals_by(jobs: pd.DataFrame, key: str) -> dict:
+def totals_by(jobs: pd.DataFrame, key: str) -> dict[Any, Totals]:
     """{value of jobs[key]: compute_totals of its jobs} (e.g. per condition), from one pass over the table."""
     cols = _total_columns(jobs)
     return {k: _totals(cols, rows) for k, rows in jobs.groupby(key, sort=False).indices.items()}
@@ -315,7 +318,7 @@ def _total_columns(jobs: pd.DataFrame) -> dict[str, np.ndarray]:
     return out
 
 
-def _totals(cols: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, float]:
+def _totals(cols: dict[str, np.ndarray], rows: np.ndarray) -> Totals:
     """compute_totals of the jobs at these row positions (`_total_columns` of the table)."""
     ok = rows[cols["readable"][rows]]
-    return {name: float(cols[col][ok].sum()) if col in cols else 0.0 for name, col in TOTALS.items()}
+    return Totals(**{name: float(cols[col][ok].sum()) if col in cols else 0.0 for name, col in TOTALS.items()})

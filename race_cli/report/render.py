@@ -16,6 +16,7 @@ import pandas as pd
 from race_cli.fmt import pct
 from race_cli.io import dumps
 from race_cli.report.recommend import CAVEAT, recommendation_text
+from race_cli.report.records import Totals
 from race_cli.report.words import signed as _signed
 
 MAX_LISTED = 20  # unranked jobs shown in the terminal; runs.csv has them all
@@ -170,7 +171,7 @@ def print_findings(console, lines: list[str]) -> None:
 
 
 def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.DataFrame,
-                 rec: pd.DataFrame, moves: list[str], totals: dict, targets: list[str],
+                 rec: pd.DataFrame, moves: list[str], totals: Totals, targets: list[str],
                  maximize: dict[str, bool], diffs: list[str] | None = None, joint=None,
                  findings: list[str] | None = None, full: bool = True) -> None:
     """Rich tables: job counts, the findings, unranked jobs, one section per target with its conditions'
@@ -244,9 +245,9 @@ def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: p
         console.print("• " + d, highlight=False)
     if console.width < NARROW and len(ranking):
         console.print(NARROW_NOTE, highlight=False)
-    console.print(f"Compute: {_flops(totals['total'])} training FLOPs (model convention) — "
+    console.print(f"Compute: {_flops(totals.total)} training FLOPs (model convention) — "
                   f"search {_share(totals, 'rollout')}, learning {_share(totals, 'update')}, "
-                  f"feedback {_share(totals, 'reward')}; evaluation {_flops(totals['eval'])} FLOPs, not charged.")
+                  f"feedback {_share(totals, 'reward')}; evaluation {_flops(totals.eval)} FLOPs, not charged.")
     console.print(Panel(CAVEAT, title="caveat", border_style="yellow"))
 
 
@@ -256,8 +257,9 @@ def _pstar(r: pd.Series) -> str:
     return _f(r.get("p_star")) + ci
 
 
-def _share(totals: dict, ph: str) -> str:
-    return pct(totals[ph] / totals["total"], 0) if totals["total"] > 0 else "–"
+def _share(totals: Totals, ph: str) -> str:
+    share = totals.share(ph)
+    return "–" if share is None else pct(share, 0)
 
 
 # --- markdown ----------------------------------------------------------------------------
@@ -271,7 +273,7 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.DataFrame,
-                     rec: pd.DataFrame, moves: list[str], totals: dict, targets: list[str],
+                     rec: pd.DataFrame, moves: list[str], totals: Totals, targets: list[str],
                      maximize: dict[str, bool], n_boot: int, plots: list[str],
                      diffs: list[str] | None = None, sections: list[str] | None = None,
                      joint: list[str] | None = None, findings: list[str] | None = None) -> str:
@@ -287,11 +289,11 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
     if findings:
         out += [f"## {findings[0]}", "", "```text"] + findings[1:] + ["```", ""]
     out += ["## Compute", "",
-           f"Total training compute: **{_flops(totals['total'])} FLOPs** (model convention: causal "
+           f"Total training compute: **{_flops(totals.total)} FLOPs** (model convention: causal "
            f"attention pairs, no recompute), split search (rollout) {_share(totals, 'rollout')}, "
            f"learning (policy updates) {_share(totals, 'update')}, feedback (reward) "
-           f"{_share(totals, 'reward')}. Evaluation used {_flops(totals['eval'])} FLOPs, not "
-           f"charged to the budgets ({_flops(totals['budget'])} FLOPs budgeted in all).", "",
+           f"{_share(totals, 'reward')}. Evaluation used {_flops(totals.eval)} FLOPs, not "
+           f"charged to the budgets ({_flops(totals.budget)} FLOPs budgeted in all).", "",
            "## Rankings", "",
            "Intervals: 95% t intervals whose variance adds each regime's evaluation-item noise and "
            "the training (seed) noise, pooled over the sweep's regimes of one reward system and moderated per "
@@ -317,7 +319,7 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
         for cond, rows in _records_by_condition(gt).items():
             jc = rows[0]["job_condition"] if "job_condition" in rows[0] else cond
             t = (by_cond[jc] if jc in by_cond else compute_totals(jobs.iloc[:0])) if "condition" in jobs else None
-            flops = (f"Training compute of this condition's readable jobs: {_flops(t['total'])} FLOPs "
+            flops = (f"Training compute of this condition's readable jobs: {_flops(t.total)} FLOPs "
                      f"(search {_share(t, 'rollout')}, learning {_share(t, 'update')}, feedback "
                      f"{_share(t, 'reward')}).") if t else ""
             r = rec_of.get(cond, [])
@@ -350,13 +352,13 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
 
 
 def to_json(jobs: pd.DataFrame, ranking: pd.DataFrame, rec: pd.DataFrame, fits: dict,
-            moves: list[str], totals: dict, targets: list[str], diffs: list[str] | None = None,
+            moves: list[str], totals: Totals, targets: list[str], diffs: list[str] | None = None,
             extra: dict | None = None, joint: dict | None = None) -> str:
     """Everything in one JSON document (NaN becomes null). `target` is the ranked target when
     there is one, else null; `targets` lists them all."""
     recs = lambda df: json.loads(df.to_json(orient="records")) if len(df) else []
     doc = {"target": targets[0] if len(targets) == 1 else None, "targets": list(targets),
-           "caveat": CAVEAT, "totals": totals, "jobs": recs(jobs),
+           "caveat": CAVEAT, "totals": totals.to_json(), "jobs": recs(jobs),
            "ranking": recs(ranking), "recommendations": recs(rec),
            "fits": {k: {kk: vv for kk, vv in vars(v).items() if kk not in ("curve_p", "curve_y")}
                     for k, v in fits.items()},

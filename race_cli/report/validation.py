@@ -45,6 +45,7 @@ import pandas as pd
 from race_cli import folder
 from race_cli.errors import RaceError
 from race_cli.io import atomic_write_json, read_json
+from race_cli.report.records import Validation
 
 PROVENANCE = "provenance.json"  # in the validation sweep's root folder
 KIND = "race-validation"
@@ -547,11 +548,9 @@ def _initial_items(sweep_dir: Path, sweep: str, job_ids: list[str], target: str)
 
 
 def compare(sweep_dir: Path, prov: dict, data, n_boot: int = 1000, seed: int = 0,
-            assume_seed_sd: float | None = None) -> dict:
-    """Every pilot condition of the provenance against the validation jobs in `data` (SweepData).
-
-    Returns {"target", "conditions": [row], "regimes": DataFrame, "summary": sentence}.
-    """
+            assume_seed_sd: float | None = None) -> Validation:
+    """Every pilot condition of the provenance against the validation jobs in `data` (SweepData), as a
+    report/records.Validation."""
     from race_cli.report.table import maximize_target
     from race_cli.report.rank import rankable
 
@@ -589,10 +588,10 @@ def compare(sweep_dir: Path, prov: dict, data, n_boot: int = 1000, seed: int = 0
                                        initial, target, n_boot, rng, maximize, margin, prior, gprior, inp)
         rows.append(row)
         tables.append(table)
-    return {"target": target, "maximize": maximize, "conditions": rows,
-            "regimes": pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(),
-            "summary": summary_sentence(rows, margin, prov.get("skipped") or []), "pilot": prov.get("pilot", {}),
-            "margin": margin, "skipped": prov.get("skipped") or [], "design": design_sentence(settings)}
+    return Validation(target=target, maximize=maximize, conditions=rows,
+                      regimes=pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(),
+                      summary=summary_sentence(rows, margin, prov.get("skipped") or []), pilot=prov.get("pilot", {}),
+                      margin=margin, skipped=prov.get("skipped") or [], design=design_sentence(settings))
 
 
 def design_sentence(settings: dict) -> str:
@@ -647,33 +646,33 @@ def regime_rows(t: pd.DataFrame) -> list[list[str]]:
     return out
 
 
-def markdown(res: dict) -> str:
+def markdown(res: Validation) -> str:
     """validation.md: per condition the table and its sentence, then the summary."""
     from race_cli.report.render import md_table
 
-    p = res["pilot"]
+    p = res.pilot
     out = ["# RACE validation: did the pilot's call hold?", "",
-           f"Pilot: `{p.get('sweep', '?')}` (target `{res['target']}`). The test: best − control in the "
+           f"Pilot: `{p.get('sweep', '?')}` (target `{res.target}`). The test: best − control in the "
            "validation, a paired difference (items paired; seed variance pooled over the validation's "
            "regimes of one reward system) with its 95% interval (each variance part at its own degrees of "
            "freedom); confirmed when the interval lies above "
-           f"{res.get('margin', 0.0):g}, reversed when below zero, else not separated (no verdict with one seed "
+           f"{res.margin:g}, reversed when below zero, else not separated (no verdict with one seed "
            "per regime unless a seed sd is assumed). Rank correlation "
            f"(Spearman's ρ) only with at least {MIN_RHO_REGIMES} validated regimes. Gain: the "
-           "improvement over the starting policy (iteration 0).", "", res.get("design", ""), ""]
-    for c in res["conditions"]:
-        t = res["regimes"][res["regimes"]["condition"] == c["condition"]]
+           "improvement over the starting policy (iteration 0).", "", res.design, ""]
+    for c in res.conditions:
+        t = res.regimes[res.regimes["condition"] == c["condition"]]
         out += [f"## {c['condition']}", "", md_table(VAL_HEAD, regime_rows(t)), "", c["sentence"], ""]
         from race_cli.report.predicted import markdown_lines
 
         out += markdown_lines(t)
-    for sk in res.get("skipped") or []:
+    for sk in res.skipped:
         out += [f"- skipped: {sk}"]
-    out += ["## Summary", "", res["summary"], ""]
+    out += ["## Summary", "", res.summary, ""]
     return "\n".join(out)
 
 
-def print_validation(console, res: dict) -> None:
+def print_validation(console, res: Validation) -> None:
     from rich.panel import Panel
     from rich.table import Table
 
@@ -681,22 +680,22 @@ def print_validation(console, res: dict) -> None:
 
     head = VAL_HEAD if console.width >= NARROW else VAL_NARROW
     keep = [VAL_HEAD.index(h) for h in head]
-    console.print(f"[bold]Validation[/] of pilot {res['pilot'].get('sweep', '?')} on {res['target']}: "
+    console.print(f"[bold]Validation[/] of pilot {res.pilot.get('sweep', '?')} on {res.target}: "
                   "the pilot's prediction next to what happened")
-    if res.get("design"):
-        console.print(res["design"], highlight=False)
-    for c in res["conditions"]:
+    if res.design:
+        console.print(res.design, highlight=False)
+    for c in res.conditions:
         t = Table(title=f"{c['condition']}  ·  {c['verdict']}", title_justify="left")
         for i in keep:
             t.add_column(VAL_HEAD[i], justify="left" if VAL_HEAD[i] in ("role", "regime") else "right",
                          overflow="fold")
-        for r in regime_rows(res["regimes"][res["regimes"]["condition"] == c["condition"]]):
+        for r in regime_rows(res.regimes[res.regimes["condition"] == c["condition"]]):
             t.add_row(*[r[i] for i in keep])
         console.print(t)
         console.print(c["sentence"], highlight=False)
         from race_cli.report.predicted import print_lines
 
-        print_lines(console, res["regimes"][res["regimes"]["condition"] == c["condition"]])
-    for sk in res.get("skipped") or []:
+        print_lines(console, res.regimes[res.regimes["condition"] == c["condition"]])
+    for sk in res.skipped:
         console.print(f"skipped: {sk}", highlight=False)
-    console.print(Panel(res["summary"], title="was the pilot's call confirmed?", border_style="yellow"))
+    console.print(Panel(res.summary, title="was the pilot's call confirmed?", border_style="yellow"))

@@ -7,8 +7,6 @@ Pure formatting of values the Report holds: nothing here computes a statistic or
 
 from __future__ import annotations
 
-import json
-
 from race_cli.io import dumps
 
 # the files a report writes, besides the figures (report/plots.py, frontier.py, joint_view.py); frontier.csv
@@ -59,7 +57,7 @@ def _sections(rep) -> list[str]:
 
     front = rep.frontier
     sections = race_markdown(rep)
-    sections += F.markdown_section(front["best"], front["sentences"]) if len(front["best"]) else []
+    sections += F.markdown_section(front.best, front.sentences) if len(front.best) else []
     if rep.predictions is not None:
         from race_cli.report import curve as CV
 
@@ -87,7 +85,7 @@ def report_json(rep) -> str:
     front = rep.frontier
     return render.to_json(rep.jobs, rep.ranking, rep.recommendations, rep.fits, rep.moves, rep.totals, rep.targets,
                           rep.target_differences, joint=JV.to_json(rep.joint),
-                          extra={"budget_frontier": front["best"], "budget_frontier_notes": front["sentences"]}
+                          extra={"budget_frontier": front.best, "budget_frontier_notes": front.sentences}
                           | ({"predictions": rep.predictions} if rep.predictions is not None else {})
                           | ({"race": [st.to_json() for st in rep.race], "race_schedule": rep.schedule.to_json()}
                              if rep.race is not None else {}))
@@ -100,12 +98,12 @@ def file_texts(rep, figs: list[str]) -> dict[str, str]:
     texts = {"runs.csv": rep.jobs.to_csv(index=False), "ranking.csv": rep.ranking.to_csv(index=False),
              "recommendations.csv": rep.recommendations.to_csv(index=False), "report.json": report_json(rep),
              "summary.md": markdown(rep, figs)}
-    if len(rep.frontier["table"]):
-        texts["frontier.csv"] = rep.frontier["table"].to_csv(index=False)
+    if len(rep.frontier.table):
+        texts["frontier.csv"] = rep.frontier.table.to_csv(index=False)
     if rep.predictions is not None:
         texts["predictions.csv"] = rep.predictions.to_csv(index=False)
-    if len(rep.joint["ranking"]):
-        texts[JV.JOINT_CSV] = rep.joint["ranking"].to_csv(index=False)
+    if len(rep.joint.ranking):
+        texts[JV.JOINT_CSV] = rep.joint.ranking.to_csv(index=False)
     return texts
 
 
@@ -118,12 +116,11 @@ def validation_texts(rep) -> dict[str, str]:
     res = rep.validation
     if res is None:
         return {}
-    cond_cols = list(dict.fromkeys(k for c in res["conditions"] for k in c))  # pending rows have fewer
+    cond_cols = list(dict.fromkeys(k for c in res.conditions for k in c))  # pending rows have fewer
     return {"validation.md": validation_md(res),
-            "validation.csv": pd.DataFrame(res["conditions"], columns=cond_cols).to_csv(index=False),
-            "validation_regimes.csv": res["regimes"].to_csv(index=False),
-            "validation.json": dumps({k: v for k, v in res.items() if k != "regimes"}
-                                     | {"regimes": json.loads(res["regimes"].to_json(orient="records"))})}
+            "validation.csv": pd.DataFrame(res.conditions, columns=cond_cols).to_csv(index=False),
+            "validation_regimes.csv": res.regimes.to_csv(index=False),
+            "validation.json": dumps(res.to_json())}
 
 
 # --- console and stdout ------------------------------------------------------------------------------
@@ -140,8 +137,8 @@ def print_console(rep, console, main: list[str], validation: list[str]) -> None:
     render.print_report(console, rep.jobs, rep.ranked, rep.ranking, rep.recommendations, rep.moves, rep.totals,
                         rep.targets, rep.maximize, rep.target_differences,
                         joint=lambda c: JV.print_joint(c, rep.joint), findings=rep.findings, full=full)
-    if full and len(front["best"]):
-        F.print_section(console, front["best"], front["sentences"])
+    if full and len(front.best):
+        F.print_section(console, front.best, front.sentences)
     if full and pred is not None:
         from race_cli.report import curve as CV
 
@@ -217,7 +214,7 @@ def print_top(rep, console, say) -> None:
             for row in ranking_rows(g.head(TOP_SHOWN)):
                 t.add_row(*[row[i] for i in keep])
             console.print(t)
-    for line in rep.joint.get("per_budget", []):  # the paper's question at the sweep's own budgets
+    for line in rep.joint.per_budget:  # the paper's question at the sweep's own budgets
         if line["checkpoint"] >= 1.0:
             say(_wrapped("joint comparison, " + line["text"], console.width))
     say(_wrapped(f"full report: {rep.out_dir / 'summary.md'} (and "
