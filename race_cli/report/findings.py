@@ -341,7 +341,7 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
         for cond in gt["condition"].unique():
             g, label = rows[cond], labels[cond]
             st = raced.get(cond)
-            line = f"  {label.ljust(width)}  {_call(g) if st is None else W.race_state(st)}"
+            line = f"  {label.ljust(width)}  {_call(g) if st is None else W.race_state(st)}{W.collapsed_note(g)}"
             s = settled[cond]
             if s is not None and (st is None or st.state == "undecided"):  # a race's other ends need no price
                 settles.append(s)

@@ -26,6 +26,8 @@ at its own degrees of freedom. Per regime it reports:
   or "> start" (intervals cover evaluation noise only: "not testable with one seed");
 - `seed_sd`, `seed_df`, `seed_outlier`, `pool`, `noise`: the seed variance used, its df, whether the
   regime's own spread is an outlier against the pool's prior, and which pool it came from;
+- `collapsed_seeds`: the regime's seeds far below their siblings, by stats/seeds.py's stated rule
+  ('<job id> −0.150 against its siblings'; empty when none): marked, never dropped;
 - `expected_drop`: the winner's curse of the condition's best (stats.decisions.winners_curse);
 - `p`, `p_policy` (learning / (search + learning)) and the shares, from the actual ledgers.
 
@@ -309,6 +311,7 @@ def _condition_inputs(jobs: dict[str, np.ndarray], codes: np.ndarray, regs: list
     n_reg = len(regs)
     shares = {c: jobs[c] for c in SHARE_COLS if c in jobs}
     return {"codes": codes, "regs": regs, "reg_cols": reg_cols, "scores": scores, "values": values,
+            "job_ids": jobs["job_id"],
             "method": method, "gain_v": gain_v, "gain_s": gain_s, "start_v": start_v, "gain_method": gain_method,
             # pooled later (`_noises`): the condition's own prior would only be replaced
             "noise": noise_of(codes, scores if scores is not None else values, n_reg, own_pool=False),
@@ -499,6 +502,26 @@ def condition_noises(data: SweepData, target: str, by: list[str], maximize: bool
     return conds, inputs, noises
 
 
+def collapsed_marks(conds: list[dict], inputs: list[dict], maximize: bool = True) -> list[dict[str, str]]:
+    """Per condition, regime label -> its collapsed seeds in words ('job-id −0.150 below its siblings'), by
+    stats/seeds.py's rule over the seed pool the ranking pools (`pool_key`); regimes without one are absent."""
+    from race_cli.stats.seeds import collapsed, sibling_gaps
+
+    gaps = [sibling_gaps(inp["codes"], inp["values"], maximize) for inp in inputs]
+    pools: dict[str, list[int]] = {}
+    for c, cond in enumerate(conds):
+        pools.setdefault(pool_key(cond), []).append(c)
+    out: list[dict[str, str]] = [{} for _ in conds]
+    for at in pools.values():
+        for c, flag in zip(at, collapsed([gaps[c] for c in at])):
+            inp = inputs[c]
+            for j in np.flatnonzero(flag):
+                name = label(inp["regs"][inp["codes"][j]])
+                said = f"{inp['job_ids'][j]} {-gaps[c][j]:+.3f} against its siblings"
+                out[c][name] = f"{out[c][name]}; {said}" if name in out[c] else said
+    return out
+
+
 def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, seed: int = 0,
              maximize: bool = True, level: float = 0.95,
              draws_out: dict[str, np.ndarray] | None = None,
@@ -522,8 +545,10 @@ def rank_all(data: SweepData, target: str, by: list[str], n_boot: int = 1000, se
     for i, gd in zip(has_gain, D.gain_decisions_many([noises[i][1] for i in has_gain], level)):
         gds[i] = gd
     weights: dict[int, np.ndarray] = {}  # item resamples by item count, shared (`_condition_columns`)
-    for cond, inp, (noise, _), dec, gd in zip(conds, inputs, noises, decs, gds):
+    marks = collapsed_marks(conds, inputs, maximize)
+    for cond, inp, (noise, _), dec, gd, mark in zip(conds, inputs, noises, decs, gds, marks):
         cols, draws = _condition_columns(inp, noise, dec, gd, n_boot, rng, maximize, weights)
+        cols["collapsed_seeds"] = np.array([mark.get(r, "") for r in cols["regime"]], dtype=object)
         n = len(cols["regime"])
         name = condition_label(cond | {"target": target})
         if draws_out is not None:

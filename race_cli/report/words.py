@@ -125,3 +125,13 @@ def take_text(state) -> str:
         return "take any: no wall time per job measured to choose by"
     others = ", ".join(f"{g} {fmt_duration(v)}" for g, v in secs.items() if g != take and g not in (state.dropped or {}))
     return f"take {take}: {fmt_duration(secs[take])} per job" + (f" ({others})" if others else "")
+
+
+def collapsed_note(rows) -> str:
+    """'; collapsed seed: G=4 μ=2: job-s3 −0.150 against its siblings' for a condition whose ranking marks a
+    seed far below its siblings (report/rank.py `collapsed_seeds`, stats/seeds.py's rule), else ''.
+    rows: one condition's ranking rows as {column: values} (or a DataFrame)."""
+    if "collapsed_seeds" not in rows:
+        return ""
+    said = [f"{g}: {m}" for g, m in zip(rows["regime"], rows["collapsed_seeds"]) if isinstance(m, str) and m]
+    return f"; collapsed seed ({'; '.join(said)})" if said else ""
