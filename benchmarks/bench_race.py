@@ -14,6 +14,13 @@ decides through report/race.race_states and needed_seeds, as the run loop does; 
 seeds are decided on the same simulated runs (their first seeds) through race_states with a one-look
 schedule at the full α.
 
+Seed effects (--seed-kind; each regime's sd_r = 0.02·U(0.5, 1.5)):
+- uniform: e ~ U(±√3·sd_r), the harness's model before issue 52 (the lightest tails there are);
+- normal: e ~ N(0, sd_r²);
+- t3: e ~ sd_r·t(3 df)/√3 (heavy tails, the same sd);
+- collapse: normal, and one seed in ten loses 0.15 (a run that diverged);
+- spread3: normal, the last regime's seeds spread three times the others' (sd 0.06 against 0.01-0.03).
+
 Truths (start 0.40, regimes 0.45 unless said):
 - equal: every regime equal;
 - +δ: regime μ=1 better than the two others by δ;
@@ -24,7 +31,9 @@ Measured: familywise false "worse" or false winner over all looks (a regime drop
 whose truth is not below the best it was compared with); false "equivalent" (the best's truth above a
 remaining regime's by more than the margin); coverage of the race's simultaneous best − regime intervals
 and of the report's 95% intervals (mean and gain) on the finished raced sweep; separated (winner = the
-truly best), equivalent, undecided and no-gain shares; mean seeds per regime and jobs per condition.
+truly best), equivalent, undecided and no-gain shares; mean seeds per regime and jobs per condition; and
+"kept & worse": final records in which a regime neither dropped nor the best has its printed best − regime
+interval above 0 (one claim per record: must be 0).
 """
 
 from __future__ import annotations
@@ -48,10 +57,14 @@ from bench_calibration import (BUDGET, CRN_SHARE, INTERACTION_SD, ITEM_HALF, N_I
 
 DELTAS = [0.0, 0.03, 0.05, 0.08, 0.10, 0.12]
 FIXED = (2, 3, 4)
+FIXED_RUN = list(FIXED)  # the fixed designs of this run (main sets it from --fixed)
 # (μ, p) of each regime: the default grid's three (bench_calibration.P_GRID), then more update counts for
 # --regimes up to 6 (the GPU pilot's G × μ grid has 6 regimes per condition)
 ALL_REGIMES = list(P_GRID) + [(8, 0.97), (16, 0.98), (32, 0.99)]
 GRID = list(P_GRID)  # the regimes of this run (main sets it from --regimes)
+SEED_KINDS = ("uniform", "normal", "t3", "collapse", "spread3")
+COLLAPSE_SHARE, COLLAPSE_LOSS = 0.10, 0.15  # collapse: one seed in ten loses 0.15
+SEED_KIND = ["uniform"]  # the seed effects of this run (main sets it from --seed-kind)
 START = 0.40
 START_SAMPLES = 16  # the start evaluated once per condition, 4× the samples of a job's final evaluation
 BASE = 0.45
@@ -69,16 +82,31 @@ def truth(kind: str, delta: float, margin: float) -> np.ndarray:
     return BASE + np.array([delta] + [0.0] * (R - 1))
 
 
+def seed_effects(rng: np.random.Generator, R: int, cap: int, kind: str) -> np.ndarray:
+    """Each run's luck e [R, cap] under one of SEED_KINDS (see the module docstring); mean 0 except the
+    collapses, which are the point."""
+    sd = SEED_SD * rng.uniform(0.5, 1.5, R)
+    if kind == "uniform":
+        return rng.uniform(-1, 1, (R, cap)) * math.sqrt(3.0) * sd[:, None]
+    if kind == "t3":
+        return rng.standard_t(3, (R, cap)) / math.sqrt(3.0) * sd[:, None]
+    if kind == "spread3":
+        sd[-1] = 3 * SEED_SD
+    e = rng.normal(0.0, 1.0, (R, cap)) * sd[:, None]
+    if kind == "collapse":
+        e -= COLLAPSE_LOSS * (rng.random((R, cap)) < COLLAPSE_SHARE)
+    return e
+
+
 def simulate_condition(rng: np.random.Generator, accs, cap: int, start_samples: int = START_SAMPLES):
     """bench_calibration.simulate_condition's truth under common random numbers, every seed up to the cap,
     with the start evaluated once for the condition with `start_samples` per item: (final [R, cap, n], start
-    [n]). P = acc_r + d_i + g_ri + e_rs (items ±0.2, item × regime sd 0.05, seed sd 0.02·U(0.5, 1.5))."""
+    [n]). P = acc_r + d_i + g_ri + e_rs (items ±0.2, item × regime sd 0.05, seed effects `seed_effects`)."""
     R, n, k = len(accs), N_ITEMS, SAMPLES
     d = rng.uniform(-ITEM_HALF, ITEM_HALF, n)
     g = rng.normal(0, INTERACTION_SD, (R, n))
     g -= g.mean(axis=1, keepdims=True)
-    sd = SEED_SD * rng.uniform(0.5, 1.5, R)
-    e = rng.uniform(-1, 1, (R, cap)) * math.sqrt(3.0) * sd[:, None]
+    e = seed_effects(rng, R, cap, SEED_KIND[0])
     P = np.clip(np.asarray(accs)[:, None, None] + d + g[:, None, :] + e[:, :, None], 0, 1)  # [R, s, n]
     U = rng.random((n, k))
     alike = rng.random((n, k)) < CRN_SHARE
@@ -91,7 +119,10 @@ def simulate_condition(rng: np.random.Generator, accs, cap: int, start_samples: 
 def simulate(n: int, kind: str, delta: float, margin: float, cap: int, seed: int):
     """Per condition: (name, accs, final scores [R, cap, n_items], start scores [n_items]); seed s of a
     regime is row s whatever design reads it, so the race and the fixed designs share their runs."""
-    rng = np.random.default_rng([seed, int(round(delta * 1000)), {"better": 0, "within": 1, "tied": 2}[kind]])
+    key = [seed, int(round(delta * 1000)), {"better": 0, "within": 1, "tied": 2}[kind]]
+    # uniform seeds draw the runs the harness drew before issue 52 (the same key), so its rows compare the
+    # decision rules on identical runs; each other kind draws its own
+    rng = np.random.default_rng(key + ([] if SEED_KIND[0] == "uniform" else [SEED_KINDS.index(SEED_KIND[0])]))
     out = []
     for c in range(n):
         accs = truth(kind, delta, margin)
@@ -180,27 +211,27 @@ def score(states, sims, margin: float, data=None) -> dict:
     acc_of = {name: accs for name, accs, *_ in sims}
     r_of = {f"μ={mu}": r for r, (mu, _) in enumerate(GRID)}
     n = len(states)
-    fw = fe = sep = eq = und = nog = cont = 0
+    fw = fe = sep = eq = und = nog = cont = clash = 0
     cov = cov_n = 0
     looks = []
     for st in states:
         a = acc_of[st.condition_values["model"]]
         top = a.max()
         false = any(a[r_of[g]] >= a[r_of[b]] for g, (_, b) in st.dropped.items())
-        under = st.reason.split("beat its start (")[-1] if st.state == "no_gain" else ""
-        is_winner = st.state == "winner" or (st.state == "no_gain" and under.startswith("winner"))
+        is_winner = st.state == "winner"
         if is_winner:
             others = [g for g in r_of if g != st.best]
             false |= any(a[r_of[g]] >= a[r_of[st.best]] for g in others)
         fw += false
-        is_eq = st.state == "equivalent" or (st.state == "no_gain" and under.startswith("equivalent"))
+        clash += any(lo > 0 for g, (_, lo, _) in st.intervals.items() if g != st.best and g not in st.dropped)
+        is_eq = st.state == "equivalent"
         if is_eq:
             remaining = [g for g in st.seeds if g not in st.dropped]
             fe += (top - min(a[r_of[g]] for g in remaining)) > margin
         sep += is_winner and a[r_of[st.best]] == top and (a < top).sum() == len(a) - 1
         eq += is_eq
         und += st.state == "undecided"
-        nog += st.state == "no_gain"
+        nog += st.gain == "no_gain"
         cont += st.state == "continue"
         looks.append(st.look)
         for g, (gap, lo, hi) in st.intervals.items():
@@ -211,7 +242,7 @@ def score(states, sims, margin: float, data=None) -> dict:
             cov_n += 1
     out = {"conditions": n, "false_worse_or_winner": fw / n, "false_equivalent": fe / n, "separated": sep / n,
            "equivalent": eq / n, "undecided": und / n, "no_gain": nog / n, "continue": cont / n,
-           "cover_race_intervals": cov / max(cov_n, 1), "mean_look": float(np.mean(looks))}
+           "cover_race_intervals": cov / max(cov_n, 1), "mean_look": float(np.mean(looks)), "kept_and_worse": clash}
     if data is not None:
         out |= report_coverage(data, acc_of)
     return out
@@ -250,12 +281,12 @@ def scenario(kind: str, delta: float, n: int, schedule, seed: int, memory: bool,
     row = {"kind": kind, "delta": delta, "design": "race", "looks": list(schedule.looks), "reads": reads,
            "wall_s": wall, "jobs_per_condition": jobs / n, "seeds_per_regime": jobs / (n * R)}
     row |= score(states, sims, schedule.margin, data)
-    if kind == "better":  # what race plan prints as the expected cost at this truth (stats/race_sim.py)
+    if kind == "better" and SEED_KIND[0] == "uniform":  # what race plan prints as its expected cost (stats/race_sim.py)
         from race_cli.stats.race_sim import expected_race
 
         row["plan_seeds_per_regime"] = expected_race(schedule, delta, SEED_SD).seeds_per_regime
     out = [row]
-    for s in FIXED:
+    for s in FIXED_RUN:
         fixed = Schedule((s,), alpha=schedule.alpha, margin=schedule.margin)
         fd = memory_sweep(sims, lambda c, r, s=s: s)
         st = race_states(fd, fixed)
@@ -267,9 +298,11 @@ def scenario(kind: str, delta: float, n: int, schedule, seed: int, memory: bool,
 
 def print_table(rows: list[dict], schedule) -> None:
     print(f"\nRace {list(schedule.looks)} (α {schedule.alpha}, {schedule.spending}, margin ±{schedule.margin}) "
-          f"against fixed designs; {rows[0]['conditions']} conditions per row, {len(GRID)} regimes\n")
+          f"against fixed designs; {rows[0]['conditions']} conditions per row, {len(GRID)} regimes, "
+          f"seed effects {SEED_KIND[0]}\n")
     head = ["truth", "design", "separated", "equivalent", "undecided", "no gain", "false worse/winner",
-            "false equiv.", "cover race", "cover report", "seeds/regime", "jobs/condition", "plan seeds/regime"]
+            "false equiv.", "kept & worse", "cover race", "cover report", "seeds/regime", "jobs/condition",
+            "plan seeds/regime"]
     print(" | ".join(head))
     print("|".join("---" for _ in head))
     for r in rows:
@@ -278,7 +311,7 @@ def print_table(rows: list[dict], schedule) -> None:
         cr = f"{r['cover_report_mean']:.3f}/{r['cover_report_gain']:.3f}" if "cover_report_mean" in r else "–"
         print(" | ".join([t, r["design"], f"{r['separated']:.3f}", f"{r['equivalent']:.3f}", f"{r['undecided']:.3f}",
                           f"{r['no_gain']:.3f}", f"{r['false_worse_or_winner']:.3f}", f"{r['false_equivalent']:.3f}",
-                          f"{r['cover_race_intervals']:.3f}", cr, f"{r['seeds_per_regime']:.2f}",
+                          str(r["kept_and_worse"]), f"{r['cover_race_intervals']:.3f}", cr, f"{r['seeds_per_regime']:.2f}",
                           f"{r['jobs_per_condition']:.2f}",
                           f"{r['plan_seeds_per_regime']:.2f}" if "plan_seeds_per_regime" in r else "–"]))
 
@@ -299,9 +332,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--memory", action="store_true", help="hold the race's sweeps in memory (no job folders)")
     ap.add_argument("--regimes", type=int, default=len(P_GRID), choices=range(2, len(ALL_REGIMES) + 1),
                     help="regimes per condition (3: the default grid's μ = 1, 2, 4; 6: as many as the GPU pilot)")
+    ap.add_argument("--seed-kind", choices=SEED_KINDS, default="uniform",
+                    help="the seed effects' shape (module docstring): uniform (before issue 52), normal, t3, collapse, "
+                         "spread3")
+    ap.add_argument("--fixed", type=int, nargs="*", default=list(FIXED), help="fixed designs decided on the same runs")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     a = ap.parse_args(argv)
     GRID[:] = ALL_REGIMES[:a.regimes]
+    SEED_KIND[0] = a.seed_kind
+    FIXED_RUN[:] = a.fixed
     schedule = Schedule(tuple(a.looks), a.alpha, a.margin, a.spending)
     rows = []
     t0 = time.perf_counter()
