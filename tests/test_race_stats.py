@@ -13,7 +13,8 @@ from race_cli.stats import decisions as D
 from race_cli.stats import variance as V
 from race_cli.stats.quantiles import range_quantile
 from race_cli.stats.race import (CALIBRATED_FACTOR, DEFAULT_LOOKS, SPENDINGS, Schedule, active_noise, decide_look,
-                                 default_spending, make_schedule, pair_bounds)
+                                 default_spending, make_schedule, pair_bounds,
+                                 take_regime)
 
 # --- the schedule ------------------------------------------------------------------------------------
 
@@ -217,3 +218,12 @@ def test_small_calibration_on_null_and_shifted_conditions():
         assert np.mean(cover) >= 0.93
         false = np.mean([any(truth[i] >= truth[d.best] for i in d.worse) for d in decs])
         assert false <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n)
+
+
+def test_take_the_equivalent_regime_with_the_least_wall_time_per_job():
+    """At equal FLOPs the regime to take is the fastest measured one among those kept; untimed ones wait."""
+    secs = {"a": 52.0, "b": 41.0, "c": 12.0, "d": float("nan")}
+    assert take_regime(["a", "b"], secs) == "b"
+    assert take_regime(["a", "b", "d"], secs) == "b"  # d has no measured time
+    assert take_regime(["d"], secs) is None and take_regime(["e"], secs) is None
+    assert take_regime(["a", "b", "c"], secs) == "c"

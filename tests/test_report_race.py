@@ -58,6 +58,11 @@ def test_report_json_carries_the_race_record_per_condition(raced):
     s = next(r for c, r in by.items() if "tiny-s" in c)
     assert s["state"] == "winner" and s["best"] == "G=4 μ=1" and s["active"] == [] and s["next_seeds"] is None
     assert s["seeds"] == {"G=4 μ=1": 2, "G=4 μ=2": 2, "G=8 μ=1": 2}
+    # issue 52: the gain call beside the allocation call; each job's wall seconds (the fixture's summary.json
+    # seconds.total, 11.1 s); `take` only for an equivalence
+    assert s["gain"] == "gain" and s["best_gain"] == pytest.approx(0.55, abs=0.05)  # 0.75 against a 0.20 start
+    assert s["job_seconds"] == pytest.approx({"G=4 μ=1": 11.1, "G=4 μ=2": 11.1, "G=8 μ=1": 11.1})
+    assert s["take"] is None
 
 
 def test_the_findings_and_summary_say_each_race_state_and_the_schedule(raced):
