@@ -9,6 +9,7 @@ joint.py       the joint comparison: every (model, reward, G, mu) at the same FL
 joint_view.py  the joint comparison written out (terminal, summary.md, report.json, joint.png)
 recommend.py   the regimes worth validating, with the caveat beside them
 findings.py    what the pilot answers, on one screen, first in the console and summary.md
+bracket.py     where the best sits on the G x mu grid: the edge, the run past it, search vs learning
 predicted.py   the predictions a validation checks: endpoint ranking and compute curves
 validation.py  a validation sweep's verdict on the pilot's call (best - control, paired)
 labels.py      labels read back from provenance.json / report.json, checked against the jobs they name

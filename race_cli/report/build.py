@@ -177,11 +177,12 @@ def _findings(ranking, rec, joint, jobs, sweep_dirs, targets, maximize, items, r
               schedule=None) -> tuple[list[str], list]:
     """The findings lines (report/findings.py); a failure there never hides the report below it."""
     from race_cli import machine
+    from race_cli.report.bracket import read_launch
     from race_cli.report.findings import findings
 
     try:
         return findings(ranking, rec, joint, jobs, [str(d) for d in sweep_dirs], targets, maximize, items=items,
-                        workers=machine.cpu_cores(), race=race, schedule=schedule)
+                        workers=machine.cpu_cores(), race=race, schedule=schedule, launch=read_launch(sweep_dirs[0]))
     except Exception as exc:  # noqa: BLE001 - the sections below still hold every figure
         return [f"Findings: not available ({type(exc).__name__}: {exc}); the sections below have every figure."], []
 
@@ -282,8 +283,11 @@ def build_report(o: ReportOptions) -> Report:
                             "with it, or report without --at-budget.")
 
     table = J.with_checkpoints(J.joint_table(data, targets, ranked_by), data, front.checkpoints, targets)
+    from race_cli.report.bracket import search_learning
+
     joint = J.joint_compare(table, data.knob_cols, maximize,
-                            J.model_sizes(sweep_dirs, data.jobs[ranked]), rec, n_boot=o.bootstrap, seed=o.seed)
+                            J.model_sizes(sweep_dirs, data.jobs[ranked]), rec, n_boot=o.bootstrap, seed=o.seed,
+                            extra=(search_learning,))  # report/bracket.py: search vs learning
 
     race = None
     schedule = read_schedule(sweep_dirs[0])

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from race_cli.report import words as W
+from race_cli.report.bracket import QUESTION as SEARCH_LEARNING, Launch, edge_lines
 from race_cli.report.words import number as _num, signed as _signed
 
 MAX_SEEDS = 32  # seeds per regime the settle search goes to before it asks for items instead
@@ -310,11 +311,13 @@ def _joint_line(sent: pd.DataFrame, target: str, questions: tuple[str, ...], wha
 
 def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs: pd.DataFrame,
              sweeps: list[str], targets: list[str], maximize: dict[str, bool], items: dict | None = None,
-             workers: int = 1, race: list | None = None, schedule=None) -> tuple[list[str], list[Settle]]:
+             workers: int = 1, race: list | None = None, schedule=None,
+             launch: Launch | None = None) -> tuple[list[str], list[Settle]]:
     """(lines, settles): the findings as plain lines (no markup; the caller styles them) and what would
     settle each open call. See the module docstring. race: a raced sweep's states (report/race.py), each
     condition's call is then its race state (words.race_state), with its price when undecided; schedule:
-    their stats/race.Schedule, stated in one line."""
+    their stats/race.Schedule, stated in one line; launch: the pilot's grid and typed overrides
+    (bracket.read_launch), for the command that brackets a best at the grid's edge."""
     if not len(ranking) or "condition" not in ranking:
         return [], []
     varying = _varying(ranking)
@@ -348,10 +351,12 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
                 line += "; " + short_settle(s)
             lines.append(line)
         for questions, what in ((("size_matched", "size_final"), "size"),
-                                (("feedback_all_matched", "feedback_all", "feedback_matched"), "feedback")):
+                                (("feedback_all_matched", "feedback_all", "feedback_matched"), "feedback"),
+                                ((SEARCH_LEARNING,), "search vs learning")):
             jl = _joint_line(sent, t, questions, what)
             if jl:
                 lines.append("  " + jl)
+    lines += edge_lines(ranking, launch)  # report/bracket.py: bests on the grid's edge, and the run past it
     lines.append(validate_line(rec, sweeps))
     lines.append(settle_total(settles))
     if schedule is not None:
@@ -361,7 +366,8 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
 
 
 LEGEND = ("gap: best − runner-up (≥ its familywise lower bound); N seeds: per regime, for 80% power to "
-          "separate that gap; size, feedback: the joint comparison's mean difference at the same G, μ.")
+          "separate that gap; size, feedback: the joint comparison's mean difference at the same G, μ; search vs "
+          "learning: G×2 − μ×2, its own 5%; bracket: then race report both sweeps.")
 
 
 def _job_seconds(jobs: pd.DataFrame) -> dict[str, float]:

@@ -769,7 +769,8 @@ def _crossing(cs: np.ndarray, d: np.ndarray, first: int) -> float:
 
 def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, bool],
                   sizes: dict[str, int] | None = None, rec: pd.DataFrame | None = None,
-                  n_boot: int = 1000, seed: int = 0, alpha: float = ALPHA, level: float = 0.95) -> Joint:
+                  n_boot: int = 1000, seed: int = 0, alpha: float = ALPHA, level: float = 0.95,
+                  extra: tuple = ()) -> Joint:
     """The joint comparison of every joint condition (budget, task, target) of `table` (joint_table's
     columns), as a report/records.Joint (its ranking: one row per joint regime; its sentences: one row per
     comparison, `text` the sentence; across: several budgets); empty when no joint condition has two models
@@ -802,6 +803,8 @@ def joint_compare(table: pd.DataFrame, knobs: list[str], maximize: dict[str, boo
         found = [f | {"n_claims": n_claims} for f in found]
         split = _split_sentence(rec, float(budget), task, target)
         found += [split] if split else []
+        for claim in extra:  # e.g. report/bracket.search_learning: each its own familywise alpha
+            found += claim(ctx, knobs, alpha)
         sents += [head | s for s in found]
     if not parts:
         return Joint(ranking=pd.DataFrame(), sentences=pd.DataFrame(), sizes=dict(sizes), notes=notes)
