@@ -227,3 +227,15 @@ def cpu_model() -> str:
 def gpu_name() -> str | None:
     """Name of the first visible NVIDIA GPU via nvidia-smi (e.g. 'NVIDIA H100 80GB HBM3'); None without one."""
     return _smi_first("name")
+def driver_version() -> str | None:
+    """The NVIDIA kernel driver's version (/proc/driver/nvidia/version, else nvidia-smi); None without one."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text(errors="replace")
+        m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
+        if m:
+            return m.group(1)
+    except OSError:
+        pass
+    return _smi_first("driver_version")
+
+

@@ -66,8 +66,14 @@ def test_every_cpu_runnable_command_of_the_guide_runs(tmp_path):
     (bindir / "race").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m race_cli "$@"\n')
     (bindir / "race").chmod(0o755)
     (bindir / "python").symlink_to(sys.executable)
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT), "COLUMNS": "80",
-           "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hf")}
+    # vLLM importable, as on the GPU box the guide is for (the fake of tests/fake_vllm): the plans below size
+    # vLLM's engine beside each job, and the pilot must fit 80 GB cards with it
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "COLUMNS": "80",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "fake_vllm")]),
+           "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hf"), "CUDA_VISIBLE_DEVICES": ""}
+    found = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('vllm').origin)"],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert "fake_vllm" in found.stdout, found.stderr
     swapped = False
     for command, code in doc_commands():
         if command.startswith("race report") and not swapped:  # the pilot has run: a finished synthetic one
@@ -81,6 +87,8 @@ def test_every_cpu_runnable_command_of_the_guide_runs(tmp_path):
         got = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, cwd=work,
                              timeout=900)
         assert got.returncode == code, f"{command}\n{got.stdout[-2000:]}\n{got.stderr[-2000:]}"
+        if command == "race plan grid=pilot --gpu H100x8":  # the whole pilot on 80 GB cards, vLLM beside each job
+            assert "vLLM sleep per job" in got.stdout and "race plan: grid 'pilot'" in got.stdout
         assert "Traceback" not in got.stderr, command
         if code == 2:
             assert "error:" in got.stderr and "Try:" in got.stderr, command

@@ -197,6 +197,7 @@ class MemSpec:
     eval_completion_len: int = 0  # the evaluation's completion cap when larger (vLLM's max_model_len holds it)
     sleep_mode: str = "weights"  # vLLM only: "kv_cache" (weights stay on the device) or "weights" (level 1)
     reward_gpu: bool = False  # the PRM on a second GPU (engine/setup.reward_device with 2+ GPUs per job)
+    expected_completion_len: int = 0  # rollout.expected_completion_tokens: vLLM's smallest KV cache (0: no cap)
 
 
 @dataclass
@@ -211,6 +212,7 @@ class JobMemory:
     sleep_mode: str | None = None  # vLLM only: "kv_cache" or "weights" (see choose_sleep_mode)
     pinned_host_bytes: int = 0  # host memory level-1 sleep pins for vLLM's weights (0 otherwise)
     sleep_weight_bytes: int = 0  # bytes each level-1 sleep moves to the host and each wake back (0 otherwise)
+    vllm_capped: bool = False  # vLLM's fraction was cut to the room beside the trainer (vllm_room_fraction)
 
     def total(self, phase: str) -> int:
         return sum(self.phases[phase].values())
@@ -394,18 +396,64 @@ def job_memory(s: MemSpec, device_bytes: int | None = None) -> JobMemory:
         phases["update"] = nograd
     fraction = mode = None
     pinned = moved = 0
+    capped = False
     if s.backend == "vllm":
         phases = coexist_with_vllm(s, phases)
         mode = s.sleep_mode
         if mode == "weights":
             moved = pinned = vllm_weight_bytes(s.arch, s.dtype_bytes, s.lora_r, s.lora_targets)
         if device_bytes:
+            room = vllm_room_fraction(s, phases["rollout"], device_bytes)
+            if room is not None:
+                phases["rollout"]["vllm_reserved"], capped = int(room * device_bytes), True
             fraction = round(phases["rollout"]["vllm_reserved"] / device_bytes, 3)
     for phase in phases.values():  # the training process's own context, in every phase
         phase["cuda_context"] = CUDA_CONTEXT_BYTES
     if s.reward is not None and s.reward_gpu:
         phases["reward_gpu"] = reward_gpu_bytes(s)
-    return JobMemory(phases, mb, s.grad_checkpointing, device_bytes, fraction, mode, pinned, moved)
+    return JobMemory(phases, mb, s.grad_checkpointing, device_bytes, fraction, mode, pinned, moved, capped)
+
+
+def vllm_room_fraction(s: MemSpec, rollout: dict[str, int], device_bytes: int) -> float | None:
+    """vLLM's fraction cut to the room the trainer leaves it in the rollout phase, or None (no cut).
+
+    The job's rule (`vllm_need_bytes`) sizes vLLM's KV cache for every one of the B·G sequences at
+    max_model_len at once, the worst case. When that does not fit beside the trainer (its resident state,
+    gradients, a PRM on the same GPU), vLLM gets what is left within HEADROOM instead, provided the cache
+    still holds every sequence at the expected completion length (rollout.expected_completion_tokens): vLLM
+    then runs as many sequences at once as its blocks hold and queues (or recomputes) the rest, which changes
+    the rollout's seconds, never its tokens or FLOPs. Only where the fraction is the job's own (not set by
+    hand); None when the full cache fits, or when even the expected lengths would not (then refused)."""
+    if s.vllm_fraction is not None or not s.expected_completion_len:
+        return None
+    others = sum(v for k, v in rollout.items() if k != "vllm_reserved") + CUDA_CONTEXT_BYTES  # + the trainer's
+    room = math.floor((device_bytes * HEADROOM - others) / device_bytes * 1000) / 1000  # vLLM takes 3 decimals
+    if rollout["vllm_reserved"] <= room * device_bytes:
+        return None
+    floor = vllm_need(s.arch, dtype_bytes=s.dtype_bytes, lora_r=s.lora_r, lora_targets=s.lora_targets,
+                      sequences=s.sequences, max_model_len=s.prompt_len + s.expected_completion_len)
+    return room if room * device_bytes >= floor and room >= VLLM_MIN_FRACTION else None
+
+
+def vllm_note(cfg: dict, mem: JobMemory) -> str | None:
+    """One line on a vLLM job's engine: its fraction, how many sequences its KV cache holds at full length, and
+    where the plan cut it to the room beside the trainer (vllm_room_fraction); None for other backends."""
+    if mem.vllm_fraction is None or not mem.device_bytes or "vllm_reserved" not in mem.phases.get("rollout", {}):
+        return None
+    s = spec_from_config(cfg, vllm_installed=True)
+    full = s.prompt_len + max(s.completion_len, s.eval_completion_len)
+    kv = ((mem.phases["rollout"]["vllm_reserved"] - VLLM_HEADROOM_BYTES) / VLLM_KV_MARGIN
+          - vllm_weight_bytes(s.arch, s.dtype_bytes, s.lora_r, s.lora_targets))
+    held = min(s.sequences, max(0, int(kv // (kv_cache_bytes(s.arch, 1, s.dtype_bytes) * full))))
+    text = (f"vLLM: gpu_memory_utilization {mem.vllm_fraction:.3f}, a KV cache for {held} of the {s.sequences} "
+            f"sequences at full length ({full} tokens)")
+    if mem.vllm_capped:
+        whole = vllm_fraction(vllm_need_bytes(s), mem.device_bytes)
+        text += (f"; cut from {whole:.3f} to the room the trainer leaves: every sequence still fits at its expected "
+                 f"length ({s.prompt_len + s.expected_completion_len} tokens, {s.expected_completion_len} of them "
+                 "completion), and vLLM queues the last ones when nearly all run to the cap (the rollout's tokens and "
+                 "FLOPs are unchanged)")
+    return text + "."
 
 
 def coexist_with_vllm(s: MemSpec, phases: dict[str, dict[str, int]]) -> dict:
@@ -502,7 +550,8 @@ def spec_from_config(cfg: dict, *, device_is_gpu: bool = True, vllm_installed: b
                    vllm_fraction=ro.get("gpu_memory_utilization"), reward=reward,
                    reward_head=reward_head, reward_batch=int(r.get("batch_size") or 16), reward_len=reward_len,
                    eval_completion_len=int((cfg.get("eval") or {}).get("max_new_tokens") or 0),
-                   reward_gpu=bool(reward_gpu and reward is not None))
+                   reward_gpu=bool(reward_gpu and reward is not None),
+                   expected_completion_len=int(ro.get("expected_completion_tokens") or 0))
 
 
 def plan_memory(cfg: dict, device_bytes: int | None, *, vllm_installed: bool, kv_release: bool = True,
@@ -544,6 +593,8 @@ def cannot_fit(cfg: dict, mem: JobMemory, device_bytes: int, auto: bool) -> str:
         hints.append("grpo.grad_checkpointing=true")
     names = [k for k, _ in parts]
     if "reward_weights" in names:
+        if phase != "reward_gpu":  # on one GPU with the policy: a second GPU takes it
+            hints.append("--gpus-per-job 2 (the reward model on each job's second GPU)")
         hints.append("a smaller reward model or reward=rule")
     if "optimizer" in names:
         hints.append("lora.enabled=true (adapter states instead of full fine-tuning's)")

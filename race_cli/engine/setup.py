@@ -22,18 +22,75 @@ from race_cli.errors import RaceError
 # --- device and dtype ------------------------------------------------------------------------
 
 
+GPU_SLOT_ENV = "RACE_GPU_SLOT"  # set by race run's pool (pool/local.GPU_SLOT_ENV): the GPU ids it gave the job
+
+
+def expected_gpu() -> str | None:
+    """Why this job must run on a GPU whatever torch says, or None: race run gave it a GPU slot
+    (GPU_SLOT_ENV), or the NVIDIA driver lists GPUs that CUDA_VISIBLE_DEVICES does not hide."""
+    slot = os.environ.get(GPU_SLOT_ENV, "").strip()
+    if slot:
+        return f"race run gave this job GPU {slot} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')})"
+    if machine.gpu_visible("auto"):
+        return "the NVIDIA driver lists GPUs here"
+    return None
+
+
+def cuda_available() -> tuple[bool, str]:
+    """(torch.cuda.is_available(), the warning torch gave when it is not: its reason, e.g. a driver too old)."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = torch.cuda.is_available()
+    return ok, "" if ok else "; ".join(" ".join(str(w.message).split()) for w in caught)[:300]
+
+
+def no_cuda_message(requested: str, why: str, torch_said: str) -> str:
+    """Torch cannot use the GPU the job was given: name the torch, its CUDA build and the driver found."""
+    import torch
+
+    build = torch.version.cuda
+    driver = machine.driver_version()
+    found = (f"torch {torch.__version__} ({f'built for CUDA {build}' if build else 'a CPU-only build'}), "
+             f"NVIDIA driver {driver or 'not found'}")
+    said = f"; torch says: {torch_said}" if torch_said else ""
+    if not build:
+        fix = ("install a torch built for CUDA (pip install torch --index-url https://download.pytorch.org/whl/cu128, "
+               "or the CUDA your driver supports)")
+    elif driver:
+        fix = f"update the NVIDIA driver to one that supports CUDA {build}, or install the torch build for its CUDA"
+    else:
+        fix = "check that the NVIDIA driver is installed and loaded (nvidia-smi)"
+    return (f"device={requested}: {why}, but torch cannot use a GPU: torch.cuda.is_available() is False with {found}"
+            f"{said}. Nothing ran on the CPU instead. Try: {fix}; or run on CPU on purpose with device=cpu "
+            "(race run: CUDA_VISIBLE_DEVICES= for CPU workers).")
+
+
 def resolve_device(requested: str) -> str:
-    """`auto` -> `cuda:0` when CUDA is available, else `cpu`; `cuda`/`cuda:N` are checked."""
+    """`auto` -> `cuda:0` when CUDA is available, else `cpu`; `cuda`/`cuda:N` are checked.
+
+    No silent CPU: where a GPU is expected (`expected_gpu`: race run gave the job a GPU slot, or the driver
+    lists GPUs) and torch cannot use it, `auto` is a RaceError naming torch, its CUDA build and the driver,
+    never a CPU job (a 7B policy in float32 on CPU would run for days and say nothing)."""
     import torch
 
     if requested == "auto":
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
+        ok, said = cuda_available()
+        if ok:
+            return "cuda:0"
+        why = expected_gpu()
+        if why:
+            raise RaceError(no_cuda_message(requested, why, said))
+        return "cpu"
     if requested == "cpu":
         return "cpu"
     if requested.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise RaceError(f"device={requested} but this machine has no CUDA GPU visible to torch; "
-                            "use device=cpu or device=auto.")
+        ok, said = cuda_available()
+        if not ok:
+            raise RaceError(no_cuda_message(requested, expected_gpu() or "the job asks for a CUDA GPU", said))
         index = int(requested.split(":")[1]) if ":" in requested else 0
         if index >= torch.cuda.device_count():
             raise RaceError(f"device={requested} but only {torch.cuda.device_count()} CUDA device(s) exist.")
@@ -240,6 +297,26 @@ def job_memory_plan(cfg_dict: dict, device: str):
                        kv_release=machine.vllm_kv_release(), reward_gpu=reward_device(device) != device)
 
 
+def vllm_room_cut(cfg: Any, fraction: float, total: int, device: str) -> float:
+    """vLLM's fraction, no larger than the memory ledger's where the ledger cut it to the room the trainer
+    leaves (cost/memory.vllm_room_fraction: a KV cache for fewer than every sequence at full length); the
+    plan counted this job as fitting only with that cut."""
+    import copy
+
+    from omegaconf import OmegaConf
+
+    from race_cli.cost.memory import plan_memory
+
+    plain = copy.deepcopy(OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg)
+    plain["rollout"]["backend"] = "vllm"  # the ledger of this engine, whatever rollout.backend said
+    try:
+        mem = plan_memory(plain, total, vllm_installed=True, kv_release=machine.vllm_kv_release(),
+                          reward_gpu=reward_device(device) != device)
+    except RaceError:  # the ledger says it cannot fit (micro_batch_size set by hand): run as configured
+        return fraction
+    return min(fraction, mem.vllm_fraction) if mem.vllm_capped and mem.vllm_fraction else fraction
+
+
 @dataclass
 class Policy:
     model: Any  # PeftModel (LoRA) or the plain model (full fine-tuning)
@@ -361,6 +438,8 @@ def build_vllm(cfg: Any, policy: Policy, device: str, dtype: Any, *, prompts: tu
         fraction = memory_fraction(policy.arch, dtype_bytes=torch.finfo(dtype).bits // 8, lora=policy.lora,
                                    sequences=cfg.grpo.prompts_per_iter * cfg.grpo.group_size, max_model_len=max_len,
                                    gpu_bytes=total)
+    if r.gpu_memory_utilization is None and device.startswith("cuda"):  # the ledger's cut beside the trainer
+        fraction = vllm_room_cut(cfg, float(fraction), total, device)
     if sleep_mode is None:
         try:  # the ledger's choice: keep vLLM's weights on the device when they fit beside the update
             from race_cli.cost.memory import plan_memory

@@ -461,6 +461,11 @@ def print_memory(overrides: Sequence[str], *, gpu_mem: int | None = None, audit:
         table.add_row(phase, "[bold]peak[/]", f"[bold]{fmt_bytes(m.total(phase))}[/]")
         table.add_section()
     console.print(table)
+    from race_cli.cost.memory import vllm_note
+
+    note = vllm_note(job.config, m)
+    if note:
+        console.print(note, highlight=False)
     if not audit:
         return 0
     from race_cli.cost import memory_audit

@@ -98,6 +98,9 @@ def refuse_cpu_for_big_models(configs: Sequence[dict], *, gpus: Sequence[str], a
                         "or pass --allow-cpu to run it on CPU anyway.")
 
 
+# A job given GPUs (a GPU slot here, a SLURM task with GPUs) has their ids here too: device=auto then runs on
+# them or fails naming torch and the driver (engine/setup.resolve_device), never falls back to the CPU.
+GPU_SLOT_ENV = "RACE_GPU_SLOT"
 VLLM_PORT_STRIDE = 100  # ports between two slots' VLLM_PORT: vLLM scans upward from it for each port it opens
 
 
@@ -112,7 +115,7 @@ def gpu_slots(gpus: Sequence[str], gpus_per_job: int, vllm_port: str | None = No
     """
     groups = [list(gpus[i:i + gpus_per_job]) for i in range(0, len(gpus) - gpus_per_job + 1, gpus_per_job)]
     base = int(vllm_port) if vllm_port and vllm_port.strip().isdigit() else None
-    return [Slot(name="cuda:" + ",".join(g), env={"CUDA_VISIBLE_DEVICES": ",".join(g)}
+    return [Slot(name="cuda:" + ",".join(g), env={"CUDA_VISIBLE_DEVICES": ",".join(g), GPU_SLOT_ENV: ",".join(g)}
                  | ({"VLLM_PORT": str(base + k * VLLM_PORT_STRIDE)} if base is not None else {}))
             for k, g in enumerate(groups)]
 
@@ -123,7 +126,7 @@ def cpu_slots(workers: int, cores: int) -> list[Slot]:
     OpenMP's wait policy is left alone: its waiting threads spin, which is fastest while the pool has the
     cores to itself and slow when another multi-threaded run shares them (docs/measurements/code.md)."""
     threads = str(max(1, cores // max(1, workers)))
-    env = {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+    env = {"CUDA_VISIBLE_DEVICES": "", GPU_SLOT_ENV: "", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
            "RACE_THREADS": threads}
     return [Slot(name="cpu", env=env) for _ in range(workers)]
 

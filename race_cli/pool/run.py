@@ -85,17 +85,19 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
                   max_jobs=max_jobs)
     job_command = job_command or default_job_command
     check: Callable[[list[dict]], None] | None = None
+    gpu_mem = None  # bytes per GPU the jobs will run on (None: not known here, e.g. SLURM nodes)
     if launcher == "local":  # hub-sized models on CPU workers only when asked (--allow-cpu)
         from race_cli import machine
         from race_cli.pool.local import refuse_cpu_for_big_models
 
         gpus = machine.visible_gpus()
         check = lambda configs: refuse_cpu_for_big_models(configs, gpus=gpus, allow_cpu=allow_cpu)
+        gpu_mem = machine.gpu_total_bytes() if gpus else None  # every job must fit it, before the first one runs
 
     from race_cli.plan.build import prepare_sweep
 
     sweep = prepare_sweep(overrides, sweep_dir, yes=yes, max_jobs=max_jobs, runs_root=runs_root, say=say,
-                          check=check, race=race, max_seeds=max_seeds)
+                          check=check, race=race, max_seeds=max_seeds, gpu_mem=gpu_mem, gpus_per_job=gpus_per_job)
     from race_cli.pool.race_loop import end_lines, next_look, sweep_schedule
 
     schedule = sweep_schedule(sweep)  # None: a fixed design, one pass

@@ -57,7 +57,7 @@ class SlurmTask:
         return folder.job_dir(self.sweep_dir, job_id)
 
     def __call__(self, job_id: str) -> dict[str, Any]:
-        from race_cli.pool.local import attempt_header, child_env, spawn
+        from race_cli.pool.local import GPU_SLOT_ENV, attempt_header, child_env, spawn
 
         job_dir = self.job_dir(job_id)
         current = st.read_status(job_dir)
@@ -67,7 +67,8 @@ class SlurmTask:
         status = st.begin_attempt(job_dir, device=f"cuda:{cvd}" if cvd else "cpu",
                                   slurm_job_id=_slurm_task_id())
         threads = os.environ.get("SLURM_CPUS_PER_TASK", "1")
-        env = child_env({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "RACE_THREADS": threads})
+        env = child_env({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "RACE_THREADS": threads,
+                         GPU_SLOT_ENV: cvd})  # a task given GPUs runs on them or fails (no silent CPU)
         argv = [a.replace(PLACEHOLDER, str(job_dir)) for a in self.argv_template]
         self._closed = False
         self._proc = spawn(job_dir, argv, env, header=attempt_header(status, argv),
