@@ -224,9 +224,6 @@ def cpu_model() -> str:
     return platform.processor() or ""
 
 
-def gpu_name() -> str | None:
-    """Name of the first visible NVIDIA GPU via nvidia-smi (e.g. 'NVIDIA H100 80GB HBM3'); None without one."""
-    return _smi_first("name")
 def driver_version() -> str | None:
     """The NVIDIA kernel driver's version (/proc/driver/nvidia/version, else nvidia-smi); None without one."""
     try:
@@ -239,3 +236,6 @@ def driver_version() -> str | None:
     return _smi_first("driver_version")
 
 
+def gpu_name() -> str | None:
+    """Name of the first visible NVIDIA GPU via nvidia-smi (e.g. 'NVIDIA H100 80GB HBM3'); None without one."""
+    return _smi_first("name")

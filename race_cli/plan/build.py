@@ -350,8 +350,8 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     from race_cli.cost.memory import pinned_host_check
 
     local = machine.visible_gpus() if gpu is None else []
-    host = pinned_host_check([j.memory.pinned_host_bytes for j in jobs if j.memory is not None],
     refuse_vllm_on_mig(local, jobs + reserve)
+    host = pinned_host_check([j.memory.pinned_host_bytes for j in jobs if j.memory is not None],
                              gpus_per_node=gpu.count if gpu is not None else len(local),
                              ram=machine.host_ram_bytes(), local=bool(local))
     if host.refuse:
@@ -361,7 +361,6 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
                 race=schedule, reserve=reserve, race_note=race_note, task_note=task_note)
 
 
-ASSUMED_GPU = "H100"  # the kind a plan assumes when its jobs need a GPU and none is named or detected
 def refuse_vllm_on_mig(gpus: Sequence[str], jobs: Sequence[PlannedJob]) -> None:
     """RaceError when the GPUs here are MIG devices and a job samples with vLLM: refused, not merely untested.
 
@@ -380,6 +379,7 @@ def refuse_vllm_on_mig(gpus: Sequence[str], jobs: Sequence[PlannedJob]) -> None:
                     "sampler, which runs on a MIG device as on any GPU), or whole GPUs (MIG off).")
 
 
+ASSUMED_GPU = "H100"  # the kind a plan assumes when its jobs need a GPU and none is named or detected
 
 
 def _assumed_gpu(jobs: Sequence[PlannedJob], gpu_mem: int | None) -> tuple[Any, str | None]:
@@ -647,10 +647,6 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 # --- the sweep `race run` runs ----------------------------------------------------------------
 
-def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool, max_jobs: int,
-                  runs_root: Path = Path("runs"), say: Callable[[str], None] = print,
-                  check: Callable[[list[dict]], None] | None = None, race: bool = True,
-                  max_seeds: int | None = None, gpu_mem: int | None = None, gpus_per_job: int = 1) -> Path:
 def fit_problems(named: Sequence[tuple[str, dict]], gpu_mem: int, gpus_per_job: int) -> list[str]:
     """'Job <id>: <why and what to try>' for each job (id, composed config) whose planned peak does not fit
     `gpu_mem` per GPU with `gpus_per_job` GPUs (the memory ledger build_plan refuses a plan by): race run
@@ -687,6 +683,10 @@ def gpu_context(gpu_mem: int, gpus_per_job: int) -> str:
             "jobs named above (or the GPUs) and rerun.")
 
 
+def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool, max_jobs: int,
+                  runs_root: Path = Path("runs"), say: Callable[[str], None] = print,
+                  check: Callable[[list[dict]], None] | None = None, race: bool = True,
+                  max_seeds: int | None = None, gpu_mem: int | None = None, gpus_per_job: int = 1) -> Path:
     """The sweep folder to run: an existing one as it is (--sweep-dir, no overrides), else the plan
     of `overrides` written (or found unchanged) at --sweep-dir or the default folder.
     `check(job configs)` may refuse the sweep (RaceError) before anything is written. `race`, `max_seeds`:
