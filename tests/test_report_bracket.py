@@ -194,3 +194,19 @@ def test_search_vs_learning_not_separated_when_the_two_allocations_score_alike(t
     rep = build_report(ReportOptions([root], plots=False, bootstrap=100))
     line = _line(rep.findings, "  search vs learning: ")
     assert line.startswith("  search vs learning: G=8 μ=1 − G=4 μ=2 +0.000 [") and line.endswith(", not separated")
+
+
+def test_the_launch_is_read_as_data(tmp_path):
+    """multirun.yaml's grid name and typed overrides; anything else (a link, not a mapping, overrides that
+    are not strings) gives no launch or no overrides, never an error: the findings must not hide the report."""
+    (tmp_path / "multirun.yaml").write_text(yaml.safe_dump({"overrides": ["seed=0,1"], "grid": {"name": "pilot"}}))
+    assert BR.read_launch(tmp_path) == BR.Launch(grid="pilot", overrides=("seed=0,1",))
+    (tmp_path / "multirun.yaml").write_text(yaml.safe_dump({"overrides": [{"a": 1}], "grid": "tiny"}))
+    assert BR.read_launch(tmp_path) == BR.Launch(grid=None, overrides=())
+    (tmp_path / "multirun.yaml").write_text("- a list\n")
+    assert BR.read_launch(tmp_path) is None
+    (tmp_path / "real.yaml").write_text(yaml.safe_dump({"grid": {"name": "tiny"}}))
+    (tmp_path / "multirun.yaml").unlink()
+    (tmp_path / "multirun.yaml").symlink_to(tmp_path / "real.yaml")
+    assert BR.read_launch(tmp_path) is None  # a link in a sweep folder is refused
+    assert BR.read_launch(tmp_path / "missing") is None
