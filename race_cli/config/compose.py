@@ -197,6 +197,85 @@ def compose(overrides: Sequence[str] = (), derive: bool = True) -> Any:
     return cfg
 
 
+# --- composed configs kept between runs -------------------------------------------------------------
+# A plan composes once per distinct group choice (model=, reward=, task=, ...), and a Hydra composition costs
+# ~0.1 s on the 2-core dev machine, with ~0.3 s of imports (docs/measurements/plan-speed.md). The composed,
+# schema-checked, underived config is plain data, a pure function of the group overrides, the YAML files of
+# every search dir and the code that reads them: kept under the race cache (RACE_CACHE, else ~/.cache/race)
+# in compose/<key>.json, where the key hashes all of those, so a changed file, folder, override, schema or
+# Hydra version composes afresh. RACE_COMPOSE_CACHE=off composes every time; an unreadable or unwritable
+# cache is the same as none. Failed compositions are never kept: their messages come from Hydra each time.
+COMPOSE_CACHE_ENV = "RACE_COMPOSE_CACHE"
+COMPOSE_CACHE_VERSION = 1
+_CODE = ("schema.py", "domains.py", "compose.py")  # race_cli/config files whose change changes a composition
+
+
+@functools.lru_cache(maxsize=8)
+def _inputs_digest(dirs: tuple[Path, ...]) -> str:
+    """A hash of everything a composition reads but its overrides: every YAML file of the search dirs
+    (relative path and content), race's schema code, and the Hydra and OmegaConf versions."""
+    import hashlib
+    from importlib import metadata
+
+    h = hashlib.sha256(f"v{COMPOSE_CACHE_VERSION}".encode())
+    for name in ("hydra-core", "omegaconf"):
+        try:
+            h.update(f"{name}={metadata.version(name)}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{name}=?".encode())
+    here = Path(__file__).resolve().parent
+    for name in _CODE:
+        h.update(name.encode() + b"\0" + (here / name).read_bytes())
+    for i, d in enumerate(dirs):
+        for path in sorted(d.rglob("*.yaml")):
+            h.update(f"{i}:{path.relative_to(d).as_posix()}\0".encode() + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _compose_cache_path(overrides: Sequence[str]) -> Path | None:
+    import hashlib
+    import json
+
+    if os.environ.get(COMPOSE_CACHE_ENV, "").strip().lower() == "off":
+        return None
+    from race_cli.zoo.build import cache_root
+
+    try:
+        digest = _inputs_digest(tuple(search_dirs()))
+    except OSError:
+        return None
+    key = hashlib.sha256((digest + json.dumps(list(overrides))).encode()).hexdigest()[:32]
+    return cache_root() / "compose" / f"{key}.json"
+
+
+def compose_plain(overrides: Sequence[str] = ()) -> dict:
+    """compose(overrides, derive=False) as plain data (OmegaConf.to_container, resolved), read from the race
+    cache where these exact inputs were composed before (see above), else composed and kept there."""
+    import json
+
+    path = _compose_cache_path(overrides)
+    if path is not None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and data.get("overrides") == list(overrides) and isinstance(
+                    data.get("config"), dict):
+                return data["config"]
+        except (OSError, ValueError):
+            pass
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_container(compose(list(overrides), derive=False), resolve=True)
+    if path is not None:
+        from race_cli.io import atomic_write_text
+
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps({"overrides": list(overrides), "config": cfg}), durable=False)
+        except (OSError, TypeError, ValueError):
+            pass  # a read-only cache, or a value JSON cannot hold: composed each time
+    return cfg
+
+
 def derive_settings(data: Any) -> None:
     """Fill the settings a job takes from its task, model and targets (race_cli/config/derive.py) into a
     composed config (a plain dict or the typed DictConfig), in place; RaceError lists what cannot be filled."""

@@ -196,12 +196,67 @@ def joint_power_lines(rows: list[JointPower]) -> list[str]:
 def _shift(crit: float, df: float, power: float) -> float:
     """The noncentrality δ at which a t statistic with df degrees of freedom exceeds `crit` with
     probability `power` (scipy's noncentral t; with few df it is well above crit + t_power)."""
-    from scipy.optimize import brentq
-    from scipy.stats import nct
-
     if not math.isfinite(df) or df > 1e6:
         df = 1e6
-    return float(brentq(lambda d: nct.sf(crit, df, d) - power, 0.0, crit + 50.0))
+    sf = _nct_sf()
+    return float(brentq(lambda d: sf(crit, df, d) - power, 0.0, crit + 50.0))
+
+
+def _nct_sf():
+    """The noncentral t's survival function (x, df, nc) as scipy.stats.nct.sf computes it for valid scalar
+    arguments (the ufunc it calls, clipped to [0, 1]), without importing scipy.stats (~0.5 s of `race plan`,
+    docs/measurements/plan-speed.md); scipy.stats where the private ufunc is gone."""
+    try:
+        from scipy.special._ufuncs import _nct_sf as ufunc
+    except ImportError:  # another scipy: the public, slower-to-import way
+        from scipy.stats import nct
+
+        return lambda x, df, nc: float(nct.sf(x, df, nc))
+    return lambda x, df, nc: min(max(float(ufunc(x, df, nc)), 0.0), 1.0)
+
+
+def brentq(f, xa: float, xb: float, xtol: float = 2e-12, rtol: float = 8.881784197001252e-16,
+           maxiter: int = 100) -> float:
+    """A root of f in [xa, xb] by Brent's method, step for step scipy.optimize.brentq (its C code,
+    scipy/optimize/Zeros/brentq.c, with scipy's default tolerances), so the same root to the last bit
+    (tests/test_plan_power.py compares them) without importing scipy.optimize (~0.4 s)."""
+    xpre, xcur = float(xa), float(xb)
+    xblk = fblk = spre = scur = 0.0
+    fpre, fcur = f(xpre), f(xcur)
+    if fpre == 0:
+        return xpre
+    if fcur == 0:
+        return xcur
+    if math.copysign(1.0, fpre) == math.copysign(1.0, fcur):
+        raise ValueError("f(a) and f(b) must have different signs")
+    for _ in range(maxiter):
+        if fpre != 0 and fcur != 0 and math.copysign(1.0, fpre) != math.copysign(1.0, fcur):
+            xblk, fblk = xpre, fpre
+            spre = scur = xcur - xpre
+        if abs(fblk) < abs(fcur):
+            xpre, xcur, xblk = xcur, xblk, xcur
+            fpre, fcur, fblk = fcur, fblk, fcur
+        delta = (xtol + rtol * abs(xcur)) / 2
+        sbis = (xblk - xcur) / 2
+        if fcur == 0 or abs(sbis) < delta:
+            return xcur
+        if abs(spre) > delta and abs(fcur) < abs(fpre):
+            if xpre == xblk:  # interpolate
+                stry = -fcur * (xcur - xpre) / (fcur - fpre)
+            else:  # extrapolate
+                dpre = (fpre - fcur) / (xpre - xcur)
+                dblk = (fblk - fcur) / (xblk - xcur)
+                stry = -fcur * (fblk * dblk - fpre * dpre) / (dblk * dpre * (fblk - fpre))
+            if 2 * abs(stry) < min(abs(spre), 3 * abs(sbis) - delta):  # a good short step
+                spre, scur = scur, stry
+            else:  # bisect
+                spre = scur = sbis
+        else:  # bisect
+            spre = scur = sbis
+        xpre, fpre = xcur, fcur
+        xcur += scur if abs(scur) > delta else (delta if sbis > 0 else -delta)
+        fcur = f(xcur)
+    raise RuntimeError(f"brentq: no convergence in {maxiter} iterations")
 
 
 def planned_items(cfg: dict, target: str) -> int | None:

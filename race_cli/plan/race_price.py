@@ -147,9 +147,11 @@ def simulate_seeds(regs: list[_Regime], schedule: Any, seed_sd: float, gap: floa
             u["seeds"][u["active"]] = s_k
         noises = []
         for u in units:  # stopped races' regimes keep their seeds in the pool, as the report's do
-            codes = np.concatenate([np.full(s, r) for r, s in enumerate(u["seeds"])])
-            table = np.concatenate([u["scores"][r, :s] for r, s in enumerate(u["seeds"])])
-            noises.append(noise_of(codes, table, n_reg=len(u["regs"]), own_pool=False))
+            if "noise" not in u or u["open"]:  # a stopped race's seeds, so its noise, no longer change
+                codes = np.concatenate([np.full(s, r) for r, s in enumerate(u["seeds"])])
+                table = np.concatenate([u["scores"][r, :s] for r, s in enumerate(u["seeds"])])
+                u["noise"] = noise_of(codes, table, n_reg=len(u["regs"]), own_pool=False)
+            noises.append(u["noise"])
         keys = [u["pool"] for u in units]
         pools: dict = {}
         for sim in range(n_sim):  # each simulated sweep pools its own regimes
@@ -172,14 +174,68 @@ def simulate_seeds(regs: list[_Regime], schedule: Any, seed_sd: float, gap: floa
     return seeds
 
 
+# --- simulated races kept between runs ----------------------------------------------------------------
+# The expected price's 40 simulated sweeps are most of `race plan`'s time (docs/measurements/plan-speed.md),
+# and a pure function of what simulate_seeds reads: the regimes' conditions and targets, the schedule, the
+# seed sd, the gap, the random seed and the count, run by this file's and stats/'s code. The seeds they end
+# with are kept under the race cache (RACE_CACHE, else ~/.cache/race) in race-price/<key>.json, the key a
+# hash of all of those (the code as its source text), so any change simulates afresh. RACE_PRICE_CACHE=off
+# simulates every time; an unreadable or unwritable cache is the same as none.
+PRICE_CACHE_ENV = "RACE_PRICE_CACHE"
+
+
+def _price_key(regs: list[_Regime], schedule: Any, seed_sd: float, gap: float, seed: int, n_sim: int) -> str:
+    import hashlib
+    import json
+    from pathlib import Path
+
+    here = Path(__file__).resolve()
+    h = hashlib.sha256(here.read_bytes())
+    for path in sorted((here.parents[1] / "stats").glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    what = {"regs": [[list(r.cond), [list(t) for t in r.targets]] for r in regs],
+            "schedule": repr(schedule),  # a dataclass's repr: every field, a field added later included
+            "seed_sd": seed_sd, "gap": gap, "seed": seed, "n_sim": n_sim, "numpy": np.__version__}
+    h.update(json.dumps(what, sort_keys=True, default=repr).encode())
+    return h.hexdigest()[:32]
+
+
+def _simulated_seeds(regs: list[_Regime], schedule: Any, seed_sd: float, gap: float, seed: int,
+                     n_sim: int) -> np.ndarray:
+    """simulate_seeds(..., np.random.default_rng(seed), n_sim), from the race cache where these inputs ran."""
+    import json
+    import os
+
+    path = None
+    if os.environ.get(PRICE_CACHE_ENV, "").strip().lower() != "off":
+        from race_cli.zoo.build import cache_root
+
+        try:
+            path = cache_root() / "race-price" / f"{_price_key(regs, schedule, seed_sd, gap, seed, n_sim)}.json"
+            got = np.asarray(json.loads(path.read_text(encoding="utf-8"))["seeds"], dtype=int)
+            if got.shape == (n_sim, len(regs)):
+                return got
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    seeds = simulate_seeds(regs, schedule, seed_sd, gap, np.random.default_rng(seed), n_sim)
+    if path is not None:
+        from race_cli.io import atomic_write_text
+
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps({"seeds": seeds.tolist()}), durable=False)
+        except OSError:
+            pass
+    return seeds
+
+
 def price_race(plan: Any, seed_sd: float, gap: float = EXPECTED_GAP, n_sim: int = N_SIM, seed: int = 0) -> RacePrice:
     """The race's minimum, expected and maximum price (plan.race must be set)."""
     schedule = plan.race
     looks = tuple(schedule.looks)
     regs = _regimes(plan)
     slots = max(1, int(plan.slots))
-    rng = np.random.default_rng(seed)
-    sims = [_cost(regs, s, looks, slots) for s in simulate_seeds(regs, schedule, seed_sd, gap, rng, n_sim)]
+    sims = [_cost(regs, s, looks, slots) for s in _simulated_seeds(regs, schedule, seed_sd, gap, seed, n_sim)]
     return RacePrice(looks=looks, minimum=_cost(regs, np.full(len(regs), looks[0]), looks, slots),
                      expected=_mean(sims), maximum=_cost(regs, np.full(len(regs), looks[-1]), looks, slots),
                      gap=gap, seed_sd=seed_sd, n_sim=n_sim, slots=slots,
