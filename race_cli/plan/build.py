@@ -350,6 +350,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     from race_cli.cost.memory import pinned_host_check
 
     local = machine.visible_gpus() if gpu is None else []
+    refuse_vllm_on_mig(local, jobs + reserve)
     host = pinned_host_check([j.memory.pinned_host_bytes for j in jobs if j.memory is not None],
                              gpus_per_node=gpu.count if gpu is not None else len(local),
                              ram=machine.host_ram_bytes(), local=bool(local))
@@ -358,6 +359,24 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     return Plan(typed=list(overrides), grid=grid, axes={a.key: a.values for a in axes}, jobs=jobs, capped=capped,
                 slots=slots, wall_source=source, gpu=gpu, host_note=host.text, gpu_assumed=assumed,
                 race=schedule, reserve=reserve, race_note=race_note, task_note=task_note)
+
+
+def refuse_vllm_on_mig(gpus: Sequence[str], jobs: Sequence[PlannedJob]) -> None:
+    """RaceError when the GPUs here are MIG devices and a job samples with vLLM: refused, not merely untested.
+
+    The pool hands a job its MIG device by UUID (CUDA_VISIBLE_DEVICES=MIG-...), the form vLLM's device lookup
+    takes for an integer and fails on at start-up (vLLM issue 41848; the fix, pull request 46132, was still
+    open at the time of writing), and vLLM's NVML queries read the parent GPU's memory, not the slice's, so its
+    gpu_memory_utilization would not be the ledger's. race's own samplers run on a MIG device as on any GPU."""
+    migs = [g for g in gpus if g.startswith("MIG-")]
+    on_vllm = [j.job_id for j in jobs if j.backend == "vllm"]
+    if not migs or not on_vllm:
+        return
+    raise RaceError(f"The GPUs here are MIG devices ({', '.join(migs[:2])}{', ...' if len(migs) > 2 else ''}) and "
+                    f"{len(on_vllm)} job(s) would sample with vLLM ({', '.join(on_vllm[:3])}"
+                    f"{', ...' if len(on_vllm) > 3 else ''}): vLLM does not start on a MIG device selected by UUID "
+                    "(vLLM issue 41848) and sizes its memory from the whole GPU. Try: rollout.backend=lean (race's "
+                    "sampler, which runs on a MIG device as on any GPU), or whole GPUs (MIG off).")
 
 
 ASSUMED_GPU = "H100"  # the kind a plan assumes when its jobs need a GPU and none is named or detected
@@ -630,22 +649,71 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 # --- the sweep `race run` runs ----------------------------------------------------------------
 
+def fit_problems(named: Sequence[tuple[str, dict]], gpu_mem: int, gpus_per_job: int) -> list[str]:
+    """'Job <id>: <why and what to try>' for each job (id, composed config) whose planned peak does not fit
+    `gpu_mem` per GPU with `gpus_per_job` GPUs (the memory ledger build_plan refuses a plan by): race run
+    checks a sweep folder it resumes against the GPUs it will run on. Jobs equal up to their seed are planned once."""
+    import json
+
+    from race_cli.cost.memory import plan_memory
+    from race_cli.plan.wall import on_gpu
+
+    out: list[str] = []
+    seen: dict[str, list[str]] = {}
+    for jid, cfg in named:
+        key = json.dumps({k: v for k, v in cfg.items() if k != "seed"}, sort_keys=True, default=str)
+        if key not in seen:
+            try:
+                plan_memory(cfg, gpu_mem, vllm_installed=machine.vllm_installed(), kv_release=machine.vllm_kv_release(),
+                            reward_gpu=on_gpu(cfg) and gpus_per_job >= 2)
+                seen[key] = []
+            except RaceError as exc:
+                seen[key] = list(exc.problems)
+            except (KeyError, TypeError, ValueError):  # a damaged config fails its own job (race train), not the run
+                seen[key] = []
+        out += [f"Job {jid}: {p}" for p in seen[key]]
+    return out
+
+
+def gpu_context(gpu_mem: int, gpus_per_job: int) -> str:
+    """The closing line of race run's refusal: what it planned with, and that nothing ran."""
+    from race_cli.cost.memory import fmt_bytes
+
+    vllm = "importable, so rollouts are planned on it" if machine.vllm_installed() else "not installed"
+    return (f"race run planned every job against the GPUs it will run on: {fmt_bytes(gpu_mem)} each (nvidia-smi), "
+            f"{gpus_per_job} GPU(s) per job (--gpus-per-job), vLLM {vllm}. Nothing was written or run; change the "
+            "jobs named above (or the GPUs) and rerun.")
+
+
 def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool, max_jobs: int,
                   runs_root: Path = Path("runs"), say: Callable[[str], None] = print,
                   check: Callable[[list[dict]], None] | None = None, race: bool = True,
-                  max_seeds: int | None = None) -> Path:
+                  max_seeds: int | None = None, gpu_mem: int | None = None, gpus_per_job: int = 1) -> Path:
     """The sweep folder to run: an existing one as it is (--sweep-dir, no overrides), else the plan
     of `overrides` written (or found unchanged) at --sweep-dir or the default folder.
     `check(job configs)` may refuse the sweep (RaceError) before anything is written. `race`, `max_seeds`:
-    as build_plan (an existing folder keeps the design it was planned with)."""
+    as build_plan (an existing folder keeps the design it was planned with). `gpu_mem` (bytes per GPU, race
+    run's GPUs) and `gpus_per_job`: every job, planned or found, must fit them (as `race plan` on this box
+    refuses a job), or the sweep is refused naming each job and the fix, before any job runs."""
     if sweep_dir is not None and not overrides and is_sweep(sweep_dir):
         say(f"sweep: {sweep_dir} (resuming the plan already there)")
-        if check is not None:
-            from race_cli.folder import job_config_data
+        from race_cli.folder import job_config_data
 
-            check([job_config_data(p) for p in job_configs(sweep_dir)])
+        configs = [(p.parent.parent.name, job_config_data(p)) for p in job_configs(sweep_dir)]
+        if check is not None:
+            check([c for _, c in configs])
+        if gpu_mem is not None:
+            problems = fit_problems(configs, gpu_mem, gpus_per_job)
+            if problems:
+                raise RaceError(*problems, gpu_context(gpu_mem, gpus_per_job))
         return Path(sweep_dir)
-    plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes, race=race, max_seeds=max_seeds)
+    try:
+        plan = build_plan(list(overrides), max_jobs=max_jobs, yes=yes, race=race, max_seeds=max_seeds,
+                          gpu_mem=gpu_mem, gpus_per_job=gpus_per_job)
+    except RaceError as exc:
+        if gpu_mem is None or not any(" phase needs " in p for p in exc.problems):
+            raise
+        raise RaceError(*exc.problems, gpu_context(gpu_mem, gpus_per_job)) from None
     if check is not None:
         check([job.config for job in plan.jobs])
     from race_cli.zoo.build import refuse_unusable_cache
