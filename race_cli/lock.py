@@ -8,6 +8,11 @@ same boot and no live process with that pid and start time (pid reuse is not mis
 the owner). A lock held from another host cannot be checked from here: it is refused with
 a message saying how to remove it by hand.
 
+A sweep lock can be re-entered by the process that holds it, where the code asks for it (`reenter=True`):
+`race run` holds it for a whole race and each look's pass takes it again inside (pool/run.py), so no other
+run can start between two looks. Only a holder that took it with `reenter=True` is re-entered; anything
+else, a second plain SweepLock in the same process included, is refused as before; a forked child (its pid differs) never re-enters its parent's lock.
+
     with SweepLock(sweep_dir, say=print):
         ...  # run the sweep
     with JobLock(job_dir, say=print):
@@ -27,6 +32,7 @@ from race_cli.errors import RaceError
 
 LOCK_NAME = ".race.lock"
 JOB_LOCK_NAME = ".job.lock"
+_HELD: dict[str, int] = {}  # re-entrant locks this process holds -> how many times they were entered
 
 
 def boot_id() -> str:
@@ -88,11 +94,13 @@ class FileLock:
     """Hold the lock file `path` (see the module docstring); `busy()` words the refusal."""
 
     who = "process"  # what holds such a lock, for messages
+    reentrant = False  # whether the process holding it may take it again (`reenter`; the outermost releases)
 
-    def __init__(self, path: Path, say: Callable[[str], None] = print):
+    def __init__(self, path: Path, say: Callable[[str], None] = print, reenter: bool = False):
         self.path = Path(path)
         self.say = say
         self.held = False
+        self.reenter = reenter and self.reentrant  # take it again when this process holds it already
 
     def busy(self, record: dict[str, Any]) -> str:
         return (f"Another process (pid {record.get('pid')} on {record.get('host')}, started "
@@ -135,11 +143,29 @@ class FileLock:
             os.fsync(f.fileno())
         return True
 
+    def _key(self) -> str:
+        return os.path.realpath(self.path)
+
+    def _ours(self) -> bool:
+        """Whether the lock file names this process (a re-entrant lock held here)."""
+        try:
+            record = json.loads(self.path.read_text() or "{}")
+        except (OSError, json.JSONDecodeError):
+            return False
+        return isinstance(record, dict) and record.get("pid") == os.getpid() and \
+            record.get("host") == socket.gethostname()
+
     def acquire(self) -> "FileLock":
         self.refuse_not_a_file()
+        if self.reenter and _HELD.get(self._key()) and self._ours():
+            _HELD[self._key()] += 1
+            self.held = True
+            return self
         for _ in range(5):  # a few rounds: another process may take over a stale lock at the same time
             if self._create():
                 self.held = True
+                if self.reenter:  # only a holder that asked for it can be re-entered
+                    _HELD[self._key()] = 1
                 return self
             try:
                 record = json.loads(self.path.read_text() or "{}")
@@ -192,6 +218,11 @@ class FileLock:
         if not self.held:
             return
         self.held = False
+        if self.reenter:
+            n = _HELD.pop(self._key(), 0)
+            if n > 1:  # an inner holder: the outermost releases
+                _HELD[self._key()] = n - 1
+                return
         try:
             record = json.loads(self.path.read_text())
         except (OSError, json.JSONDecodeError):
@@ -210,9 +241,10 @@ class SweepLock(FileLock):
     """Hold `<sweep_dir>/.race.lock` for the life of a `race run`."""
 
     who = "race run"
+    reentrant = True
 
-    def __init__(self, sweep_dir: Path, say: Callable[[str], None] = print):
-        super().__init__(Path(sweep_dir) / LOCK_NAME, say)
+    def __init__(self, sweep_dir: Path, say: Callable[[str], None] = print, reenter: bool = False):
+        super().__init__(Path(sweep_dir) / LOCK_NAME, say, reenter)
 
     def busy(self, record: dict[str, Any]) -> str:
         return (f"Another race run (pid {record.get('pid')} on {record.get('host')}, started "

@@ -273,7 +273,8 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     axes: list[Axis] = [a for a in grid_axes if a.key not in user_keys] + typed.axes
     grid_fixed, task_note = task_fixed(grid, typed)
     fixed = [_fixed_override(k, v) for k, v in grid_fixed.items() if k not in user_keys] + typed.fixed
-    schedule, first, race_note, spending_named = _race_seeds(grid, axes, fixed, race, max_seeds, user_keys)
+    schedule, first, race_note, spending_named = _race_seeds(grid, axes, fixed, race, max_seeds, user_keys,
+                                                             limit)
 
     n_jobs = math.prod(len(a.values) for a in axes) if axes else 1  # counted before anything is expanded
     if n_jobs > max_jobs and not yes:
@@ -399,14 +400,14 @@ def _assumed_gpu(jobs: Sequence[PlannedJob], gpu_mem: int | None) -> tuple[Any, 
 
 
 def _race_seeds(grid: dict, axes: list, fixed: list[str], race: bool, max_seeds: int | None,
-                user_keys: set[str]) -> tuple[Any, int, str | None, bool]:
+                user_keys: set[str], limit: int = HARD_MAX_JOBS) -> tuple[Any, int, str | None, bool]:
     """(the race's schedule or None, seeds of its first look, a note, whether the grid named the split of α);
     a raced plan's seed axis is set to
     0..cap-1 in `axes` (in place), the jobs past the first look being its reserve. Seeds typed on the command
     line that a race cannot start from (seed=0, seed=3,5) make a fixed design, said in the note, unless
     --max-seeds asked for a race (then refused)."""
     from race_cli.config.sweep import Axis
-    from race_cli.plan.race_plan import first_look_seeds, make_race_schedule, race_block
+    from race_cli.plan.race_plan import check_cap, first_look_seeds, make_race_schedule, race_block
 
     block = race_block(grid, no_race=not race, max_seeds=max_seeds)
     if block is None:
@@ -420,6 +421,7 @@ def _race_seeds(grid: dict, axes: list, fixed: list[str], race: bool, max_seeds:
             [f"seed={','.join(a.values)}" for a in axes if a.key == "seed"]
         return None, 0, (f"note: grid '{grid['name']}' races, but {' '.join(typed)} cannot start a race (seeds 0, 1, "
                          "... are its first look): a fixed design is planned."), False
+    check_cap(block, [a for i, a in enumerate(axes) if i != at], limit)  # before the seed axis is built
     schedule = make_race_schedule(block, first)
     if schedule is None:  # one look: the fixed design the seed axis names
         return None, 0, None, False

@@ -70,6 +70,24 @@ def race_block(grid: dict, *, no_race: bool = False, max_seeds: int | None = Non
     return block
 
 
+def check_cap(block: dict, axes: list, limit: int) -> None:
+    """RaceError when a race to the block's cap would plan more than `limit` jobs (race plan's --max-jobs, or
+    build.HARD_MAX_JOBS with --yes): counted from the cap and the other axes' sizes before the seed axis is
+    built, so `max_seeds: 100000000` is a message, not a list of a hundred million seeds."""
+    from race_cli.stats.race import DEFAULT_LOOKS
+
+    looks = block.get("looks")
+    cap = max(looks) if looks else block.get("max_seeds") if block.get("max_seeds") is not None else DEFAULT_LOOKS[-1]
+    regimes = 1
+    for a in axes:
+        regimes *= len(a.values)
+    if int(cap) * regimes > limit:
+        raise RaceError(f"a race to {cap} seeds plans {regimes} regime(s) x {cap} seeds = {int(cap) * regimes} jobs, "
+                        f"more than the {limit} race plans here. Expected a cap such as 4 or 6 (race.max_seeds or "
+                        "race.looks in the grid, or --max-seeds); narrow the axes, or pass --yes for up to the "
+                        "hard limit.")
+
+
 def make_race_schedule(block: dict, first: int):
     """The stats/race.Schedule of a race block whose first look runs `first` seeds per regime; None when the
     schedule has one look (a fixed design). RaceError when the block cannot make a schedule."""

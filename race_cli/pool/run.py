@@ -98,9 +98,33 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
 
     sweep = prepare_sweep(overrides, sweep_dir, yes=yes, max_jobs=max_jobs, runs_root=runs_root, say=say,
                           check=check, race=race, max_seeds=max_seeds, gpu_mem=gpu_mem, gpus_per_job=gpus_per_job)
-    from race_cli.pool.race_loop import end_lines, next_look, sweep_schedule
+    from race_cli.lock import SweepLock
+    from race_cli.pool.race_loop import sweep_schedule
 
-    schedule = sweep_schedule(sweep)  # None: a fixed design, one pass
+    schedule = sweep_schedule(sweep)  # None: a fixed design, one pass; plan.json checked (plan/plan_file.py)
+    if schedule is None:
+        return _run_passes(sweep, None, launcher=launcher, own_jobs=own_jobs, workers=workers,
+                           gpus_per_job=gpus_per_job, retry_failed=retry_failed, grace_s=grace_s, live=live,
+                           job_command=job_command, partition=partition, time_min=time_min,
+                           array_parallelism=array_parallelism, setup=setup, cpus_per_task=cpus_per_task,
+                           mem_gb=mem_gb, wait=wait, report=report, say=say)
+    with SweepLock(sweep, say=say, reenter=True):  # a race holds the sweep from its first pass to its end
+        from race_cli.plan.plan_file import pin_record
+
+        pin_record(sweep, schedule)  # the record is fixed before the race's first job (plan/plan_file.py)
+        return _run_passes(sweep, schedule, launcher=launcher, own_jobs=own_jobs, workers=workers,
+                           gpus_per_job=gpus_per_job, retry_failed=retry_failed, grace_s=grace_s, live=live,
+                           job_command=job_command, partition=partition, time_min=time_min,
+                           array_parallelism=array_parallelism, setup=setup, cpus_per_task=cpus_per_task,
+                           mem_gb=mem_gb, wait=wait, report=report, say=say)
+
+
+def _run_passes(sweep: Path, schedule, *, launcher: str, own_jobs: bool, workers, gpus_per_job: int,
+                retry_failed: bool, grace_s: float, live, job_command, partition, time_min: int, array_parallelism,
+                setup, cpus_per_task, mem_gb, wait: bool, report: bool, say) -> int:
+    """One pass of the pool for a fixed design; for a race, a pass per look until no call needs more seeds."""
+    from race_cli.pool.race_loop import end_lines, next_look, stuck
+
     timing: dict = {}
     look = None
     while True:  # one pass per look of a race
@@ -127,6 +151,9 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
             break
         look = next_look(sweep, schedule, say)
         if not look.open:
+            why = stuck(sweep, look)
+            if why:  # every listed job done, a call still open: never a silent exit 0 with the race unfinished
+                raise RaceError(why, *end_lines(look.states, schedule))
             break
     end = [*end_lines(look.states, schedule)] if look is not None else []
     if timing.get("looks", 0) > 1:
@@ -254,7 +281,7 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
     from race_cli.pool.local import LocalPool, make_slots
     from race_cli.lock import SweepLock
 
-    with SweepLock(sweep, say=say):
+    with SweepLock(sweep, say=say, reenter=True):  # a race holds it already (run_main)
         from race_cli.pool.slurm import refuse_if_live_on_slurm
 
         refuse_if_live_on_slurm(sweep, list(rows))

@@ -257,7 +257,7 @@ def run_slurm(sweep: Path, rows: dict[str, dict], *, retry_failed: bool, partiti
 
     sweep = Path(sweep).resolve()
     logs = sweep / SUBMITIT_DIR
-    with SweepLock(sweep, say=say):
+    with SweepLock(sweep, say=say, reenter=True):  # a race's run_main holds it already
         states = st.read_states(sweep, list(rows))
         live = live_jobs(sweep, list(rows))  # ids of plan.json only (checked)
         if not live:

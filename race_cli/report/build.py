@@ -204,26 +204,33 @@ def _validation(o: ReportOptions, data) -> tuple[Validation | None, list[str]]:
 
 
 def read_schedule(sweep: Path):
-    """The race schedule plan.json declares (stats/race.Schedule), or None for a fixed design: no "race"
-    record, or a one-look race (`--no-race`). A malformed record is refused (RaceError)."""
-    from race_cli.io import read_json
+    """The race schedule of a sweep (stats/race.Schedule), or None for a fixed design: plan/plan_file.read_race,
+    the one reader race run uses too (a malformed record, or one changed since the race started, refused)."""
+    from race_cli.plan.plan_file import read_race
 
-    try:
-        plan = read_json(folder.plan_json(sweep))
-    except (OSError, ValueError):
-        return None  # the reader (report/table.py) lists the jobs without it
-    if not isinstance(plan, dict) or "race" not in plan:
-        return None
-    from race_cli.stats.race import Schedule
+    plan = read_race(sweep, rows=False)
+    return plan.schedule if plan is not None else None
 
-    try:
-        schedule = Schedule.from_json(plan["race"])
-    except RaceError as exc:
-        raise RaceError(f"{folder.plan_json(sweep)}: " + " ".join(exc.problems),
-                        "Expected the race record race plan writes, e.g. "
-                        '{"looks": [2, 3, 4], "alpha": 0.05, "margin": 0.05, "spending": "bonferroni"}; '
-                        "replan the sweep (race plan --out DIR).") from None
-    return schedule if len(schedule.looks) > 1 else None
+
+def _race(sweep_dirs: list, data, by: list[str], targets: list[str]) -> tuple[list | None, Any, list[str]]:
+    """(race states, schedule, notes) of a raced sweep, replayed from the jobs its plan.json lists
+    (plan/plan_file.race_jobs). A race is replayed only for one sweep by its own conditions, never under
+    another shape (--by, several sweeps pooled): then (None, None, a note saying so)."""
+    from race_cli.plan.plan_file import race_jobs, read_race
+
+    raced = [(d, p) for d in sweep_dirs for p in [read_race(d, rows=False)] if p is not None]
+    if not raced:
+        return None, None, []
+    if len(sweep_dirs) > 1 or list(by) != list(CONDITION_COLS):
+        why = ("several sweeps are reported together" if len(sweep_dirs) > 1 else
+               f"--by {','.join(by)} groups the jobs otherwise than the race's conditions")
+        return None, None, [f"race states not shown: {why}, and a race is replayed only for its own sweep by its "
+                            "own conditions (model, budget, reward, task). Report "
+                            f"{' and '.join(str(d) for d, _ in raced)} alone, without --by, to see them."]
+    (sweep, plan), = raced
+    from race_cli.report.race import race_states
+
+    return race_states(race_jobs(data, plan, sweep), plan.schedule, by=by, targets=targets), plan.schedule, []
 
 
 def build_report(o: ReportOptions) -> Report:
@@ -289,15 +296,11 @@ def build_report(o: ReportOptions) -> Report:
                             J.model_sizes(sweep_dirs, data.jobs[ranked]), rec, n_boot=o.bootstrap, seed=o.seed,
                             extra=(search_learning,))  # report/bracket.py: search vs learning
 
-    race = None
-    schedule = read_schedule(sweep_dirs[0])
-    if schedule is not None:  # a raced sweep: each condition's state, replayed from the folder (report/race.py)
-        from race_cli.report.race import race_states
-
-        race = race_states(data, schedule, by=by, targets=targets)
+    race, schedule, race_notes = _race(sweep_dirs, data, by, targets)  # each condition's state (report/race.py)
     flines, settles = _findings(ranking, rec, joint, jobs, sweep_dirs, targets, maximize, data.items, race,
                                 schedule)
     validation, notes = _validation(o, data)
+    notes = race_notes + notes
     return Report(options=o, targets=targets, maximize=maximize, by=by, jobs=jobs, ranked=ranked, ranking=ranking,
                   recommendations=rec, fits=fits, moves=moves, target_differences=diffs, totals=totals,
                   reg_cols=reg_cols, curves=data.curves, frontier=front, predictions=pred, joint=joint,
