@@ -158,6 +158,9 @@ def plan(
             raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
         if reprobe:  # plan/cpu_probe.py reads it where the CPU rates are scaled
             os.environ["RACE_CPU_PROBE"] = "refresh"
+        from race_cli.plan.cpu_probe import set_background
+
+        set_background()  # a first probe of this machine runs beside the plan, not before it
         spec = None
         if gpu is not None:
             from race_cli.cost.walltime import parse_gpu

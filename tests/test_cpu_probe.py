@@ -164,3 +164,40 @@ def test_the_real_probe_runs_in_a_child_and_race_plan_stays_torch_free(tmp_path)
     seconds, factor = map(float, done.stdout.split())
     assert 0 < seconds < 10 and factor == pytest.approx(P.REFERENCE_SECONDS / seconds)
     assert (tmp_path / "c.json").exists()
+
+
+def test_race_plan_does_not_wait_for_a_first_probe_and_the_next_plan_uses_it(tmp_path):
+    """A machine with no cached probe: `race plan` plans on the reference rates and says the probe runs in the
+    background; the detached child it leaves behind (started as the plan exits) caches a real reading, and
+    the next plan is scaled by it. The test waits for the child (its marker file goes when it ends)."""
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RACE_CACHE": str(tmp_path), "RACE_CPU_PROBE": "cached",
+           "COLUMNS": "200", "CUDA_VISIBLE_DEVICES": ""}
+    first = subprocess.run([sys.executable, "-m", "race_cli", "plan", "grid=none"], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "unscaled: this machine's first CPU probe runs in the background" in first.stdout
+    deadline = time.monotonic() + 240
+    while (tmp_path / P.RUNNING_NAME).exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not (tmp_path / P.RUNNING_NAME).exists(), "the background probe did not end"
+    entry = json.loads((tmp_path / P.CACHE_NAME).read_text())["machines"][P._key(P.fingerprint())]
+    assert 0 < entry["seconds"] < 10 and entry["probe"] == P.VERSION
+    again = subprocess.run([sys.executable, "-m", "race_cli", "plan", "grid=none"], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert f"x {P.REFERENCE_SECONDS / entry['seconds']:.2f} (cached probe of this machine" in again.stdout
+
+
+def test_a_background_probe_is_started_once_while_it_runs(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(P, "_spawn", lambda path: started.append(path))
+    monkeypatch.setattr("atexit.register", lambda fn, *a: fn(*a))  # spawn now, not at exit
+    monkeypatch.setattr(P, "_background", {"on": True})
+    path = tmp_path / P.CACHE_NAME
+    one = P.machine_speed("cached", path=path)
+    two = P.machine_speed("cached", path=path)
+    assert started == [path] and (tmp_path / P.RUNNING_NAME).exists()
+    assert "runs in the background" in one.source and "is running in the background" in two.source
+    assert one.factor == two.factor == 1.0 and not path.exists()
+    assert P.machine_speed("cached", path=path, probe=Probe(P.REFERENCE_SECONDS / 2)).factor == pytest.approx(2.0)

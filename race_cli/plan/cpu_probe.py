@@ -24,6 +24,11 @@ says what to do: unset or `cached` (the default), `refresh` (measure again now a
 rates; also `race plan --reprobe`), `off` (the reference rates unscaled, nothing learned). A probe that
 cannot run (no torch, a timeout) leaves the reference rates unscaled and says so. `race plan
 --calibrate-from` replaces all of this with a finished sweep's own rates.
+
+`race plan` does not wait for a first probe (set_background): its torch imports alone take longer than the
+whole plan, so on a machine with no cached result it plans on the reference rates, says so, and leaves the
+probe running in a detached, low-priority child (`python -m race_cli.plan.cpu_probe CACHE`) that caches its
+result for the next plan; `race run`, whose planned times order its jobs, and `--reprobe` still wait for it.
 """
 
 from __future__ import annotations
@@ -213,6 +218,11 @@ def machine_speed(mode: str | None = None, *, path: Path | None = None, probe=ru
             and not isinstance(figure, bool) and math.isfinite(figure) and figure > 0):
         seconds = float(entry["seconds"])
         return Speed(REFERENCE_SECONDS / seconds, seconds, True, _source(seconds, REFERENCE_SECONDS / seconds, True))
+    if mode == "cached" and _background["on"] and probe is run_probe:
+        started = start_background(path)
+        return Speed(1.0, None, False, "the reference CPU rates, unscaled: this machine's first CPU probe "
+                     + ("runs" if started else "is running") + " in the background (about 10 s), and the next "
+                     "race plan uses it")
     try:
         seconds = probe()
     except RuntimeError as exc:
@@ -223,3 +233,57 @@ def machine_speed(mode: str | None = None, *, path: Path | None = None, probe=ru
     except OSError:
         pass  # a read-only cache: the plan still uses this run's probe
     return Speed(REFERENCE_SECONDS / seconds, seconds, False, _source(seconds, REFERENCE_SECONDS / seconds, False))
+
+
+# --- the first probe, off race plan's critical path ------------------------------------------------------
+
+RUNNING_NAME = "cpu-probe.running"  # beside the cache file while a background probe runs
+_background = {"on": False}
+
+
+def set_background(on: bool = True) -> None:
+    """`race plan`: a machine with no cached probe is planned on the reference rates while the probe runs in
+    the background (see the module docstring), instead of waiting for it."""
+    _background["on"] = on
+
+
+def start_background(path: Path) -> bool:
+    """Start the probe, when this process exits, in a detached child that writes `path` when done (so the
+    probe's children do not share the cores with the plan, and it measures as `race run`'s probe does);
+    False when one was started less than TIMEOUT_S + 30 s ago (it is still running, or died and is tried
+    again after that) or the race cache cannot be written."""
+    import atexit
+
+    marker = path.with_name(RUNNING_NAME)
+    try:
+        if time.time() - marker.stat().st_mtime < TIMEOUT_S + 30:
+            return False
+    except OSError:
+        pass
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{os.getpid()}\n", encoding="utf-8")
+    except OSError:
+        return False
+    atexit.register(_spawn, path)
+    return True
+
+
+def _spawn(path: Path) -> None:
+    try:
+        subprocess.Popen([sys.executable, "-m", "race_cli.plan.cpu_probe", str(path)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        path.with_name(RUNNING_NAME).unlink(missing_ok=True)
+
+
+def _probe_in_background(path: Path) -> None:
+    """The detached child: probe (unless another probe cached this machine meanwhile), then remove the marker."""
+    try:
+        machine_speed("cached", path=path)
+    finally:
+        path.with_name(RUNNING_NAME).unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    _probe_in_background(Path(sys.argv[1]))
