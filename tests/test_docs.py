@@ -54,3 +54,26 @@ def test_docs_paths_named_by_the_code_exist():
 def test_config_reference_is_up_to_date():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "config_reference.py"), "--check"])
     assert done.returncode == 0, "docs/config.md is stale: run python scripts/config_reference.py"
+
+
+def test_commands_reference_is_up_to_date():
+    """docs/commands.md is written from the Typer app (scripts/commands_reference.py): an option added, renamed,
+    removed or re-worded on the command line makes it stale, and this fails until it is regenerated."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "commands_reference.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, ("docs/commands.md is stale: run python scripts/commands_reference.py"
+                                  + (f" ({done.stderr.strip()})" if done.stderr.strip() else ""))
+
+
+def test_commands_reference_lists_every_option_of_every_command():
+    import typer
+
+    from race_cli.cli import app
+
+    text = (DOCS / "commands.md").read_text(encoding="utf-8")
+    group = typer.main.get_command(app)
+    for name, cmd in group.commands.items():
+        section = text.split(f"## race {name}\n", 1)[1].split("\n## ", 1)[0]
+        for p in cmd.params:
+            if p.param_type_name == "option" and "--help" not in p.opts:
+                assert f"`{', '.join(p.opts + p.secondary_opts)}`" in section, (name, p.opts)
