@@ -319,3 +319,28 @@ def test_report_by_another_shape_or_with_other_sweeps_replays_no_race(finished, 
     for order in ((sweep, other), (other, sweep)):
         rep = build_report(ReportOptions(order, plots=False, bootstrap=100))
         assert rep.race is None and any("several sweeps are reported together" in n for n in rep.notes)
+
+
+# --- docs/security.md's trust table: race.json, the record the race started with -------------------------------
+
+
+def test_race_run_pins_the_record_before_the_first_job_and_never_rewrites_it(finished, tmp_path):
+    sweep = finished[0]
+    assert read_json(sweep / "race.json") == {"race": read_json(sweep / "plan.json")["race"]}
+    copy = copy_of(finished, tmp_path)
+    (copy / "race.json").unlink()  # missing: the race is read from plan.json, and race run pins it again
+    assert states_of(copy) == states_of(sweep)
+    assert race(copy) == 0 and read_json(copy / "race.json") == read_json(sweep / "race.json")
+
+
+@pytest.mark.parametrize("how", ["garbage", "empty", "folder", "link"])
+def test_trust_table_race_json_that_is_not_what_race_wrote_is_refused(finished, tmp_path, how):
+    from test_hostile_files import damage
+
+    sweep = copy_of(finished, tmp_path)
+    damage(sweep / "race.json", how, tmp_path / "outside")
+    before = snapshot(tmp_path)
+    refused(sweep, f"{sweep / 'race.json'}: not the race record race run pins")
+    with pytest.raises(RaceError, match="not the race record race run pins"):
+        states_of(sweep)
+    assert snapshot(tmp_path) == before
