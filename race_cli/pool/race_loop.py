@@ -156,7 +156,7 @@ def regime_source(sweep: Path, plan: RacePlan, regime: str) -> tuple[dict, list]
                             "or replan the sweep into a new folder (race plan --out DIR).")
         wrong = [f"{k} {_config_value(config, p)!r} (plan.json: {r[k]!r})" for k, p in ROW_FIELDS.items()
                  if k in r and not _same(_config_value(config, p), r[k])]
-        if [str(o) for o in overrides] != r["overrides"].split(" "):
+        if " ".join(map(str, overrides)) != r["overrides"]:  # as the row joins them (a value may hold a space)
             wrong.append(f"overrides {' '.join(map(str, overrides))[:120]!r} (plan.json: {r['overrides'][:120]!r})")
         if wrong:
             raise RaceError(f"{folder.job_config(d)}: the job's files say {'; '.join(wrong)}. A later seed copies its "
