@@ -53,7 +53,10 @@ def outcome(sweep: Path) -> dict:
     folders = sorted(p.name for p in (sweep / "jobs").iterdir())
     metrics = {j: [json.loads(x) for x in (sweep / "jobs" / j / "metrics.jsonl").read_text().splitlines()]
                for j in listed}
-    states = [s.to_json() for s in decide(sweep, sweep_schedule(sweep)).states]
+    # the decisions, without the wall seconds per job they are reported beside (`job_seconds`, `take`): the
+    # killed races run slower fake jobs on purpose, and a measured time is not a decision
+    states = [{k: v for k, v in s.to_json().items() if k not in ("job_seconds", "take")}
+              for s in decide(sweep, sweep_schedule(sweep)).states]
     return {"listed": listed, "folders": folders, "metrics": metrics, "states": states,
             "reserve": sorted(r["job_id"] for r in doc["reserve"])}
 
