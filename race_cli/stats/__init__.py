@@ -11,6 +11,8 @@ both compute their statistics with, as cost/ is for FLOPs.
     validation_power.py  the validation's test of best - control, its power, the seeds it needs
     race.py        racing: the schedule, the α split over looks, each look's decision (winner, equivalent, ...)
     race_sim.py    a race's expected cost, by simulating races through race.py's decisions
+    race_power.py  what a race resolves at its cap: the smallest equivalence margin and winning gap
+    seeds.py       collapsed seeds: a run far below its siblings, by a stated robust rule
 
 Results are small named records (Interval: estimate, low, high, df, method; Parts; SeedPrior) or
 arrays. race report's ranking, joint comparison, frontier and validation, and race plan's power, call
