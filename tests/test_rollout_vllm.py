@@ -608,3 +608,94 @@ def test_adapter_goes_to_local_fast_storage_in_the_policys_dtype(vllm, tmp_path,
     b.close()
     assert not sync.exists()
     vllm.check_no_leftovers()
+
+
+# --- issue 51: the engine's own limits, platform sleep support, wake_up's answer, sync space, log-probs ------------
+
+def test_batch_limits_by_hand():
+    """max_num_seqs = B x G; max_num_batched_tokens: every prompt's prefill in one step (B x longest), at least
+    a whole sequence and one token per sequence (vLLM refuses fewer tokens than sequences)."""
+    from race_cli.engine.rollout_vllm import batch_limits
+
+    assert batch_limits(sequences=32 * 16, prompts=32, longest_prompt=300, max_model_len=812) == (512, 32 * 300)
+    assert batch_limits(sequences=8, prompts=2, longest_prompt=14, max_model_len=64) == (8, 64)  # max_model_len
+    assert batch_limits(sequences=4096, prompts=256, longest_prompt=10, max_model_len=100) == (4096, 4096)
+
+
+def test_engine_gets_the_jobs_batch_limits_and_processed_logprobs(vllm, tmp_path, policy):
+    """build_vllm passes max_num_seqs / max_num_batched_tokens from B, G and the lengths, and asks for log-probs
+    after temperature; the prompts here are 7 and 11 tokens, B x G = 8 x 8 (the root config's)."""
+    from race_cli.engine.setup import build_vllm
+
+    b = build_vllm(_vllm_config(), _policy(policy), "cuda:0", torch.bfloat16, prompts=(_Prompts(PROMPTS),),
+                   sync_dir=tmp_path / "job" / ".vllm-adapter", gpu_bytes=80 * 2**30, sleep_mode="weights")
+    args = vllm.ENGINES[-1].args
+    assert args["max_num_seqs"] == 64 and args["max_num_batched_tokens"] == max(64, args["max_model_len"], 8 * 11)
+    assert args["logprobs_mode"] == "processed_logprobs"
+    assert "kv_cache_memory_bytes" not in args and "enable_chunked_prefill" not in args  # CPU-build settings only
+    b.close()
+
+
+def test_a_platform_without_sleep_mode_never_asks_for_it(vllm, tmp_path, policy, monkeypatch):
+    """vLLM's CPU build has LLM.sleep but refuses enable_sleep_mode=True: the engine is started without it and
+    stays awake around updates."""
+    monkeypatch.setenv("FAKE_VLLM_PLATFORM", "cpu")
+    with pytest.raises(ValueError, match="not supported on current platform"):  # what the real CPU build says
+        vllm.LLM(model="/m", enable_sleep_mode=True)
+    b = make(tmp_path / "s")
+    assert "enable_sleep_mode" not in vllm.ENGINES[-1].args and not b.can_sleep
+    b.sync(policy)
+    b.generate(PROMPTS, group_size=2)
+    b.yield_gpu()
+    b.sync(policy)
+    b.generate(PROMPTS, group_size=2)
+    assert [k for k, _ in vllm.ENGINES[-1].calls] == ["generate", "generate"]
+    b.close()
+
+
+def test_a_wake_up_that_is_not_complete_is_an_error(fake_at, tmp_path, policy, monkeypatch):
+    """vLLM 0.33's wake_up() answers whether the engine is fully awake: False stops the job (0.10 answers None)."""
+    vllm = fake_at("0.33.0")
+    b = make(tmp_path / "s")
+    b.sync(policy)
+    monkeypatch.setattr(vllm.LLM, "wake_up", lambda self, tags=None: False)
+    with pytest.raises(RuntimeError, match="not fully awake"):
+        b.generate(PROMPTS, group_size=2)
+    b.close()
+
+
+def test_sync_folder_needs_room_for_two_adapters_else_the_temp_dir_and_a_warning(tmp_path):
+    import tempfile
+
+    from race_cli.engine.rollout_vllm import adapter_bytes, local_sync_dir, sync_space_needed
+
+    one = adapter_bytes(Arch(3584, 28, 28, 4, 18944, 152_064), Lora(r=32, target_modules=(
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")), 2)
+    assert one == 28 * 32 * (2 * 3584 + 2 * (3584 + 512) + 2 * 3584 + 3 * (3584 + 18944)) * 2  # 7B r=32: ~161 MB
+    assert 155e6 < one < 165e6
+    roomy = tmp_path / "roomy"
+    roomy.mkdir()
+    said = []
+    assert local_sync_dir("job", (str(roomy),), need_bytes=sync_space_needed(one), say=said.append).parent == roomy
+    assert said == []
+    small = local_sync_dir("job", (str(roomy),), need_bytes=2**62, say=said.append)  # more than any disk
+    assert small.parent == Path(tempfile.gettempdir())
+    assert len(said) == 1 and said[0].startswith("warning: vLLM's adapter sync folder needs") and str(roomy) in said[0]
+    assert "--shm-size" in said[0]
+
+
+def test_sampled_tokens_come_with_the_engines_logprobs(vllm, tmp_path, policy):
+    """Sampled requests ask for logprobs=0 (the sampled token only); greedy evaluation asks for none. The
+    rollout keeps them [N, C], zero past each completion, through take_rows' down-sampling."""
+    from race_cli.engine.rollout import take_rows
+
+    b = make(tmp_path / "s")
+    b.sync(policy)
+    ro = b.generate(PROMPTS, group_size=2, seeds=[1, 2, 3, 4])
+    params = [d for k, d in vllm.ENGINES[-1].calls if k == "generate"][0]
+    assert all(p.logprobs == 0 for p in params)
+    assert ro.sampler_logprobs.shape == ro.completion_ids.shape and ro.sampler_logprobs.dtype == torch.float32
+    assert take_rows(ro, [3, 0]).sampler_logprobs.shape[0] == 2
+    greedy = b.generate(PROMPTS, group_size=1, greedy=True)
+    assert greedy.sampler_logprobs is None
+    b.close()

@@ -46,6 +46,8 @@ from race_cli.engine.hf import enable_checkpointing
 from race_cli.engine.logprobs import completion_logprobs
 from race_cli.engine.rollout import take_rows
 from race_cli.engine.rollout_lean import eval_row_seed
+from race_cli.engine.sampler_gap import GapSums, gap_bound, gap_summary, gap_warning
+from race_cli.engine.sampling import train_row_seed
 from race_cli.errors import RaceError
 from race_cli.io import append_jsonl, atomic_write_json, atomic_write_text, fsync_file, read_jsonl
 from race_cli.cost.budget import PHASES, Ledger, check_fits, prompts_that_fit, reward_name, shares, with_policy
@@ -147,7 +149,8 @@ class Job:
         self.target_prompts = {t.name: S.PromptCache(t.items, self.policy.tokenizer, t.convention) for t in self.targets}
         self.rollout = S.build_rollout(c, self.policy, self.device, self.dtype, self.backend,
                                        prompts=(self.train_prompts, *self.target_prompts.values()),
-                                       sync_dir=self.job_dir / ".vllm-adapter", targets=tuple(self.targets))
+                                       sync_dir=self.job_dir / ".vllm-adapter", targets=tuple(self.targets),
+                                       log=self.log)
         self.reward = S.build_reward(c, S.reward_device(self.device), self.dtype,  # its own GPU when there are 2+
                                      grader=self.task.grader)
         self.ref_model = None
@@ -357,6 +360,8 @@ class Job:
         no pass (`grpo.skip_zero_advantage`; grpo.trained_rows): their gradient is exactly 0 and the loss
         keeps the whole batch's normalisers, so loss and gradient are the full batch's; only the rows that
         ran are charged (`rows` in the result). An iteration with no such row runs nothing.
+        Where the rollout carries the engine's own log-probabilities (vLLM), the first pass's are compared
+        with them token by token (`gap`, engine/sampler_gap.py): no forward is added.
         """
         import torch
 
@@ -369,7 +374,7 @@ class Job:
         keep = trained_rows(advantages, beta=g.beta, skip_zero_advantage=g.skip_zero_advantage).tolist()
         if not any(keep):  # every group uninformative: no pass, no optimizer step, no weight changes
             self.scheduler_step()
-            return {"loss": 0.0, "clip_frac": 0.0, "kl": None, "flops": Flops(), "rows": 0}
+            return {"loss": 0.0, "clip_frac": 0.0, "kl": None, "flops": Flops(), "rows": 0, "gap": GapSums()}
         # rows in order of length (a stable sort: ties keep rollout order), so each micro-batch pads only to
         # rows like its own; the loss is a sum over rows, normalised by batch totals: the order changes rounding only
         order = sorted((i for i in range(N) if keep[i]), key=seq.__getitem__)
@@ -383,6 +388,8 @@ class Job:
         ids = torch.cat([ro.prompt_ids[perm].to(dev), comp], dim=1)  # [N, P+C]
         attn = torch.cat([ro.prompt_mask[perm].to(dev), mask.long()], dim=1)  # [N, P+C]
         adv = advantages[perm].to(dev)  # [N]
+        sampled = None if ro.sampler_logprobs is None else ro.sampler_logprobs[perm].to(dev)  # [N, C] the engine's
+        gap = GapSums()
         chunks = [slice(s, min(n_rows, s + mb)) for s in range(0, n_rows, mb)]
         # per micro-batch: (rows, longest prompt p_s, longest completion c_s); columns P-p_s .. P+c_s-1 run
         cuts = [(s, max(plens[s]), max(max(clens[s]), 1)) for s in chunks]
@@ -415,6 +422,8 @@ class Job:
                 logp = logprobs(model, s, p_s, c_s, self.merge_lora)  # [n, c_s]
                 if len(old) == k:
                     old.append(logp.detach())
+                    if sampled is not None:  # sampled = trained? the engine's log-probs against the first pass's
+                        gap.add(sampled[s, :c_s], logp, mask[s, :c_s])
                 out: GrpoLoss = grpo_loss(logp, old[k], adv[s], mask[s, :c_s], clip_eps=g.clip_eps, beta=g.beta,
                                           ref_logp=None if ref is None else ref[k], loss_agg=g.loss_agg,
                                           num_tokens=total_tokens, num_seqs=N)  # whole-batch normalisers
@@ -438,7 +447,7 @@ class Job:
         self.scheduler_step()
         self.rollout.sync(model)
         return {"loss": sum(losses) / len(losses), "clip_frac": sum(clips) / len(clips),
-                "kl": (sum(kls) / len(kls)) if ref is not None else None, "flops": flops, "rows": n_rows}
+                "kl": (sum(kls) / len(kls)) if ref is not None else None, "flops": flops, "rows": n_rows, "gap": gap}
 
     def scheduler_step(self) -> None:
         """Advance the lr schedule one iteration (warm-up counts iterations, updated or not)."""
@@ -459,7 +468,11 @@ class Job:
         G = c.grpo.group_size
         m = c.grpo.update_group_size or G  # rollout down-sampling: the update keeps m of each group's G
         items = [self.train_items[j] for j in idx for _ in range(G)]  # [B*G], groups consecutive
-        ro = self.rollout.generate([self.train_prompts.ids(j) for j in idx], group_size=G, greedy=False)
+        # an engine whose generator is not checkpointed (vLLM's lives in its own process) samples each row from its
+        # own seed, so a resumed job draws what the uninterrupted one did
+        seeds = ([train_row_seed(c.seed, iteration, r) for r in range(len(idx) * G)]
+                 if getattr(self.rollout, "seeds_training_rows", False) else None)
+        ro = self.rollout.generate([self.train_prompts.ids(j) for j in idx], group_size=G, greedy=False, seeds=seeds)
         if hasattr(self.rollout, "yield_gpu"):
             self.rollout.yield_gpu()  # vLLM sleeps: reward and update get its memory (evaluation never sleeps)
         t_rollout = time.perf_counter() - t_start
@@ -484,13 +497,18 @@ class Job:
         led.tokens["completion"] += tc
         led.iterations, led.prompts = iteration, led.prompts + len(idx)
         cum = led.model_flops()
+        gap = up["gap"].metrics()  # sampled = trained, where the engine returned its log-probabilities
+        if gap:
+            totals = self.state.setdefault("sampler_gap", {"sums": GapSums().to_json(), "over": 0})
+            totals["sums"] = GapSums.from_json(totals["sums"]).merge(up["gap"]).to_json()
+            totals["over"] += int(gap["rollout/logp_gap_mean"] > gap_bound(self.dtype))
         return {"iteration": iteration, "train/reward_mean": rewards.mean().item(),
                 "train/reward_std": rewards.std(unbiased=False).item(), "train/frac_zero_std_groups": adv.frac_zero_std,
                 "train/kl": up["kl"], "train/clip_frac": up["clip_frac"], "train/loss": up["loss"],
                 "train/completion_len": tc / len(ro.completion_lens),
                 "train/trained_rows": up["rows"] / len(kept.completion_lens),
                 **{f"flops/{p}": cum[p] for p in PHASES}, "flops/total": sum(cum.values()),
-                **{f"time/{p}": secs[p] for p in PHASES}, "tokens/prompt": tp, "tokens/completion": tc}
+                **{f"time/{p}": secs[p] for p in PHASES}, "tokens/prompt": tp, "tokens/completion": tc, **gap}
 
     # --- files -------------------------------------------------------------------------------
 
@@ -520,7 +538,15 @@ class Job:
                 "eval_points": self.state.get("eval_points", []), "shares": led.shares(),
                 "informative_share": led.informative_share(),
                 "planned_shares": shares(self.planned["flops"]),
-                "flops": flops | {"total": sum(flops.values())}, "seconds": secs}
+                "flops": flops | {"total": sum(flops.values())}, "seconds": secs,
+                "sampler_gap": self.sampler_gap()}
+
+    def sampler_gap(self) -> dict | None:
+        """summary.json's sampled-vs-trained record (engine/sampler_gap.gap_summary); None without engine log-probs."""
+        totals = self.state.get("sampler_gap")
+        if not totals:
+            return None
+        return gap_summary(GapSums.from_json(totals["sums"]), totals["over"], self.dtype)
 
     def set_status(self, **fields: Any) -> None:
         from race_cli.status import update_status
@@ -694,6 +720,9 @@ class Job:
             if close is not None:  # vLLM: its adapter sync folder goes on every exit path
                 close()
         self.set_status(state="done", stop_reason=stop, finished=_now(), exit_code=0)
+        warning = gap_warning(self.sampler_gap())
+        if warning:
+            self.log(warning)
         first, last = self.state["eval_initial"]["accuracy"], self.state["eval_last"]["accuracy"]
         self.log(f"done ({stop}): {self.iteration} iterations, {self.spent():.3g} FLOPs, accuracy "
                  + ", ".join(f"{name} {first[name]:.3f} -> {last[name]:.3f}" for name in last))

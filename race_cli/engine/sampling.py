@@ -49,6 +49,17 @@ def eval_row_seed(sample_seed: int, target: str, item_id: str, k: int) -> int:
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
+def train_row_seed(seed: int, iteration: int, row: int) -> int:
+    """The seed of one training row: row `row` of iteration `iteration` of a job seeded `seed` (63 bits of
+    BLAKE2b). vLLM's training rollouts are seeded per row with it: the engine's own generator lives in its
+    process and is not checkpointed, so a resumed job samples what the uninterrupted one did only when
+    every request carries its seed."""
+    import hashlib
+
+    key = f"train|{int(seed)}|{int(iteration)}|{int(row)}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+
+
 def pick(logits, *, greedy: bool, temperature: float, top_p: float, u=None):
     """Next tokens [n] from float32 logits [n, V]: argmax, or a draw from softmax(logits / T) within top-p.
 

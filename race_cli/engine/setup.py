@@ -378,7 +378,7 @@ def generation_cap(cfg: Any, targets: tuple = ()) -> int:
 
 
 def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: str, *, prompts: tuple = (),
-                  sync_dir: str | Path | None = None, targets: tuple = ()):
+                  sync_dir: str | Path | None = None, targets: tuple = (), log: Callable[[str], None] | None = None):
     """The rollout `backend` (hf | lean | vllm, from budget_plan); vllm is checked against this device.
 
     vLLM only: `prompts` (PromptCaches of the task's splits) and `targets` (the evaluation targets)
@@ -402,21 +402,25 @@ def build_rollout(cfg: Any, policy: Policy, device: str, dtype: Any, backend: st
         return LeanRollout(policy.model, policy.tokenizer, device=device, **common)
     if name == "hf":
         return HFRollout(policy.model, policy.tokenizer, device=device, **common)
-    return build_vllm(cfg, policy, device, dtype, prompts=prompts, targets=targets, sync_dir=sync_dir, **common)
+    return build_vllm(cfg, policy, device, dtype, prompts=prompts, targets=targets, sync_dir=sync_dir, log=log,
+                      **common)
 
 
 def build_vllm(cfg: Any, policy: Policy, device: str, dtype: Any, *, prompts: tuple = (), targets: tuple = (),
                sync_dir: str | Path | None = None, gpu_bytes: int | None = None, sleep_mode: str | None = None,
-               **common: Any):
+               log: Callable[[str], None] | None = None, **common: Any):
     """The vLLM backend itself (see build_rollout), its first adapter synced. `gpu_bytes` (default: the
-    device's, through torch) and `sleep_mode` (default: the memory ledger's choice) let
-    scripts/gpu_smoke.py drive it on any device."""
+    device's, through torch; on CPU, vLLM's CPU build, the host's memory) and `sleep_mode` (default: the
+    memory ledger's choice) let scripts/gpu_smoke.py drive it on any device. max_num_seqs and
+    max_num_batched_tokens come from B, G and the lengths (rollout_vllm.batch_limits); on CPU the KV cache
+    gets an explicit size (rollout_vllm.kv_cache_bytes_cpu). `log` hears the sync folder's fallback."""
     import tempfile
 
     import torch
     from omegaconf import OmegaConf
 
-    from race_cli.engine.rollout_vllm import VLLMRollout, local_sync_dir, memory_fraction, model_len
+    from race_cli.engine.rollout_vllm import (VLLMRollout, adapter_bytes, batch_limits, kv_cache_bytes_cpu,
+                                              local_sync_dir, memory_fraction, model_len, sync_space_needed)
     from race_cli.config.schema import VLLM_MAX_TEMPERATURE
 
     r = cfg.rollout
@@ -427,17 +431,26 @@ def build_vllm(cfg: Any, policy: Policy, device: str, dtype: Any, *, prompts: tu
                         "or set rollout.backend=lean.")
     common = dict(arch=policy.arch, lora=policy.lora, eos_id=policy.eos_id, pad_id=policy.pad_id,
                   max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p) | common
+    longest = max((len(c.ids(i)) for c in prompts for i in range(len(c.items))), default=0)
     if r.max_model_len is not None:
         max_len = int(r.max_model_len)
     else:
-        longest = max((len(c.ids(i)) for c in prompts for i in range(len(c.items))), default=0)
         max_len = model_len(longest, generation_cap(cfg, targets))
-    total = gpu_bytes if gpu_bytes is not None else machine.device_total_bytes(device)
+    cuda = device.startswith("cuda")
+    total = gpu_bytes if gpu_bytes is not None else (machine.device_total_bytes(device) if cuda
+                                                     else machine.host_memory_bytes())
+    dtype_bytes = torch.finfo(dtype).bits // 8
+    sequences = int(cfg.grpo.prompts_per_iter) * int(cfg.grpo.group_size)
+    seqs, tokens = batch_limits(sequences=sequences, prompts=int(cfg.grpo.prompts_per_iter),
+                                longest_prompt=min(longest, max_len), max_model_len=max_len)
+    limits = dict(max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    if not cuda:  # vLLM's CPU build: an explicit KV cache (its gpu_memory_utilization is a share of host memory)
+        limits["kv_cache_memory_bytes"] = kv_cache_bytes_cpu(policy.arch, dtype_bytes=dtype_bytes, sequences=seqs,
+                                                             max_model_len=max_len)
     fraction = r.gpu_memory_utilization
     if fraction is None:
-        fraction = memory_fraction(policy.arch, dtype_bytes=torch.finfo(dtype).bits // 8, lora=policy.lora,
-                                   sequences=cfg.grpo.prompts_per_iter * cfg.grpo.group_size, max_model_len=max_len,
-                                   gpu_bytes=total)
+        fraction = memory_fraction(policy.arch, dtype_bytes=dtype_bytes, lora=policy.lora, sequences=sequences,
+                                   max_model_len=max_len, gpu_bytes=total)
     if r.gpu_memory_utilization is None and device.startswith("cuda"):  # the ledger's cut beside the trainer
         fraction = vllm_room_cut(cfg, float(fraction), total, device)
     if sleep_mode is None:
@@ -452,12 +465,13 @@ def build_vllm(cfg: Any, policy: Policy, device: str, dtype: Any, *, prompts: tu
                                      reward_gpu=reward_device(device) != device).sleep_mode or "weights"
         except RaceError:  # a job the ledger says cannot fit (micro_batch_size set by hand) runs as configured
             sleep_mode = "weights"
-    sync = (local_sync_dir(sync_dir) if sync_dir is not None
+    need = sync_space_needed(adapter_bytes(policy.arch, policy.lora, dtype_bytes)) if policy.lora is not None else 0
+    sync = (local_sync_dir(sync_dir, need_bytes=need, say=log or print) if sync_dir is not None
             else Path(tempfile.mkdtemp(prefix="race-vllm-")) / "adapter")
     backend = VLLMRollout(policy.path, policy.tokenizer, dtype=str(dtype).replace("torch.", ""), seed=cfg.seed,
                           gpu_memory_utilization=float(fraction), max_model_len=max_len, sync_dir=sync,
                           revision=cfg.model.revision, trust_remote_code=bool(cfg.model.trust_remote_code),
-                          device=device, sleep_mode=sleep_mode, **common)
+                          device=device, sleep_mode=sleep_mode, **limits, **common)
     backend.sync(policy.model)
     return backend
 

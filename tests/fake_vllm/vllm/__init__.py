@@ -25,7 +25,11 @@ under that release.
   last generate (the update ran while the engine held its memory otherwise); the adapter's rank
   (adapter_config.json) must be <= max_lora_rank.
 - `SamplingParams(**kw)`: the real field names, range checks (temperature <= 2 where the release
-  checks it: 0.33).
+  checks it: 0.33). With `logprobs=0` each completion carries `logprobs`, one {token id: Logprob}
+  per sampled token as the real CompletionOutput; the fake has no model, so every value is 0.0
+  (the sampled-vs-trained gap is measured on the real engine, tests/test_vllm_real.py).
+- `vllm.platforms.current_platform.is_sleep_mode_available()`: True (a CUDA box) unless
+  FAKE_VLLM_PLATFORM=cpu, where, as vLLM's CPU build, `LLM(enable_sleep_mode=True)` is refused.
 - Lengths as the V1 engine treats them: a prompt of max_model_len tokens or more is refused
   (ValueError, v1/engine/input_processor.py `_validate_prompt_len`); a longer request is capped
   without an error when prompt + output reach max_model_len (v1/core/sched/utils.py `check_stop`,
@@ -65,6 +69,12 @@ ASLEEP_BYTES = 2 * 2**30  # what the engine keeps on the device asleep (outside 
 WEIGHT_BYTES = 0  # the engine's weights, kept on the device by release_kv_cache_memory (tests set it)
 WEIGHT_BYTES = 0  # the engine's weights, kept on the device by release_kv_cache_memory (tests set it)
 GIB = 2**30
+
+
+def _platform_sleeps() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_sleep_mode_available()
 
 
 def _trainer_reserved() -> int:
@@ -108,7 +118,7 @@ class SamplingParams:
             raise TypeError(f"SamplingParams got unexpected keyword(s) {sorted(unknown)}")
         defaults = dict(n=1, temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0,
                         presence_penalty=0.0, frequency_penalty=0.0, stop_token_ids=None, ignore_eos=False,
-                        max_tokens=16, seed=None, detokenize=True)
+                        max_tokens=16, seed=None, detokenize=True, logprobs=None)
         for k, v in (defaults | kw).items():
             setattr(self, k, v)
         if not 0.0 < self.top_p <= 1.0:
@@ -126,9 +136,15 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids or [])
 
 
+class Logprob:
+    def __init__(self, logprob: float):
+        self.logprob = logprob
+
+
 class _Completion:
-    def __init__(self, token_ids):
+    def __init__(self, token_ids, logprobs=None):
         self.token_ids = token_ids
+        self.logprobs = logprobs
 
 
 class _RequestOutput:
@@ -157,6 +173,8 @@ class LLM:
                     free=round(free / GIB, 2), total=round(DEVICE_BYTES / GIB, 2), gmu=gmu, need=round(need / GIB, 2)))
             self.reserved = int(need)
         self.sleep_mode = bool(kw.get("enable_sleep_mode", False))
+        if self.sleep_mode and not _platform_sleeps():
+            raise ValueError("Sleep mode is not supported on current platform.")
         self.asleep = False
         self.paused = False  # sleep(level=0): scheduling paused, memory untouched
         self.kv_released = False  # release_kv_cache_memory(): KV cache freed, weights resident
@@ -275,7 +293,8 @@ class LLM:
                     rng = random.Random(p.seed * 1009 + k)
                     toks = [ids[-1] + 1 + rng.randrange(4) for _ in range(1 + rng.randrange(3))] + (
                         [stop] if stop is not None else [])
-                comps.append(_Completion(toks[:cap]))
+                toks = toks[:cap]
+                comps.append(_Completion(toks, None if p.logprobs is None else [{t: Logprob(0.0)} for t in toks]))
             outs.append(_RequestOutput(comps))
         return outs
 
