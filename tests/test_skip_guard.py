@@ -58,3 +58,21 @@ def test_a_local_run_can_allow_skips_but_still_sees_them(tmp_path):
 def test_a_failing_run_keeps_its_own_status(tmp_path):
     out = run_pytest(tmp_path, "def test_a():\n    pytest.skip('x not installed')\n\ndef test_b():\n    assert False\n")
     assert out.returncode == 1 and "1 failed" in out.stdout
+
+
+VENV_SKIP = "def test_a():\n    pytest.skip('vLLM venv unavailable: RACE_VLLM_PYTHON is not set')\n"
+
+
+@pytest.mark.parametrize("ci", ["", "false", "0"])
+def test_a_missing_vllm_venv_may_skip_outside_ci(tmp_path, ci):
+    out = run_pytest(tmp_path, VENV_SKIP, CI=ci)
+    assert out.returncode == 0, out.stdout
+    assert "skips CI should not have" not in out.stdout
+
+
+@pytest.mark.parametrize("ci", ["true", "1"])
+def test_a_missing_vllm_venv_fails_ci(tmp_path, ci):
+    """.ci/run builds vLLM's venv and exports RACE_VLLM_PYTHON: under CI a real-engine test that skips is a failure."""
+    out = run_pytest(tmp_path, VENV_SKIP, CI=ci)
+    assert out.returncode == 1, out.stdout
+    assert "test_sample.py::test_a: vLLM venv unavailable" in out.stdout
