@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +45,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from race_cli.report import recommend as R  # noqa: E402
 from race_cli.report import render  # noqa: E402
+from race_cli.report.build import Report, ReportOptions  # noqa: E402
 from race_cli.report.rank import label_jobs, rank_all, rankable, regime_columns  # noqa: E402
 from race_cli.report.table import CONDITION_COLS, read_sweeps  # noqa: E402
 from report_fixtures import Regime, build_sweep, peaked  # noqa: E402
@@ -59,6 +61,20 @@ def make_sweep(root: Path, n_jobs: int, n_items: int) -> Path:
              for m in range(5) for b in range(5) for r in ("rule", "prm")][:n_cond]
     return build_sweep(root, acc=peaked(0.25, top=0.6, width=0.12), conditions=conds,
                        regimes=regimes, seeds=seeds, n_items=n_items, item_sd=0.1)
+
+
+def _report(sweep: Path, jobs, ranked, ranking, rec, fits, moves, totals, curves) -> Report:
+    """The Report the views read, of the parts timed here (no frontier, joint, findings or validation)."""
+    import pandas as pd
+
+    from race_cli.report.records import Frontier, Joint
+
+    empty = pd.DataFrame()
+    return Report(options=ReportOptions((sweep,), bootstrap=1000), targets=["arithmetic"], maximize={"arithmetic": True},
+                  by=CONDITION_COLS, jobs=jobs, ranked=ranked, ranking=ranking, recommendations=rec, fits=fits,
+                  moves=moves, target_differences=[], totals=totals, reg_cols=[], curves=curves,
+                  frontier=Frontier(empty, empty, [], [], None), predictions=None, joint=Joint(empty, empty),
+                  findings=[], settles=[], validation=None)
 
 
 def run_once(sweep: Path, out: Path, plots: bool) -> dict[str, float]:
@@ -79,18 +95,18 @@ def run_once(sweep: Path, out: Path, plots: bool) -> dict[str, float]:
     ranked = rankable(data.jobs, "arithmetic")
     jobs = label_jobs(data.jobs, CONDITION_COLS, regime_columns(data.jobs[ranked], data.knob_cols, CONDITION_COLS))
     jobs["ranked"] = ranked
-    totals = R.compute_totals(jobs)
+    totals = replace(R.compute_totals(jobs), by_condition=R.totals_by(jobs, "condition"))
+    rep = _report(sweep, jobs, ranked, ranking, rec, fits, moves, totals, data.curves)
     out.mkdir(parents=True, exist_ok=True)
     (out / "runs.csv").write_text(jobs.to_csv(index=False))
     (out / "ranking.csv").write_text(ranking.to_csv(index=False))
-    (out / "summary.md").write_text(render.markdown_summary(jobs, ranked, ranking, rec, moves, totals,
-                                                            ["arithmetic"], {"arithmetic": True}, 1000, []))
+    (out / "summary.md").write_text(render.markdown_summary(rep, []))
     t["write csv+md"] = time.perf_counter() - t0
     if plots:
-        from race_cli.report.plots import write_plots
+        from race_cli.report.views.plots import write_plots
 
         t0 = time.perf_counter()
-        write_plots(out, jobs, ranking, rec, fits, data.curves, ["arithmetic"], [], CONDITION_COLS)
+        write_plots(out, rep)
         t["plots"] = time.perf_counter() - t0
     t["jobs"], t["conditions"] = len(jobs), len(rec)
     return t

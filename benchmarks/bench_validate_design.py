@@ -116,7 +116,7 @@ def run_sweep(rng: np.random.Generator, kind: str, control: str, gap: float | No
     out = []
     for e, nz, true_gap in vals:
         nz = nz.pooled(vpools["reward=rule"])
-        parts = V.test_parts(nz, np.array([1.0, -1.0]))
+        parts = VP.test_parts(nz, np.array([1.0, -1.0]))
         diff = float(nz.point[0] - nz.point[1])
         lo, hi = (float(x[0]) for x in VP.confirm_interval(diff, parts))
         pp = e["power_plan"]

@@ -1,4 +1,4 @@
-"""Numbers for people: the one percent format of `race plan`'s tables and the report's."""
+"""Numbers for people: the percent and significant-digit formats of `race plan`'s tables and the report's."""
 
 from __future__ import annotations
 
@@ -8,3 +8,17 @@ import math
 def pct(x: float | None, digits: int = 1) -> str:
     """0.1234 -> '12.3%' (digits after the point); None or a non-finite value -> '–'."""
     return "–" if x is None or not math.isfinite(x) else f"{100 * x:.{digits}f}%"
+
+
+def g3(x: float) -> str:
+    """3e+12 -> '3e+12', 0.1234 -> '0.123' (three significant digits); a non-finite value -> '–'."""
+    return f"{x:.3g}" if math.isfinite(x) else "–"
+
+
+def value(v: object) -> str:
+    """A knob's value in a label: 2.0 -> '2', 1e12 -> '1e+12', 0.125 -> '0.125', 'rule' -> 'rule'."""
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e6:
+        return str(int(v))
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)

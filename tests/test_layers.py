@@ -243,3 +243,27 @@ def test_every_package_lists_its_modules(tmp_path):
     packages = [PKG] + sorted(p.parent for p in PKG.rglob("__init__.py") if p.parent != PKG)
     missing = {str(p.relative_to(PKG.parent)): unlisted(p) for p in packages if unlisted(p)}
     assert missing == {}, f"name each module in its package's docstring: {missing}"
+
+
+# the renderers outside report/views/ (report/views/ holds the rest) and what every renderer may import
+RENDERERS = {"race_cli.report.render", "race_cli.report.joint_view"}
+VIEW_MAY_IMPORT = {"race_cli.report.records", "race_cli.report.words", "race_cli.fmt", "race_cli.io"}
+VIEW_EXCEPTIONS = {("race_cli.report.render", "race_cli.report.recommend")}  # recommendation_text and CAVEAT: not
+# moved yet (render.py was being edited by another change when the views moved)
+
+
+def test_views_never_call_back_into_computing():
+    """Compute, then show: a view (report/views/, render.py, joint_view.py) imports the report's records, its
+    words and number formats, and other views only, so rendering can never recompute what build_report did."""
+    g = graph()
+    views = [m for m in g if under(m, "report.views") or m in RENDERERS]
+    assert "race_cli.report.views.validation" in views and "race_cli.report.views.frontier" in views
+    bad = sorted((m, d) for m in views for d in g[m]
+                 if not (under(d, "report.views") or d in RENDERERS or d in VIEW_MAY_IMPORT)
+                 and (m, d) not in VIEW_EXCEPTIONS)
+    assert bad == [], bad
+    # and the computing side keeps none of the views' work: no module outside them draws or prints a table
+    for m, path in modules().items():
+        if under(m, "report") and not (under(m, "report.views") or m in RENDERERS or m == "race_cli.report.command"):
+            src = path.read_text(encoding="utf-8")
+            assert "rich.table" not in src and "matplotlib" not in src, m

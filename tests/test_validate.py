@@ -91,13 +91,15 @@ def pilot(tmp_path_factory) -> Path:
 
 
 def test_spearman_by_hand():
+    from race_cli.stats import validation_power as VP
+
     # no ties: ρ = 1 - 6Σd²/(n(n²-1)); one swapped pair of 4: Σd² = 2 -> 1 - 12/60 = 0.8
-    assert V.spearman(np.array([1, 2, 3, 4]), np.array([10, 30, 20, 40])) == pytest.approx(0.8)
-    assert V.spearman(np.array([1, 2, 3]), np.array([3, 2, 1])) == pytest.approx(-1.0)
+    assert VP.spearman(np.array([1, 2, 3, 4]), np.array([10, 30, 20, 40])) == pytest.approx(0.8)
+    assert VP.spearman(np.array([1, 2, 3]), np.array([3, 2, 1])) == pytest.approx(-1.0)
     # ties share the average rank: obs ranks (1.5, 1.5, 3) against (1, 2, 3):
     # centred (-.5, -.5, 1)·(-1, 0, 1) = 1.5, norms √1.5·√2 -> 1.5/√3 = 0.866
-    assert V.spearman(np.array([1, 2, 3]), np.array([5, 5, 9])) == pytest.approx(1.5 / np.sqrt(3))
-    rows = V.spearman(np.array([1, 2, 3, 4]), np.array([[1, 2, 3, 4], [4, 3, 2, 1], [7, 7, 7, 7]]))
+    assert VP.spearman(np.array([1, 2, 3]), np.array([5, 5, 9])) == pytest.approx(1.5 / np.sqrt(3))
+    rows = VP.spearman(np.array([1, 2, 3, 4]), np.array([[1, 2, 3, 4], [4, 3, 2, 1], [7, 7, 7, 7]]))
     assert rows[:2] == pytest.approx([1.0, -1.0]) and np.isnan(rows[2])  # constant: no order
 
 
@@ -552,7 +554,6 @@ def test_validate_sizes_seeds_by_power_against_the_runner_up_on_fresh_items(pilo
         # the pilot's best − runner-up gap is ~0.1 (0.70 vs 0.60): well above its selection bias
         assert 0.05 < pp["observed_gap"] < 0.15 and pp["gap"] == pytest.approx(pp["observed_gap"] - pp["selection_bias"])
         # the fewest seeds with power >= 0.8 at that gap: one fewer would not do (or the minimum, 2)
-        from race_cli.report.validation import pair_parts  # noqa: F401 (the parts come from the same model)
         from race_cli.stats import validation_power as VP
 
         inf = lambda k: float("inf") if pp["parts"][k] is None else pp["parts"][k]

@@ -129,7 +129,8 @@ def test_curve_predictions_the_report_warned_against_are_counted_apart():
     """A stored prediction whose fit hit a bound (B at 5, A at 0: the tiny-m PRM μ=4 shape of the default
     pilot, a 'collapse' to 0.08) is flagged ⚠ and summarised apart; one stored before warnings were kept
     is flagged from its parameters the same way."""
-    from race_cli.report.predicted import add_predictions, predictor_sentence, predictor_summary, prediction_rows
+    from race_cli.report.predicted import add_predictions, predictor_sentence, predictor_summary
+    from race_cli.report.views.predicted import prediction_rows
 
     table = pd.DataFrame({"regime": ["a", "b", "c"], "pilot_mean": [0.50, 0.40, 0.39], "pilot_ci_lo": [0.45, 0.35, 0.34],
                           "pilot_ci_hi": [0.55, 0.45, 0.44], "val_mean": [0.52, 0.41, 0.40]})

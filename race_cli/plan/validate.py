@@ -21,7 +21,7 @@ knob T is solved exactly as for any plan.
 Seeds: fresh ones (the pilot's largest seed + 1, ...), so the validation does not reuse the pilot's
 luck; how many per condition comes from the power (plan_all_seeds): the pilot's variance model (seed
 variance pooled over its conditions of one reward system and moderated, the item × regime part, the
-evaluation residual: report/validation.pair_parts) gives the parts of the validation's best − control
+evaluation residual: stats/validation_power.pair_parts) gives the parts of the validation's best − control
 test for n seeds (stats/validation_power.planned_parts), and the fewest n whose test (simulated through
 the report's own interval) confirms the gap with probability --power (0.8) is taken, at most
 --max-seeds; that probability is the expected power over the pilot's uncertainty about its own variance

@@ -8,7 +8,7 @@ race_cli/plan/validate.py builds the validation sweep; this module decides two t
   reused, and said to be).
 - Seeds by power: `plan_all_seeds` pools the pilot's seed variance over its conditions of one reward
   system (stats/variance, as the report pools), takes each condition's best − control variance parts
-  (report/validation.pair_parts), and sizes the seeds with stats/validation_power: the fewest whose
+  (stats/validation_power.pair_parts), and sizes the seeds with stats/validation_power: the fewest whose
   planned test, simulated through the report's own interval, confirms the gap to detect with the
   target power — expected over the pilot's uncertainty about its own variance estimates, rather than
   with them taken as the truth — at most max_seeds. plan/validate_preview.print_power_plan shows the
@@ -140,7 +140,7 @@ def plan_seeds(noise: Any, regimes: list[str], best: str, ctl: str, n_validated:
     those seeds confirm. pool_df: the validation's seed pool's total df (None: this condition's own)."""
     import numpy as np
 
-    from race_cli.report.validation import pair_parts
+    from race_cli.stats.validation_power import pair_parts
     from race_cli.stats import validation_power as VP
     from race_cli.stats.draws import draws_of
 

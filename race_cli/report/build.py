@@ -15,7 +15,7 @@ transformers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +276,8 @@ def build_report(o: ReportOptions) -> Report:
     reg_cols = regime_columns(data.jobs[ranked], data.knob_cols, by)
     jobs = label_jobs(data.jobs, by, reg_cols)
     jobs["ranked"] = ranked
+    if "condition" in jobs:  # each condition's totals, from one pass (summary.md prints them)
+        totals = replace(totals, by_condition=R.totals_by(jobs, "condition"))
 
     front = F.frontier_report(sweep_dirs, data, targets, by, o.bootstrap, o.seed, maximize)
     pred = None

@@ -13,7 +13,7 @@ in sentences whether a bigger policy or a smaller one trained longer, and which 
 
 Compute, then show: report/build.py computes the Report from the ReportOptions cli.py built; this
 module is the shell around it (check every output path, draw the figures, write the files atomically,
-print the console: report/views.py). Imports neither torch nor transformers; matplotlib only when
+print the console: report/views/). Imports neither torch nor transformers; matplotlib only when
 plots are drawn.
 """
 
@@ -54,19 +54,18 @@ def check_out_paths(out_dir: Path, names) -> None:
 
 def _draw(rep: Report, out_dir: Path) -> list[str]:
     """Draw the figures into a temp folder, then move them in (nothing half-written); their names."""
-    from race_cli.report import frontier as F
     from race_cli.report import joint_view as JV
-    from race_cli.report.plots import regime_styles, write_plots
+    from race_cli.report.views import frontier as F
+    from race_cli.report.views.plots import regime_styles, write_plots
 
     front = rep.frontier
     tmp = Path(tempfile.mkdtemp(dir=out_dir, prefix=".plots."))
     try:
         # one colour and marker per regime in every figure, built once
         styles = regime_styles(list(rep.ranking["regime"]) + list(front.table.get("regime", [])))
-        figs = write_plots(tmp, rep.jobs, rep.ranking, rep.recommendations, rep.fits, rep.curves, rep.targets,
-                           rep.reg_cols, rep.by, styles=styles)
+        figs = write_plots(tmp, rep, styles=styles)
         if len(front.table):
-            figs += F.write_plots(tmp, front.table, front.best, styles)
+            figs += F.write_plots(tmp, front, styles)
         figs += JV.write_joint_plot(tmp, rep.joint)
         for f in figs:
             os.replace(tmp / f, out_dir / f)

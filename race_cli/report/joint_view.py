@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from race_cli.report.rank import _fmt
+from race_cli.fmt import value as _fmt
 from race_cli.report.records import Joint
 
 JOINT_PLOT = "joint.png"

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from race_cli.fmt import value as _fmt  # a knob's value in a label (joint.py, labels.py import it from here)
 from race_cli.report.table import CONDITION_COLS, SweepData
 
 SHORT = {"group_size": "G", "updates_per_batch": "μ", "update_group_size": "m", "prompts_per_iter": "B",
@@ -57,14 +58,6 @@ def regime_columns(jobs: pd.DataFrame, knob_cols: list[str], by: list[str]) -> l
     if "update_group_size" in cols and "group_size" in jobs and (jobs["update_group_size"] == jobs["group_size"]).all():
         cols.remove("update_group_size")  # no job down-samples: m is G everywhere, "G=8 m=8" says nothing more
     return cols
-
-
-def _fmt(v: object) -> str:
-    if isinstance(v, float) and v.is_integer() and abs(v) < 1e6:
-        return str(int(v))
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    return str(v)
 
 
 def label(values: dict[str, object]) -> str:

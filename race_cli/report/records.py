@@ -11,6 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# the methods' settings that the views state beside their results
+CURVE_DRAWS = 200  # compute-curve refits per regime for the prediction intervals (report/curve.py)
+MAX_EXTRAPOLATION = 2.0  # X / (largest compute observed) beyond which a prediction always warns (bench_curve.py)
+MIN_RHO_REGIMES = 4  # Spearman's ρ is printed only over at least this many validated regimes (report/validation.py)
+
 # the phases of the compute totals, in the order report.json lists them
 TOTAL_PHASES = ("rollout", "update", "reward", "total", "eval", "budget")
 
@@ -25,6 +30,8 @@ class Totals:
     total: float = 0.0  # training FLOPs charged to the budgets (the three above)
     eval: float = 0.0  # evaluation FLOPs, recorded apart, never charged
     budget: float = 0.0  # the budgets the jobs' ledgers declared, summed
+    by_condition: dict[str, Totals] = field(default_factory=dict, compare=False)  # condition -> its jobs' Totals
+    # (recommend.totals_by; summary.md prints each condition's); not in report.json
 
     def share(self, phase: str) -> float | None:
         """phase's share of the training FLOPs; None when nothing was trained."""
@@ -75,6 +82,8 @@ class Validation:
     margin: float  # the margin fixed in advance (0 without --margin)
     skipped: list[str]  # pilot conditions race validate left out, a line each
     design: str  # what the validation was planned as (its control, items, seeds)
+    predictors: dict[str, str | None] = field(default_factory=dict)  # condition -> how the pilot's predictions held
+    # (a sentence; None without stored predictions); not in validation.json (its rows carry the figures)
 
     def to_json(self) -> dict:
         """validation.json: every field, `regimes` as records (last)."""

@@ -170,16 +170,18 @@ def print_findings(console, lines: list[str]) -> None:
         console.print(line, highlight=False)
 
 
-def print_report(console, jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.DataFrame,
-                 rec: pd.DataFrame, moves: list[str], totals: Totals, targets: list[str],
-                 maximize: dict[str, bool], diffs: list[str] | None = None, joint=None,
-                 findings: list[str] | None = None, full: bool = True) -> None:
-    """Rich tables: job counts, the findings, unranked jobs, one section per target with its conditions'
-    rankings (each opened by the no-gain sentence when no regime beats its start), the joint
-    comparison (`joint(console)` prints it), the frontier, the caveat. `full=False`: the counts, the
-    findings and where the rest is (race report --full prints it)."""
+def print_report(console, rep, joint=None) -> None:
+    """The Report `rep` (report/build.py) in rich tables: job counts, the findings, unranked jobs, one section
+    per target with its conditions' rankings (each opened by the no-gain sentence when no regime beats its
+    start), the joint comparison (`joint(console)` prints it), the frontier, the caveat. rep.options.full
+    False: the counts, the findings and where the rest is (race report --full prints it)."""
     from rich.panel import Panel
     from rich.table import Table
+
+    jobs, ranked_mask, ranking, rec, moves, totals = rep.jobs, rep.ranked, rep.ranking, rep.recommendations, \
+        rep.moves, rep.totals
+    targets, maximize, diffs, findings, full = rep.targets, rep.maximize, rep.target_differences, rep.findings, \
+        rep.options.full
 
     counts = state_counts(jobs)
     console.print(f"[bold]race report[/]: {len(jobs)} jobs in {jobs['sweep'].nunique()} sweep(s) — "
@@ -272,14 +274,15 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.DataFrame,
-                     rec: pd.DataFrame, moves: list[str], totals: Totals, targets: list[str],
-                     maximize: dict[str, bool], n_boot: int, plots: list[str],
-                     diffs: list[str] | None = None, sections: list[str] | None = None,
-                     joint: list[str] | None = None, findings: list[str] | None = None) -> str:
-    """summary.md: the findings first (report/findings.py), then the compute reported as the paper asks,
-    one section of rankings per target, the joint comparison, fits, the frontier, the caveat: the
-    order a reader drills down."""
+def markdown_summary(rep, plots: list[str], sections: list[str] | None = None,
+                     joint: list[str] | None = None) -> str:
+    """summary.md of the Report `rep`: the findings first (report/findings.py), then the compute reported as
+    the paper asks, one section of rankings per target, the joint comparison (`joint`: its lines), fits, the
+    frontier and more `sections`, the `plots` linked, the caveat: the order a reader drills down."""
+    jobs, ranked_mask, ranking, rec, moves, totals = rep.jobs, rep.ranked, rep.ranking, rep.recommendations, \
+        rep.moves, rep.totals
+    targets, maximize, n_boot, diffs, findings = rep.targets, rep.maximize, rep.options.bootstrap, \
+        rep.target_differences, rep.findings
     counts = state_counts(jobs)
     out = ["# RACE pilot-grid report", "",
            f"Sweeps: {', '.join(sorted(jobs['sweep'].unique()))}. Jobs: {len(jobs)} ("
@@ -310,15 +313,13 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
            "seeds it is overconfident (its reliability table is in docs/report.md). "
            "p: learning / total FLOPs; policy split: learning / (search + learning), comparable "
            "across reward systems.", ""]
-    from race_cli.report.recommend import compute_totals, totals_by
-
-    by_cond = totals_by(jobs, "condition") if "condition" in jobs else {}  # one pass, not a mask per condition
+    by_cond = totals.by_condition
     rec_of = _records_by_condition(rec)
     for target, gt in _by_target(ranking, targets):
         out += [f"### Target: {target}", "", _target_line(target, maximize, gt), ""]
         for cond, rows in _records_by_condition(gt).items():
             jc = rows[0]["job_condition"] if "job_condition" in rows[0] else cond
-            t = (by_cond[jc] if jc in by_cond else compute_totals(jobs.iloc[:0])) if "condition" in jobs else None
+            t = by_cond.get(jc, Totals()) if "condition" in jobs else None
             flops = (f"Training compute of this condition's readable jobs: {_flops(t.total)} FLOPs "
                      f"(search {_share(t, 'rollout')}, learning {_share(t, 'update')}, feedback "
                      f"{_share(t, 'reward')}).") if t else ""
@@ -351,11 +352,12 @@ def markdown_summary(jobs: pd.DataFrame, ranked_mask: pd.Series, ranking: pd.Dat
 # --- machine formats -------------------------------------------------------------------
 
 
-def to_json(jobs: pd.DataFrame, ranking: pd.DataFrame, rec: pd.DataFrame, fits: dict,
-            moves: list[str], totals: Totals, targets: list[str], diffs: list[str] | None = None,
-            extra: dict | None = None, joint: dict | None = None) -> str:
-    """Everything in one JSON document (NaN becomes null). `target` is the ranked target when
-    there is one, else null; `targets` lists them all."""
+def to_json(rep, extra: dict | None = None, joint: dict | None = None) -> str:
+    """The Report `rep` in one JSON document (NaN becomes null), `extra` keys after its own, `joint` the joint
+    section's document. `target` is the ranked target when there is one, else null; `targets` lists them all."""
+    jobs, ranking, rec, fits, moves, totals = rep.jobs, rep.ranking, rep.recommendations, rep.fits, rep.moves, \
+        rep.totals
+    targets, diffs = rep.targets, rep.target_differences
     recs = lambda df: json.loads(df.to_json(orient="records")) if len(df) else []
     doc = {"target": targets[0] if len(targets) == 1 else None, "targets": list(targets),
            "caveat": CAVEAT, "totals": totals.to_json(), "jobs": recs(jobs),

@@ -21,7 +21,7 @@ control). `race report` recognises a validation sweep by that file and, per cond
   (unless an assumed seed sd supplies the missing term, `assume_seed_sd`); the summary counts only
   confirmed calls. Seed variance is pooled over the validation's regimes of one reward system
   (stats/variance, moderated as in the pilot's report); the test's interval is
-  stats/validation_power.confirm_interval on the contrast's variance parts (`test_parts`), the
+  stats/validation_power.confirm_interval on the contrast's variance parts (stats/validation_power.test_parts), the
   function `race validate` simulates to size the seeds, so the plan's power is the test's. benchmarks/bench_calibration.py and
   benchmarks/bench_validate_design.py measure its false-confirmation rate and power;
 - gives Spearman's rank correlation between the pilot's order and the validation's only when
@@ -45,7 +45,8 @@ import pandas as pd
 from race_cli import folder
 from race_cli.errors import RaceError
 from race_cli.io import atomic_write_json, read_json
-from race_cli.report.records import Validation
+from race_cli.report.records import MIN_RHO_REGIMES, Validation
+from race_cli.stats.validation_power import spearman, test_parts
 
 PROVENANCE = "provenance.json"  # in the validation sweep's root folder
 KIND = "race-validation"
@@ -59,7 +60,6 @@ NOT_SEPARATED = "not separated"  # the interval reaches the margin and does not 
 REVERSED = "reversed"  # the interval lies below zero: the control is better
 PENDING = "pending"  # the best or the control has no finished validation job yet
 NOT_TESTABLE = "not testable with one seed"  # one seed per regime: no seed variance, no verdict
-MIN_RHO_REGIMES = 4  # Spearman's ρ is printed only over at least this many validated regimes
 
 
 # --- provenance (the one file format both commands agree on) -----------------------------
@@ -178,27 +178,6 @@ def _shape_problem(prov: dict) -> str | None:
 # --- pure statistics --------------------------------------------------------------------
 
 
-def average_ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n along the last axis, ties sharing their average rank: [..., n] -> [..., n]."""
-    x = np.asarray(x, dtype=float)
-    return pd.DataFrame(x.reshape(-1, x.shape[-1])).rank(axis=1, method="average").to_numpy().reshape(x.shape)
-
-
-def spearman(pred: np.ndarray, obs: np.ndarray) -> np.ndarray:
-    """Spearman's ρ between one ordering score pred [R] and each row of obs [..., R].
-
-    Pearson correlation of average ranks (the textbook 1 - 6Σd²/(n(n²-1)) when nothing ties);
-    NaN where either side is constant (no order to compare).
-    """
-    rp = average_ranks(pred)
-    ro = average_ranks(obs)
-    a = rp - rp.mean()
-    b = ro - ro.mean(axis=-1, keepdims=True)
-    den = np.sqrt((a ** 2).sum() * (b ** 2).sum(axis=-1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, (b * a).sum(axis=-1) / np.where(den > 0, den, 1.0), np.nan)
-
-
 def verdict(diff_lo: float, diff_hi: float, margin: float = 0.0) -> str:
     """CONFIRMED / NOT_SEPARATED / REVERSED from the interval of best − control (an improvement,
     signed so that positive means the pilot's best is better); PENDING without an interval."""
@@ -209,45 +188,6 @@ def verdict(diff_lo: float, diff_hi: float, margin: float = 0.0) -> str:
     if diff_hi < 0:
         return REVERSED
     return NOT_SEPARATED
-
-
-# --- the test's variance model, shared with race validate's seed sizing ---------------------
-
-
-def test_parts(noise, c: np.ndarray):
-    """Variance parts of the contrast c [R] of regime means (stats/variance.contrast_parts on the pooled
-    variance model): the validation's test reads them through stats/validation_power.confirm_interval,
-    and `race validate` sizes its seeds by simulating that same test on planned parts."""
-    from race_cli.stats.variance import contrast_parts
-
-    return contrast_parts(noise, np.asarray(c, float)[None, :])
-
-
-def pair_parts(noise, i: int, j: int):
-    """The variance components of regime i − regime j in one (pooled) condition's noise, a pilot's:
-    the item × regime part var_i(m_i − m_j) − MS_resid·(1/n_i + 1/n_j) floored at 0, the two moderated
-    job-mean variances, the residual and the pool's prior df; and how well they are known: the df of
-    the seed variances (the pool's Σd where it has one variance, else the pair's moderated df:
-    stats/variance.contrast_parts, the report's), of var_i (n − 1) and its residual share
-    MS_resid·(1/n_i + 1/n_j); stats/validation_power.PairParts."""
-    from race_cli.stats.validation_power import PairParts
-    from race_cli.stats.variance import contrast_parts
-
-    n = noise.n
-    k = 1.0 / max(noise.n_seeds[i], 1) + 1.0 / max(noise.n_seeds[j], 1)
-    d = noise.m[i] - noise.m[j]
-    item = max(0.0, float(d.var(ddof=1)) - noise.ms_resid * k) if n > 1 else 0.0
-    d0 = noise.prior.d0 if noise.prior is not None else math.inf
-    if noise.prior is not None and not noise.prior.assumed and not math.isfinite(d0):
-        seed_df = float(noise.prior.df_total)  # both regimes read the pool's s0², estimated on Σd df
-    else:
-        c = np.zeros(len(noise.n_seeds))
-        c[i], c[j] = 1.0, -1.0
-        seed_df = float(contrast_parts(noise, c[None, :]).df_seed[0])
-    return PairParts(item_var=item, seed_var=(float(noise.seed_var[i]), float(noise.seed_var[j])),
-                     resid_var=float(noise.ms_resid), n_items=n, prior_d0=float(d0),
-                     seed_df=seed_df if seed_df > 0 else math.inf, item_df=n - 1.0 if n > 1 else math.inf,
-                     item_resid=float(noise.ms_resid * k) if n > 1 else 0.0)
 
 
 def _num(v: Any) -> float:
@@ -588,10 +528,23 @@ def compare(sweep_dir: Path, prov: dict, data, n_boot: int = 1000, seed: int = 0
                                        initial, target, n_boot, rng, maximize, margin, prior, gprior, inp)
         rows.append(row)
         tables.append(table)
-    return Validation(target=target, maximize=maximize, conditions=rows,
-                      regimes=pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(),
+    regimes = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    return Validation(target=target, maximize=maximize, conditions=rows, regimes=regimes,
                       summary=summary_sentence(rows, margin, prov.get("skipped") or []), pilot=prov.get("pilot", {}),
-                      margin=margin, skipped=prov.get("skipped") or [], design=design_sentence(settings))
+                      margin=margin, skipped=prov.get("skipped") or [], design=design_sentence(settings),
+                      predictors=_predictor_sentences(regimes, rows))
+
+
+def _predictor_sentences(regimes: pd.DataFrame, rows: list[dict]) -> dict[str, str | None]:
+    """Per condition, how well the pilot's predictions held (report/predicted.predictor_sentence), read off its
+    rows of the regimes table as validation.md shows them."""
+    from race_cli.report.predicted import predictor_sentence
+
+    out = {}
+    for c in rows:
+        t = regimes[regimes["condition"] == c["condition"]]
+        out[c["condition"]] = predictor_sentence(t) if "endpoint_pred" in t and len(t) else None
+    return out
 
 
 def design_sentence(settings: dict) -> str:
@@ -610,92 +563,3 @@ def design_sentence(settings: dict) -> str:
     return s
 
 
-def _f(v: Any, nd: int = 3) -> str:
-    v = _num(v)
-    return "–" if not np.isfinite(v) else f"{v:.{nd}f}"
-
-
-def _g(v: Any) -> str:
-    v = _num(v)
-    return "–" if not np.isfinite(v) else f"{v:.3g}"
-
-
-VAL_HEAD = ["role", "regime", "pilot: #  mean [95% CI]", "best share", "validation: #  mean [95% CI]", "≈ best",
-            "gain: pilot → val", "seeds"]
-VAL_NARROW = ["role", "regime", "pilot: #  mean [95% CI]", "validation: #  mean [95% CI]", "seeds"]
-
-
-def _s(v: Any) -> str:
-    v = _num(v)
-    return "–" if not np.isfinite(v) else f"{v:+.3f}"
-
-
-def regime_rows(t: pd.DataFrame) -> list[list[str]]:
-    """Display cells of one condition's pilot-vs-validation table."""
-    out = []
-    for _, r in t.iterrows():
-        ran = np.isfinite(_num(r.get("val_mean")))
-        out.append([r["role"], r["regime"],
-                    f"{r['pilot_rank']}  {_f(r['pilot_mean'])} [{_f(r['pilot_ci_lo'])}, {_f(r['pilot_ci_hi'])}]",
-                    _f(r["pilot_p_best"], 2),
-                    (f"{int(r['val_rank'])}  {_f(r['val_mean'])} [{_f(r['val_ci_lo'])}, {_f(r['val_ci_hi'])}]"
-                     if ran else "not run yet"),
-                    ("yes" if r["val_tied_best"] else "no") if ran else "–",
-                    f"{_s(r.get('pilot_gain'))} → {_s(r.get('val_gain'))}",
-                    str(int(r["val_n_seeds"])) if ran else "0"])
-    return out
-
-
-def markdown(res: Validation) -> str:
-    """validation.md: per condition the table and its sentence, then the summary."""
-    from race_cli.report.render import md_table
-
-    p = res.pilot
-    out = ["# RACE validation: did the pilot's call hold?", "",
-           f"Pilot: `{p.get('sweep', '?')}` (target `{res.target}`). The test: best − control in the "
-           "validation, a paired difference (items paired; seed variance pooled over the validation's "
-           "regimes of one reward system) with its 95% interval (each variance part at its own degrees of "
-           "freedom); confirmed when the interval lies above "
-           f"{res.margin:g}, reversed when below zero, else not separated (no verdict with one seed "
-           "per regime unless a seed sd is assumed). Rank correlation "
-           f"(Spearman's ρ) only with at least {MIN_RHO_REGIMES} validated regimes. Gain: the "
-           "improvement over the starting policy (iteration 0).", "", res.design, ""]
-    for c in res.conditions:
-        t = res.regimes[res.regimes["condition"] == c["condition"]]
-        out += [f"## {c['condition']}", "", md_table(VAL_HEAD, regime_rows(t)), "", c["sentence"], ""]
-        from race_cli.report.predicted import markdown_lines
-
-        out += markdown_lines(t)
-    for sk in res.skipped:
-        out += [f"- skipped: {sk}"]
-    out += ["## Summary", "", res.summary, ""]
-    return "\n".join(out)
-
-
-def print_validation(console, res: Validation) -> None:
-    from rich.panel import Panel
-    from rich.table import Table
-
-    from race_cli.report.render import NARROW
-
-    head = VAL_HEAD if console.width >= NARROW else VAL_NARROW
-    keep = [VAL_HEAD.index(h) for h in head]
-    console.print(f"[bold]Validation[/] of pilot {res.pilot.get('sweep', '?')} on {res.target}: "
-                  "the pilot's prediction next to what happened")
-    if res.design:
-        console.print(res.design, highlight=False)
-    for c in res.conditions:
-        t = Table(title=f"{c['condition']}  ·  {c['verdict']}", title_justify="left")
-        for i in keep:
-            t.add_column(VAL_HEAD[i], justify="left" if VAL_HEAD[i] in ("role", "regime") else "right",
-                         overflow="fold")
-        for r in regime_rows(res.regimes[res.regimes["condition"] == c["condition"]]):
-            t.add_row(*[r[i] for i in keep])
-        console.print(t)
-        console.print(c["sentence"], highlight=False)
-        from race_cli.report.predicted import print_lines
-
-        print_lines(console, res.regimes[res.regimes["condition"] == c["condition"]])
-    for sk in res.skipped:
-        console.print(f"skipped: {sk}", highlight=False)
-    console.print(Panel(res.summary, title="was the pilot's call confirmed?", border_style="yellow"))

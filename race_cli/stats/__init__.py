@@ -8,7 +8,8 @@ both compute their statistics with, as cost/ is for FLOPs.
     power.py       the smallest effects a design separates with 80% power, by the decisions above
     gatekeeping.py gatekept familywise procedures (graphical approach) and Dunnett's critical values
     curves.py      compute curves: the saturating sigmoid, its bounded fit, seed covariance, intervals
-    validation_power.py  the validation's test of best - control, its power, the seeds it needs
+    validation_power.py  the validation's test of best - control, its power, the seeds it needs, its variance
+                   parts and Spearman's rho between the pilot's order and the validation's
     race.py        racing: the schedule, the α split over looks, each look's decision (winner, equivalent, ...)
     race_sim.py    a race's expected cost, by simulating races through race.py's decisions
     race_power.py  what a race resolves at its cap: the smallest equivalence margin and winning gap

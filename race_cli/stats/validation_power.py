@@ -48,6 +48,10 @@ truth (the winner's curse); the selection bias is measured on draws of the pilot
 parametric bootstrap: the bias of the selected gap when the truth is the point estimate) and removed,
 floored at zero. `seeds_for_power`: the fewest seeds whose planned test confirms the gap with the
 target (expected) power, capped.
+
+The validation report's own statistics live here too: `test_parts` and `pair_parts` (the variance parts of
+best − control, which the test reads and `race validate` plans from), and `spearman` with `average_ranks`
+(how well the pilot's order held).
 """
 
 from __future__ import annotations
@@ -279,3 +283,63 @@ def shrunk_gap(point: np.ndarray, draws: np.ndarray, maximize: bool = True,
     b, r = od[:, 0], od[:, k]
     bias = float(np.mean((d[rows, b] - d[rows, r]) - (p[b] - p[r])))
     return observed, bias, max(0.0, observed - bias)
+
+
+# --- the validation's agreement and its test's variance parts (report/validation.py reads them) ----------
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n along the last axis, ties sharing their average rank: [..., n] -> [..., n]."""
+    from scipy.stats import rankdata
+
+    return rankdata(np.asarray(x, dtype=float), method="average", axis=-1)
+
+
+def spearman(pred: np.ndarray, obs: np.ndarray) -> np.ndarray:
+    """Spearman's ρ between one ordering score pred [R] and each row of obs [..., R].
+
+    Pearson correlation of average ranks (the textbook 1 - 6Σd²/(n(n²-1)) when nothing ties);
+    NaN where either side is constant (no order to compare).
+    """
+    rp = average_ranks(pred)
+    ro = average_ranks(obs)
+    a = rp - rp.mean()
+    b = ro - ro.mean(axis=-1, keepdims=True)
+    den = np.sqrt((a ** 2).sum() * (b ** 2).sum(axis=-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (b * a).sum(axis=-1) / np.where(den > 0, den, 1.0), np.nan)
+
+
+def test_parts(noise, c: np.ndarray):
+    """Variance parts of the contrast c [R] of regime means (stats/variance.contrast_parts on the pooled
+    variance model): the validation's test reads them through stats/validation_power.confirm_interval,
+    and `race validate` sizes its seeds by simulating that same test on planned parts."""
+    from race_cli.stats.variance import contrast_parts
+
+    return contrast_parts(noise, np.asarray(c, float)[None, :])
+
+
+def pair_parts(noise, i: int, j: int):
+    """The variance components of regime i − regime j in one (pooled) condition's noise, a pilot's:
+    the item × regime part var_i(m_i − m_j) − MS_resid·(1/n_i + 1/n_j) floored at 0, the two moderated
+    job-mean variances, the residual and the pool's prior df; and how well they are known: the df of
+    the seed variances (the pool's Σd where it has one variance, else the pair's moderated df:
+    stats/variance.contrast_parts, the report's), of var_i (n − 1) and its residual share
+    MS_resid·(1/n_i + 1/n_j); stats/validation_power.PairParts."""
+    from race_cli.stats.variance import contrast_parts
+
+    n = noise.n
+    k = 1.0 / max(noise.n_seeds[i], 1) + 1.0 / max(noise.n_seeds[j], 1)
+    d = noise.m[i] - noise.m[j]
+    item = max(0.0, float(d.var(ddof=1)) - noise.ms_resid * k) if n > 1 else 0.0
+    d0 = noise.prior.d0 if noise.prior is not None else math.inf
+    if noise.prior is not None and not noise.prior.assumed and not math.isfinite(d0):
+        seed_df = float(noise.prior.df_total)  # both regimes read the pool's s0², estimated on Σd df
+    else:
+        c = np.zeros(len(noise.n_seeds))
+        c[i], c[j] = 1.0, -1.0
+        seed_df = float(contrast_parts(noise, c[None, :]).df_seed[0])
+    return PairParts(item_var=item, seed_var=(float(noise.seed_var[i]), float(noise.seed_var[j])),
+                     resid_var=float(noise.ms_resid), n_items=n, prior_d0=float(d0),
+                     seed_df=seed_df if seed_df > 0 else math.inf, item_df=n - 1.0 if n > 1 else math.inf,
+                     item_resid=float(noise.ms_resid * k) if n > 1 else 0.0)

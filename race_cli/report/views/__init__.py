@@ -1,15 +1,18 @@
 """Views of a Report (report/build.py): the files' texts, the console, stdout, the top `race run` prints.
 
 Pure formatting of values the Report holds: nothing here computes a statistic or touches a file
-(report/command.py writes the texts and draws the figures). The section renderers are render.py
-(rankings, summary.md, report.json), joint_view.py, frontier.py, curve.py and validation.py.
+(report/command.py writes the texts and draws the figures). The section renderers are report/render.py
+(rankings, summary.md, report.json) and report/joint_view.py, and in this package frontier.py, curve.py (the
+predictions at --at-budget), validation.py with predicted.py (a validation sweep's), plots.py (the figures).
+A view imports the report's records (report/records.py), its words and number formats, and other views: never
+a module that computes (tests/test_layers.py holds it).
 """
 
 from __future__ import annotations
 
 from race_cli.io import dumps
 
-# the files a report writes, besides the figures (report/plots.py, frontier.py, joint_view.py); frontier.csv
+# the files a report writes, besides the figures (views/plots.py, views/frontier.py, joint_view.py); frontier.csv
 # and joint.csv are removed when this report has none (one from an earlier report would mislead)
 MAIN_FILES = ("runs.csv", "ranking.csv", "recommendations.csv", "report.json", "summary.md", "frontier.csv",
               "joint.csv")
@@ -18,9 +21,9 @@ VALIDATION_FILES = ("validation.md", "validation.csv", "validation_regimes.csv",
 
 def figure_names() -> set[str]:
     """Every figure a report may draw (a figure it does not draw this time is removed: it would mislead)."""
-    from race_cli.report import frontier as F
     from race_cli.report import joint_view as JV
-    from race_cli.report.plots import PLOT_NAMES  # module top imports no matplotlib
+    from race_cli.report.views import frontier as F
+    from race_cli.report.views.plots import PLOT_NAMES  # module top imports no matplotlib
 
     return set(PLOT_NAMES) | set(F.PLOTS) | {JV.JOINT_PLOT}
 
@@ -53,15 +56,14 @@ def race_markdown(rep) -> list[str]:
 def _sections(rep) -> list[str]:
     """summary.md's sections after the rankings: a raced sweep's states, the frontier across budgets, the
     predictions."""
-    from race_cli.report import frontier as F
+    from race_cli.report.records import CURVE_DRAWS
+    from race_cli.report.views import curve as CV
+    from race_cli.report.views import frontier as F
 
-    front = rep.frontier
     sections = race_markdown(rep)
-    sections += F.markdown_section(front.best, front.sentences) if len(front.best) else []
+    sections += F.markdown_section(rep.frontier) if len(rep.frontier.best) else []
     if rep.predictions is not None:
-        from race_cli.report import curve as CV
-
-        sections += CV.markdown_section(rep.predictions, CV.CURVE_DRAWS)
+        sections += CV.markdown_section(rep.predictions, CURVE_DRAWS)
     return sections
 
 
@@ -70,9 +72,7 @@ def markdown(rep, figs: list[str]) -> str:
     from race_cli.report import joint_view as JV
     from race_cli.report import render
 
-    return render.markdown_summary(rep.jobs, rep.ranked, rep.ranking, rep.recommendations, rep.moves, rep.totals,
-                                   rep.targets, rep.maximize, rep.options.bootstrap, figs, rep.target_differences,
-                                   _sections(rep), joint=JV.markdown(rep.joint), findings=rep.findings)
+    return render.markdown_summary(rep, figs, _sections(rep), joint=JV.markdown(rep.joint))
 
 
 def report_json(rep) -> str:
@@ -83,8 +83,7 @@ def report_json(rep) -> str:
     from race_cli.report import render
 
     front = rep.frontier
-    return render.to_json(rep.jobs, rep.ranking, rep.recommendations, rep.fits, rep.moves, rep.totals, rep.targets,
-                          rep.target_differences, joint=JV.to_json(rep.joint),
+    return render.to_json(rep, joint=JV.to_json(rep.joint),
                           extra={"budget_frontier": front.best, "budget_frontier_notes": front.sentences}
                           | ({"predictions": rep.predictions} if rep.predictions is not None else {})
                           | ({"race": [st.to_json() for st in rep.race], "race_schedule": rep.schedule.to_json()}
@@ -111,7 +110,7 @@ def validation_texts(rep) -> dict[str, str]:
     """A validation sweep's files (validation.md, .csv, _regimes.csv, .json); {} for an ordinary sweep."""
     import pandas as pd
 
-    from race_cli.report.validation import markdown as validation_md
+    from race_cli.report.views.validation import markdown as validation_md
 
     res = rep.validation
     if res is None:
@@ -129,20 +128,19 @@ def validation_texts(rep) -> dict[str, str]:
 def print_console(rep, console, main: list[str], validation: list[str]) -> None:
     """--format table: the report on a rich console, then where its files went (main: the main report's
     file names, figures included; validation: a validation sweep's)."""
-    from race_cli.report import frontier as F
     from race_cli.report import joint_view as JV
     from race_cli.report import render
+    from race_cli.report.views import frontier as F
 
     full, front, pred = rep.options.full, rep.frontier, rep.predictions
-    render.print_report(console, rep.jobs, rep.ranked, rep.ranking, rep.recommendations, rep.moves, rep.totals,
-                        rep.targets, rep.maximize, rep.target_differences,
-                        joint=lambda c: JV.print_joint(c, rep.joint), findings=rep.findings, full=full)
+    render.print_report(console, rep, joint=lambda c: JV.print_joint(c, rep.joint))
     if full and len(front.best):
-        F.print_section(console, front.best, front.sentences)
+        F.print_section(console, front)
     if full and pred is not None:
-        from race_cli.report import curve as CV
+        from race_cli.report.records import CURVE_DRAWS
+        from race_cli.report.views import curve as CV
 
-        CV.print_section(console, pred, CV.CURVE_DRAWS)
+        CV.print_section(console, pred, CURVE_DRAWS)
     if not full:
         console.print("Below the findings, summary.md has, in order: the rankings per target and condition, "
                       "the joint comparison, the frontier across budgets"
@@ -150,7 +148,7 @@ def print_console(rep, console, main: list[str], validation: list[str]) -> None:
                       "race report --full prints them here.", highlight=False)
     console.print(f"Wrote {', '.join(main)} to {rep.out_dir}")
     if rep.validation is not None:
-        from race_cli.report.validation import print_validation
+        from race_cli.report.views.validation import print_validation
 
         print_validation(console, rep.validation)
         console.print(f"Wrote {', '.join(validation)} to {rep.out_dir}")

@@ -257,14 +257,12 @@ def _frontier(plt, rec: pd.DataFrame, by: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def write_plots(out_dir: Path, jobs: pd.DataFrame, ranking: pd.DataFrame, rec: pd.DataFrame,
-                fits: dict, curves: pd.DataFrame, targets: list[str] | str, reg_cols: list[str],
-                by: list[str], styles: dict | None = None) -> list[str]:
-    """Draw every figure into out_dir; return the file names written. `styles`: the report's
-    regime -> (colour, marker) map (regime_styles; built from the ranking when not given).
-
-    `jobs` must carry `condition` and `regime` columns for ranked jobs (command.py adds them).
-    """
+def write_plots(out_dir: Path, rep, styles: dict | None = None) -> list[str]:
+    """Draw every figure of the Report `rep` (report/build.py) into out_dir; return the file names written.
+    `styles`: the report's regime -> (colour, marker) map (regime_styles; built from the ranking when not
+    given). rep.jobs carries `condition` and `regime` columns for ranked jobs (build_report labels them)."""
+    jobs, ranking, rec, fits, curves = rep.jobs, rep.ranking, rep.recommendations, rep.fits, rep.curves
+    targets, reg_cols, by = rep.targets, rep.reg_cols, rep.by
     import matplotlib
 
     matplotlib.use("Agg")
