@@ -160,9 +160,9 @@ def test_vllm_is_refused_on_mig_devices(gpu_box):
 
 # --- no silent CPU ----------------------------------------------------------------------------------------
 
-def test_a_job_given_a_gpu_slot_fails_rather_than_running_on_cpu(monkeypatch):
+def test_a_job_given_a_gpu_slot_fails_rather_than_running_on_cpu(monkeypatch, capsys):
     """device=auto in a GPU slot torch cannot use: a RaceError naming torch, its CUDA build and the driver,
-    never "cpu"; outside a slot (and with no NVIDIA driver listing GPUs) auto is still the CPU."""
+    never "cpu"; outside a slot auto is still the CPU, and says so where the driver lists GPUs."""
     torch = pytest.importorskip("torch")
     from race_cli.engine import setup as S
 
@@ -178,10 +178,11 @@ def test_a_job_given_a_gpu_slot_fails_rather_than_running_on_cpu(monkeypatch):
     assert f"torch {torch.__version__} ({build})" in text and "NVIDIA driver 470.57.02" in text
     assert "race run gave this job GPU 3" in text and "device=cpu" in text
     monkeypatch.setenv(S.GPU_SLOT_ENV, "")  # a CPU worker's slot
+    assert S.resolve_device("auto") == "cpu" and capsys.readouterr().err == ""
+    monkeypatch.setattr(machine, "gpu_visible", lambda device: True)  # by hand, beside GPUs torch cannot use
     assert S.resolve_device("auto") == "cpu"
-    monkeypatch.setattr(machine, "gpu_visible", lambda device: True)  # the driver lists GPUs torch cannot use
-    with pytest.raises(RaceError, match="the NVIDIA driver lists GPUs here"):
-        S.resolve_device("auto")
+    said = capsys.readouterr().err
+    assert "the NVIDIA driver lists GPUs here" in said and "This job runs on the CPU." in said and build in said
 
 
 def test_the_pool_marks_gpu_slots_and_clears_the_mark_for_cpu_workers():

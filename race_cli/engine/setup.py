@@ -26,13 +26,10 @@ GPU_SLOT_ENV = "RACE_GPU_SLOT"  # set by race run's pool (pool/local.GPU_SLOT_EN
 
 
 def expected_gpu() -> str | None:
-    """Why this job must run on a GPU whatever torch says, or None: race run gave it a GPU slot
-    (GPU_SLOT_ENV), or the NVIDIA driver lists GPUs that CUDA_VISIBLE_DEVICES does not hide."""
+    """Why this job must run on a GPU whatever torch says, or None: race run gave it a GPU slot (GPU_SLOT_ENV)."""
     slot = os.environ.get(GPU_SLOT_ENV, "").strip()
     if slot:
         return f"race run gave this job GPU {slot} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')})"
-    if machine.gpu_visible("auto"):
-        return "the NVIDIA driver lists GPUs here"
     return None
 
 
@@ -72,9 +69,9 @@ def no_cuda_message(requested: str, why: str, torch_said: str) -> str:
 def resolve_device(requested: str) -> str:
     """`auto` -> `cuda:0` when CUDA is available, else `cpu`; `cuda`/`cuda:N` are checked.
 
-    No silent CPU: where a GPU is expected (`expected_gpu`: race run gave the job a GPU slot, or the driver
-    lists GPUs) and torch cannot use it, `auto` is a RaceError naming torch, its CUDA build and the driver,
-    never a CPU job (a 7B policy in float32 on CPU would run for days and say nothing)."""
+    No silent CPU: where race run gave the job a GPU slot (`expected_gpu`) and torch cannot use it, `auto` is a
+    RaceError naming torch, its CUDA build and the driver, never a CPU job (a 7B policy in float32 on CPU would
+    run for days and say nothing); a job started by hand beside GPUs torch cannot use runs on the CPU and says so."""
     import torch
 
     if requested == "auto":
@@ -84,6 +81,11 @@ def resolve_device(requested: str) -> str:
         why = expected_gpu()
         if why:
             raise RaceError(no_cuda_message(requested, why, said))
+        if machine.gpu_visible("auto"):  # a job by hand beside GPUs torch cannot use: on the CPU, but said
+            import sys
+
+            print("note: " + no_cuda_message(requested, "the NVIDIA driver lists GPUs here", said).replace(
+                "Nothing ran on the CPU instead.", "This job runs on the CPU.", 1), file=sys.stderr, flush=True)
         return "cpu"
     if requested == "cpu":
         return "cpu"
