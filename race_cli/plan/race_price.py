@@ -24,6 +24,7 @@ No torch; numpy and scipy through stats/.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -288,7 +289,6 @@ def race_resolution(plan: Any, seed_sd: float) -> list[Resolution]:
     from race_cli.cost.budget import reward_name
     from race_cli.plan.power import planned_items
     from race_cli.stats.power import Design
-    from race_cli.stats.race_power import smallest_margin, smallest_race_gap
     from race_cli.tasks.targets import target_names
 
     schedule = plan.race
@@ -316,9 +316,16 @@ def race_resolution(plan: Any, seed_sd: float) -> list[Resolution]:
                 continue
             d = Design(n=n, k=1 if greedy else k, seeds=cap, regimes=len(rs), seed_sd=seed_sd, pool_df=pool[cond[2]],
                        crn=not greedy)
-            out.append(Resolution(f"{cond[0]} C={cond[1]:.3g} {cond[2]}", t, cap, len(rs), alpha,
-                                  smallest_margin(d, alpha), smallest_race_gap(d, alpha)))
+            out.append(Resolution(f"{cond[0]} C={cond[1]:.3g} {cond[2]}", t, cap, len(rs), alpha, *_resolve(d, alpha)))
     return out
+
+
+@lru_cache(maxsize=64)
+def _resolve(d, alpha: float) -> tuple[float, float]:
+    """(smallest margin, smallest gap) of one design: conditions alike in items, regimes and pool share it."""
+    from race_cli.stats.race_power import smallest_margin, smallest_race_gap
+
+    return smallest_margin(d, alpha), smallest_race_gap(d, alpha)
 
 
 def resolution_lines(rows: list[Resolution], margin: float) -> list[str]:
