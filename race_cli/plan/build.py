@@ -701,6 +701,8 @@ def prepare_sweep(overrides: Sequence[str], sweep_dir: Path | None, *, yes: bool
         say(f"sweep: {sweep_dir} (resuming the plan already there)")
         from race_cli.folder import job_config_data
 
+        if check is None and gpu_mem is None:
+            return Path(sweep_dir)
         configs = [(p.parent.parent.name, job_config_data(p)) for p in job_configs(sweep_dir)]
         if check is not None:
             check([c for _, c in configs])
