@@ -344,3 +344,20 @@ def test_trust_table_race_json_that_is_not_what_race_wrote_is_refused(finished, 
     with pytest.raises(RaceError, match="not the race record race run pins"):
         states_of(sweep)
     assert snapshot(tmp_path) == before
+
+
+def test_a_report_mid_race_never_says_no_call_is_open(finished, tmp_path):
+    """Mid-race (m1's last look-3 job not run yet), the findings said 'racing at look 3 ... continue' and then
+    'open calls: none (every call above is settled at this design)'."""
+    from race_cli.report.build import ReportOptions, build_report
+
+    sweep = copy_of(finished, tmp_path)
+    job = sweep / "jobs" / "m1_G4_s5"
+    for name in ("summary.json", "ledger.json", "metrics.jsonl"):
+        (job / name).unlink()
+    shutil.rmtree(job / "checkpoint")
+    (job / "status.json").write_text(json.dumps({"job_id": "m1_G4_s5", "state": "pending", "attempts": 0}))
+    rep = build_report(ReportOptions((sweep,), plots=False, bootstrap=100))
+    assert sorted(s.condition_values["model"] for s in rep.race if s.state == "continue") == ["m1", "m2"]
+    assert not any(line.startswith("open calls: none") for line in rep.findings)
+    assert "open calls: 2 still racing; the race's next looks give them seeds (race run resumes it)." in rep.findings

@@ -358,7 +358,14 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
                 lines.append("  " + jl)
     lines += edge_lines(ranking, launch)  # report/bracket.py: bests on the grid's edge, and the run past it
     lines.append(validate_line(rec, sweeps))
-    lines.append(settle_total(settles))
+    racing = sum(st.state == "continue" for st in race or [])
+    if racing:  # a race under way: its open calls are the ones still racing, never "none"
+        lines.append(f"open calls: {racing} still racing; the race's next looks give them seeds (race run resumes "
+                     "it).")
+        if settles:  # the race's undecided ends, with their price
+            lines.append(settle_total(settles).replace("open calls:", "undecided calls:", 1))
+    else:
+        lines.append(settle_total(settles))
     if schedule is not None:
         lines.append(W.race_schedule(schedule))
     lines.append(LEGEND)
