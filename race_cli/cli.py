@@ -19,9 +19,9 @@ from race_cli.errors import RaceError
 # --- help panels: every option sits in one of these (docs/commands.md has each option in full)
 WHAT, WHERE, RESOURCES, SLURM, OUTPUT = "What to run", "Where", "Resources", "SLURM", "Output"
 DOCS = "Every option in full: docs/commands.md."
-# numeric options whose range is worth printing; every other range is still enforced, and a value
-# outside it is refused with the range named, but printing [1<=x<=1024] beside --workers tells nothing
-SHOW_RANGE = {"--power", "--margin", "--bootstrap"}
+# numeric options whose range the help says in words ("(0.5 to 0.999)"); no help prints Click's raw
+# [0.5<=x<=0.999]. Every range is still enforced, and a value outside it is refused with the range named.
+RANGE_IN_WORDS = {"--power": "0.5 to 0.999", "--margin": "0 to 1", "--bootstrap": "100 to 100,000"}
 
 
 def _plain_help(params: list) -> None:
@@ -29,7 +29,7 @@ def _plain_help(params: list) -> None:
     for p in params:
         if getattr(p, "is_flag", False) or getattr(p, "is_bool_flag", False):
             p.metavar = ""
-        if getattr(p, "param_type_name", "") == "option" and not set(p.opts) & SHOW_RANGE:
+        if getattr(p, "param_type_name", "") == "option":
             p._get_number_range_help_str = lambda: None
         if getattr(p, "param_type_name", "") == "argument":  # its name says it: OVERRIDES..., not <list[str]>
             p.display_type_rich = lambda ctx: None
@@ -67,6 +67,8 @@ app = typer.Typer(
 )
 
 NO_RACE_HELP = "Fixed design: the seed axis as typed."
+CFG_HELP = "Print the first job's composed config; exit."
+EACH_JOB_HELP = "With --cfg job: every job's config."
 MAX_SEEDS_HELP = "The race's cap: seeds per regime."
 
 OVERRIDES_HELP = "Hydra overrides and sweeps, e.g. model=tiny-s,tiny-m grpo.group_size=4,8."
@@ -89,6 +91,86 @@ def _use_config_dirs(dirs: Optional[List[Path]]) -> None:
         from race_cli.config.compose import set_config_dirs
 
         set_config_dirs(dirs)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"race {version('race-cli')}")
+        except PackageNotFoundError:  # a checkout on PYTHONPATH, never installed
+            typer.echo("race (not installed: no version recorded; pip install . records it)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _app(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                      help="Print race's version and exit.")) -> None:
+    pass
+
+
+# --- Hydra's habits: -m/--multirun, --cfg job, hydra.sweep.dir= ------------------------------------------
+
+MULTIRUN_NOTE = ("note: -m/--multirun is Hydra's switch for a sweep; race plan and race run always expand comma "
+                 "lists and range() into one job each (a multirun), so it changes nothing.")
+
+
+def _multirun_option():
+    return typer.Option(False, "--multirun", "-m", hidden=True,
+                        help="Hydra's sweep switch: accepted; a sweep is always a multirun here.")
+
+
+def _cfg_option():
+    return typer.Option(None, "--cfg", metavar="job", rich_help_panel=OUTPUT, show_default=False, help=CFG_HELP)
+
+
+def _note(text: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(text, highlight=False, soft_wrap=True)
+
+
+def _hydra_folder(overrides: Optional[List[str]], folder: Optional[Path], flag: str,
+                  key: str = "hydra.sweep.dir") -> tuple[list[str], Optional[Path]]:
+    """(the overrides less Hydra's output folder, the folder): `hydra.sweep.dir=DIR` (`hydra.run.dir` for one
+    job) is taken as race's `flag` (a note says so); any other hydra.* key is refused naming what race uses."""
+    rest, found = [], None
+    for o in overrides or []:
+        k, eq, v = o.lstrip("+~").partition("=")
+        if k == key and eq:
+            found = v
+        elif k == "hydra" or k.startswith("hydra."):
+            raise RaceError(f"{o}: race composes its configs with Hydra but runs no Hydra app, so Hydra's own "
+                            f"settings do not apply. The output folder is {flag} DIR (or {key}=DIR).")
+        else:
+            rest.append(o)
+    if found is None:
+        return rest, folder
+    if not found.strip():
+        raise RaceError(f"{key}= is empty: give a folder, e.g. {flag} runs/my-sweep.")
+    if folder is not None and Path(found) != folder:
+        raise RaceError(f"{key}={found} and {flag} {folder} name two folders: give one ({flag} is race's own).")
+    _note(f"note: {key}={found} is taken as {flag} {found}.")
+    return rest, Path(found)
+
+
+def _print_cfg(what: str, overrides: list[str], each: bool, **plan_kw) -> None:
+    """`--cfg job` (Hydra's habit): the composed config of the first job (every job's with --each-job), as
+    its .hydra/config.yaml will hold it, on stdout; nothing is written or run."""
+    if what != "job":
+        raise RaceError(f"--cfg {what}: race prints a job's composed config (--cfg job); Hydra's own runtime "
+                        "config (hydra, all) is not used by race.")
+    import yaml
+
+    from race_cli.plan.build import build_plan
+
+    jobs = build_plan(overrides, **plan_kw).jobs
+    for i, job in enumerate(jobs if each else jobs[:1]):
+        typer.echo(("---\n" if i else "") + f"# job {job.job_id}: {' '.join(job.overrides)}")
+        typer.echo(yaml.safe_dump(job.config, sort_keys=False), nl=False)
+    if not each and len(jobs) > 1:
+        _note(f"note: the first of {len(jobs)} jobs; --each-job prints every one.")
 
 
 def _fail(exc: RaceError) -> None:
@@ -141,6 +223,9 @@ def plan(
     out: Optional[Path] = typer.Option(None, "--out", "-o", parser=_folder, metavar="DIR", rich_help_panel=OUTPUT,
                                        help="Write the sweep folder here."),
     config_dir: Optional[List[Path]] = _config_dir_option(),
+    cfg: Optional[str] = _cfg_option(),
+    each_job: bool = typer.Option(False, "--each-job", rich_help_panel=OUTPUT, help=EACH_JOB_HELP),
+    multirun: bool = _multirun_option(),
 ) -> None:
     """Expand a sweep into budget-matched GRPO jobs; preview each job's FLOPs, memory and wall time.
 
@@ -154,6 +239,12 @@ def plan(
 
     try:
         _use_config_dirs(config_dir)
+        if multirun:
+            _note(MULTIRUN_NOTE)
+        overrides, out = _hydra_folder(overrides, out, "--out")
+        if cfg is not None:
+            _print_cfg(cfg, overrides, each_job, max_jobs=max_jobs, yes=yes, race=not no_race, max_seeds=max_seeds)
+            raise typer.Exit(0)
         if max_jobs < 1:
             raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
         if reprobe:  # plan/cpu_probe.py reads it where the CPU rates are scaled
@@ -204,10 +295,11 @@ def plan(
 
             head += price_lines(price_race(p, sd[0]), p.race)
     print_plan(p, fmt.value, head=head)
-    if p.race_note:
-        from rich.console import Console
+    for note in (p.race_note, p.task_note):
+        if note:
+            from rich.console import Console
 
-        Console(stderr=True).print(p.race_note, highlight=False)
+            Console(stderr=True).print(note, highlight=False)
     if power_table or fmt != PlanFormat.table:  # the table on stderr: stdout stays the plan (or its data)
         print_power(powers, sd[1], eval_share_line(p.jobs), joint_lines=joint_power_lines(joint))
     elif (share := eval_share_line(p.jobs)):
@@ -301,6 +393,9 @@ def train(
 
     try:
         _use_config_dirs(config_dir)
+        overrides, run_dir = _hydra_folder(overrides, Path(out) if out and out.strip() else None, "--out",
+                                           "hydra.run.dir")
+        out = str(run_dir) if run_dir is not None and out is None else out
         for flag, value in (("--out", out), ("--job-dir", job_dir)):
             if value is not None and not value.strip():  # Path('') is '.': the job would land in the current folder
                 raise RaceError(f"{flag} {value!r} is empty: give the job folder, e.g. {flag} runs/one/jobs/try1.")
@@ -319,11 +414,11 @@ def run(
                                                     metavar="OVERRIDES"),
     retry_failed: bool = typer.Option(False, "--retry-failed", rich_help_panel=WHAT,
                                       help="Also rerun failed jobs (they resume)."),
-    max_jobs: int = typer.Option(512, min=1, max=100_000, metavar="N", rich_help_panel=WHAT,
-                                 help="Refuse sweeps larger than this unless --yes."),
+    max_jobs: int = typer.Option(512, min=1, max=100_000, metavar="N", rich_help_panel=WHAT, show_default=False,
+                                 help="Refuse larger sweeps unless --yes (512)."),
     yes: bool = typer.Option(False, "--yes", "-y", rich_help_panel=WHAT, help="Run sweeps larger than --max-jobs."),
     launcher: str = typer.Option("local", "--launcher", metavar="local|slurm", rich_help_panel=WHERE,
-                                 help="This machine, or one SLURM job array."),
+                                 show_default=False, help="This machine (local), or a SLURM array."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=1024, metavar="N",
                                           rich_help_panel=RESOURCES, help="CPU workers (default: one per core)."),
     gpus_per_job: int = typer.Option(1, "--gpus-per-job", min=0, max=1024, metavar="N", rich_help_panel=RESOURCES,
@@ -333,7 +428,7 @@ def run(
     partition: Optional[str] = typer.Option(None, "--partition", metavar="NAME", rich_help_panel=SLURM,
                                             help="SLURM partition."),
     time_min: int = typer.Option(60, "--time-min", min=1, max=43_200, metavar="MIN", rich_help_panel=SLURM,
-                                 help="Minutes per task, then requeued."),
+                                 show_default=False, help="Minutes, then requeued (60)."),
     array_parallelism: Optional[int] = typer.Option(None, "--array-parallelism", min=1, max=102_400, metavar="N",
                                                     rich_help_panel=SLURM, help="Most tasks running at once."),
     cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", min=1, max=1024, metavar="N",
@@ -342,8 +437,8 @@ def run(
                                          help="Host memory per task."),
     setup: Optional[List[str]] = typer.Option(None, "--setup", metavar="LINE", rich_help_panel=SLURM,
                                               help="Shell line before each task."),
-    wait: bool = typer.Option(True, "--wait/--no-wait", rich_help_panel=SLURM,
-                              help="Follow the tasks to the end."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", rich_help_panel=SLURM, show_default=False,
+                              help="Wait for the tasks (default)."),
     sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", "-d", parser=_folder,
                                              metavar="DIR", rich_help_panel=OUTPUT,
                                              help="Sweep folder (default: runs/<grid>-<hash>)."),
@@ -351,6 +446,9 @@ def run(
     max_seeds: Optional[int] = typer.Option(None, "--max-seeds", min=2, max=1000, metavar="N", rich_help_panel=WHAT,
                                             help=MAX_SEEDS_HELP),
     config_dir: Optional[List[Path]] = _config_dir_option(),
+    cfg: Optional[str] = _cfg_option(),
+    each_job: bool = typer.Option(False, "--each-job", rich_help_panel=OUTPUT, help=EACH_JOB_HELP),
+    multirun: bool = _multirun_option(),
 ) -> None:
     """Run every job of a sweep, one process per job, and end with the findings.
 
@@ -364,6 +462,12 @@ def run(
 
     try:
         _use_config_dirs(config_dir)
+        if multirun:
+            _note(MULTIRUN_NOTE)
+        overrides, sweep_dir = _hydra_folder(overrides, sweep_dir, "--sweep-dir")
+        if cfg is not None:
+            _print_cfg(cfg, overrides, each_job, max_jobs=max_jobs, yes=yes, race=not no_race, max_seeds=max_seeds)
+            raise typer.Exit(0)
         code = run_main(overrides or [], sweep_dir=sweep_dir, workers=workers, gpus_per_job=gpus_per_job,
                         launcher=launcher, retry_failed=retry_failed, yes=yes, max_jobs=max_jobs,
                         partition=partition, time_min=time_min, array_parallelism=array_parallelism,
@@ -404,7 +508,7 @@ def report(
     assume_seed_sd: Optional[float] = typer.Option(None, "--assume-seed-sd", min=1e-6, max=0.999, metavar="SD",
                                                    rich_help_panel=WHAT, help="One seed per regime: assume this sd."),
     bootstrap: int = typer.Option(1000, min=100, max=100_000, metavar="N", rich_help_panel=RESOURCES,
-                                  help="Bootstrap resamples."),
+                                  help="Bootstrap resamples (100 to 100,000)."),
     seed: int = typer.Option(0, min=0, max=2**32 - 1, metavar="N", rich_help_panel=RESOURCES,
                              help="Seed of the bootstrap."),
     fmt: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f", metavar="FORMAT",
@@ -451,11 +555,11 @@ def validate(
     unlearned: bool = typer.Option(False, "--unlearned", rich_help_panel=WHAT,
                                    help="Also conditions with no gain."),
     margin: float = typer.Option(0.0, "--margin", min=0.0, max=1.0, metavar="M", rich_help_panel=WHAT,
-                                 help="Confirm only above this gap."),
+                                 help="Gap to confirm above (0 to 1)."),
     seeds: Optional[int] = typer.Option(None, "--seeds", min=1, max=512, metavar="N", rich_help_panel=RESOURCES,
                                         help="Seeds per regime (default: by power)."),
     power: float = typer.Option(0.8, "--power", min=0.5, max=0.999, metavar="P", rich_help_panel=RESOURCES,
-                                help="Power the seeds are sized for."),
+                                help="Power the seeds are sized for (0.5 to 0.999)."),
     gap: Optional[float] = typer.Option(None, "--gap", min=1e-4, max=1.0, metavar="G", rich_help_panel=RESOURCES,
                                         help="Gap to size for (default: the pilot's)."),
     max_seeds: int = typer.Option(8, "--max-seeds", min=1, max=512, metavar="N", rich_help_panel=RESOURCES,

@@ -198,7 +198,7 @@ def test_plan_and_help_do_not_import_torch():
 def test_cli_flops_prints_the_ledger_and_an_exact_audit():
     res = _race("flops", "model=tiny-s", "--audit")
     assert res.returncode == 0, res.stderr
-    assert "rollout / search" in res.stdout and "update / learning" in res.stdout
+    assert "rollout/search" in res.stdout and "update/learning" in res.stdout
     assert "within the 1% target" in res.stdout
     res = _race("flops", "grpo.group_size=4,8")
     assert res.returncode == 2 and "ONE job" in res.stderr

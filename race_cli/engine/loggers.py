@@ -11,14 +11,17 @@ never branches on which logger it has (the do-nothing `NullLogger` when `logger=
 - tensorboard: event files in <job>/tensorboard/ through torch.utils.tensorboard (needs the
   `tensorboard` package: pip install 'race-cli[tensorboard]'). A resumed job purges the events
   after its checkpoint (`purge_step`), as metrics.jsonl is cut back, so both hold the same values.
-- wandb: a run in <job>/wandb/, offline unless WANDB_MODE says otherwise (no network needed;
-  `wandb sync` uploads later); run id = the job id, so a resumed job continues its run.
+- wandb: one run per job in <job>/wandb/, offline unless WANDB_MODE says otherwise (no network needed;
+  `wandb sync` uploads later). The runs of a sweep share its group (the sweep folder's name); a run's id is
+  the sweep's id (its folder name and a hash of when race plan wrote it) and the job id, so two sweeps in one
+  project never write into the same run, and a resumed job continues its own (`run_identity`).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 from race_cli.errors import RaceError
@@ -69,8 +72,46 @@ class TensorBoardLogger:
         self.writer.close()
 
 
+def _safe(text: str) -> str:
+    """W&B refuses ':;,#?/\'' and outer blanks in a run id: anything but letters, digits and '._=-' becomes '-'."""
+    return re.sub(r"[^A-Za-z0-9._=-]+", "-", text).strip("-") or "job"
+
+
+def run_identity(job_dir: Path, job_id: str) -> tuple[str, str | None, str]:
+    """(run id, group, display name) of a job's W&B run.
+
+    In a sweep folder (<sweep>/jobs/<job_id>/ beside plan.json): group = the sweep folder's name, id =
+    '<sweep>-<hash>-<job_id>' where the hash is of the sweep's name and the time race plan wrote it
+    (multirun.yaml's `created`), name = '<sweep>/<job_id>'. Two sweeps, even of one name, get two ids; a resumed
+    job (or a moved sweep folder) keeps its id. A job outside a sweep (race train --out DIR): no group, and
+    the id hashes the folder's absolute path."""
+    import hashlib
+
+    from race_cli.folder import is_sweep, multirun_yaml
+
+    job_dir = Path(job_dir)
+    sweep = job_dir.parent.parent
+    if job_dir.parent.name == "jobs" and is_sweep(sweep):
+        created = ""
+        try:
+            from race_cli.io import load_yaml
+
+            created = str((load_yaml(multirun_yaml(sweep).read_text(encoding="utf-8")) or {}).get("created", ""))
+        except Exception:  # noqa: BLE001 - an unreadable multirun.yaml: the id still names the sweep and the job
+            pass
+        digest = hashlib.sha256(f"{sweep.name}|{created}".encode()).hexdigest()[:8]
+        run_id = _safe(f"{sweep.name}-{digest}-{job_id}")
+        group, name = sweep.name, f"{sweep.name}/{job_id}"
+    else:
+        digest = hashlib.sha256(str(job_dir.resolve()).encode()).hexdigest()[:8]
+        run_id, group, name = _safe(f"{job_dir.name}-{digest}"), None, job_id
+    if len(run_id) > 128:  # keep it short and still unique
+        run_id = run_id[:119] + "-" + hashlib.sha256(run_id.encode()).hexdigest()[:8]
+    return run_id, group, name
+
+
 class WandbLogger:
-    """A W&B run (offline by default) whose id is the job id; step = iteration."""
+    """One W&B run per job (offline by default), grouped by sweep, with a unique id (run_identity); step = iteration."""
 
     def __init__(self, job_dir: Path, config: dict, job_id: str):
         try:
@@ -80,8 +121,9 @@ class WandbLogger:
                             "(or logger=none; metrics.jsonl is written either way).") from None
         folder = Path(job_dir) / "wandb"
         folder.mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "race"), id=job_id, name=job_id,
-                              dir=str(job_dir), config=config, resume="allow",
+        run_id, group, name = run_identity(Path(job_dir), job_id)
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "race"), id=run_id, name=name, group=group,
+                              job_type="grpo", dir=str(job_dir), config=config, resume="allow",
                               mode=os.environ.get("WANDB_MODE", "offline"))
 
     def log(self, line: dict) -> None:

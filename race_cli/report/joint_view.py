@@ -60,15 +60,17 @@ def _pm(v, lo, hi, signed=False) -> str:
 
 
 def rows(g: pd.DataFrame, narrow: bool) -> list[list[str]]:
+    from race_cli.report.render import call_cell  # "–" where one seed per regime made no call
+
     out = []
     for _, r in g.iterrows():
         name = r["regime"] + (" ★" if r["is_best"] else "")
-        tied = "yes" if r["tied_best"] else "no"
+        tied = call_cell(r, "tied_best")
         if narrow:
             out.append([str(r["rank"]), name, _pm(r["mean"], r["ci_lo"], r["ci_hi"]),
                         _pm(r["gain"], r["gain_ci_lo"], r["gain_ci_hi"], True), tied])
             continue
-        beats = "–" if not np.isfinite(r["gain"]) else ("yes" if r["beats_start"] else "no")
+        beats = call_cell(r, "beats_start")
         gain = "–" if not np.isfinite(r["gain"]) else (
             f"{_s(r['gain'])} [{_s(r['gain_ci_lo'])}, {_s(r['gain_ci_hi'])}]")
         fb = "–" if not np.isfinite(r["share_feedback"]) else f"{100 * r['share_feedback']:.0f}%"

@@ -65,13 +65,23 @@ def ranking_rows(g: pd.DataFrame) -> list[list[str]]:
     return [ranking_cells(r) for r in g.to_dict("records")]
 
 
+def call_cell(r: Any, key: str) -> str:
+    """'yes' / 'no' for a call of one row (tied_best: "≈ best", beats_start: "> start"), or '–' where none was
+    made: one seed per regime (not testable: every regime then stays "≈ best" and none "> start", which says
+    nothing) or, for "> start", no gain measured."""
+    testable = r.get("testable", r.get("seed_noise", True))
+    if not bool(testable) or (key == "beats_start" and not np.isfinite(r.get("gain", np.nan))):
+        return "–"
+    return "yes" if r[key] else "no"
+
+
 def ranking_cells(r: dict) -> list[str]:
     """Display cells of one ranking row ({column: value}, as DataFrame.to_dict("records") gives them)."""
-    beats = "–" if not np.isfinite(r.get("gain", np.nan)) else ("yes" if r["beats_start"] else "no")
+    beats = call_cell(r, "beats_start")
     return [str(r["rank"]), r["regime"] + (" ★" if r["is_best"] else ""),
             f"{_f(r['mean'])} [{_f(r['ci_lo'])}, {_f(r['ci_hi'])}]",
             _f(r.get("start", np.nan)), gain_cell(r), beats, _f(r["p_best"], 2),
-            "yes" if r["tied_best"] else "no", _f(r.get("p", np.nan)),
+            call_cell(r, "tied_best"), _f(r.get("p", np.nan)),
             _f(r.get("p_policy", np.nan)),
             " / ".join(pct(r.get(f"share_{n}", np.nan), 0) for n in ["search", "learning", "feedback"]),
             _f(r.get("informative_share", np.nan), 2),
@@ -115,11 +125,11 @@ def narrow_rows(g: pd.DataFrame) -> list[list[str]]:
     """NARROW_HEAD cells of one condition's ranking: what fits 80 columns."""
     rows = []
     for _, r in g.iterrows():
-        beats = "–" if not np.isfinite(r.get("gain", np.nan)) else ("yes" if r["beats_start"] else "no")
+        beats = call_cell(r, "beats_start")
         rows.append([str(r["rank"]), r["regime"] + (" ★" if r["is_best"] else ""),
                      _pm(r["mean"], r["ci_lo"], r["ci_hi"]),
                      _pm(r.get("gain", np.nan), r.get("gain_ci_lo", np.nan), r.get("gain_ci_hi", np.nan), True),
-                     beats, "yes" if r["tied_best"] else "no"])
+                     beats, call_cell(r, "tied_best")])
     return rows
 
 
@@ -234,7 +244,7 @@ def print_report(console, rep, joint=None) -> None:
         for i in keep:
             t.add_column(head[i], overflow="fold")
         for _, r in rec.iterrows():
-            row = [r["condition"], r["best_regime"], "yes" if r["learned"] else "no",
+            row = [r["condition"], r["best_regime"], "yes" if r["learned"] else "no" if r.get("testable", True) else "–",
                    _f(r.get("best_p_policy", np.nan)), _f(r["best_p"]), _pstar(r),
                    "fallback" if r.get("fit_fallback") else str(r.get("fit_model", "–")),
                    _f(r["best_mean"]), _f(r["best_p_best"], 2)]

@@ -332,16 +332,20 @@ def zoo_main(names: list[str] | None, build: bool, force: bool, verify: bool = F
     if build or force:
         for n in names:
             _build_entry(n, force=force)
-    table = Table(title=f"race zoo ({cache_root() / 'zoo'})")
-    for col in ("name", "kind", "params", "built", "greedy", "sampled", "AUC", "build s", "path"):
-        table.add_column(col)
+    # no path column: a full path does not fit 80 columns beside eight others; the folders are named below
+    table = Table(title=f"race zoo ({cache_root() / 'zoo'})", title_justify="left")
+    for col in ("name", "kind", "params", "built", "greedy", "sampled", "AUC", "build s"):
+        table.add_column(col, justify="left" if col in ("name", "kind", "built") else "right", overflow="fold")
     fmt = lambda v: "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
     for r in list_entries():
         if r["name"] in names:
             built = "yes" if r["built"] else f"damaged: {r['damage']}" if r["damage"] else "no"
             table.add_row(r["name"], r["kind"], f"{r['params']:,}", built, fmt(r["greedy"]),
-                          fmt(r["sampled"]), fmt(r["auc"]), "-" if r["seconds"] is None else f"{r['seconds']:.0f}", r["path"])
+                          fmt(r["sampled"]), fmt(r["auc"]), "-" if r["seconds"] is None else f"{r['seconds']:.0f}")
     Console().print(table)
+    for r in list_entries():
+        if r["name"] in names:
+            Console().print(f"zoo:{r['name']}: {r['path']}", highlight=False, soft_wrap=True)
     for r in list_entries():
         if r["name"] in names and r["damage"]:
             Console(stderr=True).print(f"zoo:{r['name']} at {r['path']} is damaged ({r['damage']}): it is rebuilt "
