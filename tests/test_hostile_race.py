@@ -361,3 +361,16 @@ def test_a_report_mid_race_never_says_no_call_is_open(finished, tmp_path):
     assert sorted(s.condition_values["model"] for s in rep.race if s.state == "continue") == ["m1", "m2"]
     assert not any(line.startswith("open calls: none") for line in rep.findings)
     assert "open calls: 2 still racing; the race's next looks give them seeds (race run resumes it)." in rep.findings
+
+
+def test_a_race_waiting_on_done_jobs_exits_2_saying_what_disagrees(finished, tmp_path):
+    """A done job whose summary holds no score (readable, labels intact, but nothing to rank): every job plan.json
+    lists is done, yet look 0 waits for it. race run said 'waiting for look 0' and exit 0."""
+    sweep = copy_of(finished, tmp_path)
+    job = sweep / "jobs" / "m4_G4_s0"
+    summary = read_json(job / "summary.json")
+    for key in ("eval", "eval_items"):
+        summary.pop(key)
+    (job / "summary.json").write_text(json.dumps(summary))
+    refused(sweep, "race: every job plan.json lists is done, yet", "call(s) still wait for jobs",
+            "plan.json and the job folders disagree")
