@@ -11,16 +11,19 @@ HERE = Path(__file__).resolve().parent
 
 
 class BuildPyWithConf(build_py):
-    """build_py, then conf/**/*.yaml copied to <build>/race_cli/conf/ (an editable install reads conf/ itself)."""
+    """build_py, then conf/**/*.yaml copied to <build>/race_cli/conf/ and docs/**/*.md to <build>/race_cli/docs/
+    (`race docs PAGE` reads them: the pages help texts and messages name; an editable install reads the
+    checkout's conf/ and docs/ themselves)."""
 
     def run(self):
         super().run()
         if getattr(self, "editable_mode", False):
             return
-        for src in sorted((HERE / "conf").rglob("*.yaml")):
-            dst = Path(self.build_lib) / "race_cli" / "conf" / src.relative_to(HERE / "conf")
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            self.copy_file(str(src), str(dst))
+        for folder, pattern in (("conf", "*.yaml"), ("docs", "*.md")):
+            for src in sorted((HERE / folder).rglob(pattern)):
+                dst = Path(self.build_lib) / "race_cli" / folder / src.relative_to(HERE / folder)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                self.copy_file(str(src), str(dst))
 
 
 setup(cmdclass={"build_py": BuildPyWithConf})

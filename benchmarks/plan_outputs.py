@@ -43,7 +43,7 @@ def probe_cache(root: Path, tree: Path) -> None:
             "'fingerprint': P.fingerprint()}; print(json.dumps({'version': 1, 'machines': {P.machine_key(): entry}}))"
             % PROBE_SECONDS)
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(tree)})
+                         env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
     root.mkdir(parents=True, exist_ok=True)
     (root / "cpu-probe.json").write_text(got.stdout)
 
@@ -53,7 +53,7 @@ def run(tree: Path, args: list[str], columns: int, cache: Path) -> str:
            "RACE_CACHE": str(cache), "RACE_CPU_PROBE": "cached"}
     env.pop("RACE_CONF_DIR", None)
     done = subprocess.run([sys.executable, "-m", "race_cli", *args], capture_output=True, text=True, env=env,
-                          timeout=900)
+                          timeout=900, cwd=tree)  # -m puts the current folder first on sys.path: the tree's
     return f"exit {done.returncode}\n--- stdout\n{done.stdout}--- stderr\n{done.stderr}"
 
 

@@ -58,7 +58,7 @@ app = typer.Typer(
     cls=_Group,
     help="Run RACE pilot grids: budget-matched GRPO jobs that show where RL post-training compute should go "
     "(a bigger policy, more rollouts, more updates, or stronger feedback).\n\n"
-    "Flow: race plan -> race run -> race report -> race validate. Guides: docs/README.md.",
+    "Flow: race plan -> race run -> race report -> race validate. Guides: race docs (docs/README.md).",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
@@ -612,6 +612,28 @@ def zoo(
     except RaceError as exc:
         _fail(exc)
     raise typer.Exit(code)
+
+
+@app.command(cls=_Command)
+def docs(
+    page: Optional[str] = typer.Argument(None, metavar="PAGE", show_default=False,
+                                         help="A page: commands, gpu, docs/security.md, ... (default: the index)."),
+    path: bool = typer.Option(False, "--path", rich_help_panel=OUTPUT, help="Print where the page is instead."),
+) -> None:
+    """Print one of race's guides: every docs/<page>.md a help text or a message names, installed with race."""
+    from race_cli.guide import docs_dir, find_page, pages
+
+    try:
+        root = docs_dir()
+        found = find_page(page, root)
+    except RaceError as exc:
+        _fail(exc)
+    if path:
+        typer.echo(str(found))
+        return
+    typer.echo(found.read_text(encoding="utf-8"), nl=False)
+    if page is None:
+        typer.echo("\nPages (race docs PAGE): " + ", ".join(pages(root)))
 
 
 # --- help text: written for Rich's wrapping -------------------------------------------------------

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # pages the index names that parallel work writes (the GPU guide, the race's statistics and its measurements)
@@ -77,3 +79,98 @@ def test_commands_reference_lists_every_option_of_every_command():
         for p in cmd.params:
             if p.param_type_name == "option" and "--help" not in p.opts:
                 assert f"`{', '.join(p.opts + p.secondary_opts)}`" in section, (name, p.opts)
+
+
+QUOTED = re.compile(r"<!-- output: (.+?) -->\n```text\n(.*?)```", re.S)
+
+
+def quoted_outputs(page: Path) -> list[tuple[str, list[str]]]:
+    """(command, quoted lines) of each block a page marks `<!-- output: [VAR=value ...] race ... -->`."""
+    return [(cmd.strip(), body.splitlines()) for cmd, body in QUOTED.findall(page.read_text(encoding="utf-8"))]
+
+
+def follows(quoted: list[str], printed: list[str]) -> str | None:
+    """None when the quoted lines are the printed ones, in order, a `...` line standing for any run of lines;
+    else the first quoted line that is not there. Trailing spaces do not count."""
+    printed = [line.rstrip() for line in printed]
+    at, skipping = 0, False
+    for line in quoted:
+        if line.strip() == "...":
+            skipping = True
+            continue
+        line = line.rstrip()
+        if skipping:
+            while at < len(printed) and printed[at] != line:
+                at += 1
+        if at >= len(printed) or printed[at] != line:
+            return line
+        at, skipping = at + 1, False
+    return None
+
+
+def test_follows_by_hand():
+    assert follows(["a", "...", "d"], ["a", "b", "c", "d  "]) is None
+    assert follows(["a", "c"], ["a", "b", "c"]) == "c"  # no `...`: consecutive
+    assert follows(["...", "x"], ["a", "b"]) == "x"
+
+
+def test_the_gpu_guides_plan_is_what_race_plan_prints():
+    """docs/gpu.md section 3 quotes `race plan grid=pilot --gpu H100x8` at 80 columns: the quote must be the
+    command's output today (no GPU visible; the GPU rates are the H100's stated assumptions)."""
+    import os
+    import shlex
+
+    blocks = quoted_outputs(DOCS / "gpu.md")
+    assert [c for c, _ in blocks] == ["COLUMNS=80 race plan grid=pilot --gpu H100x8"]
+    for command, quoted in blocks:
+        words = shlex.split(command)
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "RACE_CPU_PROBE": "off", "PYTHONPATH": str(ROOT)}
+        while "=" in words[0]:
+            key, _, value = words.pop(0).partition("=")
+            env[key] = value
+        assert words[0] == "race"
+        done = subprocess.run([sys.executable, "-m", "race_cli", *words[1:]], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        missing = follows(quoted, done.stdout.splitlines())
+        assert missing is None, f"docs/gpu.md quotes a line `{command}` no longer prints: {missing!r}"
+
+
+def test_every_docs_page_the_code_names_opens_with_race_docs():
+    """A pip install has no docs/ folder: `race docs PAGE` reads the copy the wheel ships (setup.py puts docs/
+    into race_cli/docs), so every `docs/<page>.md` a help text or message names opens by that name."""
+    from race_cli.guide import docs_dir, find_page
+
+    named = set()
+    for f in (ROOT / "race_cli").rglob("*.py"):
+        named |= set(re.findall(r"docs/[\w/.-]+\.md", f.read_text(encoding="utf-8")))
+    root = docs_dir()
+    for name in sorted(n for n in named if (ROOT / n).exists()):
+        assert find_page(name, root) == (ROOT / name).resolve()
+
+
+def test_race_docs_reads_an_installed_copy_and_names_the_pages(tmp_path):
+    from typer.testing import CliRunner
+
+    from race_cli.cli import app
+    from race_cli.errors import RaceError
+    from race_cli.guide import docs_dir, find_page, pages
+
+    installed = tmp_path / "race_cli" / "docs"  # the wheel's layout
+    (installed / "measurements").mkdir(parents=True)
+    (installed / "README.md").write_text("# index\n")
+    (installed / "measurements" / "walltime.md").write_text("# wall\n")
+    root = docs_dir([installed, tmp_path / "nowhere"])
+    assert root == installed and pages(root) == ["README", "measurements/walltime"]
+    for name in ("measurements/walltime", "docs/measurements/walltime.md", "measurements/walltime.md"):
+        assert find_page(name, root) == installed / "measurements" / "walltime.md"
+    assert find_page(None, root) == installed / "README.md"
+    for bad in ("../setup", "/etc/passwd", "walltim"):
+        with pytest.raises(RaceError, match="No page"):
+            find_page(bad, root)
+    with pytest.raises(RaceError, match="not installed here"):
+        docs_dir([tmp_path / "nowhere"])
+    res = CliRunner().invoke(app, ["docs", "commands"])
+    assert res.exit_code == 0 and res.output.startswith("# Commands and options")
+    res = CliRunner().invoke(app, ["docs", "gpux"])
+    assert res.exit_code == 2 and "Did you mean 'gpu'?" in res.output
