@@ -70,11 +70,24 @@ def test_race_plan_prints_the_margin_and_gap_each_condition_resolves_at_its_cap(
                        timeout=300, env={"COLUMNS": "200", **__import__("os").environ})
     assert p.returncode == 0, p.stderr
     out = p.stdout + p.stderr
-    lines = out.splitlines()
-    head = next(i for i, x in enumerate(lines) if x.startswith("race resolution at the cap"))
-    assert f"declared margin ±{margin}" in lines[head]
-    rows = [x for x in lines[head + 1:] if x.startswith("  ") and ": margin ±" in x]
-    assert len(rows) == 8  # 2 sizes x 2 reward systems x 2 targets (tiny); 4 sizes x 2 rewards x gsm8k (pilot)
-    reach = [float(x.split("margin ±")[1].split(",")[0]) for x in rows]
-    assert all(r > float(margin) for r in reach)
-    assert any(x.startswith(f"note: the declared margin ±{margin} lies below") for x in lines)
+    flat = " ".join(out.split())  # the console folds long lines at its width
+    head = flat[flat.index("race resolution at the cap"):]
+    head, note = head[:head.index("note: ")], head[head.index("note: "):]
+    assert f"declared margin ±{margin}" in head
+    # one design in every condition (2 sizes x 2 reward systems x 2 targets on tiny; 4 sizes x 2 rewards x gsm8k
+    # on the pilot): one line for all 8; designs that differ would get a line each
+    assert "in each of its 8 condition x target" in head
+    reach = float(head.split("is ±")[1].split(",")[0])
+    gap = float(head.split("smallest gap ")[1].split()[0])
+    assert reach > float(margin) and 0 < gap < 0.2
+    assert note.startswith(f"note: the declared margin ±{margin} lies below") and "in 8 of 8" in note
+
+
+def test_designs_that_differ_get_a_line_each():
+    from race_cli.plan.race_price import Resolution, resolution_lines
+
+    rows = [Resolution("a C=1e+12 rule", "t", 4, 3, 0.0333, 0.10, 0.09),
+            Resolution("bb C=1e+12 rule", "t", 4, 3, 0.0333, 0.07, 0.06)]
+    lines = resolution_lines(rows, 0.08)
+    assert lines[1:3] == ["  a C=1e+12 rule   t: margin ±0.100, gap 0.090", "  bb C=1e+12 rule  t: margin ±0.070, gap 0.060"]
+    assert lines[3].startswith("note: the declared margin ±0.08 lies below what the race can show at its cap in 1 of 2")

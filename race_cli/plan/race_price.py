@@ -335,10 +335,17 @@ def resolution_lines(rows: list[Resolution], margin: float) -> list[str]:
         return []
     fmt = lambda v: f"{v:.3f}" if v == v else "–"
     r0 = rows[0]
-    out = [f"race resolution at the cap ({r0.seeds} seeds per regime, last look's α {r0.alpha:.4g}, seed sd as above): "
-           f"declared margin ±{margin:g}; per condition the smallest margin and gap resolved with 80% power"]
-    width = max(len(r.condition) for r in rows)
-    out += [f"  {r.condition.ljust(width)}  {r.target}: margin ±{fmt(r.margin)}, gap {fmt(r.gap)}" for r in rows]
+    head = (f"race resolution at the cap ({r0.seeds} seeds per regime, last look's α {r0.alpha:.4g}, seed sd as above): "
+            f"declared margin ±{margin:g}")
+    alike = {(fmt(r.margin), fmt(r.gap)) for r in rows}
+    if len(alike) == 1:  # one design throughout: one line says it for every condition
+        m, g = alike.pop()
+        out = [f"{head}; in each of its {len(rows)} condition x target the smallest margin resolved with 80% power "
+               f"is ±{m}, the smallest gap {g}"]
+    else:
+        width = max(len(r.condition) for r in rows)
+        out = [f"{head}; per condition the smallest margin and gap resolved with 80% power"]
+        out += [f"  {r.condition.ljust(width)}  {r.target}: margin ±{fmt(r.margin)}, gap {fmt(r.gap)}" for r in rows]
     short = [r for r in rows if r.margin == r.margin and margin < r.margin]
     if short:
         out.append(f"note: the declared margin ±{margin:g} lies below what the race can show at its cap in {len(short)} "
