@@ -212,7 +212,7 @@ def test_no_race_is_the_fixed_plan():
 
 def test_a_plan_races_with_the_calibrated_split_only_where_it_was_measured():
     """A grid that names no split of α gets the calibrated one for the measured schedule (looks 2-3-4, α 0.05,
-    at most 6 regimes per condition: the default grid has 3, the GPU pilot 6) and Bonferroni otherwise; a
+    at most 6 regimes per condition: the default grid has 4 (G x μ), the GPU pilot 6) and Bonferroni otherwise; a
     split the grid names is kept whatever the measurement covers."""
     import dataclasses
 
@@ -220,7 +220,7 @@ def test_a_plan_races_with_the_calibrated_split_only_where_it_was_measured():
     from race_cli.plan.race_plan import regimes_per_condition, resolve_spending
 
     default = build_plan([])
-    assert regimes_per_condition(default.jobs) == 3 and default.race.spending == "calibrated"
+    assert regimes_per_condition(default.jobs) == 4 and default.race.spending == "calibrated"
     assert build_plan([], max_seeds=6).race.spending == "bonferroni"  # looks 2-3-4-6: not measured
     seven = build_plan(["grid=none", "model=tiny-s", "grpo.updates_per_batch=1,2,3,4,5,6,7", "seed=0,1"], max_seeds=4)
     assert list(seven.race.looks) == [2, 3, 4] and regimes_per_condition(seven.jobs) == 7
@@ -285,7 +285,8 @@ def test_seeds_typed_that_cannot_start_a_race_plan_a_fixed_design():
     from race_cli.plan.build import build_plan
 
     plan = build_plan(["seed=0"])
-    assert plan.race is None and {j.config["seed"] for j in plan.jobs} == {0} and len(plan.jobs) == 12
+    # the default grid's 2 sizes x 2 reward systems x (G in {4, 8} x μ in {1, 2}), one seed each
+    assert plan.race is None and {j.config["seed"] for j in plan.jobs} == {0} and len(plan.jobs) == 16
     assert "seed=0 cannot start a race" in plan.race_note
     assert build_plan([]).race_note is None
 
