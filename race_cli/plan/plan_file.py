@@ -52,7 +52,8 @@ class RacePlan:
 
 
 def is_seed(token: str) -> bool:
-    return token.lstrip("+").partition("=")[0] == "seed"
+    """Whether an override sets the seed (seed=, +seed=, ++seed=)."""
+    return token.startswith(("seed=", "+seed=", "++seed="))
 
 
 def regime_of(row: dict) -> str:
@@ -70,12 +71,15 @@ def id_for(job_id: str, tokens: list[str], hint: list[int]) -> bool:
     suffix. `hint[0]`: where the swept ones began in the last row matched (tried first, then every start)."""
     from race_cli.config.sweep import job_id as make_id
 
-    digest = hashlib.sha1(chr(0).join(tokens).encode()).hexdigest()[:8]
+    digest = None
     for start in [hint[0]] + [i for i in range(len(tokens) + 1) if i != hint[0]]:
         if start > len(tokens):
             continue
         base = make_id(tokens[start:])
-        if job_id == base or job_id == f"{base}_{digest}":
+        if job_id != base and job_id.startswith(base + "_"):  # unique_ids' suffix, where ids clashed
+            digest = digest or hashlib.sha1(chr(0).join(tokens).encode()).hexdigest()[:8]
+            base = f"{base}_{digest}"
+        if job_id == base:
             hint[0] = start
             return True
     return False
@@ -114,7 +118,7 @@ def _check_row(row: Any, where: str, seeds: range, what: str, hint: list[int]) -
     elif not id_for(job_id, tokens, hint):
         problems.append(f"{name} job_id: not the id race plan writes for its overrides '{overrides[:120]}' (a job "
                         "id names its regime and seed).")
-    return problems, (job_id, regime_of(row), seed) if not problems else None
+    return problems, (job_id, " ".join(t for t in tokens if not is_seed(t)), seed) if not problems else None
 
 
 # --- the document --------------------------------------------------------------------------------
