@@ -90,10 +90,10 @@ def quoted_outputs(page: Path) -> list[tuple[str, list[str]]]:
 
 
 def follows(quoted: list[str], printed: list[str]) -> str | None:
-    """None when the quoted lines are the printed ones, in order, a `...` line standing for any run of lines;
-    else the first quoted line that is not there. Trailing spaces do not count."""
+    """None when the quoted lines are printed lines, in order, from any line on, a `...` line standing for any
+    run of lines (else consecutive); else the first quoted line that is not there. Trailing spaces do not count."""
     printed = [line.rstrip() for line in printed]
-    at, skipping = 0, False
+    at, skipping = 0, True
     for line in quoted:
         if line.strip() == "...":
             skipping = True
@@ -112,6 +112,7 @@ def test_follows_by_hand():
     assert follows(["a", "...", "d"], ["a", "b", "c", "d  "]) is None
     assert follows(["a", "c"], ["a", "b", "c"]) == "c"  # no `...`: consecutive
     assert follows(["...", "x"], ["a", "b"]) == "x"
+    assert follows(["b", "c"], ["a", "b", "c"]) is None  # a quote may start anywhere
 
 
 def test_the_gpu_guides_plan_is_what_race_plan_prints():
@@ -174,3 +175,25 @@ def test_race_docs_reads_an_installed_copy_and_names_the_pages(tmp_path):
     assert res.exit_code == 0 and res.output.startswith("# Commands and options")
     res = CliRunner().invoke(app, ["docs", "gpux"])
     assert res.exit_code == 2 and "Did you mean 'gpu'?" in res.output
+
+
+def test_the_tutorials_findings_are_what_race_report_prints(tmp_path):
+    """docs/tutorial.md quotes the findings of `race report` on the synthetic sweep scripts/tutorial_sweep.py
+    writes (a known truth of the default grid's shape): the quote must be what the command prints today."""
+    import os
+    import shlex
+
+    blocks = quoted_outputs(DOCS / "tutorial.md")
+    assert [c for c, _ in blocks] == ["COLUMNS=100 race report runs/tiny-demo --no-plots"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1"}
+    made = subprocess.run([sys.executable, str(ROOT / "scripts" / "tutorial_sweep.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    for command, quoted in blocks:
+        words = shlex.split(command)
+        env["COLUMNS"] = words.pop(0).partition("=")[2]
+        done = subprocess.run([sys.executable, "-m", "race_cli", *words[1:]], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        missing = follows(quoted, done.stdout.splitlines())
+        assert missing is None, f"docs/tutorial.md quotes a line `{command}` no longer prints: {missing!r}"
