@@ -165,7 +165,11 @@ def _print_cfg(what: str, overrides: list[str], each: bool, **plan_kw) -> None:
 
     from race_cli.plan.build import build_plan
 
-    jobs = build_plan(overrides, **plan_kw).jobs
+    plan = build_plan(overrides, **plan_kw)
+    for note in (plan.race_note, plan.task_note):
+        if note:
+            _note(note)
+    jobs = plan.jobs
     for i, job in enumerate(jobs if each else jobs[:1]):
         typer.echo(("---\n" if i else "") + f"# job {job.job_id}: {' '.join(job.overrides)}")
         typer.echo(yaml.safe_dump(job.config, sort_keys=False), nl=False)

@@ -241,3 +241,10 @@ def test_targets_named_on_the_command_line_win(own):
 
     plan = build_plan(["model=mine", "task=mytask", "eval.targets=[mine,gsm8k]", "seed=0"])
     assert {tuple(target_names(j.config)) for j in plan.jobs} == {("mine", "gsm8k")}
+
+
+def test_race_train_refuses_the_same_folder_before_writing_its_job(own, models, tmp_path):
+    out = tmp_path / "one-job"
+    got = _race("train", "--config-dir", str(own), "model=notok", "task=mytask", "--out", str(out))
+    assert got.returncode == 2 and f"{models['notok']} holds no tokenizer" in got.stderr, got.stderr
+    assert not out.exists()

@@ -12,6 +12,7 @@ Exit codes: 0 done, 1 failed run (status.json says why), 2 bad input (RaceError)
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from race_cli.errors import RaceError
 from race_cli.folder import hydra_dir, job_config, job_overrides, summary_file
@@ -78,6 +79,17 @@ def _model_paths(cfg) -> list[str]:
     return [str(cfg.model.path)] + ([str(reward_model.path)] if reward_model is not None else [])
 
 
+def _checked(cfg: Any) -> Any:
+    """The composed config, once race plan's checks pass (plan/checks.py: the model's tokenizer, the task's rows,
+    the targets), so a job that would crash on its first prompt is refused before its folder is written."""
+    from omegaconf import OmegaConf
+
+    from race_cli.plan.checks import check_jobs
+
+    check_jobs([OmegaConf.to_container(cfg, resolve=True)])
+    return cfg
+
+
 def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | None = None) -> int:
     """Compose (`out`) or reload (`job_dir`) one job's config and run or resume it; returns the exit code."""
     from race_cli.config.compose import compose, load_job_config
@@ -97,7 +109,7 @@ def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | No
             raise RaceError(f"{folder} exists, holds files and is not a job folder (no .hydra/config.yaml): race train "
                             "would write its job among them. Choose a new or empty --out folder.")
         if saved.is_file() and _saved_overrides(folder) != overrides and _never_trained(folder):
-            cfg = compose(overrides)  # a corrected command for a job that failed before its first checkpoint
+            cfg = _checked(compose(overrides))  # a corrected command for a job that failed before its first checkpoint
             refuse_unusable_cache(_model_paths(cfg))
             print(f"{folder}: replacing the config of a job that never reached a checkpoint "
                   f"(overrides were {_saved_overrides(folder)})", flush=True)
@@ -109,7 +121,7 @@ def train_main(overrides: list[str], out: Path | None = None, job_dir: Path | No
                                 "rerun with the same overrides to resume it, or choose another --out folder.")
             cfg = load_job_config(saved)
         else:
-            cfg = compose(overrides)  # RaceError before anything is written
+            cfg = _checked(compose(overrides))  # RaceError before anything is written
             refuse_unusable_cache(_model_paths(cfg))  # a cache that is a file: named before the job folder is written
             _write_job_config(folder, cfg, overrides)
     else:

@@ -48,10 +48,12 @@ def job_problems(configs: Iterable[dict]) -> list[str]:
     for key in dict.fromkeys(_task_key(c) for c in configs):
         task = json.loads(key[0])
         problems.extend(p for p in _task_problems(key[0]) if p not in problems)
-        prompt = _task_prompt(key[0])
-        if prompt is None:
-            continue
         for role, model, need_eos in _models(json.loads(key[1])):
+            if model_folder(model.get("path"), model.get("revision")) is None:
+                continue  # zoo: models, hub ids not in the cache: nothing to read here (the module docstring)
+            prompt = _task_prompt(key[0])  # read only when a tokenizer is there to encode it
+            if prompt is None:
+                break
             problems.extend(p for p in _tokenizer_problems(model.get("path"), model.get("revision"), prompt,
                                                            need_eos, role, task.get("name", "")) if p not in problems)
     for key in dict.fromkeys(json.dumps(c.get("eval", {}).get("targets") or [], sort_keys=True) for c in configs):
@@ -109,7 +111,7 @@ def _task_problems(task_json: str) -> tuple[str, ...]:
             if not train:
                 return (f"{t['path']}: no rows left to train on after holding out task.num_eval={num_eval}. Add "
                         "rows, lower task.num_eval, or give the held-out rows in task.eval_path.",)
-        elif name == "gsm8k" and t.get("path") != "hub":
+        elif name == "gsm8k" and t.get("path") != "hub" and num_eval is not None:  # None: the whole split
             from race_cli.tasks.gsm8k import GSM8KTask, local_gsm8k_dir
 
             task = GSM8KTask(path=t.get("path"), split_train=t.get("split_train", "train"),
