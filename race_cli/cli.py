@@ -624,7 +624,7 @@ def docs(
                                          help="A page: commands, gpu, docs/security.md, ... (default: the index)."),
     path: bool = typer.Option(False, "--path", rich_help_panel=OUTPUT, help="Print where the page is instead."),
 ) -> None:
-    """Print one of race's guides: every docs/<page>.md a help text or a message names, installed with race."""
+    """Print a guide (docs/PAGE.md, installed with race): the pages help texts and messages name."""
     from race_cli.guide import docs_dir, find_page, pages
 
     try:
