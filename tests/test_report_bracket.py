@@ -68,6 +68,10 @@ def write_sweep(root: Path, grid: dict, shift: dict | None = None, typed: list[s
             for s in (0, 1):
                 jid = write_job(jobs, cond, Regime(g, mu, P[(g, mu)] * (1 - fb)), s, {"arithmetic": scores}, rng,
                                 feedback=fb, start={"arithmetic": first(START[model])})
+                # m = G, as every job's summary records it (report_fixtures leaves it out)
+                doc = json.loads((jobs / jid / "summary.json").read_text())
+                doc["knobs"]["update_group_size"] = g
+                (jobs / jid / "summary.json").write_text(json.dumps(doc))
                 # the model's shapes (its size) and what tells one run from another (no counterfeit second seed)
                 (jobs / jid / ".hydra" / "config.yaml").write_text(
                     yaml.safe_dump({"model": {"name": model, "arch": ARCH[model]}, "seed": s, "run": jid}))

@@ -37,7 +37,7 @@ import pandas as pd
 
 from race_cli.report.rank import _fmt, label
 
-G, MU = "group_size", "updates_per_batch"
+G, MU, M = "group_size", "updates_per_batch", "update_group_size"
 KEYS = {G: "grpo.group_size", MU: "grpo.updates_per_batch"}  # knob column -> its override key
 LEAST = {G: 2, MU: 1}  # the schema's smallest G (GRPO normalises within a group) and μ
 CONDITION_KEYS = {"model": "model", "reward": "reward", "budget_flops": "budget.flops", "task": "task"}
@@ -185,8 +185,10 @@ def edge_lines(ranking: pd.DataFrame, launch: Launch | None = None) -> list[str]
 
 def _pairs(cols: dict, knobs: list[str]) -> list[tuple[int, int, int, int]]:
     """(search regime, learning regime, G, μ): G doubled and μ doubled from the same (G, μ), equal on model,
-    reward and every other knob."""
-    other = ["model", "reward"] + [k for k in knobs if k not in (G, MU)]
+    reward and every other knob. The update group size m is G itself where no regime down-samples (every
+    job records it: summary.json knobs), so it is left out then, as the rankings leave it out."""
+    same_m = M in cols and all(str(m) == str(g) for m, g in zip(cols[M], cols[G]))
+    other = ["model", "reward"] + [k for k in knobs if k not in (G, MU) and not (k == M and same_m)]
     key = lambda r: tuple(str(cols[c][r]) for c in other)
     at = {}
     for r in range(len(cols["model"])):
