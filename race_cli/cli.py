@@ -165,6 +165,7 @@ def _print_cfg(what: str, overrides: list[str], each: bool, **plan_kw) -> None:
 
     from race_cli.plan.build import build_plan
 
+    os.environ.setdefault("RACE_CPU_PROBE", "off")  # a config needs no wall time: no probe of this CPU for it
     plan = build_plan(overrides, **plan_kw)
     for note in (plan.race_note, plan.task_note):
         if note:
