@@ -625,7 +625,7 @@ def docs(
                                          help="A page: commands, gpu, docs/security.md, ... (default: the index)."),
     path: bool = typer.Option(False, "--path", rich_help_panel=OUTPUT, help="Print where the page is instead."),
 ) -> None:
-    """Print a guide (docs/PAGE.md, installed with race): the pages help texts and messages name."""
+    """Print a guide (docs/<page>.md, installed with race): the pages help texts and messages name."""
     from race_cli.guide import docs_dir, find_page, pages
 
     try:
