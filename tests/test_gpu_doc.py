@@ -1,7 +1,9 @@
 """docs/gpu.md works as written: every `race` and `python scripts/` command in its bash blocks that does not
 say `# needs: gpu / network / slurm` runs here, on a CPU machine, in the order the guide gives them (the
 fake vLLM of tests/fake_vllm stands in for vLLM; a synthetic finished pilot stands in for the GPU run
-before `race report`). A command marked `# exits 2` must exit 2 with its message; every other one exits 0."""
+before `race report`). A command marked `# exits 2` must exit 2 with its message, one marked `# exits 1`
+(the smoke check against the fake, which fails its sampled = trained line on purpose) must exit 1 with that
+line its only FAIL; every other one exits 0."""
 
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ def doc_commands() -> list[tuple[str, int]]:
             command, _, comment = line.partition("  #")
             if not re.match(r"(race |python scripts/|PYTHONPATH=\S+ python scripts/)", command):
                 continue  # shell set-up: venv, pip, export, hf download
-            out.append((command.strip(), 2 if "exits 2" in comment else 0))
+            code = re.search(r"exits (\d)", comment)
+            out.append((command.strip(), int(code.group(1)) if code else 0))
     return out
 
 
@@ -92,5 +95,8 @@ def test_every_cpu_runnable_command_of_the_guide_runs(tmp_path):
         assert "Traceback" not in got.stderr, command
         if code == 2:
             assert "error:" in got.stderr and "Try:" in got.stderr, command
+        if code == 1:  # the smoke check against the fake: everything passes but what the fake cannot give
+            fails = [x.strip() for x in got.stdout.splitlines() if x.lstrip().startswith("FAIL")]
+            assert len(fails) == 1 and fails[0].startswith("FAIL  tiny vllm sampled = trained"), got.stdout[-2000:]
     assert swapped and (work / "runs" / "pilot" / "report" / "summary.md").is_file()
     assert (work / "runs" / "pilot-validate-x2").is_dir()
