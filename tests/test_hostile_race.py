@@ -1,7 +1,7 @@
 """Hostile input, round five: a raced sweep's own files. plan.json's rows and race record, later looks' job
 folders and the lock between looks, edited as a hostile user would: nothing outside the sweep's own unlisted
 job folders is deleted, no traceback, no silent exit 0 with the race unfinished, no decision changed, no job run
-twice (plan/plan_file.py, pool/race_loop.py, docs/security.md).
+twice (race_cli/plan_file.py, pool/race_loop.py, docs/security.md).
 
 Every case runs fake jobs (tests/fake_job.py) on tests/test_race_run.py's truth: five conditions m0..m4 of two
 regimes G=4 / G=8, looks 2 -> 3 -> 4 -> 6. Uninterrupted, that race decides m4 at look 0, m0 and m3 at look 1 and

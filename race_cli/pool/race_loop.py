@@ -11,7 +11,7 @@ of its own, so a race killed at any point and rerun recomputes the same decision
 - plan.json is rewritten atomically after the folders, so it never lists a folder that is not there;
   a folder written but not yet listed was never run (the pool runs only listed jobs): the rerun removes
   it before deciding and its decision writes it again.
-plan.json is data (docs/security.md): every row and the race record are checked (plan/plan_file.py) before
+plan.json is data (docs/security.md): every row and the race record are checked (race_cli/plan_file.py) before
 anything here deletes, writes or decides; only folders in jobs/ named as a reserve row are ever removed (an
 allow-list, never a path made from a row); a look's new jobs copy the config of their regime's first-look jobs
 only when those agree with each other and with their rows; the decision reads only the jobs plan.json lists,
@@ -32,7 +32,7 @@ from typing import Any, Callable
 from race_cli import folder
 from race_cli.errors import RaceError
 from race_cli.io import atomic_write_json, read_json
-from race_cli.plan.plan_file import FIX, RacePlan, is_seed, read_race, regime_of
+from race_cli.plan_file import FIX, RacePlan, is_seed, read_race, regime_of
 
 TMP = ".race-look.tmp"  # under the sweep folder: job folders being written, renamed into jobs/ when whole
 
@@ -46,7 +46,7 @@ def read_plan_document(sweep: Path) -> Any:
 
 
 def sweep_schedule(sweep: Path):
-    """The stats/race.Schedule of a raced sweep, None for a fixed design; plan.json checked (plan/plan_file.py)."""
+    """The stats/race.Schedule of a raced sweep, None for a fixed design; plan.json checked (race_cli/plan_file.py)."""
     plan = read_race(sweep)
     return plan.schedule if plan is not None else None
 
@@ -64,8 +64,8 @@ class Look:
 
 def decide(sweep: Path, schedule=None, plan: RacePlan | None = None) -> Look:
     """The race states of the jobs plan.json lists and the reserve jobs they ask for (a pure function of the
-    folder). RaceError when a done job's files no longer say what it ran (plan/plan_file.race_jobs)."""
-    from race_cli.plan.plan_file import race_jobs
+    folder). RaceError when a done job's files no longer say what it ran (plan_file.race_jobs)."""
+    from race_cli.plan_file import race_jobs
     from race_cli.report.race import needed_seeds, race_states
     from race_cli.report.table import read_sweeps
 
@@ -205,7 +205,7 @@ def open_jobs(sweep: Path, job_ids: list[str], plan: RacePlan | None = None) -> 
     try:
         for job_id in job_ids:
             row = reserve[job_id]
-            target = folder.job_dir(sweep, job_id)  # a checked id (plan/plan_file.py): one name inside jobs/
+            target = folder.job_dir(sweep, job_id)  # a checked id (race_cli/plan_file.py): one name inside jobs/
             if target.exists() or target.is_symlink():
                 raise RaceError(f"{target}: something is already there where race writes the job folder of reserve "
                                 f"job {job_id} (a file, a link, or a folder plan.json does not list). Remove it, "
@@ -233,7 +233,7 @@ def open_jobs(sweep: Path, job_ids: list[str], plan: RacePlan | None = None) -> 
 def drop_unlisted(sweep: Path, plan: RacePlan) -> list[str]:
     """Remove the folders of reserve jobs that plan.json does not list yet (a kill came between their
     rename and plan.json): never run, so nothing is lost. Only entries of jobs/ whose name is a reserve row's id
-    (checked ids, plan/plan_file.py) are removed, and only real folders; a folder jobs/ holds that is neither
+    (checked ids, race_cli/plan_file.py) are removed, and only real folders; a folder jobs/ holds that is neither
     listed nor reserved is refused, never removed. Call under the sweep lock."""
     listed = {r["job_id"] for r in plan.jobs}
     reserve = {r["job_id"] for r in plan.reserve}

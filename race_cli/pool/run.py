@@ -101,7 +101,7 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
     from race_cli.lock import SweepLock
     from race_cli.pool.race_loop import sweep_schedule
 
-    schedule = sweep_schedule(sweep)  # None: a fixed design, one pass; plan.json checked (plan/plan_file.py)
+    schedule = sweep_schedule(sweep)  # None: a fixed design, one pass; plan.json checked (race_cli/plan_file.py)
     if schedule is None:
         return _run_passes(sweep, None, launcher=launcher, own_jobs=own_jobs, workers=workers,
                            gpus_per_job=gpus_per_job, retry_failed=retry_failed, grace_s=grace_s, live=live,
@@ -109,9 +109,9 @@ def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers
                            array_parallelism=array_parallelism, setup=setup, cpus_per_task=cpus_per_task,
                            mem_gb=mem_gb, wait=wait, report=report, say=say)
     with SweepLock(sweep, say=say, reenter=True):  # a race holds the sweep from its first pass to its end
-        from race_cli.plan.plan_file import pin_record
+        from race_cli.plan_file import pin_record
 
-        pin_record(sweep, schedule)  # the record is fixed before the race's first job (plan/plan_file.py)
+        pin_record(sweep, schedule)  # the record is fixed before the race's first job (race_cli/plan_file.py)
         return _run_passes(sweep, schedule, launcher=launcher, own_jobs=own_jobs, workers=workers,
                            gpus_per_job=gpus_per_job, retry_failed=retry_failed, grace_s=grace_s, live=live,
                            job_command=job_command, partition=partition, time_min=time_min,

@@ -204,9 +204,9 @@ def _validation(o: ReportOptions, data) -> tuple[Validation | None, list[str]]:
 
 
 def read_schedule(sweep: Path):
-    """The race schedule of a sweep (stats/race.Schedule), or None for a fixed design: plan/plan_file.read_race,
+    """The race schedule of a sweep (stats/race.Schedule), or None for a fixed design: plan_file.read_race,
     the one reader race run uses too (a malformed record, or one changed since the race started, refused)."""
-    from race_cli.plan.plan_file import read_race
+    from race_cli.plan_file import read_race
 
     plan = read_race(sweep, rows=False)
     return plan.schedule if plan is not None else None
@@ -214,9 +214,9 @@ def read_schedule(sweep: Path):
 
 def _race(sweep_dirs: list, data, by: list[str], targets: list[str]) -> tuple[list | None, Any, list[str]]:
     """(race states, schedule, notes) of a raced sweep, replayed from the jobs its plan.json lists
-    (plan/plan_file.race_jobs). A race is replayed only for one sweep by its own conditions, never under
+    (plan_file.race_jobs). A race is replayed only for one sweep by its own conditions, never under
     another shape (--by, several sweeps pooled): then (None, None, a note saying so)."""
-    from race_cli.plan.plan_file import race_jobs, read_race
+    from race_cli.plan_file import race_jobs, read_race
 
     raced = [(d, p) for d in sweep_dirs for p in [read_race(d, rows=False)] if p is not None]
     if not raced:
