@@ -52,6 +52,10 @@ class _Group(typer.core.TyperGroup):
         _plain_help([opt] if opt is not None else [])
         return opt
 
+    def format_help(self, ctx, formatter):
+        _plain_help(self.params)  # race --version is a flag: no <bool> beside it
+        return super().format_help(ctx, formatter)
+
 
 app = typer.Typer(
     name="race",
