@@ -22,3 +22,21 @@ def value(v: object) -> str:
     if isinstance(v, float):
         return f"{v:.3g}"
     return str(v)
+
+
+def pm(v: object, lo: object = None, hi: object = None, signed: bool = False) -> str:
+    """'0.605 ± 0.056' (the interval's half-width: the narrow console's form, the files keep both ends); the
+    value alone ('0.605', '+0.050' when signed) without a finite interval; '–' for a missing value."""
+    x, a, b = _number(v), _number(lo), _number(hi)
+    if not math.isfinite(x):
+        return "–"
+    text = f"{x:+.3f}" if signed else f"{x:.3f}"
+    return f"{text} ± {(b - a) / 2:.3f}" if math.isfinite(a) and math.isfinite(b) else text
+
+
+def _number(u: object) -> float:
+    """u as a float; NaN for None or anything that is not a number."""
+    try:
+        return float(u)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan

@@ -393,9 +393,10 @@ def print_power(rows: list[Power], source: str, eval_share: str | None = None, f
         seen.add(key)
     console.print(t)
     if any(r.seeds < 2 for r in rows):
-        console.print("note: one seed per regime: the report cannot test a gain or a gap (\"–\": not testable "
-                      "with one seed) unless `race report --assume-seed-sd X` supplies the seed term.",
-                      highlight=False)
+        from race_cli.report.words import NOT_TESTABLE
+
+        console.print(f"note: one seed per regime: the report cannot test a gain or a gap (\"–\": {NOT_TESTABLE}) "
+                      "unless `race report --assume-seed-sd X` supplies the seed term.", highlight=False)
     for line in joint_lines or []:
         console.print(line, highlight=False)
     if eval_share:

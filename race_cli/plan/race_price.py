@@ -247,8 +247,6 @@ def price_lines(price: RacePrice, schedule: Any) -> list[str]:
     """The price as printed under the plan."""
     from race_cli.cost.walltime import fmt_duration
 
-    looks = " -> ".join(map(str, price.looks))
-
     def fmt(p: Point, what: str) -> str:
         parts = [f"{p.jobs:.0f} jobs" if float(p.jobs).is_integer() else f"{p.jobs:.1f} jobs", f"{p.flops:.3g} FLOPs"]
         if p.gpu_hours is not None:
@@ -257,10 +255,9 @@ def price_lines(price: RacePrice, schedule: Any) -> list[str]:
             parts.append(f"wall {fmt_duration(p.wall_s)}")
         return f"  {what:<9} {', '.join(parts)}"
 
-    from race_cli.stats.race import SPENDING_WORDS
+    from race_cli.report.words import race_schedule_brief
 
-    return [f"race: {looks} seeds per active regime, alpha {schedule.alpha:g} ({SPENDING_WORDS[schedule.spending]}), "
-            f"margin ±{schedule.margin:g}; expected = {price.n_sim} simulated sweeps, one regime per condition "
+    return [race_schedule_brief(schedule) + f"; expected = {price.n_sim} simulated sweeps, one regime per condition "
             f"better by {price.gap:g}, seed sd {price.seed_sd:g}",
             fmt(price.minimum, "minimum") + ": all stop at look 0",
             fmt(price.expected, "expected"),

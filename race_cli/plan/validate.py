@@ -611,7 +611,9 @@ def validate_main(pilot: Path, *, budget: float | None = None, scale: float | No
     for n in notes:
         say(f"note: {n}")
     if seeds == 1:
-        say("note: one seed per regime: the validation report gives no verdict ('not testable with one seed') "
+        from race_cli.report.words import NOT_TESTABLE
+
+        say(f"note: one seed per regime: the validation report gives no verdict ('{NOT_TESTABLE}') "
             "unless it is given an assumed seed sd; 2 or more seeds measure the seed variance.")
     capped = [c["condition"] for c in prov["conditions"] if (c.get("power_plan") or {}).get("capped")]
     if capped:

@@ -273,7 +273,7 @@ def _call(g: dict[str, np.ndarray]) -> str:
     best = str(g["regime"][0])
     if "testable" in g and not bool(np.where(pd.isna(g["testable"]), True, g["testable"]).astype(bool).any()):
         # one seed: nothing decided
-        return f"not testable with one seed ({best} gains {_signed(g['gain'][0])} on evaluation noise alone)"
+        return f"{W.NOT_TESTABLE} ({best} gains {_signed(g['gain'][0])} on evaluation noise alone)"
     if "beats_start" in g and not bool(g["beats_start"].any()):
         return f"no regime beats its start ({best} gains {_signed(g['gain'][0])})"
     if len(g["regime"]) < 2:

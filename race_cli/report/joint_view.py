@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pandas as pd
 
+from race_cli.fmt import pm as _pm
 from race_cli.fmt import value as _fmt
 from race_cli.report.records import Joint
 
@@ -50,13 +51,6 @@ def _f(v, nd: int = 3) -> str:
 
 def _s(v) -> str:
     return "–" if v is None or not np.isfinite(v) else f"{v:+.3f}"
-
-
-def _pm(v, lo, hi, signed=False) -> str:
-    f = _s if signed else _f
-    if not np.isfinite(v):
-        return "–"
-    return f(v) if not (np.isfinite(lo) and np.isfinite(hi)) else f"{f(v)} ± {(hi - lo) / 2:.3f}"
 
 
 def rows(g: pd.DataFrame, narrow: bool) -> list[list[str]]:

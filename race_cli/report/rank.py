@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from race_cli.report.words import NOT_TESTABLE
 from race_cli.fmt import value as _fmt  # a knob's value in a label (joint.py, labels.py import it from here)
 from race_cli.report.table import CONDITION_COLS, SweepData
 
@@ -416,7 +417,7 @@ def _condition_columns(inp: dict, noise, dec, gd, n_boot, rng, maximize,
 
 
 ONE_SEED = ("one seed per regime: intervals cover evaluation noise only, not training (seed) noise; ≈ best and "
-            "> start not testable with one seed (race report --assume-seed-sd X supplies the seed term)")
+            f"> start {NOT_TESTABLE} (race report --assume-seed-sd X supplies the seed term)")
 
 
 def pool_note(noise) -> str:

@@ -20,8 +20,7 @@ import pandas as pd
 from race_cli.report.records import Totals
 from race_cli.report.response import FitResult, describe_fit, fit_response
 
-CAVEAT = ("A pilot grid is a diagnostic, not a promise of held-out gains; "
-          "validate before committing compute.")
+from race_cli.report.words import NOT_TESTABLE
 
 
 def fit_all(ranking: pd.DataFrame, maximize: bool | dict[str, bool] = True,
@@ -71,7 +70,7 @@ def no_gain_sentence(g: pd.DataFrame) -> str | None:
                 "iteration-0 evaluation, so this ranking cannot tell learning from no change.")
     top = g[g["is_best"]].iloc[0]
     if "testable" in g and not bool(g["testable"].iloc[0]):
-        return (f"Not testable with one seed on {target}: one training run per regime measures no seed noise, "
+        return (f"{NOT_TESTABLE.capitalize()} on {target}: one training run per regime measures no seed noise, "
                 f"so no regime is called ≈ best or better than its start (start {top['start']:.3f}; the "
                 f"highest final score, {top['regime']}, gains {top['gain']:+.3f} on evaluation noise alone). "
                 "Run two or more seeds per regime, or `race report --assume-seed-sd X` to assume the spread.")
@@ -174,10 +173,9 @@ def recommendation_text(rec: pd.Series | dict) -> str:
     split = f", policy split {split:.3f}" if isinstance(split, float) and np.isfinite(split) else ""
     s += f" {rec['best_regime']} (p = {rec['best_p']:.3f}{split}), {t} {rec['best_mean']:.3f}{ci}{gain}"
     if not rec.get("seed_noise", True) and np.isfinite(rec["best_ci_lo"]):
-        s += (" (intervals cover evaluation noise only: one seed per regime; ≈ best and > start not testable "
-              "with one seed)")
+        s += f" (intervals cover evaluation noise only: one seed per regime; ≈ best and > start {NOT_TESTABLE})"
     elif not rec.get("testable", True):
-        s += "; ≈ best not testable with one seed"
+        s += f"; ≈ best {NOT_TESTABLE}"
     else:  # the familywise ≈ best set, as the table's column says it (the best share stays in the files)
         s += "; " + _best_set(rec)
     s += ". "
@@ -192,7 +190,7 @@ def recommendation_text(rec: pd.Series | dict) -> str:
     if rec.get("learned"):
         s += f"Worth validating for {t}: {rec['validate']}."
     elif not rec.get("testable", True):
-        s += (f"Not testable with one seed for {t}: run two or more seeds per regime (or assume the spread with "
+        s += (f"{NOT_TESTABLE.capitalize()} for {t}: run two or more seeds per regime (or assume the spread with "
               "`race report --assume-seed-sd X`) before choosing what to validate.")
     else:
         s += (f"Nothing is worth validating for {t} until a regime beats its start: give the jobs "

@@ -14,9 +14,11 @@ import numpy as np
 import pandas as pd
 
 from race_cli.fmt import pct
+from race_cli.fmt import pm as _pm
 from race_cli.io import dumps
-from race_cli.report.recommend import CAVEAT, recommendation_text
+from race_cli.report.recommend import recommendation_text
 from race_cli.report.records import Totals
+from race_cli.report.words import CAVEAT
 from race_cli.report.words import signed as _signed
 
 MAX_LISTED = 20  # unranked jobs shown in the terminal; runs.csv has them all
@@ -109,16 +111,6 @@ def condition_heading(cond: str, g: pd.DataFrame) -> str:
     noise = g["noise"].iloc[0] if "noise" in g else ""
     method = g["method"].iloc[0] if "method" in g else ""
     return cond + (f"  ·  {method}" if method else "") + (f"; {noise}" if noise else "")
-
-
-def _pm(v: Any, lo: Any, hi: Any, signed: bool = False) -> str:
-    """'0.605 ± 0.056' (the t intervals are symmetric), or the value alone without an interval."""
-    f = _signed if signed else _f
-    if v is None or not np.isfinite(v):
-        return "–"
-    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
-        return f(v)
-    return f"{f(v)} ± {(hi - lo) / 2:.3f}"
 
 
 def narrow_rows(g: pd.DataFrame) -> list[list[str]]:

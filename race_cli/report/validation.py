@@ -46,20 +46,14 @@ from race_cli import folder
 from race_cli.errors import RaceError
 from race_cli.io import atomic_write_json, read_json
 from race_cli.report.records import MIN_RHO_REGIMES, Validation
+from race_cli.report.words import CONFIRMED, NOT_SEPARATED, NOT_TESTABLE, PENDING, REVERSED
+from race_cli.report.words import VALIDATION_CAVEAT as CAVEAT
 from race_cli.stats.validation_power import spearman, test_parts
 
 PROVENANCE = "provenance.json"  # in the validation sweep's root folder
 KIND = "race-validation"
 VERSION = 1
-CAVEAT = ("A pilot grid is a diagnostic, not a guarantee: a call that held here held for these "
-          "regimes, at this budget, on this target; it says little about regimes the pilot did not rank.")
-
-# verdicts on best − control in the validation (a paired difference with its 95% interval)
-CONFIRMED = "confirmed"  # the interval lies above the margin (0 unless --margin)
-NOT_SEPARATED = "not separated"  # the interval reaches the margin and does not lie below zero
-REVERSED = "reversed"  # the interval lies below zero: the control is better
-PENDING = "pending"  # the best or the control has no finished validation job yet
-NOT_TESTABLE = "not testable with one seed"  # one seed per regime: no seed variance, no verdict
+# the verdicts on best − control in the validation (a paired difference with its 95% interval): report/words.py
 
 
 # --- provenance (the one file format both commands agree on) -----------------------------
@@ -222,7 +216,7 @@ def condition_sentence(c: dict) -> str:
             "not a probability)" if np.isfinite(conf) else ""))
     pair = f"{best} ({tgt} {c['best_val_mean']:.3f}) against the control {c['control']} ({c['control_val_mean']:.3f})"
     if c["verdict"] == NOT_TESTABLE:
-        return (f"Not testable with one seed {at}: {pair}, best − control = {c['diff']:+.3f} with an interval "
+        return (f"{NOT_TESTABLE.capitalize()} {at}: {pair}, best − control = {c['diff']:+.3f} with an interval "
                 f"for evaluation noise only {_interval(c['diff_lo'], c['diff_hi'])}: one training run per "
                 "regime cannot tell a better regime from a lucky seed. Rerun race validate with --seeds 2 or "
                 "more, or report with an assumed seed sd (--assume-seed-sd X) and say so.")
@@ -267,7 +261,7 @@ def summary_sentence(conds: list[dict], margin: float = 0.0, skipped: list[str] 
     untestable = sum(c["verdict"] == NOT_TESTABLE for c in conds)
     pending = sum(c["verdict"] == PENDING for c in conds)
     skip = f"; {len(skipped)} condition(s) skipped (nothing beat its start in the pilot)" if skipped else ""
-    one = (f"; {untestable} condition(s) not testable with one seed per regime (no verdict)" if untestable else "")
+    one = (f"; {untestable} condition(s) {NOT_TESTABLE} per regime (no verdict)" if untestable else "")
     if not decided:
         return f"No condition can be judged yet ({pending} pending{one}{skip}). {CAVEAT}"
     n = {v: sum(c["verdict"] == v for c in decided) for v in (CONFIRMED, NOT_SEPARATED, REVERSED)}

@@ -24,6 +24,18 @@ NOT_TESTED = "not tested"  # its gate stayed shut: no share of the familywise α
 NOT_TESTABLE = "not testable with one seed"  # no seed variance: the interval covers evaluation noise only
 NO_INTERVAL = "no interval"  # nothing to estimate the noise from
 
+# a validation's verdict on best − control in the validation (report/validation.verdict decides it)
+CONFIRMED = "confirmed"  # the interval lies above the margin (0 unless --margin)
+REVERSED = "reversed"  # the interval lies below zero: the control is better
+PENDING = "pending"  # the best or the control has no finished validation job yet
+# NOT_SEPARATED: the interval reaches the margin and does not lie below zero; NOT_TESTABLE: one seed per regime
+
+# the caveats: a pilot's report (console, summary.md, report.json) and a validation's summary
+CAVEAT = ("A pilot grid is a diagnostic, not a promise of held-out gains; "
+          "validate before committing compute.")
+VALIDATION_CAVEAT = ("A pilot grid is a diagnostic, not a guarantee: a call that held here held for these "
+                     "regimes, at this budget, on this target; it says little about regimes the pilot did not rank.")
+
 
 def number(v: Any) -> float:
     """v as a float, NaN when it is not a number."""
@@ -62,6 +74,16 @@ def margin_text(margin: Any) -> str:
     """'±0.050' (the equivalence margin, on the score scale)."""
     x = number(margin)
     return f"±{x:.3f}" if math.isfinite(x) else "±–"
+
+
+def race_schedule_brief(schedule) -> str:
+    """The race's schedule as race plan prints it above the price: 'race: 2 -> 3 -> 4 seeds per active regime,
+    alpha 0.05 (<spending>), margin ±0.05'."""
+    from race_cli.stats.race import SPENDING_WORDS
+
+    looks = " -> ".join(map(str, schedule.looks))
+    return (f"race: {looks} seeds per active regime, alpha {schedule.alpha:g} ({SPENDING_WORDS[schedule.spending]}), "
+            f"margin ±{schedule.margin:g}")
 
 
 def race_schedule(schedule) -> str:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from race_cli.fmt import g3 as _fmt_flops
+from race_cli.fmt import pm as _pm
 from race_cli.report.records import Frontier
 
 
@@ -32,14 +33,6 @@ def best_rows(g: pd.DataFrame) -> list[list[str]]:
 
 
 NARROW_HEAD = ["budget", "best regime", "score ± 95%", "gain ± 95%", "> start", "≈ best"]
-
-
-def _pm(v, lo, hi, signed: bool = False) -> str:
-    """v ± the interval's half-width (the narrow console's form; the files keep both ends)."""
-    if not np.isfinite(v):
-        return "–"
-    f = (lambda x: f"{x:+.3f}") if signed else (lambda x: f"{x:.3f}")
-    return f"{f(v)} ± {(hi - lo) / 2:.3f}" if np.isfinite(lo) and np.isfinite(hi) else f(v)
 
 
 def narrow_rows(g: pd.DataFrame) -> list[list[str]]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from race_cli.fmt import pm as _pm
+
 
 PRED_HEAD = ["regime", "realised", "endpoint [95%]", "error", "in PI", "curve [95%]", "error", "in PI",
              "× observed"]  # in PI: the realised mean within the prediction interval (add_predictions)
@@ -37,13 +39,6 @@ def markdown_lines(t: pd.DataFrame, sentence: str | None) -> list[str]:
 
 NARROW = 120  # a console narrower than this (a pipe is 80) gets PRED_NARROW; summary.md keeps every column
 PRED_NARROW = ["regime", "realised", "endpoint ± 95%", "error", "in PI", "curve ± 95%", "error", "in PI"]
-
-
-def _pm(v: float, lo: float, hi: float) -> str:
-    """'0.612 ± 0.041' (the interval's half-width; the files keep both ends)."""
-    if not np.isfinite(v):
-        return "–"
-    return f"{v:.3f}" if not (np.isfinite(lo) and np.isfinite(hi)) else f"{v:.3f} ± {(hi - lo) / 2:.3f}"
 
 
 def narrow_rows(t: pd.DataFrame) -> list[list[str]]:
