@@ -22,11 +22,15 @@ TINY_M = dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=4, num_ke
 
 
 def _save_tiny_model(folder: Path, **arch) -> Path:
-    """A real (random) Qwen2 model written by save_pretrained: config.json and weights."""
+    """A real (random) Qwen2 model written by save_pretrained: config.json and weights, and race's byte-level
+    Qwen2Tokenizer beside them (race plan refuses a model folder without its tokenizer)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from race_cli.zoo.tokenizer import byte_tokenizer
 
     cfg = Qwen2Config(**{**TINY_M, **arch}, max_position_embeddings=256, tie_word_embeddings=False)
     Qwen2ForCausalLM(cfg).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
     return folder
 
 
@@ -190,6 +194,8 @@ def test_a_non_editable_install_plans_with_your_own_model_and_task(tmp_path):
     (mine / "task").mkdir()
     folder = _save_tiny_model(tmp_path / "weights" / "my-model", hidden_size=128, intermediate_size=384)
     (mine / "model" / "my-model.yaml").write_text(_model_yaml("my-model", folder))
+    (tmp_path / "my.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
+                                               for i in range(300)))  # race plan reads it: 200 held out, 100 to train
     (mine / "task" / "my-task.yaml").write_text(
         "# my question/answer file\nname: jsonl\npath: my.jsonl\nlabel: mine\nprompt_tokens: 60\n"
         "max_new_tokens: 96\nexpected_completion_tokens: 40\n")
@@ -227,9 +233,16 @@ def test_the_examples_of_docs_own_configs_compose_and_plan(own, tmp_path):
         body = body.replace("/data/models/", f"{tmp_path}/models/").replace("/data/my.jsonl", str(tmp_path / "x.jsonl"))
         (own / group / f"{name}.yaml").write_text(body)
     (tmp_path / "models" / "my-prm").mkdir()
+    # the task file the example names: race plan reads it (num_eval: 500 held out, rows left to train on)
+    (tmp_path / "x.jsonl").write_text("".join(json.dumps({"question": f"{i} + {i}?", "answer": f"{i} + {i} = "
+                                                           f"{2 * i}\n#### {2 * i}"}) + "\n" for i in range(600)))
     (tmp_path / "models" / "my-prm" / "config.json").write_text(
         json.dumps(dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
                         intermediate_size=18944, vocab_size=152064)))
+    from race_cli.zoo.tokenizer import byte_tokenizer
+
+    for folder in (weights, tmp_path / "models" / "my-prm"):  # a model folder holds its tokenizer (race plan reads it)
+        byte_tokenizer().save_pretrained(folder)
     cfg = compose_mod.compose(["grid=none", "model=my-model", "task=my-task", "reward=my-prm"])
     assert cfg.model.arch.hidden_size == 1536 and cfg.reward.model.arch.hidden_size == 3584
     assert (cfg.rollout.max_new_tokens, cfg.grpo.lr, cfg.budget.flops) == (512, 1e-5, 3e17)

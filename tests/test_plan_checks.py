@@ -1,4 +1,4 @@
-"""Plan-time checks (race_cli/plan/checks.py): what every job will need is checked by `race plan` before
+"""Plan-time checks (race_cli/tasks/checks.py): what every job will need is checked by `race plan` before
 any job runs. A model folder without a tokenizer (transformers would give an empty one: every prompt
 encodes to [] and each job crashes), an EOS outside the vocabulary, a task file too short for
 task.num_eval: each refused with exit 2 and a message naming the file. The light tokenizer reader
@@ -100,7 +100,7 @@ def test_the_light_reader_encodes_and_finds_eos_as_autotokenizer(tmp_path, kind)
     """Reference implementation: transformers' AutoTokenizer on the same saved folder."""
     from transformers import AutoTokenizer
 
-    from race_cli.plan.checks import eos_token, load_tokenizer
+    from race_cli.tasks.checks import eos_token, load_tokenizer
     from race_cli.zoo.tokenizer import byte_tokenizer
 
     folder = tmp_path / kind
@@ -118,7 +118,7 @@ def test_the_light_reader_encodes_and_finds_eos_as_autotokenizer(tmp_path, kind)
 
 
 def test_plan_checks_import_no_torch():
-    code = ("import sys; from pathlib import Path; from race_cli.plan.checks import load_tokenizer; "
+    code = ("import sys; from pathlib import Path; from race_cli.tasks.checks import load_tokenizer; "
             f"load_tokenizer(Path({str(ROOT / 'race_cli' / 'zoo' / 'weights' / 'tiny-s-287bea28bad4')!r})); "
             "print([m for m in ('torch', 'transformers') if m in sys.modules])")
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

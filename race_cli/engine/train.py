@@ -80,11 +80,11 @@ def _model_paths(cfg) -> list[str]:
 
 
 def _checked(cfg: Any) -> Any:
-    """The composed config, once race plan's checks pass (plan/checks.py: the model's tokenizer, the task's rows,
+    """The composed config, once race plan's checks pass (tasks/checks.py: the model's tokenizer, the task's rows,
     the targets), so a job that would crash on its first prompt is refused before its folder is written."""
     from omegaconf import OmegaConf
 
-    from race_cli.plan.checks import check_jobs
+    from race_cli.tasks.checks import check_jobs
 
     check_jobs([OmegaConf.to_container(cfg, resolve=True)])
     return cfg

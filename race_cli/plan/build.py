@@ -287,7 +287,7 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     jobs, problems = _compose_jobs(fixed, combos, set(groups))
     if problems:
         raise RaceError(*problems)
-    from race_cli.plan.checks import check_jobs
+    from race_cli.tasks.checks import check_jobs
 
     check_jobs(j.config for j in jobs)  # each model's tokenizer, the task's rows, the targets: before any job
     assumed = None

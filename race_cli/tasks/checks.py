@@ -20,7 +20,8 @@ the task's plain prompt (`Q: ...\\nA:`); a chat template only adds tokens around
 task is checked once per process. `zoo:` models are race's own byte tokenizer and hub ids not in the cache
 cannot be read offline: both are left to the job.
 
-Every problem names the file and what to add; RaceError (exit 2) lists them all at once.
+Every problem names the file and what to add; RaceError (exit 2) lists them all at once. It sits in tasks/ so
+that race plan (plan/build.py) and race train (engine/train.py) both call it, the layers pointing one way.
 """
 
 from __future__ import annotations
