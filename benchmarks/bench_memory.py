@@ -4,7 +4,7 @@
     python benchmarks/bench_memory.py --group-size 16 # N=512
 
 Measured, not estimated: a real transformers Qwen2 (+ PEFT LoRA r=32) with fake tensors
-(race_cli.cost.memory_audit), every tensor's storage tracked by a dispatch mode, so the peak is
+(race_cli.plan.memory_audit), every tensor's storage tracked by a dispatch mode, so the peak is
 the bytes the code would hold on a GPU (bf16 weights), with no memory actually allocated.
 
 - "old": the update as it was before the memory ledger: the whole batch in one forward
@@ -42,7 +42,7 @@ def peak(n: int, P: int, C: int, *, old: bool, ckpt: bool = False) -> int:
     import torch
 
     from race_cli.engine.logprobs import completion_logprobs
-    from race_cli.cost.memory_audit import QWEN_05B, _start, fake_model
+    from race_cli.plan.memory_audit import QWEN_05B, _start, fake_model
 
     fm = fake_model(QWEN_05B, lora_r=32, tie=True, grad_checkpointing=ckpt)
     fn = old_completion_logprobs if old else completion_logprobs
@@ -63,7 +63,7 @@ def peak(n: int, P: int, C: int, *, old: bool, ckpt: bool = False) -> int:
 def main() -> None:
 
     from race_cli.cost.memory import GiB, MemSpec, fit
-    from race_cli.cost.memory_audit import QWEN_05B
+    from race_cli.plan.memory_audit import QWEN_05B
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=32)

@@ -1,4 +1,4 @@
-"""The FLOP formulas' executed convention (cost/flops_audit.py) against torch's FlopCounterMode on real transformers models.
+"""The FLOP formulas' executed convention (plan/flops_audit.py) against torch's FlopCounterMode on real transformers models.
 
 Every reference number is measured here, on Qwen2 models built from `transformers.Qwen2Config`
 with random weights: the three tiny zoo sizes, a 512-wide 8-layer model, and the real
@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from race_cli.cost.flops_audit import (_batch, audit_arch, build_model, count_flops, measure_generate,  # noqa: E402
+from race_cli.plan.flops_audit import (_batch, audit_arch, build_model, count_flops, measure_generate,  # noqa: E402
                             measure_train_step, register_cpu_sdpa_flops)
 from race_cli.cost.flops import Arch, Lora, forward_flops, generate_flops, train_step_flops  # noqa: E402
 

@@ -115,18 +115,19 @@ def test_answers_import_only_errors():
 
 
 def test_cost_is_pure():
-    """cost/ imports no torch and opens no files; the audits alone run torch, on the engine's own code."""
+    """cost/ imports no torch and opens no files, and nothing above it: its audits, which run torch on the
+    engine's own code, sit in plan/ (and plan/ asks cost/, not pool/, which models are too big for CPU)."""
     g = graph()
-    audits = {"race_cli.cost.flops_audit", "race_cli.cost.memory_audit"}
+    audits = {"race_cli.plan.flops_audit", "race_cli.plan.memory_audit"}
+    for m in audits:
+        # of the engine they use its log-prob code (what they measure) and engine/hf.py (how to build a
+        # transformers/peft model on every supported version), and the PRM's own scoring forward (what the
+        # reward ledger is audited against), nothing of a job's lifecycle
+        engine_ok = {"race_cli.engine.logprobs", "race_cli.engine.hf", "race_cli.rewards.prm"}
+        assert all(under(d, "cost") or d in engine_ok or d == "race_cli.errors" for d in g[m]), (m, g[m])
+    assert not any(under(d, "pool") for m in g if under(m, "plan") for d in g[m])
     for m, path in modules().items():
         if not under(m, "cost"):
-            continue
-        if m in audits:
-            # of the engine they use its log-prob code (what they measure) and engine/hf.py (how to build a
-            # transformers/peft model on every supported version), and the PRM's own scoring forward (what the
-            # reward ledger is audited against), nothing of a job's lifecycle
-            engine_ok = {"race_cli.engine.logprobs", "race_cli.engine.hf", "race_cli.rewards.prm"}
-            assert all(under(d, "cost") or d in engine_ok or d == "race_cli.errors" for d in g[m]), (m, g[m])
             continue
         assert all(under(d, "cost") or d == "race_cli.errors" for d in g[m]), (m, g[m])
         assert third_party(path) <= {"__future__", "math", "re", "collections", "dataclasses", "typing"}, m

@@ -187,7 +187,7 @@ def test_fit_picks_the_largest_micro_batch_that_fits():
 @pytest.mark.parametrize("index", range(3))
 def test_audit_small_cases_within_tolerance(index):
     """The quick audit cases, among them a PRM forward whose KV cache (were one built) would double its peak."""
-    from race_cli.cost import memory_audit
+    from race_cli.plan import memory_audit
 
     (row,) = memory_audit.audit([memory_audit.CASES[memory_audit.QUICK[index]]])
     assert abs(row["error"]) <= memory_audit.TOLERANCE, row

@@ -149,7 +149,7 @@ def test_executed_flops_match_the_counter(lora):
     """One padded prefill per prompt, every row decoded to the longest completion: FlopCounterMode agrees."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from race_cli.cost.flops_audit import register_cpu_sdpa_flops
+    from race_cli.plan.flops_audit import register_cpu_sdpa_flops
 
     register_cpu_sdpa_flops()
     model, ledger_lora = tiny_model(seed=3), None

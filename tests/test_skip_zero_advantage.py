@@ -115,7 +115,7 @@ def test_skipping_gives_the_same_loss_gradient_and_weights(job64, loss_agg, scal
 def test_skipping_charges_the_rows_that_ran_and_flop_counter_agrees(model_dir, tmp_path):
     """The executed ledger of a skipping update == FlopCounterMode; the model ledger == train steps over the
     informative rows, sorted by length and cut into micro-batches after the filter (3 + 3 + 2 of 8)."""
-    from race_cli.cost.flops_audit import count_flops, register_cpu_sdpa_flops
+    from race_cli.plan.flops_audit import count_flops, register_cpu_sdpa_flops
 
     register_cpu_sdpa_flops()
     job = make_job(model_dir, tmp_path / "j", **{"grpo.micro_batch_size": 3, "grpo.updates_per_batch": 2})
@@ -138,7 +138,7 @@ def test_all_uninformative_iteration_charges_nothing_and_moves_no_weight(model_d
     """After an informative update (Adam has momentum, weight decay is on), an iteration of equal rewards runs
     no pass: 0 update FLOPs charged (FlopCounterMode counts 0), every weight and the optimizer state unchanged."""
     from race_cli.cost.budget import Ledger
-    from race_cli.cost.flops_audit import count_flops, register_cpu_sdpa_flops
+    from race_cli.plan.flops_audit import count_flops, register_cpu_sdpa_flops
 
     register_cpu_sdpa_flops()
     job = make_job(model_dir, tmp_path / "u", **{"grpo.weight_decay": 0.1})

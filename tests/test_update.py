@@ -74,7 +74,7 @@ def test_mu_2_runs_two_passes_and_nothing_more(model_dir, tmp_path, monkeypatch)
 def test_update_executed_flops_equal_flop_counter(model_dir, tmp_path, extra):
     """The update's executed ledger == torch's FlopCounterMode over the real update (re-packed rows, real
     completion positions only, merged or adapter LoRA, the reference forward)."""
-    from race_cli.cost.flops_audit import count_flops, register_cpu_sdpa_flops
+    from race_cli.plan.flops_audit import count_flops, register_cpu_sdpa_flops
 
     register_cpu_sdpa_flops()
     job = make_job(model_dir, tmp_path / "j", **extra)
@@ -135,7 +135,7 @@ def test_downsampled_iteration_charges_g_rollouts_and_m_updates(model_dir, tmp_p
     call's (8 rows), the update runs on the 4 kept rows (FlopCounterMode agrees with its executed charge),
     the ledger counts 4 rows offered to the update, and the job's cost rule is the plan's (same spec)."""
     from race_cli.cost.budget import Ledger, plan_budget
-    from race_cli.cost.flops_audit import count_flops, register_cpu_sdpa_flops
+    from race_cli.plan.flops_audit import count_flops, register_cpu_sdpa_flops
     from race_cli.engine.grpo import downsample
 
     register_cpu_sdpa_flops()

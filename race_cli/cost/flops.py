@@ -12,7 +12,7 @@ function returns a `Flops` pair in the two conventions of docs/design.md "FLOP c
   fine-tuning is exactly 3x a forward, and LoRA is 2x the frozen base's forward plus the
   attention's extra forward plus 3x the adapters' matmuls.
 - **executed** FLOPs, what the kernels run, as torch's FlopCounterMode counts them on the
-  real model (transformers Qwen2 with SDPA; `race_cli.cost.flops_audit` checks it): every row padded
+  real model (transformers Qwen2 with SDPA; `race_cli.plan.flops_audit` checks it): every row padded
   to the batch's longest, the full padded_len x padded_len attention matrix (masked SDPA
   and eager both compute it), logits at every padded position unless told otherwise,
   the SDPA backward's recompute of the score matrix (its backward is 5 attention-sized
@@ -581,3 +581,27 @@ def iteration_flops(policy: Arch, *, prompts: int, group_size: int, prompt_len: 
     if reward is not None:
         scored = reward_model_flops(reward, [s], head=reward_head) * n
     return {"rollout": rollout, "update": update, "reward": scored}
+
+
+# --- what CPU workers take ------------------------------------------------------------------------------
+
+# A job whose policy or reward model has more parameters than this is not for CPU workers
+# (Qwen2.5-0.5B has ~5e8; the embedded tiny zoo ~1e5): race run refuses it without --allow-cpu.
+CPU_MAX_PARAMS = 1e8
+
+
+def too_big_for_cpu(configs: Sequence[dict]) -> list[str]:
+    """Names of the models in these job configs that are hub-sized (over CPU_MAX_PARAMS parameters)."""
+    big: list[str] = []
+    for cfg in configs:
+        reward = cfg.get("reward")
+        for node in (cfg.get("model"), reward.get("model") if isinstance(reward, dict) else None):
+            if not isinstance(node, dict) or not node.get("arch"):
+                continue
+            try:
+                arch = Arch.from_config(node["arch"])
+            except Exception:  # noqa: BLE001 - a damaged config fails its own job (race train), not the run
+                continue
+            if arch.n_body + 2 * arch.n_head > CPU_MAX_PARAMS and node.get("name") not in big:
+                big.append(str(node.get("name") or node.get("path")))
+    return big

@@ -10,6 +10,8 @@ race_plan.py         a grid's race block: the schedule, the first look's seeds
 race_price.py        a race's price: jobs, FLOPs and time at its minimum, expected and maximum
 power.py             the smallest effects the grid detects with 80% power, per condition
 render.py            print the plan, one job's FLOP ledger, one job's memory ledger
+flops_audit.py       `race flops --audit`: cost/flops.py against torch's FlopCounterMode (imports torch)
+memory_audit.py      `race mem --audit`: cost/memory.py against measured peaks on fake tensors (imports torch)
 validate.py          turn a pilot's recommendation into a validation sweep
 validate_design.py   the validation's fresh items and its seeds per condition by power
 validate_preview.py  `race validate`'s preview at the console's width

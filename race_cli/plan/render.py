@@ -408,7 +408,8 @@ def _print_audit(job: Any, batch: int, console: Any) -> None:
     """Measured (FlopCounterMode on the real architecture) against the ledger's executed figure."""
     from rich.table import Table
 
-    from race_cli.cost import flops, flops_audit
+    from race_cli.cost import flops
+    from race_cli.plan import flops_audit
 
     c = job.config
     arch = flops.Arch.from_config(c["model"]["arch"])
@@ -468,7 +469,7 @@ def print_memory(overrides: Sequence[str], *, gpu_mem: int | None = None, audit:
         console.print(note, highlight=False)
     if not audit:
         return 0
-    from race_cli.cost import memory_audit
+    from race_cli.plan import memory_audit
 
     cases = [memory_audit.CASES[i] for i in memory_audit.QUICK] if quick else memory_audit.CASES
     t = Table(title="memory audit: ledger vs measured peak (fake tensors, real engine code)", title_justify="left")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from race_cli import folder, machine
+from race_cli.cost.flops import too_big_for_cpu
 from race_cli.errors import RaceError
 from race_cli import status as st
 
@@ -61,30 +62,6 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
 class Slot:
     name: str  # what status.json records as device: "cuda:0,1" or "cpu"
     env: dict[str, str] = field(default_factory=dict)  # set in the child
-
-
-# A job whose policy or reward model has more parameters than this is not for CPU workers
-# (Qwen2.5-0.5B has ~5e8; the embedded tiny zoo ~1e5): race run refuses it without --allow-cpu.
-CPU_MAX_PARAMS = 1e8
-
-
-def too_big_for_cpu(configs: Sequence[dict]) -> list[str]:
-    """Names of the models in these job configs that are hub-sized (over CPU_MAX_PARAMS parameters)."""
-    from race_cli.cost.flops import Arch
-
-    big: list[str] = []
-    for cfg in configs:
-        reward = cfg.get("reward")
-        for node in (cfg.get("model"), reward.get("model") if isinstance(reward, dict) else None):
-            if not isinstance(node, dict) or not node.get("arch"):
-                continue
-            try:
-                arch = Arch.from_config(node["arch"])
-            except Exception:  # noqa: BLE001 - a damaged config fails its own job (race train), not the run
-                continue
-            if arch.n_body + 2 * arch.n_head > CPU_MAX_PARAMS and node.get("name") not in big:
-                big.append(str(node.get("name") or node.get("path")))
-    return big
 
 
 def refuse_cpu_for_big_models(configs: Sequence[dict], *, gpus: Sequence[str], allow_cpu: bool) -> None:
