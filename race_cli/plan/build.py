@@ -287,6 +287,9 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     jobs, problems = _compose_jobs(fixed, combos, set(groups))
     if problems:
         raise RaceError(*problems)
+    from race_cli.tasks.checks import check_jobs
+
+    check_jobs(j.config for j in jobs)  # each model's tokenizer, the task's rows, the targets: before any job
     assumed = None
     if assume_gpu and gpu is None and not machine.visible_gpus():
         gpu, assumed = _assumed_gpu(jobs, gpu_mem)
@@ -328,9 +331,6 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
             short.append(f"{who}: {problem}")
         if job.budget.capped:
             capped.append(jid)
-    from race_cli.tasks.checks import job_problems
-
-    short.extend(job_problems(j.config for j in jobs))  # each model's tokenizer, the task's rows, the targets
     if short:
         raise RaceError(*short)
     slots, source = plan_wall(reps, rates, gpu, gpus_per_job)
