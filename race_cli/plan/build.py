@@ -287,9 +287,6 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
     jobs, problems = _compose_jobs(fixed, combos, set(groups))
     if problems:
         raise RaceError(*problems)
-    from race_cli.tasks.checks import check_jobs
-
-    check_jobs(j.config for j in jobs)  # each model's tokenizer, the task's rows, the targets: before any job
     assumed = None
     if assume_gpu and gpu is None and not machine.visible_gpus():
         gpu, assumed = _assumed_gpu(jobs, gpu_mem)
@@ -331,6 +328,9 @@ def build_plan(overrides: Sequence[str], *, max_jobs: int = MAX_JOBS, yes: bool 
             short.append(f"{who}: {problem}")
         if job.budget.capped:
             capped.append(jid)
+    from race_cli.tasks.checks import job_problems
+
+    short.extend(job_problems(j.config for j in jobs))  # each model's tokenizer, the task's rows, the targets
     if short:
         raise RaceError(*short)
     slots, source = plan_wall(reps, rates, gpu, gpus_per_job)
@@ -385,9 +385,9 @@ ASSUMED_GPU = "H100"  # the kind a plan assumes when its jobs need a GPU and non
 
 def _assumed_gpu(jobs: Sequence[PlannedJob], gpu_mem: int | None) -> tuple[Any, str | None]:
     """(one ASSUMED_GPU, the line that says why) when these jobs need a GPU (a hub-sized model: CPU workers
-    would take days, cost/flops.too_big_for_cpu) or --gpu-mem names a GPU's memory; else (None, None)."""
+    would take days, pool/local.too_big_for_cpu) or --gpu-mem names a GPU's memory; else (None, None)."""
     from race_cli.cost.walltime import GPU_KINDS, GpuSpec
-    from race_cli.cost.flops import too_big_for_cpu
+    from race_cli.pool.local import too_big_for_cpu
 
     big = too_big_for_cpu([j.config for j in jobs])
     if not big and gpu_mem is None:
