@@ -24,6 +24,19 @@ procedure's distribution at that part's own degrees of freedom (stats/quantiles.
 
 With no seed variance (one seed per regime and nothing assumed) the intervals cover evaluation noise
 only and no decision is made (`testable` False): the caller says "not testable with one seed".
+
+References
+
+- REGWQ (`worse_than_best`): Ryan, T. A. (1960), "Significance tests for multiple comparison of proportions,
+  variances, and other statistics", Psychological Bulletin 57(4):318–328; Einot, I. & Gabriel, K. R. (1975),
+  "A study of the powers of several methods of multiple comparisons", JASA 70(351):574–583 (the levels α_p);
+  Welsch, R. E. (1977), "Stepwise multiple comparison procedures", JASA 72(359):566–575 (α for p ≥ R − 1).
+- Holm (`holm_above`): Holm, S. (1979), "A simple sequentially rejective multiple test procedure",
+  Scandinavian Journal of Statistics 6(2):65–70.
+- Bonferroni intervals (`simultaneous`): Dunn, O. J. (1961), "Multiple comparisons among means", JASA
+  56(293):52–64.
+- The winner's curse as normal-normal empirical Bayes shrinkage (`winners_curse`): Efron, B. & Morris, C.
+  (1975), "Data analysis using Stein's estimator and its generalizations", JASA 70(350):311–319.
 """
 
 from __future__ import annotations

@@ -4,6 +4,13 @@ draws in which each regime is best (a ranking score, not a probability) and the 
 One draw: items resampled with one weight vector shared by every regime (paired), plus seed noise
 N(0, σ_b,r²/n_r) per regime with the moderated seed variance (stats/variance.py) rescaled per draw by
 df/χ²_df, so each margin is t-shaped with the pool's degrees of freedom.
+
+References
+
+- The (paired, multinomial-weight) bootstrap: Efron, B. & Tibshirani, R. J. (1993), An Introduction to the
+  Bootstrap, Chapman & Hall. Not scipy.stats.bootstrap: it resamples one statistic of independent samples at
+  a time, while a draw here shares one item weight vector across every regime (paired) and adds a seed term
+  per regime at the pool's df, which its interface cannot express.
 """
 
 from __future__ import annotations

@@ -20,6 +20,13 @@ factor, generalised Gauss–Laguerre over the χ² denominator), checked against
 in tests/test_stats_gatekeeping.py; scipy.stats.dunnett takes raw samples of equal-variance groups,
 which these contrasts (item-paired, seed and item parts at their own df) are not. By Slepian's
 inequality a correlation taken too small only makes the critical value larger (conservative).
+
+References
+
+- Graphical procedures: Bretz, F., Maurer, W., Brannath, W. & Posch, M. (2009), Statistics in Medicine
+  28(4):586–604 (above); Holm's step-down: Holm, S. (1979), Scandinavian Journal of Statistics 6(2):65–70.
+- Many-to-one critical values (`dunnett_cdf`, `dunnett_quantile`): Dunnett, C. W. (1955), "A multiple
+  comparison procedure for comparing several treatments with a control", JASA 50(272):1096–1121.
 """
 
 from __future__ import annotations

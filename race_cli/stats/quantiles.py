@@ -10,6 +10,15 @@
   q(df_resid)²·resid + q(df_seed)²·seed), the item-minus-residual bracket floored at zero.
 
 Dunnett's many-to-one quantile lives with the procedure that uses it (stats/gatekeeping.py).
+
+References
+
+- Studentized range: Tukey, J. W. (1953), "The problem of multiple comparisons", unpublished manuscript,
+  printed in The Collected Works of John W. Tukey, Vol. VIII (Chapman & Hall, 1994); for unequal
+  replication Kramer, C. Y. (1956), Biometrics 12(3):307–310, shown conservative by Hayter, A. J. (1984),
+  Annals of Statistics 12(1):61–75.
+- Per-part quantiles (`half_width`): Banerjee, S. K. (1961), Sankhyā Series A 23 (the two-means problem with
+  separate variance estimates, each at its own df).
 """
 
 from __future__ import annotations

@@ -52,6 +52,13 @@ target (expected) power, capped.
 The validation report's own statistics live here too: `test_parts` and `pair_parts` (the variance parts of
 best − control, which the test reads and `race validate` plans from), and `spearman` with `average_ranks`
 (how well the pilot's order held).
+
+References
+
+- Spearman's ρ (`spearman`): Spearman, C. (1904), "The proof and measurement of association between two
+  things", American Journal of Psychology 15(1):72–101.
+- Assurance: O'Hagan, A., Stevens, J. W. & Campbell, M. J. (2005), Pharmaceutical Statistics 4(3):187–201;
+  Julious, S. A. & Owen, R. J. (2006), Pharmaceutical Statistics 5(1):29–37.
 """
 
 from __future__ import annotations

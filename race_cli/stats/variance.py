@@ -30,6 +30,14 @@ handful of spreads cannot show; finite d0 keeps per-regime variances where the d
 heterogeneity). A regime whose spread is improbably large under the prior (F test, Bonferroni over
 the pool at 5%) is flagged as an outlier. A pool without any two-seed regime has no seed variance:
 its intervals cover evaluation noise only, unless a seed sd is assumed (`assume_seed_sd`).
+
+References
+
+- Moderated variances (`fit_prior`, `moderate`, `_trigamma_inverse`): Smyth, G. K. (2004), "Linear models and
+  empirical Bayes methods for assessing differential expression in microarray experiments", Statistical
+  Applications in Genetics and Molecular Biology 3(1), Article 3, doi:10.2202/1544-6115.1027.
+- One common variance (`homogeneity_p`): Bartlett, M. S. (1937), "Properties of sufficiency and statistical
+  tests", Proceedings of the Royal Society A 160(901):268–282.
 """
 
 from __future__ import annotations
