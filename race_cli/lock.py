@@ -8,6 +8,10 @@ same boot and no live process with that pid and start time (pid reuse is not mis
 the owner). A lock held from another host cannot be checked from here: it is refused with
 a message saying how to remove it by hand.
 
+Not the filelock package: its locks (flock, or a bare file on other systems) hold no owner, so a refusal
+could not say who holds the sweep, and a lock left by a killed run or a rebooted node could not be told stale
+and taken over; nor re-entered by the race's own later looks.
+
 A sweep lock can be re-entered by the process that holds it, where the code asks for it (`reenter=True`):
 `race run` holds it for a whole race and each look's pass takes it again inside (pool/run.py), so no other
 run can start between two looks. Only a holder that took it with `reenter=True` is re-entered; anything

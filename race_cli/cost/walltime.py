@@ -49,7 +49,7 @@ class Rates:
 # seconds per job, read by benchmarks/rate_probe.py --from from runs of the default grid on one reference
 # machine (docs/measurements/walltime.md). These are the rates of two jobs sharing two cores, as the default
 # runs them (a lone job runs faster). Machines differ, so a plan on CPU scales them by a short probe of its
-# own machine (cost/cpu_probe.py), and `race plan --calibrate-from` replaces them with a finished sweep's.
+# own machine (plan/cpu_probe.py), and `race plan --calibrate-from` replaces them with a finished sweep's.
 DEFAULT_EVAL_COMPLETIONS = 2 * 400 * 2  # the default grid's evaluation point: 2 targets x 400 items x 2 samples
 CPU_SOURCE = "the reference machine's CPU rates (docs/measurements/walltime.md)"
 CPU_RATES: dict[str, Rates] = {

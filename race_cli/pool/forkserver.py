@@ -20,6 +20,10 @@ Nothing here runs data from a sweep folder: a request names a job folder, and th
 does what `race train` does with it. RACE_FORKSERVER=0 turns the server off (a fresh interpreter
 per job, as before).
 
+Not multiprocessing's forkserver (set_forkserver_preload): it runs picklable callables in pooled workers and
+offers no new session per job, no parent-death signal, no log redirection and no Popen-like handle the pool
+can killpg, all of which a job needs here.
+
 Protocol: JSON lines. Pool -> server: {"job_dir", "log", "env", "cwd"}. Server -> pool: {"ready"},
 {"started": pid}, {"exited": pid, "rc": Popen-style return code (-N: killed by signal N)}.
 """

@@ -1,4 +1,4 @@
-"""The one small interface every task implements."""
+"""What a task is made of: its Item record and the JSONL reader every task shares."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from race_cli.errors import RaceError
 
@@ -38,11 +37,3 @@ def jsonl_rows(file: Path, what: str) -> list[tuple[int, object]]:
             except json.JSONDecodeError as e:
                 raise RaceError(f"{file}:{i + 1}: not valid JSON ({e.msg}); expected one {what} object per line.") from None
     return rows
-
-
-class Task(Protocol):
-    name: str
-
-    def train_items(self) -> list[Item]: ...
-
-    def eval_items(self) -> list[Item]: ...

@@ -14,5 +14,5 @@ from race_cli.zoo.build import build, cache_root, entry_dir, is_built, list_entr
 from race_cli.zoo.recipes import RECIPES, recipe_hash
 from race_cli.zoo.tokenizer import EOS_ID, EOS_TOKEN, VOCAB_SIZE, byte_tokenizer
 
-__all__ = ["EOS_ID", "EOS_TOKEN", "RECIPES", "VOCAB_SIZE", "build", "byte_tokenizer", "cache_root", "entry_dir", "is_built", "is_built",
+__all__ = ["EOS_ID", "EOS_TOKEN", "RECIPES", "VOCAB_SIZE", "build", "byte_tokenizer", "cache_root", "entry_dir", "is_built",
            "list_entries", "recipe_hash", "resolve", "zoo_main"]
