@@ -385,9 +385,9 @@ ASSUMED_GPU = "H100"  # the kind a plan assumes when its jobs need a GPU and non
 
 def _assumed_gpu(jobs: Sequence[PlannedJob], gpu_mem: int | None) -> tuple[Any, str | None]:
     """(one ASSUMED_GPU, the line that says why) when these jobs need a GPU (a hub-sized model: CPU workers
-    would take days, pool/local.too_big_for_cpu) or --gpu-mem names a GPU's memory; else (None, None)."""
+    would take days, cost/flops.too_big_for_cpu) or --gpu-mem names a GPU's memory; else (None, None)."""
     from race_cli.cost.walltime import GPU_KINDS, GpuSpec
-    from race_cli.pool.local import too_big_for_cpu
+    from race_cli.cost.flops import too_big_for_cpu
 
     big = too_big_for_cpu([j.config for j in jobs])
     if not big and gpu_mem is None:
