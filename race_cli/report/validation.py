@@ -48,6 +48,7 @@ from race_cli.io import atomic_write_json, read_json
 from race_cli.report.records import MIN_RHO_REGIMES, Validation
 from race_cli.report.words import CONFIRMED, NOT_SEPARATED, NOT_TESTABLE, PENDING, REVERSED
 from race_cli.report.words import VALIDATION_CAVEAT as CAVEAT
+from race_cli.report.words import number as _num
 from race_cli.stats.validation_power import spearman, test_parts
 
 PROVENANCE = "provenance.json"  # in the validation sweep's root folder
@@ -182,14 +183,6 @@ def verdict(diff_lo: float, diff_hi: float, margin: float = 0.0) -> str:
     if diff_hi < 0:
         return REVERSED
     return NOT_SEPARATED
-
-
-def _num(v: Any) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return v
 
 
 def _interval(lo: float, hi: float, nd: int = 3) -> str:

@@ -4,7 +4,6 @@ computes nothing (report/validation.py does)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -12,14 +11,7 @@ import pandas as pd
 
 from race_cli.report.records import MIN_RHO_REGIMES, Validation
 from race_cli.report.views.predicted import markdown_lines, print_lines
-
-
-def _num(v: Any) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return v
+from race_cli.report.words import number as _num
 
 
 def _f(v: Any, nd: int = 3) -> str:
