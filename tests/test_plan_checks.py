@@ -248,3 +248,14 @@ def test_race_train_refuses_the_same_folder_before_writing_its_job(own, models, 
     got = _race("train", "--config-dir", str(own), "model=notok", "task=mytask", "--out", str(out))
     assert got.returncode == 2 and f"{models['notok']} holds no tokenizer" in got.stderr, got.stderr
     assert not out.exists()
+
+
+def test_a_sentencepiece_only_folder_is_left_to_the_job(tmp_path):
+    """tokenizer.model (SentencePiece) is read by transformers, not by the tokenizers library: not refused here."""
+    from race_cli.tasks.checks import _tokenizer_problems
+
+    folder = save_model(tmp_path / "spm", tokenizer=False)
+    assert _tokenizer_problems(str(folder), None, "Q: 1+1\nA:", True, "model.path", "jsonl")
+    (folder / "tokenizer.model").write_bytes(b"\x0a\x00")
+    _tokenizer_problems.cache_clear()
+    assert _tokenizer_problems(str(folder), None, "Q: 1+1\nA:", True, "model.path", "jsonl") == ()

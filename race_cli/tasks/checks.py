@@ -251,6 +251,8 @@ def _tokenizer_problems(path: Optional[str], revision: Optional[str], prompt: st
     folder = model_folder(path, revision)
     if folder is None:
         return ()
+    if not (folder / "tokenizer.json").is_file() and (folder / "tokenizer.model").is_file():
+        return ()  # a SentencePiece model (transformers converts it; the tokenizers library cannot read it): the job's
     try:
         tok = load_tokenizer(folder)
     except RaceError as exc:
