@@ -347,7 +347,8 @@ def run_vllm(name: str, args, tmp: Path, check: Checks) -> None:
     start_s = time.perf_counter() - t0
     try:
         check(f"{name} vllm start", eng.sleep_mode in ("kv_cache", "weights"),
-              f"engine up in {start_s:.1f} s, sleep mode {eng.sleep_mode} (ledger: {mem.sleep_mode}), "
+              f"engine up in {start_s:.1f} s, sleep mode "
+              f"{eng.sleep_mode if eng.can_sleep else 'none (the platform has none)'} (ledger: {mem.sleep_mode}), "
               f"first adapter synced")
         meter = Meter(job.device)
         awake_used = asleep_used = update_peak = None
