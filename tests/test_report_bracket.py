@@ -163,6 +163,10 @@ def test_edges_by_hand():
     lines = BR.edge_lines(_ranking([(4, 1, 1), (4, 2, 2)]))
     assert lines == ["edge: 1 of 1 bests at the grid's edge: μ=1 (min, no lower) in 1"]  # and no command
     assert BR.find_edges(_ranking([(4, 1, 1), (8, 1, 2)], learned=False)) == []  # nothing learned: no best
+    # a race's state names its best: the edge line follows it, not the ranking's first row
+    named = _ranking([(8, 1, 1), (4, 1, 2), (8, 2, 3)]).assign(regime=["G=8 μ=1", "G=4 μ=1", "G=8 μ=2"])
+    assert [(e.axis, e.side) for e in BR.find_edges(named)] == [(BR.G, "high"), (BR.MU, "low")]
+    assert [(e.axis, e.side) for e in BR.find_edges(named, {"c": "G=4 μ=1"})] == [(BR.G, "low"), (BR.MU, "low")]
 
 
 # --- search against learning at equal FLOPs ---------------------------------------------------------

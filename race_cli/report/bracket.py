@@ -9,8 +9,8 @@ Two questions a G × μ grid at one budget answers beside the rankings:
   allocation moved one step past the edge (G or μ doubled, or halved where the schema allows: G ≥ 2,
   μ ≥ 1), for the conditions that need it, with the pilot's grid and typed overrides; `race report
   PILOT BRACKET` reads its sweep beside the pilot's. Only conditions where some regime beats its
-  start have a best to bracket. The point estimate decides where the best sits (the rankings say how
-  far it is separated); model size is a condition, not a regime, and is left to the `size:` line.
+  start have a best to bracket. A raced condition's best is its race state's (the condition's line names
+  the same one), else the ranking's point estimate (the rankings say how far it is separated); model size is a condition, not a regime, and is left to the `size:` line.
 - **More search or more learning at equal FLOPs?** `search_learning` contrasts doubling G with
   doubling μ from the same (G, μ), matched on model, reward and every other knob (the default: G=8 μ=1
   against G=4 μ=2), averaged over the matched pairs of a joint condition, with the joint comparison's
@@ -105,9 +105,11 @@ def _step(axis: str, value: int, side: str) -> int | None:
     return value // 2 if value % 2 == 0 and value // 2 >= LEAST[axis] else None
 
 
-def find_edges(ranking: pd.DataFrame) -> list[Edge]:
+def find_edges(ranking: pd.DataFrame, best: dict[str, str] | None = None) -> list[Edge]:
     """Every (condition, target, axis) whose pilot-best regime sits on the grid's edge of a swept axis
-    (G or μ with two or more values in that condition), for conditions where some regime beats its start."""
+    (G or μ with two or more values in that condition), for conditions where some regime beats its start.
+    best: {condition: regime label} where another record names the best (a race's state), so the edge
+    line and the condition's line name one best; else the ranking's first."""
     if not len(ranking) or "condition" not in ranking or "rank" not in ranking:
         return []
     axes = [a for a in (G, MU) if a in ranking]
@@ -116,10 +118,12 @@ def find_edges(ranking: pd.DataFrame) -> list[Edge]:
                                           sort=False):
         if "beats_start" in g and not bool(g["beats_start"].fillna(False).astype(bool).any()):
             continue
-        best = g.sort_values("rank", kind="stable").iloc[0]
+        named = (best or {}).get(str(g["condition"].iloc[0]))
+        rows = g[g["regime"].astype(str) == named] if named is not None and "regime" in g else g.iloc[:0]
+        best_row = (rows if len(rows) else g.sort_values("rank", kind="stable")).iloc[0]
         vals = {a: [v for v in (_int(x) for x in g[a]) if v is not None] for a in axes}
-        at = {a: _int(best[a]) for a in axes}
-        cond = {c: best[c] for c in CONDITION_KEYS if c in g}
+        at = {a: _int(best_row[a]) for a in axes}
+        cond = {c: best_row[c] for c in CONDITION_KEYS if c in g}
         for a in axes:
             if len(set(vals[a])) < 2 or at[a] is None:
                 continue
@@ -128,7 +132,7 @@ def find_edges(ranking: pd.DataFrame) -> list[Edge]:
                 continue
             step = _step(a, at[a], side)
             nxt = None if step is None else {**at, a: step}
-            out.append(Edge(cond, str(best["condition"]), str(target[0]) if target else "", a, side, at, nxt))
+            out.append(Edge(cond, str(best_row["condition"]), str(target[0]) if target else "", a, side, at, nxt))
     return out
 
 
@@ -152,13 +156,13 @@ def _varying(ranking: pd.DataFrame) -> list[str]:
     return [c for c in CONDITION_KEYS if c in ranking and ranking[c].nunique(dropna=False) > 1]
 
 
-def edge_lines(ranking: pd.DataFrame, launch: Launch | None = None) -> list[str]:
+def edge_lines(ranking: pd.DataFrame, launch: Launch | None = None, best: dict[str, str] | None = None) -> list[str]:
     """The findings' lines for the bests at the grid's edge: one line counting them per axis and side
     ("max" / "min" of the values swept; "no lower" where the schema has no smaller value), then per
     allocation past the edge the `race run` that brackets it: the model × reward × ... product of the
     conditions that need it (a condition beside them is bracketed too: one command, not one per condition).
-    Its sweep is read with the pilot's: `race report PILOT BRACKET`."""
-    edges = find_edges(ranking)
+    Its sweep is read with the pilot's: `race report PILOT BRACKET`. best: as find_edges."""
+    edges = find_edges(ranking, best)
     if not edges:
         return []
     varying = _varying(ranking)

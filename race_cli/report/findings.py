@@ -356,7 +356,7 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
             jl = _joint_line(sent, t, questions, what)
             if jl:
                 lines.append("  " + jl)
-    lines += edge_lines(ranking, launch)  # report/bracket.py: bests on the grid's edge, and the run past it
+    lines += edge_lines(ranking, launch, {c: st.best for c, st in raced.items() if st.best})  # report/bracket.py
     lines.append(validate_line(rec, sweeps))
     racing = sum(st.state == "continue" for st in race or [])
     if racing:  # a race under way: its open calls are the ones still racing, never "none"
