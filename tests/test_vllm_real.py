@@ -112,6 +112,18 @@ def _outcome(sweep: Path) -> dict:
     return out
 
 
+def _end_orphans(sweep: Path) -> None:
+    """SIGKILL ends a job but not its vLLM engine processes (EngineCore, Worker and their resource tracker keep
+    running in the dead job's process group, its session under the pool): end what a killed attempt left."""
+    for status in sweep.glob("jobs/*/status.json"):
+        pid = json.loads(status.read_text()).get("pid")
+        if pid:
+            try:
+                os.killpg(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
 def test_race_run_grid_on_vllm_finishes_and_a_killed_run_resumes_to_the_same_metrics(vllm_python, tiny_prm,
                                                                                       tmp_path):
     model = tmp_path / "model"
@@ -143,6 +155,7 @@ def test_race_run_grid_on_vllm_finishes_and_a_killed_run_resumes_to_the_same_met
     proc.wait()
     states = {p.parent.name: json.loads(p.read_text())["state"] for p in broken.glob("jobs/*/status.json")}
     assert list(states.values()).count("done") < 2, f"the kill came after the sweep ended: {states}"
+    _end_orphans(broken)  # before the rerun starts jobs of its own
     t0 = time.monotonic()
     _race_run(vllm_python, model, broken)  # the same command again: resumes
     print(f"rerun after SIGKILL: {time.monotonic() - t0:.0f} s")
