@@ -135,7 +135,7 @@ def test_sleep_around_updates_new_id_per_update_one_folder(vllm, tmp_path, polic
     assert ro.flops == generate_flops(ARCH, ro.prompt_lens, ro.completion_lens, lora=LORA, share_prefix=2,
                                       padded=False)
     b.close()
-    assert not sync.exists()
+    assert not sync.exists() and not sync.with_name(sync.name + ".owner").exists()  # the owner record goes too
     vllm.check_no_leftovers()
 
 
@@ -699,3 +699,34 @@ def test_sampled_tokens_come_with_the_engines_logprobs(vllm, tmp_path, policy):
     greedy = b.generate(PROMPTS, group_size=1, greedy=True)
     assert greedy.sampler_logprobs is None
     b.close()
+
+
+def test_engine_processes_a_killed_attempt_left_are_ended_at_the_next_start(tmp_path):
+    """SIGKILL leaves vLLM's EngineCore / Worker running in the dead job's process group (seen in
+    tests/test_vllm_real.py): the next attempt ends those, by name, and nothing else of that group."""
+    import json
+    import time
+
+    from race_cli.engine.rollout_vllm import end_stale_engines
+
+    # a job (the group's leader) that started an "engine" and another process, then died
+    leader = subprocess.Popen(["bash", "-c", "(exec -a VLLM::EngineCore sleep 120) & echo $!; "
+                                             "(exec -a other-tool sleep 120) & echo $!; exit 0"],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    engine, other = int(leader.stdout.readline()), int(leader.stdout.readline())
+    leader.wait()
+    sync = tmp_path / "race-vllm-x"
+    sync.with_name(sync.name + ".owner").write_text(json.dumps({"pid": leader.pid, "pgid": leader.pid}))
+    try:
+        deadline = time.monotonic() + 10  # exec -a takes effect once the child has exec'd
+        while time.monotonic() < deadline and not Path(f"/proc/{engine}/cmdline").read_bytes().startswith(b"VLLM::"):
+            time.sleep(0.05)
+        assert end_stale_engines(sync) == [engine]
+        time.sleep(0.2)
+        assert open(f"/proc/{engine}/stat").read().split()[2] == "Z" if Path(f"/proc/{engine}").exists() else True
+        os.kill(other, 0)  # not vLLM's: left alone
+        # an owner that is alive (this process) is never a leftover
+        sync.with_name(sync.name + ".owner").write_text(json.dumps({"pid": os.getpid(), "pgid": leader.pid}))
+        assert end_stale_engines(sync) == []
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)

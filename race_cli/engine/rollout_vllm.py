@@ -41,7 +41,8 @@
             job's log says so (Docker's default /dev/shm is 64 MB; a 7B rank-32 adapter ~161 MB)
     close   the sync folder is removed on every exit path: close() (the job's `finally`), the
             object's finaliser, interpreter exit, SIGTERM; a folder a SIGKILLed attempt left is
-            cleared when the next one starts
+            cleared when the next one starts, and so are the vLLM engine processes it left running
+            (end_stale_engines)
 
 What vLLM does, read from the 0.10.1.1 and 0.33.0 sources: `LLM(...)` builds a V1 `LLMEngine`
 (vllm/v1/engine/llm_engine.py) whose engine core runs in a child process
@@ -209,6 +210,63 @@ def _remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def _owner_file(sync_dir: Path) -> Path:
+    """Beside the sync folder: the process (and process group) of the attempt that started the engine."""
+    return sync_dir.with_name(sync_dir.name + ".owner")
+
+
+def _remove_sync(folder: Path) -> None:
+    """The sync folder and its owner record."""
+    _remove(folder)
+    _owner_file(folder).unlink(missing_ok=True)
+
+
+def end_stale_engines(sync_dir: Path) -> list[int]:
+    """End the vLLM engine processes a SIGKILLed earlier attempt of this job left running; returns their pids.
+
+    SIGKILL ends the job's process but not vLLM's engine core and worker (VLLM::EngineCore, VLLM::Worker) nor
+    their multiprocessing resource tracker: they stay in the dead job's process group, holding its memory (on
+    a GPU, the fraction the next attempt's engine needs). The owner record beside the sync folder names that
+    process and group; when the process is gone, the group's members of those three kinds are ended, nothing
+    else. Linux (/proc) only; elsewhere nothing is found.
+    """
+    import json
+    import os
+    import signal
+
+    try:
+        owner = json.loads(_owner_file(sync_dir).read_text())
+        pid, pgid = int(owner["pid"]), int(owner["pgid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    if pgid == os.getpgid(0):
+        return []
+    try:
+        os.kill(pid, 0)
+        return []  # the owner is alive: not a leftover
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return []
+    ended = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            group = int(stat.rsplit(")", 1)[1].split()[2])  # after the name: state, ppid, pgrp
+        except (OSError, ValueError, IndexError):
+            continue
+        if group == pgid and (cmd.startswith("VLLM::") or "multiprocessing.resource_tracker" in cmd):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                ended.append(int(entry.name))
+            except OSError:
+                pass
+    return ended
+
+
 def adapter_bytes(arch: Arch, lora: Lora, dtype_bytes: int) -> int:
     """One saved adapter's tensors: r x (d_in + d_out) per targeted matrix per layer, in the engine's dtype
     (safetensors' header and adapter_config.json are a few KB more: `sync_space_needed` adds a margin)."""
@@ -300,7 +358,7 @@ def _remove_on_sigterm(folder: Path) -> None:
         return
 
     def handler(signum, frame):
-        _remove(folder)
+        _remove_sync(folder)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -336,9 +394,14 @@ class VLLMRollout:
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         # one folder per job; whatever a killed earlier attempt left there goes first
         self.sync_dir = Path(sync_dir)
-        _remove(self.sync_dir)
+        self.ended_stale = end_stale_engines(self.sync_dir)  # engines a SIGKILLed attempt left running
+        _remove_sync(self.sync_dir)
         self.sync_dir.mkdir(parents=True)
-        self._finalizer = weakref.finalize(self, _remove, self.sync_dir)  # also runs at interpreter exit
+        import json
+        import os
+
+        _owner_file(self.sync_dir).write_text(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0)}))
+        self._finalizer = weakref.finalize(self, _remove_sync, self.sync_dir)  # also runs at interpreter exit
         _remove_on_sigterm(self.sync_dir)
         self.can_sleep = platform_sleeps(vllm)
         # "kv_cache" needs release_kv_cache_memory (vLLM 0.33); an older engine sleeps at level 1 instead

@@ -474,6 +474,9 @@ def build_vllm(cfg: Any, policy: Policy, device: str, dtype: Any, *, prompts: tu
                           gpu_memory_utilization=float(fraction), max_model_len=max_len, sync_dir=sync,
                           revision=cfg.model.revision, trust_remote_code=bool(cfg.model.trust_remote_code),
                           device=device, sleep_mode=sleep_mode, **limits, **common)
+    if backend.ended_stale:
+        (log or print)(f"note: ended {len(backend.ended_stale)} vLLM engine process(es) a killed earlier attempt of "
+                       f"this job left running (pids {', '.join(map(str, backend.ended_stale))})")
     backend.sync(policy.model)
     return backend
 
