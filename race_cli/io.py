@@ -31,6 +31,12 @@ class LinkRefused(OSError):
     """A path under a sweep is (or passes through) a symbolic link, or is not a regular file."""
 
 
+def cache_root() -> Path:
+    """The per-user race cache (the zoo, the CPU probe, the plan's compositions and race prices): $RACE_CACHE,
+    else ~/.cache/race. Here, at the bottom, so that config/ and plan/ can name it without importing zoo/."""
+    return Path(os.environ.get("RACE_CACHE") or Path.home() / ".cache" / "race").expanduser()
+
+
 def inside(path: str | os.PathLike, root: str | os.PathLike) -> Path:
     """`path`, after checking that it lies under `root` and that no folder between them (and not
     the path itself) is a symbolic link; LinkRefused otherwise. Components that do not exist

@@ -238,7 +238,7 @@ def _compose_cache_path(overrides: Sequence[str]) -> Path | None:
 
     if os.environ.get(COMPOSE_CACHE_ENV, "").strip().lower() == "off":
         return None
-    from race_cli.zoo.build import cache_root
+    from race_cli.io import cache_root
 
     try:
         digest = _inputs_digest(tuple(search_dirs()))

@@ -128,7 +128,7 @@ def machine_key() -> str:
 
 
 def cache_file(name: str = CACHE_NAME) -> Path:
-    from race_cli.zoo.build import cache_root
+    from race_cli.io import cache_root
 
     return cache_root() / name
 

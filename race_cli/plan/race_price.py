@@ -209,7 +209,7 @@ def _simulated_seeds(regs: list[_Regime], schedule: Any, seed_sd: float, gap: fl
 
     path = None
     if os.environ.get(PRICE_CACHE_ENV, "").strip().lower() != "off":
-        from race_cli.zoo.build import cache_root
+        from race_cli.io import cache_root
 
         try:
             path = cache_root() / "race-price" / f"{_price_key(regs, schedule, seed_sd, gap, seed, n_sim)}.json"

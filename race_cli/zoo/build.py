@@ -29,15 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from race_cli.errors import RaceError
-from race_cli.io import atomic_write_json, read_json
+from race_cli.io import atomic_write_json, cache_root, read_json
 from race_cli.zoo.recipes import RECIPES, count_params, recipe_hash
 
 SHIPPED = Path(__file__).parent / "weights"  # prebuilt entries that ship with the package
 BUILDS = {"count": 0}  # entries built by this process (tests check that a cached entry is not rebuilt)
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("RACE_CACHE") or Path.home() / ".cache" / "race").expanduser()
 
 
 def refuse_unusable_cache(paths=None) -> None:
