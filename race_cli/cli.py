@@ -159,6 +159,19 @@ def _hydra_folder(overrides: Optional[List[str]], folder: Optional[Path], flag: 
     return rest, Path(found)
 
 
+def _sweep_habits(overrides: Optional[List[str]], folder: Optional[Path], flag: str, multirun: bool,
+                  cfg: Optional[str], each_job: bool, **plan_kw) -> tuple[list[str], Optional[Path]]:
+    """Hydra's habits on race plan and race run: -m noted, hydra.sweep.dir taken as `flag`, and --cfg job
+    printed and exited (typer.Exit). Returns (the overrides less Hydra's folder, the folder)."""
+    if multirun:
+        _note(MULTIRUN_NOTE)
+    overrides, folder = _hydra_folder(overrides, folder, flag)
+    if cfg is not None:
+        _print_cfg(cfg, overrides, each_job, **plan_kw)
+        raise typer.Exit(0)
+    return overrides, folder
+
+
 def _print_cfg(what: str, overrides: list[str], each: bool, **plan_kw) -> None:
     """`--cfg job` (Hydra's habit): the composed config of the first job (every job's with --each-job), as
     its .hydra/config.yaml will hold it, on stdout; nothing is written or run."""
@@ -248,12 +261,8 @@ def plan(
 
     try:
         _use_config_dirs(config_dir)
-        if multirun:
-            _note(MULTIRUN_NOTE)
-        overrides, out = _hydra_folder(overrides, out, "--out")
-        if cfg is not None:
-            _print_cfg(cfg, overrides, each_job, max_jobs=max_jobs, yes=yes, race=not no_race, max_seeds=max_seeds)
-            raise typer.Exit(0)
+        overrides, out = _sweep_habits(overrides, out, "--out", multirun, cfg, each_job,
+                                       max_jobs=max_jobs, yes=yes, race=not no_race, max_seeds=max_seeds)
         if max_jobs < 1:
             raise RaceError(f"--max-jobs {max_jobs}: expected at least 1.")
         if reprobe:  # plan/cpu_probe.py reads it where the CPU rates are scaled
@@ -471,12 +480,8 @@ def run(
 
     try:
         _use_config_dirs(config_dir)
-        if multirun:
-            _note(MULTIRUN_NOTE)
-        overrides, sweep_dir = _hydra_folder(overrides, sweep_dir, "--sweep-dir")
-        if cfg is not None:
-            _print_cfg(cfg, overrides, each_job, max_jobs=max_jobs, yes=yes, race=not no_race, max_seeds=max_seeds)
-            raise typer.Exit(0)
+        overrides, sweep_dir = _sweep_habits(overrides, sweep_dir, "--sweep-dir", multirun, cfg, each_job,
+                                             max_jobs=max_jobs, yes=yes, race=not no_race, max_seeds=max_seeds)
         code = run_main(overrides or [], sweep_dir=sweep_dir, workers=workers, gpus_per_job=gpus_per_job,
                         launcher=launcher, retry_failed=retry_failed, yes=yes, max_jobs=max_jobs,
                         partition=partition, time_min=time_min, array_parallelism=array_parallelism,

@@ -31,18 +31,10 @@ from typing import Any, Callable
 
 from race_cli import folder
 from race_cli.errors import RaceError
-from race_cli.io import atomic_write_json, read_json
+from race_cli.io import atomic_write_json
 from race_cli.plan_file import FIX, RacePlan, is_seed, read_race, regime_of
 
 TMP = ".race-look.tmp"  # under the sweep folder: job folders being written, renamed into jobs/ when whole
-
-
-def read_plan_document(sweep: Path) -> Any:
-    try:
-        return read_json(folder.plan_json(sweep))
-    except (OSError, ValueError) as exc:
-        raise RaceError(f"{sweep}/plan.json is missing or unreadable ({exc}). Expected a sweep folder written "
-                        "by race plan --out or race run.") from None
 
 
 def sweep_schedule(sweep: Path):
