@@ -55,7 +55,7 @@ def test_sweep_forms_range_glob_and_plus():
 def test_command_line_axis_replaces_the_grid_axis():
     plan = build_plan(["seed=3"])  # grid=tiny sweeps the seed; a fixed value wins
     assert {j.config["seed"] for j in plan.jobs} == {3}
-    assert len(plan.jobs) == 12  # model x mu x reward
+    assert len(plan.jobs) == 16  # model x G x mu x reward (2 x 2 x 2 x 2)
     plan = build_plan(["grpo.group_size=16"])  # and a value typed beats the grid's fixed one
     assert {j.config["grpo"]["group_size"] for j in plan.jobs} == {16}
 

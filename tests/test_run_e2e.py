@@ -91,7 +91,10 @@ def _race_outcome(sweep: Path) -> dict:
     from race_cli.pool.race_loop import decide, sweep_schedule
 
     listed = sorted(r["job_id"] for r in json.loads((sweep / "plan.json").read_text())["jobs"])
-    states = [s.to_json() for s in decide(sweep, sweep_schedule(sweep)).states]
+    # the decisions, without the wall seconds per job reported beside them (`job_seconds`, and `take`, the
+    # quickest of an equivalence): a killed and resumed job's seconds are not an uninterrupted one's
+    states = [{k: v for k, v in s.to_json().items() if k not in ("job_seconds", "take")}
+              for s in decide(sweep, sweep_schedule(sweep)).states]
     return {"listed": listed, "folders": sorted(p.name for p in (sweep / "jobs").iterdir()),
             "jobs": _outcome(sweep), "states": states}
 

@@ -372,9 +372,8 @@ def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs:
     return lines, settles
 
 
-LEGEND = ("gap: best − runner-up (≥ its familywise lower bound); N seeds: per regime, for 80% power to "
-          "separate that gap; size, feedback: the joint comparison's mean difference at the same G, μ; search vs "
-          "learning: G×2 − μ×2, its own 5%; bracket: then race report both sweeps.")
+LEGEND = ("gap: best − runner-up (≥ its familywise lower bound); N seeds: per regime for 80% power on that gap; "
+          "size, feedback: joint mean difference at equal G, μ; search vs learning: G×2 − μ×2 (own 5%).")
 
 
 def _job_seconds(jobs: pd.DataFrame) -> dict[str, float]:
