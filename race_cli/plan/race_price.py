@@ -67,20 +67,20 @@ class _Regime:
 
 def _regimes(plan: Any) -> list[_Regime]:
     """The plan's regimes (jobs equal up to their seed), first look and reserve alike, in plan order."""
-    from race_cli.cost.budget import reward_name
     from race_cli.plan.power import planned_items
+    from race_cli.regime import condition_key, regime_key
     from race_cli.tasks.targets import target_names
 
     out: dict[tuple, _Regime] = {}
     for j in list(plan.jobs) + list(plan.reserve):
-        key = tuple(sorted(o for o in j.overrides if o.lstrip("+~").partition("=")[0] != "seed"))
+        key = regime_key(j.overrides)
         if key in out:
             continue
         c = j.config
         ev = c.get("eval", {})
         k = int(ev.get("samples", 1))
         targets = [(t, n, k) for t in target_names(c) if (n := planned_items(c, t)) and n >= 2]
-        out[key] = _Regime(cond=(c["model"]["name"], float(c["budget"]["flops"]), reward_name(c), c["task"]["name"]),
+        out[key] = _Regime(cond=condition_key(c),
                            targets=targets, seconds=j.wall.total if j.wall else None,
                            flops=float(j.planned()["flops"]["total"]), gpus=int(j.gpus or 0))
     return list(out.values())
@@ -283,8 +283,8 @@ class Resolution:
 def race_resolution(plan: Any, seed_sd: float) -> list[Resolution]:
     """Per condition and target of a raced plan, what its last look resolves with every regime at the cap:
     the items, samples, regimes and seed pool of the plan (the report's pool: a reward system's regimes)."""
-    from race_cli.cost.budget import reward_name
     from race_cli.plan.power import planned_items
+    from race_cli.regime import condition_key
     from race_cli.stats.power import Design
     from race_cli.tasks.targets import target_names
 
@@ -300,7 +300,7 @@ def race_resolution(plan: Any, seed_sd: float) -> list[Resolution]:
     first = {}
     for j in list(plan.jobs) + list(plan.reserve):
         c = j.config
-        first.setdefault((c["model"]["name"], float(c["budget"]["flops"]), reward_name(c), c["task"]["name"]), c)
+        first.setdefault(condition_key(c), c)
     out = []
     for cond, rs in conds.items():
         c = first[cond]
