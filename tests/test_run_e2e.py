@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sweep_outcome import job_outcomes
 
 GRID = ["grid=none", "model=tiny-s", "grpo.group_size=2,4", "grpo.prompts_per_iter=4", "budget.flops=1e10",
         "eval.every=8", "checkpoint.every=2", "task.num_eval=40"]
@@ -23,17 +24,6 @@ def _run(sweep: Path, *extra: str, wait: bool = True, env: dict | None = None):
     if wait:
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-
-
-def _outcome(sweep: Path) -> dict:
-    """Per job: metrics without wall times, and the saved adapter's bytes."""
-    out = {}
-    for job in sorted((sweep / "jobs").iterdir()):
-        rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        rows = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
-        weights = (job / "adapter" / "adapter_model.safetensors").read_bytes()
-        out[job.name] = (rows, weights, json.loads((job / "status.json").read_text())["state"])
-    return out
 
 
 @pytest.mark.slow
@@ -65,7 +55,7 @@ def test_orchestrator_killed_mid_sweep_then_rerun_equals_uninterrupted(tiny_s, t
 
     res = _run(broken)  # the same command again: takes the stale lock over and resumes
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    a, b = _outcome(straight), _outcome(broken)
+    a, b = job_outcomes(straight), job_outcomes(broken)
     assert set(a) == set(b) == {"G2", "G4"}
     for job in a:
         assert b[job][2] == "done"
@@ -96,7 +86,7 @@ def _race_outcome(sweep: Path) -> dict:
     states = [{k: v for k, v in s.to_json().items() if k not in ("job_seconds", "take")}
               for s in decide(sweep, sweep_schedule(sweep)).states]
     return {"listed": listed, "folders": sorted(p.name for p in (sweep / "jobs").iterdir()),
-            "jobs": _outcome(sweep), "states": states}
+            "jobs": job_outcomes(sweep), "states": states}
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sweep_outcome import job_outcomes
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = ROOT / "tests" / "vllm_real" / "engine_checks.py"
@@ -100,18 +101,6 @@ def _race_run(python: str, model: Path, sweep: Path, wait: bool = True):
                             start_new_session=True)
 
 
-def _outcome(sweep: Path) -> dict:
-    """Per job: metrics without wall times, the adapter's bytes, the state, summary.json's sampler gap."""
-    out = {}
-    for job in sorted((sweep / "jobs").iterdir()):
-        rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        rows = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
-        weights = (job / "adapter" / "adapter_model.safetensors").read_bytes()
-        summary = json.loads((job / "summary.json").read_text())
-        out[job.name] = (rows, weights, json.loads((job / "status.json").read_text())["state"], summary)
-    return out
-
-
 def _end_orphans(sweep: Path) -> None:
     """SIGKILL ends a job but not its vLLM engine processes (EngineCore, Worker and their resource tracker keep
     running in the dead job's process group, its session under the pool): end what a killed attempt left."""
@@ -132,7 +121,7 @@ def test_race_run_grid_on_vllm_finishes_and_a_killed_run_resumes_to_the_same_met
     res = _race_run(vllm_python, model, tmp_path / "straight")
     print(f"uninterrupted 2-job grid: {time.monotonic() - t0:.0f} s")
     assert "sweep " in res.stdout and "2 done" in res.stdout
-    straight = _outcome(tmp_path / "straight")
+    straight = job_outcomes(tmp_path / "straight", summary=True)
     assert set(straight) == {"s0", "s1"}
     for name, (rows, _, state, summary) in straight.items():
         assert state == "done" and summary["stop_reason"] == "budget", name  # each job spent its budget
@@ -159,7 +148,7 @@ def test_race_run_grid_on_vllm_finishes_and_a_killed_run_resumes_to_the_same_met
     t0 = time.monotonic()
     _race_run(vllm_python, model, broken)  # the same command again: resumes
     print(f"rerun after SIGKILL: {time.monotonic() - t0:.0f} s")
-    again = _outcome(broken)
+    again = job_outcomes(broken, summary=True)
     assert set(again) == set(straight)
     for job in straight:
         assert again[job][2] == "done"
