@@ -22,10 +22,10 @@ ALPHA = 0.05
 
 
 def _decided(gap: float, margin: float, n: int = 400, seed: int = 3) -> list:
-    from race_cli.stats.race_sim import _runs
+    from race_cli.stats.race_sim import condition_scores
 
     rng = np.random.default_rng(seed)
-    runs = [_runs(rng, 3, 4, 200, 4, gap, 0.02) for _ in range(n)]
+    runs = [condition_scores(rng, 3, 4, 200, 4, gap, 0.02) for _ in range(n)]
     codes = np.repeat(np.arange(3), 4)
     noises = [V.noise_of(codes, r.reshape(12, -1), 3, own_pool=False) for r in runs]
     keys = [f"p{c // 2}" for c in range(n)]

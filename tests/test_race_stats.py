@@ -141,12 +141,12 @@ def test_drops_winner_and_intervals_are_one_claim():
     """Every regime the look drops has its printed best − regime interval above 0, and every regime it keeps
     has 0 inside (or below) its interval: one set of simultaneous intervals decides and is printed. Checked on
     600 simulated conditions at two truths, where the REGWQ drops and MCB intervals used before disagreed."""
-    from race_cli.stats.race_sim import _runs
+    from race_cli.stats.race_sim import condition_scores
 
     rng = np.random.default_rng(5)
     s = Schedule((3,), 0.05, 0.08)
     for gap in (0.0, 0.05):
-        runs = [_runs(rng, 3, 3, 100, 4, gap, 0.02) for _ in range(300)]
+        runs = [condition_scores(rng, 3, 3, 100, 4, gap, 0.02) for _ in range(300)]
         codes = np.repeat(np.arange(3), 3)
         noises = [V.noise_of(codes, r.reshape(9, -1), 3) for r in runs]
         decs = decide_look(noises, [None] * len(noises), s, 0)
@@ -196,13 +196,13 @@ def test_small_calibration_on_null_and_shifted_conditions():
     """400 all-equal conditions (item × regime noise, heterogeneous seed sd 0.01-0.03, 100 items, seed pools
     of 2 conditions): the look's claims are wrong in at most α of them (+3 binomial sd), and the
     (Tukey–Kramer) intervals for best − each cover the truth in >= 0.93 when one regime is better by 0.05."""
-    from race_cli.stats.race_sim import _runs
+    from race_cli.stats.race_sim import condition_scores
 
     rng = np.random.default_rng(11)
     s = Schedule((3,), 0.05, 0.08)
     for gap in (0.0, 0.05):
         n = 400
-        runs = [_runs(rng, 3, 3, 100, 4, gap, 0.02) for _ in range(n)]
+        runs = [condition_scores(rng, 3, 3, 100, 4, gap, 0.02) for _ in range(n)]
         codes = np.repeat(np.arange(3), 3)
         noises = [V.noise_of(codes, r.reshape(9, -1), 3, own_pool=False) for r in runs]
         keys = [f"p{c // 2}" for c in range(n)]

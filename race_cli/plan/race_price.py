@@ -11,8 +11,9 @@ Wall time is the pool's: a look starts when the one before has ended everywhere 
 look when all of its jobs are done), so it is the sum over looks of that look's jobs scheduled on the
 plan's slots, longest first (cost/walltime.grid_seconds).
 
-The simulated truth per (condition, target) is the harness's (stats/race_sim, which benchmarks/bench_race.py
-checks against whole races written as job folders): item difficulties U(±ITEM_HALF) around LEVEL, an item ×
+The races are simulated and decided by stats/race_sim, the harnesses' simulator (benchmarks/bench_race.py checks
+its expected cost against whole races written as job folders), one per (condition, target) of each simulated
+sweep, on the harness's truth: item difficulties U(±ITEM_HALF) around LEVEL, an item ×
 regime interaction, a seed effect of sd `seed sd`·U(0.5, 1.5) per regime, scores the mean of eval.samples
 Bernoulli draws, here on the plan's own conditions, regimes, items and samples, pooled per reward system
 and target as the ranking pools. Evaluation noise is drawn independently per job (no common random
@@ -114,64 +115,25 @@ def _mean(points: list[Point]) -> Point:
 
 
 def simulate_seeds(regs: list[_Regime], schedule: Any, seed_sd: float, gap: float, rng, n_sim: int) -> np.ndarray:
-    """`n_sim` simulated races, decided together look by look: [n_sim, regimes] the seeds each regime ends
-    with (see the module docstring for the truth)."""
-    from race_cli.stats.race import active_noise, decide_look
-    from race_cli.stats.race_sim import ITEM_HALF, ITEM_REGIME_SD, LEVEL
-    from race_cli.stats.variance import fit_pools, noise_of
+    """`n_sim` simulated races, decided together look by look by stats/race_sim.run_races: [n_sim, regimes] the
+    seeds each regime ends with (see the module docstring for the truth)."""
+    from race_cli.stats.race_sim import SimRace, condition_scores, run_races
 
-    looks, cap = schedule.looks, schedule.looks[-1]
     conds: dict[tuple, list[int]] = {}
     for i, r in enumerate(regs):
         conds.setdefault(r.cond, []).append(i)
-    units = []  # one race per (simulation, condition, target): its regimes (indices into regs), scores [R, cap, n]
+    races, owners = [], []  # one race per (simulation, condition, target); owners: (simulation, its regimes)
     for sim in range(n_sim):
         for cond, idx in conds.items():
-            for t, n, k in regs[idx[0]].targets:
-                R = len(idx)
-                acc = np.full(R, LEVEL)
-                acc[0] += gap  # the first regime of the condition is the better one
-                item = rng.uniform(-ITEM_HALF, ITEM_HALF, n)  # [n]
-                inter = rng.normal(0.0, ITEM_REGIME_SD, (R, n))  # [R, n]
-                inter -= inter.mean(axis=1, keepdims=True)
-                sd = seed_sd * rng.uniform(0.5, 1.5, R)  # [R] heterogeneous seed spread
-                run = rng.uniform(-1, 1, (R, cap)) * np.sqrt(3.0) * sd[:, None]  # [R, cap]
-                p = acc[:, None, None] + item + inter[:, None, :] + run[:, :, None]  # [R, cap, n]
-                scores = rng.binomial(k, np.clip(p, 0.0, 1.0)) / k
-                units.append({"sim": sim, "regs": idx, "scores": scores, "pool": f"{sim}|{cond[2]}|{t}",
-                              "active": list(range(R)), "seeds": np.full(R, looks[0]), "open": True})
-    for k_look, s_k in enumerate(looks):
-        racing = [u for u in units if u["open"]]
-        if not racing:
-            break
-        for u in racing:
-            u["seeds"][u["active"]] = s_k
-        noises = []
-        for u in units:  # stopped races' regimes keep their seeds in the pool, as the report's do
-            if "noise" not in u or u["open"]:  # a stopped race's seeds, so its noise, no longer change
-                codes = np.concatenate([np.full(s, r) for r, s in enumerate(u["seeds"])])
-                table = np.concatenate([u["scores"][r, :s] for r, s in enumerate(u["seeds"])])
-                u["noise"] = noise_of(codes, table, n_reg=len(u["regs"]), own_pool=False)
-            noises.append(u["noise"])
-        keys = [u["pool"] for u in units]
-        pools: dict = {}
-        for sim in range(n_sim):  # each simulated sweep pools its own regimes
-            at = [i for i, u in enumerate(units) if u["sim"] == sim]
-            pools.update(fit_pools([noises[i] for i in at], [keys[i] for i in at]))
-        ns = []
-        for u, noise, key in zip(units, noises, keys):
-            if not u["open"]:
-                continue
-            ns.append(active_noise(noise.pooled(pools[key] if pools[key].df_total else None), u["active"]))
-        for u, dec in zip(racing, decide_look(ns, [None] * len(ns), schedule, k_look)):
-            if dec.state == "continue":
-                u["active"] = [u["active"][i] for i in dec.active]
-            else:
-                u["open"] = False
-    seeds = np.full((n_sim, len(regs)), looks[0])
-    for u in units:
-        for r, s in zip(u["regs"], u["seeds"]):
-            seeds[u["sim"], r] = max(seeds[u["sim"], r], s)
+            for t, n, k in regs[idx[0]].targets:  # the condition's first regime is the better one
+                scores = condition_scores(rng, len(idx), schedule.cap, n, k, gap, seed_sd)  # [R, cap, n]
+                races.append(SimRace(scores, pool=f"{sim}|{cond[2]}|{t}"))  # each simulated sweep pools its own
+                owners.append((sim, idx))
+    run_races(races, schedule)
+    seeds = np.full((n_sim, len(regs)), schedule.looks[0])
+    for (sim, idx), race in zip(owners, races):
+        for r, s in zip(idx, race.seeds):
+            seeds[sim, r] = max(seeds[sim, r], s)
     return seeds
 
 

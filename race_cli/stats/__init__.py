@@ -11,7 +11,8 @@ both compute their statistics with, as cost/ is for FLOPs.
     validation_power.py  the validation's test of best - control, its power, the seeds it needs, its variance
                    parts and Spearman's rho between the pilot's order and the validation's
     race.py        racing: the schedule, the α split over looks, each look's decision (winner, equivalent, ...)
-    race_sim.py    a race's expected cost, by simulating races through race.py's decisions
+    race_sim.py    the race simulator: a known truth (seed-effect kinds), the look loop through race.py's
+                   decisions; the plan's price and the harnesses draw from it
     race_power.py  what a race resolves at its cap: the smallest equivalence margin and winning gap
     seeds.py       collapsed seeds: a run far below its siblings, by a stated robust rule
 
