@@ -173,16 +173,16 @@ def _targets_to_rank(jobs, target: str | None, targets: list[str]) -> list[str]:
 # --- the sections --------------------------------------------------------------------------------------
 
 
-def _findings(ranking, rec, joint, jobs, sweep_dirs, targets, maximize, items, race=None,
-              schedule=None) -> tuple[list[str], list]:
-    """The findings lines (report/findings.py); a failure there never hides the report below it."""
+def _findings(rep: Report, items: dict | None) -> tuple[list[str], list]:
+    """The findings lines of the Report `rep` (report/findings.py), items: the jobs' per-item scores (their
+    samples per item); a failure there never hides the report below it."""
     from race_cli import machine
     from race_cli.report.bracket import read_launch
-    from race_cli.report.findings import findings
+    from race_cli.report.findings import findings, infer_samples
 
     try:
-        return findings(ranking, rec, joint, jobs, [str(d) for d in sweep_dirs], targets, maximize, items=items,
-                        workers=machine.cpu_cores(), race=race, schedule=schedule, launch=read_launch(sweep_dirs[0]))
+        return findings(rep, samples=infer_samples(items), workers=machine.cpu_cores(),
+                        launch=read_launch(rep.options.sweep_dirs[0]))
     except Exception as exc:  # noqa: BLE001 - the sections below still hold every figure
         return [f"Findings: not available ({type(exc).__name__}: {exc}); the sections below have every figure."], []
 
@@ -299,12 +299,11 @@ def build_report(o: ReportOptions) -> Report:
                             extra=(search_learning,))  # report/bracket.py: search vs learning
 
     race, schedule, race_notes = _race(sweep_dirs, data, by, targets)  # each condition's state (report/race.py)
-    flines, settles = _findings(ranking, rec, joint, jobs, sweep_dirs, targets, maximize, data.items, race,
-                                schedule)
     validation, notes = _validation(o, data)
-    notes = race_notes + notes
-    return Report(options=o, targets=targets, maximize=maximize, by=by, jobs=jobs, ranked=ranked, ranking=ranking,
-                  recommendations=rec, fits=fits, moves=moves, target_differences=diffs, totals=totals,
-                  reg_cols=reg_cols, curves=data.curves, frontier=front, predictions=pred, joint=joint,
-                  findings=flines, settles=settles, validation=validation, notes=notes, race=race,
-                  schedule=schedule)
+    rep = Report(options=o, targets=targets, maximize=maximize, by=by, jobs=jobs, ranked=ranked, ranking=ranking,
+                 recommendations=rec, fits=fits, moves=moves, target_differences=diffs, totals=totals,
+                 reg_cols=reg_cols, curves=data.curves, frontier=front, predictions=pred, joint=joint,
+                 findings=[], settles=[], validation=validation, notes=race_notes + notes, race=race,
+                 schedule=schedule)
+    flines, settles = _findings(rep, data.items)  # the findings read the rest of the Report
+    return replace(rep, findings=flines, settles=settles)

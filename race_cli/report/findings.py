@@ -1,6 +1,6 @@
 """The findings: what a pilot answers, on one screen, first in the console and at the top of summary.md.
 
-    lines = findings(ranking, rec, joint, jobs, sweeps, targets, maximize, items=data.items)
+    lines, settles = findings(report, samples=infer_samples(data.items), workers=2)
 
 Per target and condition: the regime that wins (the only one "≈ best"), or "not separated" with the
 gap between the best and its runner-up and that gap's lower bound; a condition where no regime beats
@@ -309,19 +309,21 @@ def _joint_line(sent: pd.DataFrame, target: str, questions: tuple[str, ...], wha
     return None
 
 
-def findings(ranking: pd.DataFrame, rec: pd.DataFrame, joint: dict | None, jobs: pd.DataFrame,
-             sweeps: list[str], targets: list[str], maximize: dict[str, bool], items: dict | None = None,
-             workers: int = 1, race: list | None = None, schedule=None,
-             launch: Launch | None = None) -> tuple[list[str], list[Settle]]:
-    """(lines, settles): the findings as plain lines (no markup; the caller styles them) and what would
-    settle each open call. See the module docstring. race: a raced sweep's states (report/race.py), each
-    condition's call is then its race state (words.race_state), with its price when undecided; schedule:
-    their stats/race.Schedule, stated in one line; launch: the pilot's grid and typed overrides
+def findings(rep, samples: int = 1, workers: int = 1, launch: Launch | None = None) -> tuple[list[str], list[Settle]]:
+    """(lines, settles): the findings of the Report `rep` (report/build.py: its rankings, recommendations, joint
+    comparison, jobs, targets and, for a raced sweep, its race states and schedule) as plain lines (no markup;
+    the caller styles them) and what would settle each open call. See the module docstring. A raced
+    condition's call is its race state (words.race_state), with its price when undecided, and the schedule is
+    stated in one line. samples: samples per evaluated item (infer_samples), for the power model; workers: the
+    job slots the settle line's wall time assumes; launch: the pilot's grid and typed overrides
     (bracket.read_launch), for the command that brackets a best at the grid's edge."""
+    ranking, rec, joint, jobs = rep.ranking, rep.recommendations, rep.joint, rep.jobs
+    targets, maximize, race, schedule = rep.targets, rep.maximize, rep.race, rep.schedule
+    sweeps = [str(d) for d in rep.options.sweep_dirs]
     if not len(ranking) or "condition" not in ranking:
         return [], []
     varying = _varying(ranking)
-    k = infer_samples(items)
+    k = samples
     sent = joint.sentences if joint is not None else None
     sent = sent if isinstance(sent, pd.DataFrame) else pd.DataFrame()
     wall = _job_seconds(jobs)
