@@ -18,40 +18,23 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from fresh_install import install_copy
 from test_plan_checks import qa_rows, save_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _install(tmp: Path) -> Path:
-    """race built from a copy of this checkout (the build writes build/ and *.egg-info beside its source) and
-    installed, not editable, into a fresh venv that reuses the system's packages; the venv's bin/."""
-    src, venv = tmp / "src", tmp / "venv"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "runs", "build", "*.egg-info", "__pycache__",
-                                                             ".pytest_cache", ".ruff_cache"))
-    # --without-pip: the venv's python runs the system's pip and setuptools, installing into the venv
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
-                   timeout=300)
-    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                          "--no-build-isolation", "--no-index", str(src)], capture_output=True, text=True,
-                         timeout=600, cwd=tmp)
-    assert pip.returncode == 0, pip.stderr
-    return venv / "bin"
-
-
 @pytest.mark.slow
-def test_the_first_hour_from_a_non_editable_install(tmp_path):
+def test_the_first_hour_from_a_non_editableinstall_copy(tmp_path):
     t0 = time.monotonic()
-    bin_dir = _install(tmp_path)
+    bin_dir = install_copy(tmp_path)
     installed = time.monotonic() - t0
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fresh_install import install_copy
 
 from race_cli.config import compose as compose_mod
 from race_cli.errors import RaceError
@@ -171,19 +172,7 @@ def test_a_missing_config_dir_is_refused():
 def test_a_non_editable_install_plans_with_your_own_model_and_task(tmp_path):
     """pip install . into a fresh venv (conf/ must travel in the wheel), then race plan --config-dir DIR
     model=my-model task=my-task from a folder outside the checkout."""
-    import shutil
-
-    venv, src = tmp_path / "venv", tmp_path / "src"  # a copy: the build writes build/ and *.egg-info beside it
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "runs", "build", "*.egg-info", "__pycache__",
-                                                             ".pytest_cache"))
-    # --without-pip: the venv's python runs the system's pip and setuptools (a venv's bundled setuptools may
-    # be too old to build a wheel), installing into the venv; offline: nothing is fetched
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
-                   timeout=300)
-    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                          "--no-build-isolation", "--no-index", str(src)], capture_output=True, text=True,
-                         timeout=600, cwd=tmp_path)
-    assert pip.returncode == 0, pip.stderr
+    venv = install_copy(tmp_path).parent
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RACE_CONF_DIR")}
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import race_cli; print(race_cli.__file__)"],
                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
