@@ -4,6 +4,7 @@
     python benchmarks/bench_calibration.py --conditions 200     # quicker, noisier
     python benchmarks/bench_calibration.py --code /path/to/old  # the same sweeps through another checkout
     python benchmarks/bench_calibration.py --validations        # also the validation verdicts (job folders)
+    python benchmarks/bench_calibration.py --seed-kind normal t3 collapse spread3 --sampling crn  # seed shapes
 
 Pilots are simulated item by item and handed to the real ranking code (race_cli.report.rank.rank_all,
 what `race report` runs after reading the job folders) as one sweep per scenario, so the sweep-wide seed
@@ -11,15 +12,18 @@ pool works as on a real sweep: conditions come in pools of POOL_SIZE (= 2: the d
 sizes share a reward system on a target; each pool is given its own reward label). Validations are
 written as real job folders (tests/report_fixtures.py) and read by the validation's compare().
 
-Truth of one condition: R = 3 regimes (μ = 1, 2, 4). Item i of regime r, seed s, sample j is correct with
-probability
+Truth of one condition (stats/race_sim.true_p, the simulator the plan's price and bench_race.py draw from
+too): R = 3 regimes (μ = 1, 2, 4). Item i of regime r, seed s, sample j is correct with probability
 
     P = acc_r + d_i + g_ri + e_rs    d_i ~ U(±0.2) item difficulty (shared: paired)
                                      g_ri ~ N(0, 0.05²), centred per regime: item × regime interaction
-                                     e_rs ~ U(±√3·sd_r): the training run's luck, sd_r = 0.02·U(0.5, 1.5)
-                                     per regime (heterogeneous seed spread)
+                                     e_rs: the training run's luck, sd_r = 0.02·U(0.5, 1.5) per regime
+                                     (heterogeneous seed spread), of one of race_sim's SEED_KINDS (--seed-kind):
+                                     uniform U(±√3·sd_r) (the default, the harness before issue 52), normal,
+                                     t3 (t, 3 df), collapse (normal, 1 seed in 10 loses 0.15), spread3
+                                     (normal, one regime's sd 3 × 0.02)
 
-so the regime's expected score over items and runs is exactly acc_r; 200 items × 4 samples. The start
+so the regime's expected score over items and runs is acc_r (collapse: acc_r − 0.015); 200 items × 4 samples. The start
 (P = start + d_i) is scored by every job's own evaluation (the design before issue 33) under independent
 sampling, or once for the condition under CRN. Sampling is either independent per job, or with common random
 numbers (`crn`: on a third of the (item, sample) pairs, CRN_SHARE, every job of the condition draws one
@@ -54,12 +58,30 @@ ROOT = Path(__file__).resolve().parents[1]
 CODE = Path(os.environ.get("RACE_CODE", ROOT))  # --code sets it before race_cli is imported
 sys.path[:0] = [str(CODE), str(ROOT / "tests")]
 
+
+
+def _simulator():
+    """stats/race_sim of this checkout, whichever checkout ranks (--code): both rank the same sweeps."""
+    if CODE == ROOT:
+        from race_cli.stats import race_sim
+
+        return race_sim
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("race_sim_here", ROOT / "race_cli" / "stats" / "race_sim.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+S = _simulator()  # the truth: the one simulator the plan's price and bench_race.py draw from too
 P_GRID = [(1, 0.83), (2, 0.91), (4, 0.95)]  # (μ, p): the default grid, G=4, rule reward
-ITEM_HALF = 0.2
-INTERACTION_SD = 0.05
-SEED_SD = 0.02
-N_ITEMS = 200
-SAMPLES = 4
+ITEM_HALF = S.ITEM_HALF
+INTERACTION_SD = S.ITEM_REGIME_SD
+SEED_SD = S.SEED_SD
+N_ITEMS = S.N_ITEMS
+SAMPLES = S.SAMPLES
 BUDGET = 8e11
 TARGET = "arithmetic"
 POOL_SIZE = 2
@@ -77,30 +99,19 @@ MAX_GAP = 0.38  # best 0.5 + gap/2, control 0.5 − gap/2: P stays in [0, 1] wit
 # --- pilots in memory, read by the ranking ------------------------------------------------------
 
 
-def simulate_condition(rng: np.random.Generator, accs, start: float, seeds: int, crn: bool,
-                       seed_sd: float = SEED_SD, hetero: bool = True):
-    """Final and start per-item scores [R·s, n] of one condition (rows regime-major), and each regime's
-    seed sd."""
+def simulate_condition(rng: np.random.Generator, accs, start: float, seeds: int, crn: bool, kind: str = "uniform"):
+    """Final and start per-item scores [R·s, n] of one condition (rows regime-major), seed effects of `kind`."""
     R, n, k = len(accs), N_ITEMS, SAMPLES
-    d = rng.uniform(-ITEM_HALF, ITEM_HALF, n)
-    g = rng.normal(0, INTERACTION_SD, (R, n))
-    g -= g.mean(axis=1, keepdims=True)
-    sd = seed_sd * (rng.uniform(0.5, 1.5, R) if hetero else np.ones(R))
-    e = rng.uniform(-1, 1, (R, seeds)) * math.sqrt(3.0) * sd[:, None]
-    P = np.clip(np.asarray(accs)[:, None, None] + d + g[:, None, :] + e[:, :, None], 0, 1)  # [R, s, n]
-    P0 = np.clip(start + d, 0, 1)
-    if crn:
-        # sample j of item i draws U_ij for every job of the condition on the CRN_SHARE of (i, j) where the
-        # completions stay alike, its own uniform elsewhere; the start is one evaluation shared by all jobs
-        U = rng.random((n, k))
-        alike = rng.random((n, k)) < CRN_SHARE
-        W = np.where(alike, U, rng.random((R, seeds, n, k)))
-        fin = (W < P[..., None]).mean(axis=-1)
-        ini = np.broadcast_to((np.where(alike, U, rng.random((n, k))) < P0[:, None]).mean(axis=-1), (R, seeds, n))
+    P, d = S.true_p(rng, accs, seeds, n, SEED_SD, kind)  # [R, s, n], [n]
+    P0 = np.clip(start + d, 0, 1)  # [n]
+    if crn:  # the start is one evaluation shared by all jobs
+        cn = S.CommonNumbers.draw(rng, n, k, CRN_SHARE)
+        fin = cn.scores(rng, P)
+        ini = np.broadcast_to(cn.scores(rng, P0), (R, seeds, n))
     else:
         fin = rng.binomial(k, P) / k
         ini = rng.binomial(k, np.broadcast_to(P0, (R, seeds, n))) / k
-    return fin.reshape(R * seeds, n), ini.reshape(R * seeds, n), sd
+    return fin.reshape(R * seeds, n), ini.reshape(R * seeds, n)
 
 
 def sweep_data(conds: list[tuple[str, np.ndarray, np.ndarray]], seeds: int):
@@ -130,8 +141,9 @@ def rank_sweep(data, assume_seed_sd=None, n_boot: int = 50):
 
 
 def run_pilots(kind: str, n: int, rng: np.random.Generator, crn: bool, seeds: int = 2, delta: float = 0.0,
-               assume_seed_sd: float | None = None) -> dict:
-    """n conditions of one kind ('null', 'effect', 'separation') ranked as one sweep; the counts."""
+               assume_seed_sd: float | None = None, seed_kind: str = "uniform") -> dict:
+    """n conditions of one kind ('null', 'effect', 'separation') ranked as one sweep, seed effects of
+    `seed_kind` (stats/race_sim.SEED_KINDS); the counts."""
     truth, conds = {}, []
     for c in range(n):
         if kind == "null":
@@ -140,7 +152,7 @@ def run_pilots(kind: str, n: int, rng: np.random.Generator, crn: bool, seeds: in
             accs, start = 0.47 + rng.normal(0, 0.03, 3), 0.42
         else:
             accs, start = np.array([0.45 + delta, 0.45, 0.45]), 0.40
-        fin, ini, _ = simulate_condition(rng, accs, start, seeds, crn)
+        fin, ini = simulate_condition(rng, accs, start, seeds, crn, seed_kind)
         name = f"c{c:05d}"
         conds.append((name, fin, ini))
         truth[name] = (accs, start)
@@ -173,7 +185,7 @@ def run_pilots(kind: str, n: int, rng: np.random.Generator, crn: bool, seeds: in
         drop.append(float(g["expected_drop"].iloc[0]))
     m = rk.groupby("model", sort=False).size().shape[0]
     pool = str(rk["pool"].iloc[0]) if "pool" in rk else str(rk["noise"].iloc[0])
-    return {"kind": kind, "crn": crn, "seeds": seeds, "delta": delta, "conditions": m,
+    return {"kind": kind, "seed_kind": seed_kind, "crn": crn, "seeds": seeds, "delta": delta, "conditions": m,
             "coverage_final": cov_f / rows, "coverage_gain": cov_g / rows, "coverage_winner": cov_w / m,
             "false_worse": worse / m, "false_beats": beats / m, "decided": decided / m,
             "separated": separated / m, "winners_curse": float(np.mean(curse)), "expected_drop": float(np.mean(drop)),
@@ -276,10 +288,12 @@ def run_validation_scenario(tmp: Path, n: int, seed_sd: float, n_seeds: int, see
 
 
 def pilot_scenarios(n: int, seed: int, crn_modes=(False, True), deltas=DELTAS, one_seed: bool = True,
-                    separation_only: bool = False) -> list[dict]:
+                    separation_only: bool = False, seed_kind: str = "uniform") -> list[dict]:
     out = []
     for crn in crn_modes:
-        rng = np.random.default_rng([seed, int(crn)])
+        # uniform seeds draw the pilots the harness drew before issue 52 (the same key); each other kind its own
+        rng = np.random.default_rng([seed, int(crn)] + ([] if seed_kind == "uniform" else
+                                                        [S.SEED_KINDS.index(seed_kind)]))
         plan = ([] if separation_only else [("null", {}), ("effect", {})]) + [("separation", {"delta": d})
                                                                                for d in deltas]
         one_seed = one_seed and not separation_only
@@ -288,12 +302,13 @@ def pilot_scenarios(n: int, seed: int, crn_modes=(False, True), deltas=DELTAS, o
         for kind, kw in plan:
             t0 = time.perf_counter()
             try:
-                r = run_pilots(kind, n, rng, crn, **kw)
+                r = run_pilots(kind, n, rng, crn, seed_kind=seed_kind, **kw)
             except TypeError:  # an older checkout without --assume-seed-sd
                 continue
             r["assumed"] = kw.get("assume_seed_sd")
             r["seconds"] = time.perf_counter() - t0
-            print(f"{'crn' if crn else 'independent'} {kind} {kw}: {r['seconds']:.0f} s", file=sys.stderr, flush=True)
+            print(f"{seed_kind} {'crn' if crn else 'independent'} {kind} {kw}: {r['seconds']:.0f} s", file=sys.stderr,
+                  flush=True)
             out.append(r)
     return out
 
@@ -323,7 +338,8 @@ def print_tables(res: list[dict], with_plan: bool = True) -> None:
 def print_calibration(res: list[dict]) -> None:
     mode = lambda r: "common random numbers" if r["crn"] else "independent sampling"
     print(f"\nCalibration (95% intervals, familywise 5%): {res[0]['conditions']} conditions per row; 3 regimes × "
-          f"2 seeds (one-seed rows: 1), {N_ITEMS} items × {SAMPLES} samples, seed sd 0.02·U(0.5, 1.5) per regime, "
+          f"2 seeds (one-seed rows: 1), {N_ITEMS} items × {SAMPLES} samples, {res[0]['seed_kind']} seed effects "
+          f"of sd 0.02·U(0.5, 1.5) per regime, "
           f"item × regime sd {INTERACTION_SD}; seed pool {POOL_SIZE} conditions ({res[0]['pool']})\n")
     head = ["sampling", "truth", "cover final", "cover gain", "cover winner", "false worse", "false > start",
             "curse / drop"]
@@ -346,7 +362,8 @@ def print_separation(res: list[dict], with_plan: bool) -> None:
     mode = lambda r: "common random numbers" if r["crn"] else "independent sampling"
     seps = [r for r in res if r["kind"] == "separation"]
     modes = sorted({r["crn"] for r in seps})
-    print("\nSeparation: share of pilots in which a regime truly better by δ than both others is the only ≈ best\n")
+    print("\nSeparation: share of pilots in which a regime truly better by δ than both others is the only ≈ best "
+          f"({seps[0]['seed_kind']} seed effects)\n")
     print("δ | " + " | ".join(mode({"crn": m}) for m in modes))
     print("|".join("---" for _ in range(len(modes) + 1)))
     for d in sorted({r["delta"] for r in seps}):
@@ -368,10 +385,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--code", type=Path, help="a checkout whose race_cli ranks the sweeps (e.g. the old code)")
     ap.add_argument("--validations", action="store_true", help="also the validation verdicts (job folders)")
     ap.add_argument("--separation-only", action="store_true", help="only the separation table")
+    ap.add_argument("--seed-kind", nargs="+", choices=S.SEED_KINDS, default=["uniform"],
+                    help="the seed effects' shape(s), one table each (stats/race_sim): uniform (before issue 52), "
+                         "normal, t3, collapse, spread3")
+    ap.add_argument("--sampling", choices=("independent", "crn", "both"), default="both")
+    ap.add_argument("--deltas", type=float, nargs="+", default=DELTAS, help="the separation truths' δ")
+    ap.add_argument("--no-one-seed", action="store_true", help="skip the one-seed rows")
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args(argv)
-    res = pilot_scenarios(a.conditions, a.seed, separation_only=a.separation_only)
-    print_tables(res, with_plan=a.code is None)
+    modes = {"independent": (False,), "crn": (True,), "both": (False, True)}[a.sampling]
+    res = []
+    for kind in a.seed_kind:
+        got = pilot_scenarios(a.conditions, a.seed, modes, a.deltas, not a.no_one_seed, a.separation_only, kind)
+        print_tables(got, with_plan=a.code is None)
+        res += got
     if a.validations:
         with tempfile.TemporaryDirectory(prefix="race-calibration-") as tmp:
             val = [run_validation_scenario(Path(tmp), a.conditions, sd, k, a.seed) for sd, k in SCENARIOS]

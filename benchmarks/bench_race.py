@@ -5,21 +5,16 @@
     python benchmarks/bench_race.py --looks 2 3 4 --margin 0.05
     python benchmarks/bench_race.py --memory                # the race's sweeps held in memory, no folders
 
-Each scenario is one synthetic sweep of `--conditions` conditions of 3 regimes (--regimes: 2-6), simulated item by item as
-benchmarks/bench_calibration.py simulates them (its `simulate_condition`: items ±0.2, item × regime sd
-0.05, per-regime seed sd 0.02·U(0.5, 1.5), 200 items × 4 samples, seed pools of 2 conditions, common
-random numbers and the start evaluated once per condition, as `race run` evaluates). The race writes real
+Each scenario is one synthetic sweep of `--conditions` conditions of 3 regimes (--regimes: 2-6), simulated item by item by
+stats/race_sim, the simulator behind `race plan`'s price and benchmarks/bench_calibration.py (`true_p`: items ±0.2,
+item × regime sd 0.05, per-regime seed sd 0.02·U(0.5, 1.5); 200 items × 4 samples, seed pools of 2 conditions,
+`CommonNumbers` and the start evaluated once per condition, as `race run` evaluates). The race writes real
 job folders look by look (tests/report_fixtures.write_job), reads them back (report/table.read_sweeps) and
 decides through report/race.race_states and needed_seeds, as the run loop does; fixed designs of 2, 3 and 4
 seeds are decided on the same simulated runs (their first seeds) through race_states with a one-look
 schedule at the full α.
 
-Seed effects (--seed-kind; each regime's sd_r = 0.02·U(0.5, 1.5)):
-- uniform: e ~ U(±√3·sd_r), the harness's model before issue 52 (the lightest tails there are);
-- normal: e ~ N(0, sd_r²);
-- t3: e ~ sd_r·t(3 df)/√3 (heavy tails, the same sd);
-- collapse: normal, and one seed in ten loses 0.15 (a run that diverged);
-- spread3: normal, the last regime's seeds spread three times the others' (sd 0.06 against 0.01-0.03).
+Seed effects (--seed-kind: uniform, normal, t3, collapse, spread3; stats/race_sim.seed_effects says what each is).
 
 Truths (start 0.40, regimes 0.45 unless said):
 - equal: every regime equal;
@@ -40,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -52,8 +46,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
-from bench_calibration import (BUDGET, CRN_SHARE, INTERACTION_SD, ITEM_HALF, N_ITEMS, P_GRID,  # noqa: E402
-                               POOL_SIZE, SAMPLES, SEED_SD, TARGET)
+from bench_calibration import BUDGET, CRN_SHARE, N_ITEMS, P_GRID, POOL_SIZE, SAMPLES, SEED_SD, TARGET  # noqa: E402
+
+from race_cli.stats import race_sim as S  # noqa: E402
 
 DELTAS = [0.0, 0.03, 0.05, 0.08, 0.10, 0.12]
 FIXED = (2, 3, 4)
@@ -62,8 +57,7 @@ FIXED_RUN = list(FIXED)  # the fixed designs of this run (main sets it from --fi
 # --regimes up to 6 (the GPU pilot's G × μ grid has 6 regimes per condition)
 ALL_REGIMES = list(P_GRID) + [(8, 0.97), (16, 0.98), (32, 0.99)]
 GRID = list(P_GRID)  # the regimes of this run (main sets it from --regimes)
-SEED_KINDS = ("uniform", "normal", "t3", "collapse", "spread3")
-COLLAPSE_SHARE, COLLAPSE_LOSS = 0.10, 0.15  # collapse: one seed in ten loses 0.15
+SEED_KINDS = S.SEED_KINDS
 SEED_KIND = ["uniform"]  # the seed effects of this run (main sets it from --seed-kind)
 START = 0.40
 START_SAMPLES = 16  # the start evaluated once per condition, 4× the samples of a job's final evaluation
@@ -82,36 +76,13 @@ def truth(kind: str, delta: float, margin: float) -> np.ndarray:
     return BASE + np.array([delta] + [0.0] * (R - 1))
 
 
-def seed_effects(rng: np.random.Generator, R: int, cap: int, kind: str) -> np.ndarray:
-    """Each run's luck e [R, cap] under one of SEED_KINDS (see the module docstring); mean 0 except the
-    collapses, which are the point."""
-    sd = SEED_SD * rng.uniform(0.5, 1.5, R)
-    if kind == "uniform":
-        return rng.uniform(-1, 1, (R, cap)) * math.sqrt(3.0) * sd[:, None]
-    if kind == "t3":
-        return rng.standard_t(3, (R, cap)) / math.sqrt(3.0) * sd[:, None]
-    if kind == "spread3":
-        sd[-1] = 3 * SEED_SD
-    e = rng.normal(0.0, 1.0, (R, cap)) * sd[:, None]
-    if kind == "collapse":
-        e -= COLLAPSE_LOSS * (rng.random((R, cap)) < COLLAPSE_SHARE)
-    return e
-
-
 def simulate_condition(rng: np.random.Generator, accs, cap: int, start_samples: int = START_SAMPLES):
     """bench_calibration.simulate_condition's truth under common random numbers, every seed up to the cap,
     with the start evaluated once for the condition with `start_samples` per item: (final [R, cap, n], start
-    [n]). P = acc_r + d_i + g_ri + e_rs (items ±0.2, item × regime sd 0.05, seed effects `seed_effects`)."""
-    R, n, k = len(accs), N_ITEMS, SAMPLES
-    d = rng.uniform(-ITEM_HALF, ITEM_HALF, n)
-    g = rng.normal(0, INTERACTION_SD, (R, n))
-    g -= g.mean(axis=1, keepdims=True)
-    e = seed_effects(rng, R, cap, SEED_KIND[0])
-    P = np.clip(np.asarray(accs)[:, None, None] + d + g[:, None, :] + e[:, :, None], 0, 1)  # [R, s, n]
-    U = rng.random((n, k))
-    alike = rng.random((n, k)) < CRN_SHARE
-    W = np.where(alike, U, rng.random((R, cap, n, k)))
-    fin = (W < P[..., None]).mean(axis=-1)
+    [n]). P = acc_r + d_i + g_ri + e_rs (stats/race_sim.true_p: items ±0.2, item × regime sd 0.05, seed effects
+    of SEED_KIND)."""
+    P, d = S.true_p(rng, accs, cap, N_ITEMS, SEED_SD, SEED_KIND[0])  # [R, cap, n], [n]
+    fin = S.CommonNumbers.draw(rng, N_ITEMS, SAMPLES, CRN_SHARE).scores(rng, P)  # [R, cap, n]
     ini = rng.binomial(start_samples, np.clip(START + d, 0, 1)) / start_samples
     return fin, ini
 
