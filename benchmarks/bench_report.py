@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from race_cli.report import recommend as R  # noqa: E402
-from race_cli.report import render  # noqa: E402
+from race_cli.report.views import render  # noqa: E402
 from race_cli.report.build import Report, ReportOptions  # noqa: E402
 from race_cli.report.rank import label_jobs, rank_all, rankable, regime_columns  # noqa: E402
 from race_cli.report.table import CONDITION_COLS, read_sweeps  # noqa: E402

@@ -603,16 +603,16 @@ def _rec(**kw) -> pd.Series:
 def test_the_recommendation_says_the_best_set_not_the_best_share():
     """A best share of 1.00 beside a regime the familywise test cannot separate from the best reads as a
     certainty (docs/report.md): the paragraph says the ≈ best set instead; the share stays in the files."""
-    from race_cli.report.recommend import recommendation_text
+    from race_cli.report.views.render import recommendation_text
 
-    alone = recommendation_text(_rec())
+    alone = recommendation_text(_rec(), True)
     assert "of draws" not in alone and "100%" not in alone
     assert "every other regime is shown worse (familywise 5%): it alone is ≈ best." in alone
-    shared = recommendation_text(_rec(n_tied=3, validate="G=8 μ=2; G=4 μ=2; G=8 μ=1"))
+    shared = recommendation_text(_rec(n_tied=3, validate="G=8 μ=2; G=4 μ=2; G=8 μ=1"), True)
     assert "of draws" not in shared and "100%" not in shared
     assert "≈ best together with 2 other regime(s) not shown worse than it (familywise 5%)." in shared
     assert shared.count("not shown worse") == 1  # said once
-    one_seed = recommendation_text(_rec(seed_noise=False, testable=False, n_tied=5))
+    one_seed = recommendation_text(_rec(seed_noise=False, testable=False, n_tied=5), True)
     assert "≈ best and > start not testable with one seed" in one_seed and "together with" not in one_seed
 
 

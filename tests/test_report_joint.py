@@ -236,7 +236,7 @@ def test_joint_section_is_in_every_output_and_fits_80_columns(joint):
     for t in texts:
         assert " ".join(t.split()) in flat, t
     nums = set(re.findall(r"[+-]?\d+\.\d+", out))  # no number is cut by the 80-column table
-    from race_cli.report.joint_view import rows
+    from race_cli.report.views.joint import rows
 
     for row in rows(res.joint.ranking, narrow=True):
         for cell in row[2:4]:

@@ -54,7 +54,7 @@ def check_out_paths(out_dir: Path, names) -> None:
 
 def _draw(rep: Report, out_dir: Path) -> list[str]:
     """Draw the figures into a temp folder, then move them in (nothing half-written); their names."""
-    from race_cli.report import joint_view as JV
+    from race_cli.report.views import joint as JV
     from race_cli.report.views import frontier as F
     from race_cli.report.views.plots import regime_styles, write_plots
 

@@ -16,7 +16,7 @@ racing, at which look), and one line states the schedule and its margin.
 
 Everything here reads the tables rank.py, recommend.py and joint.py return; a column a newer or older
 version does not have turns its line into "–", never an error (the findings must not hide the report).
-Pure (no I/O): `render.print_findings` and `render.markdown_summary` print the lines.
+Pure (no I/O): views/render.py's `print_findings` and `markdown_summary` print the lines.
 """
 
 from __future__ import annotations

@@ -151,69 +151,6 @@ def recommend(ranking: pd.DataFrame, fits: dict[str, FitResult], by: list[str]) 
     return pd.DataFrame(rows)
 
 
-def recommendation_text(rec: pd.Series | dict) -> str:
-    """One paragraph per condition, for the terminal and summary.md; it names its target.
-    rec: one row of the recommendations (a Series, or a {column: value} record)."""
-    t = rec["target"]
-    lo, hi = rec.get("best_sel_lo", np.nan), rec.get("best_sel_hi", np.nan)
-    if isinstance(lo, float) and np.isfinite(lo) and rec.get("n_regimes", 1) > 1:  # the winner's interval
-        ci = f" [{lo:.3f}, {hi:.3f}] (simultaneous over the {rec['n_regimes']} regimes, as it was picked as the best)"
-    else:
-        ci = (f" [{rec['best_ci_lo']:.3f}, {rec['best_ci_hi']:.3f}]"
-              if np.isfinite(rec["best_ci_lo"]) else " (no interval: one seed, no per-item scores)")
-    gain = ""
-    if np.isfinite(rec.get("best_gain", np.nan)):
-        gci = (f" [{rec['best_gain_ci_lo']:+.3f}, {rec['best_gain_ci_hi']:+.3f}]"
-               if np.isfinite(rec["best_gain_ci_lo"]) else "")
-        gain = f", gain over its start {rec['best_gain']:+.3f}{gci}"
-    s = f"Target {t}: "
-    s += ("pilot-best regime" if rec.get("learned") else
-          "no regime beats its start, so there is no pilot-best regime; the highest final score is")
-    split = rec.get("best_p_policy", np.nan)
-    split = f", policy split {split:.3f}" if isinstance(split, float) and np.isfinite(split) else ""
-    s += f" {rec['best_regime']} (p = {rec['best_p']:.3f}{split}), {t} {rec['best_mean']:.3f}{ci}{gain}"
-    if not rec.get("seed_noise", True) and np.isfinite(rec["best_ci_lo"]):
-        s += f" (intervals cover evaluation noise only: one seed per regime; ≈ best and > start {NOT_TESTABLE})"
-    elif not rec.get("testable", True):
-        s += f"; ≈ best {NOT_TESTABLE}"
-    else:  # the familywise ≈ best set, as the table's column says it (the best share stays in the files)
-        s += "; " + _best_set(rec)
-    s += ". "
-    drop = rec.get("expected_drop", np.nan)
-    if rec.get("learned") and isinstance(drop, float) and np.isfinite(drop) and rec["n_regimes"] > 1:
-        s += (f"As the best of {rec['n_regimes']} noisy estimates it is expected to drop by about {drop:.3f} "
-              f"when run again (winner's curse): about {rec['best_mean'] - (drop if _higher(rec) else -drop):.3f}. ")
-    if rec.get("learned") and rec.get("n_beat_start", 0) < rec["n_regimes"]:
-        s += f"{rec['n_beat_start']} of {rec['n_regimes']} regimes beat their start. "
-    if isinstance(rec.get("fit_text"), str):
-        s += rec["fit_text"] + " "
-    if rec.get("learned"):
-        s += f"Worth validating for {t}: {rec['validate']}."
-    elif not rec.get("testable", True):
-        s += (f"{NOT_TESTABLE.capitalize()} for {t}: run two or more seeds per regime (or assume the spread with "
-              "`race report --assume-seed-sd X`) before choosing what to validate.")
-    else:
-        s += (f"Nothing is worth validating for {t} until a regime beats its start: give the jobs "
-              "more budget or an easier task, or score more evaluation items.")
-    return s
-
-
-def _best_set(rec: pd.Series) -> str:
-    """The ≈ best decision (familywise 5%) in words: whether the best stands alone or among others."""
-    others = int(rec.get("n_tied", 1)) - 1
-    if rec.get("n_regimes", 1) <= 1:
-        return "the only regime ranked"
-    if others <= 0:
-        return "every other regime is shown worse (familywise 5%): it alone is ≈ best"
-    return f"≈ best together with {others} other regime(s) not shown worse than it (familywise 5%)"
-
-
-def _higher(rec: pd.Series) -> bool:
-    from race_cli.report.table import maximize_target
-
-    return maximize_target(str(rec["target"]))
-
-
 def target_differences(rec: pd.DataFrame, ranking: pd.DataFrame, by: list[str]) -> list[str]:
     """In words, per condition (without the target): is the best regime the same for every target?
 

@@ -66,7 +66,7 @@ class Joint:
     # target, checkpoint, text}
     sizes: dict[str, int] = field(default_factory=dict)  # model name -> parameters (bigger / smaller)
     notes: list[str] = field(default_factory=list)  # joint conditions left out, and why
-    plotted: bool = False  # its figure was drawn (report/joint_view.write_joint_plot sets it; summary.md links it)
+    plotted: bool = False  # its figure was drawn (views/joint.write_joint_plot sets it; summary.md links it)
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Views of a Report (report/build.py): the files' texts, the console, stdout, the top `race run` prints.
 
 Pure formatting of values the Report holds: nothing here computes a statistic or touches a file
-(report/command.py writes the texts and draws the figures). The section renderers are report/render.py
-(rankings, summary.md, report.json) and report/joint_view.py, and in this package frontier.py, curve.py (the
-predictions at --at-budget), validation.py with predicted.py (a validation sweep's), plots.py (the figures).
+(report/command.py writes the texts and draws the figures). The section renderers, in this package: render.py
+(rankings, summary.md, report.json), joint.py (the joint comparison), frontier.py, curve.py (the predictions at
+--at-budget), validation.py with predicted.py (a validation sweep's), plots.py (the figures).
 A view imports the report's records (report/records.py), its words and number formats, and other views: never
 a module that computes (tests/test_layers.py holds it).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from race_cli.io import dumps
 
-# the files a report writes, besides the figures (views/plots.py, views/frontier.py, joint_view.py); frontier.csv
+# the files a report writes, besides the figures (views/plots.py, views/frontier.py, views/joint.py); frontier.csv
 # and joint.csv are removed when this report has none (one from an earlier report would mislead)
 MAIN_FILES = ("runs.csv", "ranking.csv", "recommendations.csv", "report.json", "summary.md", "frontier.csv",
               "joint.csv")
@@ -21,7 +21,7 @@ VALIDATION_FILES = ("validation.md", "validation.csv", "validation_regimes.csv",
 
 def figure_names() -> set[str]:
     """Every figure a report may draw (a figure it does not draw this time is removed: it would mislead)."""
-    from race_cli.report import joint_view as JV
+    from race_cli.report.views import joint as JV
     from race_cli.report.views import frontier as F
     from race_cli.report.views.plots import PLOT_NAMES  # module top imports no matplotlib
 
@@ -41,7 +41,7 @@ def touched_names(rep) -> set[str]:
 def race_markdown(rep) -> list[str]:
     """summary.md's race section: the schedule, then per (target, condition) its state record."""
     from race_cli.report import words as W
-    from race_cli.report.render import md_table
+    from race_cli.report.views.render import md_table
 
     if rep.race is None:
         return []
@@ -69,8 +69,8 @@ def _sections(rep) -> list[str]:
 
 def markdown(rep, figs: list[str]) -> str:
     """summary.md (figs: the figures drawn, linked at its end)."""
-    from race_cli.report import joint_view as JV
-    from race_cli.report import render
+    from race_cli.report.views import joint as JV
+    from race_cli.report.views import render
 
     return render.markdown_summary(rep, figs, _sections(rep), joint=JV.markdown(rep.joint))
 
@@ -79,8 +79,8 @@ def report_json(rep) -> str:
     """report.json: every table in one document; a raced sweep's adds `race` (per target and condition its
     state record, stats/race.RaceState.to_json: the file contract `race run` and outside checks read) and
     `race_schedule`."""
-    from race_cli.report import joint_view as JV
-    from race_cli.report import render
+    from race_cli.report.views import joint as JV
+    from race_cli.report.views import render
 
     front = rep.frontier
     return render.to_json(rep, joint=JV.to_json(rep.joint),
@@ -92,7 +92,7 @@ def report_json(rep) -> str:
 
 def file_texts(rep, figs: list[str]) -> dict[str, str]:
     """{file name: text} of the main report, in the order they are written and listed."""
-    from race_cli.report import joint_view as JV
+    from race_cli.report.views import joint as JV
 
     texts = {"runs.csv": rep.jobs.to_csv(index=False), "ranking.csv": rep.ranking.to_csv(index=False),
              "recommendations.csv": rep.recommendations.to_csv(index=False), "report.json": report_json(rep),
@@ -128,8 +128,8 @@ def validation_texts(rep) -> dict[str, str]:
 def print_console(rep, console, main: list[str], validation: list[str]) -> None:
     """--format table: the report on a rich console, then where its files went (main: the main report's
     file names, figures included; validation: a validation sweep's)."""
-    from race_cli.report import joint_view as JV
-    from race_cli.report import render
+    from race_cli.report.views import joint as JV
+    from race_cli.report.views import render
     from race_cli.report.views import frontier as F
 
     full, front, pred = rep.options.full, rep.frontier, rep.predictions
@@ -187,7 +187,7 @@ def print_top(rep, console, say) -> None:
     prints: the narrow table then (the files have every column)."""
     from rich.table import Table
 
-    from race_cli.report.render import (NARROW, NARROW_HEAD, RANK_HEAD, condition_heading, narrow_rows,
+    from race_cli.report.views.render import (NARROW, NARROW_HEAD, RANK_HEAD, condition_heading, narrow_rows,
                                         print_findings, ranking_rows)
 
     print_findings(console, rep.findings or [])  # race run's end opens with the findings

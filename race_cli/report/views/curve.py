@@ -28,7 +28,7 @@ PRED_INTRO = ("Each regime's compute curve R(C) = R0 + (A − R0)/(1 + (C_mid/C)
 
 
 def markdown_section(pred: pd.DataFrame, n_boot: int) -> list[str]:
-    from race_cli.report.render import md_table
+    from race_cli.report.views.render import md_table
 
     out = [f"## Predicted at {pred['budget'].iloc[0]:.3g} FLOPs (compute curves)", "",
            PRED_INTRO.format(n=n_boot, k=MAX_EXTRAPOLATION), ""]

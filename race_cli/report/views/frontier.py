@@ -50,7 +50,7 @@ INTRO = ("Every job was evaluated at the same fractions of its budget (eval.at: 
 
 def markdown_section(front: Frontier) -> list[str]:
     """summary.md's frontier section: per condition the best regime per budget, then the sentences."""
-    from race_cli.report.render import md_table
+    from race_cli.report.views.render import md_table
 
     best, sentences = front.best, front.sentences
     out = ["## Frontier across budgets", "", INTRO, ""]
@@ -68,7 +68,7 @@ def print_section(console, front: Frontier) -> None:
     console.rule("[bold]frontier across budgets")
     console.print(INTRO, highlight=False)
     for cond, g in best.groupby("condition", sort=False):
-        from race_cli.report.render import NARROW
+        from race_cli.report.views.render import NARROW
 
         t = Table(title=f"best regime per budget: {cond}", title_justify="left")
         narrow = console.width < NARROW  # an 80-column terminal or a pipe: the columns that fit, none cut

@@ -27,7 +27,7 @@ def prediction_rows(t: pd.DataFrame) -> list[list[str]]:
 
 
 def markdown_lines(t: pd.DataFrame, sentence: str | None) -> list[str]:
-    from race_cli.report.render import md_table
+    from race_cli.report.views.render import md_table
 
     if "endpoint_pred" not in t or not len(t):
         return []

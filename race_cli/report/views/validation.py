@@ -52,7 +52,7 @@ def regime_rows(t: pd.DataFrame) -> list[list[str]]:
 
 def markdown(res: Validation) -> str:
     """validation.md: per condition the table and its sentence, then the summary."""
-    from race_cli.report.render import md_table
+    from race_cli.report.views.render import md_table
 
     p = res.pilot
     out = ["# RACE validation: did the pilot's call hold?", "",
@@ -78,7 +78,7 @@ def print_validation(console, res: Validation) -> None:
     from rich.panel import Panel
     from rich.table import Table
 
-    from race_cli.report.render import NARROW
+    from race_cli.report.views.render import NARROW
 
     head = VAL_HEAD if console.width >= NARROW else VAL_NARROW
     keep = [VAL_HEAD.index(h) for h in head]

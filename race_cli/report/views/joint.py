@@ -1,4 +1,4 @@
-"""The joint comparison (report/joint.py) written out: terminal, summary.md, report.json, joint.png.
+"""The joint comparison (report/joint.py's Joint record) written out: terminal, summary.md, report.json, joint.png.
 
 Formats values computed in joint.py; computes nothing a test of joint.py would not see. matplotlib is
 imported inside `write_joint_plot` only.
@@ -14,10 +14,10 @@ import pandas as pd
 from race_cli.fmt import pm as _pm
 from race_cli.fmt import value as _fmt
 from race_cli.report.records import Joint
+from race_cli.report.views.render import NARROW  # an 80-column console (a pipe) gets the narrow table
 
 JOINT_PLOT = "joint.png"
 JOINT_CSV = "joint.csv"
-NARROW = 120  # as render.NARROW: an 80-column console (a pipe) gets the narrow table
 HEAD = ["rank", "regime", "final [95% CI]", "start", "gain [95% CI]", "> start", "≈ best", "best share",
         "feedback", "iterations", "seeds"]
 NARROW_HEAD = ["rank", "regime", "final ± 95%", "gain ± 95%", "≈ best"]
@@ -54,7 +54,7 @@ def _s(v) -> str:
 
 
 def rows(g: pd.DataFrame, narrow: bool) -> list[list[str]]:
-    from race_cli.report.render import call_cell  # "–" where one seed per regime made no call
+    from race_cli.report.views.render import call_cell  # "–" where one seed per regime made no call
 
     out = []
     for _, r in g.iterrows():
@@ -120,7 +120,7 @@ def print_joint(console, joint: Joint) -> None:
 
 def markdown(joint: Joint) -> list[str]:
     """summary.md lines of the joint section (none when there is nothing to compare across)."""
-    from race_cli.report.render import md_table
+    from race_cli.report.views.render import md_table
 
     notes = [f"- {n}" for n in joint.notes] + ([""] if joint.notes else [])
     if not len(joint.ranking):

@@ -1,7 +1,8 @@
-"""Render the report: rich terminal tables, a paste-ready markdown summary, CSV and JSON.
+"""The rankings written out: rich terminal tables, a paste-ready markdown summary (summary.md), report.json.
 
-Everything here formats values computed elsewhere; nothing is computed that a test of
-rank/fit/recommend would not see.
+Everything here formats values computed elsewhere (the Report, report/build.py); nothing is computed that a
+test of rank/fit/recommend would not see. Each condition's recommendation is put into words here
+(`recommendation_text`), the findings' lines printed as report/findings.py wrote them.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ import pandas as pd
 from race_cli.fmt import pct
 from race_cli.fmt import pm as _pm
 from race_cli.io import dumps
-from race_cli.report.recommend import recommendation_text
 from race_cli.report.records import Totals
-from race_cli.report.words import CAVEAT
+from race_cli.report.words import CAVEAT, NOT_TESTABLE
 from race_cli.report.words import signed as _signed
 
 MAX_LISTED = 20  # unranked jobs shown in the terminal; runs.csv has them all
@@ -160,6 +160,64 @@ def _target_line(t: str, maximize: dict[str, bool], g: pd.DataFrame) -> str:
             f"{n_cond} condition(s); in {n_learn} of them at least one regime beats its start.")
 
 
+def recommendation_text(rec: pd.Series | dict, higher: bool) -> str:
+    """One paragraph per condition, for the terminal and summary.md; it names its target.
+    rec: one row of the recommendations (a Series, or a {column: value} record); higher: higher is better on
+    its target (the winner's curse pulls the best's score back down, or up for a loss)."""
+    t = rec["target"]
+    lo, hi = rec.get("best_sel_lo", np.nan), rec.get("best_sel_hi", np.nan)
+    if isinstance(lo, float) and np.isfinite(lo) and rec.get("n_regimes", 1) > 1:  # the winner's interval
+        ci = f" [{lo:.3f}, {hi:.3f}] (simultaneous over the {rec['n_regimes']} regimes, as it was picked as the best)"
+    else:
+        ci = (f" [{rec['best_ci_lo']:.3f}, {rec['best_ci_hi']:.3f}]"
+              if np.isfinite(rec["best_ci_lo"]) else " (no interval: one seed, no per-item scores)")
+    gain = ""
+    if np.isfinite(rec.get("best_gain", np.nan)):
+        gci = (f" [{rec['best_gain_ci_lo']:+.3f}, {rec['best_gain_ci_hi']:+.3f}]"
+               if np.isfinite(rec["best_gain_ci_lo"]) else "")
+        gain = f", gain over its start {rec['best_gain']:+.3f}{gci}"
+    s = f"Target {t}: "
+    s += ("pilot-best regime" if rec.get("learned") else
+          "no regime beats its start, so there is no pilot-best regime; the highest final score is")
+    split = rec.get("best_p_policy", np.nan)
+    split = f", policy split {split:.3f}" if isinstance(split, float) and np.isfinite(split) else ""
+    s += f" {rec['best_regime']} (p = {rec['best_p']:.3f}{split}), {t} {rec['best_mean']:.3f}{ci}{gain}"
+    if not rec.get("seed_noise", True) and np.isfinite(rec["best_ci_lo"]):
+        s += f" (intervals cover evaluation noise only: one seed per regime; ≈ best and > start {NOT_TESTABLE})"
+    elif not rec.get("testable", True):
+        s += f"; ≈ best {NOT_TESTABLE}"
+    else:  # the familywise ≈ best set, as the table's column says it (the best share stays in the files)
+        s += "; " + _best_set(rec)
+    s += ". "
+    drop = rec.get("expected_drop", np.nan)
+    if rec.get("learned") and isinstance(drop, float) and np.isfinite(drop) and rec["n_regimes"] > 1:
+        s += (f"As the best of {rec['n_regimes']} noisy estimates it is expected to drop by about {drop:.3f} "
+              f"when run again (winner's curse): about {rec['best_mean'] - (drop if higher else -drop):.3f}. ")
+    if rec.get("learned") and rec.get("n_beat_start", 0) < rec["n_regimes"]:
+        s += f"{rec['n_beat_start']} of {rec['n_regimes']} regimes beat their start. "
+    if isinstance(rec.get("fit_text"), str):
+        s += rec["fit_text"] + " "
+    if rec.get("learned"):
+        s += f"Worth validating for {t}: {rec['validate']}."
+    elif not rec.get("testable", True):
+        s += (f"{NOT_TESTABLE.capitalize()} for {t}: run two or more seeds per regime (or assume the spread with "
+              "`race report --assume-seed-sd X`) before choosing what to validate.")
+    else:
+        s += (f"Nothing is worth validating for {t} until a regime beats its start: give the jobs "
+              "more budget or an easier task, or score more evaluation items.")
+    return s
+
+
+def _best_set(rec: pd.Series | dict) -> str:
+    """The ≈ best decision (familywise 5%) in words: whether the best stands alone or among others."""
+    others = int(rec.get("n_tied", 1)) - 1
+    if rec.get("n_regimes", 1) <= 1:
+        return "the only regime ranked"
+    if others <= 0:
+        return "every other regime is shown worse (familywise 5%): it alone is ≈ best"
+    return f"≈ best together with {others} other regime(s) not shown worse than it (familywise 5%)"
+
+
 # --- terminal --------------------------------------------------------------------------
 
 
@@ -225,7 +283,7 @@ def print_report(console, rep, joint=None) -> None:
             if noise_note(g.iloc[0]):
                 console.print(noise_note(g.iloc[0]), highlight=False)
             if len(r):
-                console.print(recommendation_text(r.iloc[0]), highlight=False)
+                console.print(recommendation_text(r.iloc[0], maximize.get(target, True)), highlight=False)
     if joint is not None:
         joint(console)
     if len(rec) > 1:
@@ -333,8 +391,8 @@ def markdown_summary(rep, plots: list[str], sections: list[str] | None = None,
             if noise_note(rows[0]):
                 out += [f"*{noise_note(rows[0])}*", ""]
             if r:
-                out += [recommendation_text(r[0]), ""]
-    out += joint or []  # the joint comparison's section (report/joint_view.py)
+                out += [recommendation_text(r[0], maximize.get(target, True)), ""]
+    out += joint or []  # the joint comparison's section (views/joint.py)
     if moves or diffs:
         out += ["## Conditional frontier", ""] + [f"- {m}" for m in moves] + [""]
     if diffs:
