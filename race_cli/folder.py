@@ -97,6 +97,12 @@ def log_file(job: str | Path) -> Path:
     return Path(job) / "log.txt"
 
 
+def more_eval_file(job: str | Path) -> Path:
+    """jobs/<id>/eval-more.json: the finished policy scored on more items (engine/reeval.py writes it, the report
+    reads it); summary.json is never rewritten for it."""
+    return Path(job) / "eval-more.json"
+
+
 def report_dir(sweep_dir: str | Path) -> Path:
     """Where `race report` writes by default."""
     return Path(sweep_dir) / "report"

@@ -10,6 +10,7 @@ sampling.py      token sampling every backend shares, with common random numbers
 setup.py         building device, task, prompts, reward, policy, rollout and the budget from a config
 hf.py            transformers/peft calls that differ between their releases (dtype keyword, checkpointing, LoRA wrap)
 checkpoint.py    atomic checkpoints and resume
+reeval.py        a finished job's kept policy scored on more items (eval-more.json), common random numbers kept
 loggers.py       the metric mirrors: none, tensorboard, wandb
 job.py           the job loop: rollout -> reward -> update, ledger, evaluation, files
 train.py         `train_main`, what `race train` calls

@@ -4,6 +4,7 @@
 - forkserver.py      CPU jobs forked from a server that imported torch once (forkserver_main.py runs in it)
 - slurm.py           the same grid as one SLURM job array through submitit, requeued on preemption
 - display.py         the live rich display on a terminal, a line per event otherwise
+- reeval.py          a sweep's finished jobs scored on more items, each a process on the pool (engine/reeval.py)
 - race_loop.py       a raced sweep: run a look, decide (report/race.py), open the next look's jobs, repeat
 - run.py             `run_main`, what `race run` calls: plan -> sweep folder -> pool -> report's top
 

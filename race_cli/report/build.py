@@ -264,7 +264,10 @@ def build_report(o: ReportOptions) -> Report:
     if not ranked.any():
         raise RaceError(*_nothing_to_rank(data.jobs, " or ".join(targets)))
     draws: dict = {}
-    parts = [rank_all(data, t, by, n_boot=o.bootstrap, seed=o.seed + i, maximize=maximize[t], draws_out=draws,
+    from race_cli.report.more_items import with_more_items  # eval-more.json's items where every job has them
+
+    more = with_more_items(data, by)[0]
+    parts = [rank_all(more, t, by, n_boot=o.bootstrap, seed=o.seed + i, maximize=maximize[t], draws_out=draws,
                       assume_seed_sd=o.assume_seed_sd)
              for i, t in enumerate(targets)]
     ranking = pd.concat([p for p in parts if len(p)], ignore_index=True)

@@ -60,6 +60,10 @@ class SweepData:
     targets: list[str] = field(default_factory=list)  # eval targets any job recorded
     # (sweep, job_id) -> summary.json's eval_points as read (None: none); report/frontier.py parses them
     eval_points: dict[tuple[str, str], Any] = field(default_factory=dict)
+    # the same keys as items / items_initial: eval-more.json's scores on more items (engine/reeval.py), where a
+    # job has one; report/more_items.py swaps them in where every compared job has them
+    items_more: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = field(default_factory=dict)
+    items_initial_more: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = field(default_factory=dict)
 
 
 LOWER_IS_BETTER = ("loss", "error", "perplexity", "ppl", "regret")  # name fragments
@@ -188,7 +192,8 @@ def _exists(path: str) -> bool:
 def read_job(job_dir: str | os.PathLike, sweep: str) -> tuple[dict, dict, list[dict]]:
     """One job folder -> (table row, {(stage, target): (ids, scores)}, eval curve rows).
 
-    stage is "final" (eval_items) or "initial" (eval_items_initial, the iteration-0 policy).
+    stage is "final" (eval_items), "initial" (eval_items_initial, the iteration-0 policy), or "more_final" /
+    "more_initial" (the same from eval-more.json, scored on more items: engine/reeval.py).
 
     Never raises for a bad job: a missing or corrupt file sets readable=False and `problem`.
     """
@@ -240,6 +245,12 @@ def read_job(job_dir: str | os.PathLike, sweep: str) -> tuple[dict, dict, list[d
                 items = _fill_from_summary(row, summary)
             except (TypeError, ValueError, AttributeError, KeyError) as e:
                 problems.append(f"summary.json malformed ({e})")
+        if _exists(str(folder.more_eval_file(job_dir))):  # a re-evaluation on more items (engine/reeval.py)
+            more = load(folder.more_eval_file(job_dir).name)
+            try:
+                items |= _more_items(more)
+            except (TypeError, ValueError, AttributeError, KeyError) as e:
+                problems.append(f"eval-more.json malformed ({e})")
         if ledger is not None:
             try:
                 _fill_from_ledger(row, ledger)
@@ -435,6 +446,18 @@ def _fill_from_summary(row: dict, s: dict) -> dict[tuple[str, str], tuple[list[s
     return items
 
 
+def _more_items(more: Any) -> dict[tuple[str, str], tuple[list[str], np.ndarray]]:
+    """eval-more.json's per-item blocks as stages "more_final" and "more_initial" (empty when unreadable: named)."""
+    if more is None:
+        return {}
+    if not isinstance(more, dict) or not isinstance(more.get("eval"), dict) or \
+            not isinstance(more.get("eval_initial"), dict):
+        raise ValueError("expected an object with eval and eval_initial")
+    out = {("more_final", t): v for t, v in _item_block(more["eval"].get("items"), "eval-more eval").items()}
+    return out | {("more_initial", t): v for t, v in
+                  _item_block(more["eval_initial"].get("items"), "eval-more eval_initial").items()}
+
+
 def _fill_from_ledger(row: dict, ledger: dict) -> None:
     """Actual and planned FLOPs per phase, shares, and the budget actually spent."""
     actual, planned = ledger["actual"]["flops"], ledger["planned"]["flops"]
@@ -510,6 +533,8 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
     rows, curves = [], []
     items: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = {}
     items_initial: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = {}
+    items_more: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = {}
+    items_initial_more: dict[tuple[str, str, str], tuple[list[str], np.ndarray]] = {}
     knob_cols: list[str] = []
     named_targets: list[str] = []  # in the order summaries list them
     eval_points: dict[tuple[str, str], Any] = {}
@@ -532,7 +557,9 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
             curves.extend(curve)
             seen.add(jd.name)
             for (stage, t), v in its.items():
-                (items if stage == "final" else items_initial)[(sweep, row["job_id"], t)] = v
+                where = {"final": items, "initial": items_initial, "more_final": items_more,
+                         "more_initial": items_initial_more}[stage]
+                where[(sweep, row["job_id"], t)] = v
         for jid in _planned_job_ids(d):
             if jid not in seen:
                 rows.append({"sweep": sweep, "job_id": jid, "state": "missing", "readable": False,
@@ -560,4 +587,4 @@ def read_sweeps(sweep_dirs: list[Path]) -> SweepData:
                                               "target", "value"])
     return SweepData(jobs=jobs, items=items, items_initial=items_initial, curves=curves_df,
                      knob_cols=[k for k in knob_cols if k not in DERIVED_KNOBS], targets=targets,
-                     eval_points=eval_points)
+                     eval_points=eval_points, items_more=items_more, items_initial_more=items_initial_more)
