@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from race_cli.errors import RaceError
+from race_cli.regime import is_seed, regime_key
 
 RECORD = "race.json"  # under the sweep folder: the race record as the race started with it
 FIX = "The file was edited or is damaged: restore it, or replan the sweep into a new folder (race plan --out DIR)."
@@ -51,14 +52,10 @@ class RacePlan:
 # --- a row ---------------------------------------------------------------------------------------
 
 
-def is_seed(token: str) -> bool:
-    """Whether an override sets the seed (seed=, +seed=, ++seed=)."""
-    return token.startswith(("seed=", "+seed=", "++seed="))
-
-
 def regime_of(row: dict) -> str:
-    """A plan row's overrides without its seed: the jobs of one regime share it."""
-    return " ".join(t for t in str(row.get("overrides", "")).split(" ") if not is_seed(t))
+    """A plan row's overrides without its seed (race_cli/regime.py), as the row writes them: the jobs of one
+    regime share it."""
+    return " ".join(regime_key(str(row.get("overrides", "")).split(" ")))
 
 
 def _whole(value: Any) -> bool:
@@ -118,7 +115,7 @@ def _check_row(row: Any, where: str, seeds: range, what: str, hint: list[int]) -
     elif not id_for(job_id, tokens, hint):
         problems.append(f"{name} job_id: not the id race plan writes for its overrides '{overrides[:120]}' (a job "
                         "id names its regime and seed).")
-    return problems, (job_id, " ".join(t for t in tokens if not is_seed(t)), seed) if not problems else None
+    return problems, (job_id, regime_of(row), seed) if not problems else None
 
 
 # --- the document --------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from race_cli.cost.budget import BudgetPlan, check_fits, job_backend, plan_budge
 from race_cli.errors import RaceError
 from race_cli.folder import (default_sweep_dir, hydra_dir, is_sweep, job_config, job_configs, job_dir, job_overrides,
                              multirun_yaml, plan_csv, plan_json)
+from race_cli.regime import is_seed, regime_key
 from race_cli.cost.memory import memory_row
 
 MAX_JOBS = 512  # a larger sweep needs --yes
@@ -115,7 +116,7 @@ def one_seed_regimes(jobs: Sequence[PlannedJob]) -> int:
     `race report` cannot include training noise unless other regimes of the condition repeat."""
     count: dict[tuple, int] = {}
     for j in jobs:
-        key = tuple(sorted(o for o in j.overrides if o.lstrip("+~").partition("=")[0] != "seed"))
+        key = regime_key(j.overrides)
         count[key] = count.get(key, 0) + 1
     return sum(n == 1 for n in count.values())
 
@@ -417,7 +418,7 @@ def _race_seeds(grid: dict, axes: list, fixed: list[str], race: bool, max_seeds:
     except RaceError:
         if max_seeds is not None or "seed" not in user_keys:
             raise
-        typed = [t for t in fixed if t.lstrip("+").partition("=")[0] == "seed"] + \
+        typed = [t for t in fixed if is_seed(t)] + \
             [f"seed={','.join(a.values)}" for a in axes if a.key == "seed"]
         return None, 0, (f"note: grid '{grid['name']}' races, but {' '.join(typed)} cannot start a race (seeds 0, 1, "
                          "... are its first look): a fixed design is planned."), False
@@ -516,10 +517,7 @@ def _compose_jobs(fixed: list[str], combos: list[list[str]], groups: set[str]) -
 
 def _split_seed(overrides: list[str]) -> tuple[tuple, list[str]]:
     """(every override but the seed's, the seed's): jobs equal up to their seed share one composed regime."""
-    regime, seeds = [], []
-    for o in overrides:
-        (seeds if o.lstrip("+").partition("=")[0] == "seed" else regime).append(o)
-    return tuple(regime), seeds
+    return regime_key(overrides), [o for o in overrides if is_seed(o)]
 
 
 def _compose_regime(overrides: list[str], groups: set[str], bases: dict, types: dict, compose, OmegaConf, validate,

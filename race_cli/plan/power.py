@@ -149,6 +149,7 @@ class JointPower:
 def plan_joint_power(jobs: Sequence[Any], seed_sd: float) -> list[JointPower]:
     """Per (budget, task, target) of the planned jobs with two model sizes or two reward systems."""
     from race_cli.cost.budget import reward_name
+    from race_cli.regime import override_key, regime_key
     from race_cli.tasks.targets import target_names
 
     groups: dict[tuple, dict[tuple, dict[tuple, int]]] = {}
@@ -157,8 +158,7 @@ def plan_joint_power(jobs: Sequence[Any], seed_sd: float) -> list[JointPower]:
         c = j.config
         key = (float(c["budget"]["flops"]), c["task"]["name"])
         cond = (c["model"]["name"], reward_name(c))
-        regime = tuple(sorted(o for o in j.overrides if o.lstrip("+~").partition("=")[0]
-                              not in ("seed", "model", "reward")))
+        regime = tuple(o for o in regime_key(j.overrides) if override_key(o) not in ("model", "reward"))
         regs = groups.setdefault(key, {}).setdefault(cond, {})
         regs[regime] = regs.get(regime, 0) + 1
         first.setdefault(key, c)
@@ -279,15 +279,15 @@ def planned_items(cfg: dict, target: str) -> int | None:
 
 def plan_power(jobs: Sequence[Any], seed_sd: float) -> list[Power]:
     """Per condition and target of the planned jobs (PlannedJob: .config, .overrides)."""
-    from race_cli.cost.budget import reward_name
+    from race_cli.regime import condition_key, regime_key
     from race_cli.tasks.targets import target_names
 
     groups: dict[tuple, dict[tuple, int]] = {}
     first: dict[tuple, dict] = {}
     for j in jobs:
         c = j.config
-        cond = (c["model"]["name"], float(c["budget"]["flops"]), reward_name(c), c["task"]["name"])
-        regime = tuple(sorted(o for o in j.overrides if o.lstrip("+~").partition("=")[0] != "seed"))
+        cond = condition_key(c)
+        regime = regime_key(j.overrides)
         groups.setdefault(cond, {})
         groups[cond][regime] = groups[cond].get(regime, 0) + 1
         first.setdefault(cond, c)

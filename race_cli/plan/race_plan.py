@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from race_cli.errors import RaceError
+from race_cli.regime import condition_key, is_seed, regime_key
 
 RACE_KEYS = ("looks", "max_seeds", "alpha", "margin", "spending")
 
@@ -120,13 +121,9 @@ def make_race_schedule(block: dict, first: int):
 
 def regimes_per_condition(jobs: list) -> int:
     """The most regimes (jobs alike up to their seed) in one condition (model, budget, reward, task)."""
-    from race_cli.cost.budget import reward_name
-
     regimes: dict[tuple, set] = {}
     for j in jobs:
-        c = j.config
-        cond = (c["model"]["name"], float(c["budget"]["flops"]), reward_name(c), c["task"]["name"])
-        regimes.setdefault(cond, set()).add(tuple(o for o in j.overrides if o.lstrip("+").partition("=")[0] != "seed"))
+        regimes.setdefault(condition_key(j.config), set()).add(regime_key(j.overrides))
     return max((len(r) for r in regimes.values()), default=0)
 
 
@@ -148,7 +145,7 @@ def first_look_seeds(axes: list, fixed: list[str]) -> tuple[int, int | None]:
 
     The race numbers seeds 0, 1, ... (a regime at look k runs seeds below looks[k]), so a seed axis must be
     seed=0,1[,...]; without one the first look runs seeds 0 and 1."""
-    if any(t.lstrip("+").partition("=")[0] == "seed" for t in fixed):
+    if any(is_seed(t) for t in fixed):
         raise RaceError("seed= fixes one seed, but this plan races (it adds seeds to the regimes whose call is "
                         "open). Sweep seed=0,1 as the first look, or pass --no-race for a fixed design.")
     for i, a in enumerate(axes):

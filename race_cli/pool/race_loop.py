@@ -32,7 +32,8 @@ from typing import Any, Callable
 from race_cli import folder
 from race_cli.errors import RaceError
 from race_cli.io import atomic_write_json
-from race_cli.plan_file import FIX, RacePlan, is_seed, read_race, regime_of
+from race_cli.plan_file import FIX, RacePlan, read_race, regime_of
+from race_cli.regime import is_seed
 
 TMP = ".race-look.tmp"  # under the sweep folder: job folders being written, renamed into jobs/ when whole
 
