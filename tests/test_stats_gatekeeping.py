@@ -87,6 +87,28 @@ def test_dunnett_cdf_matches_the_multivariate_t():
     assert dunnett_cdf(2.4, np.full(6, 0.7), np.inf) == pytest.approx(ref, abs=1e-5)
 
 
+def test_dunnett_cdf_of_equal_arms_is_the_general_quadrature_bit_for_bit():
+    """k equal λ take one arm's Φ multiplied k times; the general [S, U, k] product (written out here as
+    dunnett_cdf computes it for unequal λ) gives the same float, so the report's numbers do not move."""
+    from scipy.special import ndtr
+
+    from race_cli.stats.gatekeeping import _GH, _chi_nodes
+
+    def general(c, lam, df):
+        u, wu = _GH
+        wu = wu / wu.sum()
+        sd = np.sqrt(1.0 - lam ** 2)
+        s, ws = (np.ones(1), np.ones(1)) if not np.isfinite(df) else _chi_nodes(float(df), 96 if df < 4 else 48)
+        z = (c * s[:, None, None] - lam[None, None, :] * u[None, :, None]) / sd[None, None, :]
+        return float(ws @ np.prod(ndtr(z), axis=2) @ wu)
+
+    rng = np.random.default_rng(3)
+    for _ in range(400):
+        k, lam = int(rng.integers(2, 12)), float(rng.choice([0.0, rng.uniform(0, 0.98)]))
+        df, c = float(rng.choice([np.inf, rng.uniform(1.2, 400)])), float(rng.uniform(-1, 6))
+        assert dunnett_cdf(c, np.full(k, lam), df) == general(c, np.full(k, lam), df)
+
+
 def test_dunnett_quantile_between_one_test_and_bonferroni():
     # k = 1: the t quantile; equal variances (ρ = 1/2) at 20 df, 5 arms one-sided 5%: scipy's multivariate t
     # puts 5% above the returned value (2.389)

@@ -180,6 +180,12 @@ def dunnett_cdf(c: float, lam: np.ndarray, df: float) -> float:
         s, ws = np.ones(1), np.ones(1)
     else:
         s, ws = _chi_nodes(float(df), 96 if df < 4 else 48)  # few df: the χ² density's pole needs more nodes
+    if len(lam) > 1 and (lam == lam[0]).all():  # k equal arms: one arm's Φ, multiplied k times in prod's order
+        one = ndtr((c * s[:, None] - lam[0] * u[None, :]) / sd[0])  # [S, U]
+        inner = one
+        for _ in range(len(lam) - 1):
+            inner = inner * one  # the same products as np.prod over k equal columns, bit for bit, k× fewer Φ
+        return float(ws @ inner @ wu)
     z = (c * s[:, None, None] - lam[None, None, :] * u[None, :, None]) / sd[None, None, :]  # [S, U, k]
     inner = np.prod(ndtr(z), axis=2)  # [S, U]
     return float(ws @ inner @ wu)
@@ -227,11 +233,15 @@ def _down(df: float) -> float:
     return math.floor(df / 10 ** e) * 10 ** e
 
 
-@lru_cache(maxsize=65536)
+MEMO: dict[tuple[float, int, float, float], float] = {}  # (level, k, λ, df) as rounded above -> quantile
+
+
 def _m2o(level: float, k: int, lam: float, df: float) -> float:
-    if not df > 0:
-        return math.nan
-    return dunnett_quantile(level, np.full(k, lam), df)
+    """The quantile, once per process (MEMO: a few hundred in a report, each a root search over quadratures)."""
+    q = MEMO.get((level, k, lam, df))
+    if q is None:
+        q = MEMO[level, k, lam, df] = dunnett_quantile(level, np.full(k, lam), df) if df > 0 else math.nan
+    return q
 
 
 # --- the joint comparison's design --------------------------------------------------------------------

@@ -64,9 +64,15 @@ _V = np.linspace(math.log(1e-3), math.log(12), 1500)  # log s
 _U = np.exp(_V)
 
 
+@lru_cache(maxsize=1)
+def _band() -> np.ndarray:
+    """Φ(z) − Φ(z − w) on the grid [W, Z], clipped to [0, 1]: the part of G_k that does not depend on k."""
+    return np.clip(_CDF_Z[None, :] - special.ndtr(_Z[None, :] - _W[:, None]), 0, 1)
+
+
 @lru_cache(maxsize=64)
 def _g(k: int) -> np.ndarray:
-    inner = np.clip(_CDF_Z[None, :] - special.ndtr(_Z[None, :] - _W[:, None]), 0, 1) ** (k - 1)
+    inner = _band() ** (k - 1)
     return np.minimum(k * np.trapezoid(_PHI_Z[None, :] * inner, _Z, axis=1), 1.0)
 
 
@@ -84,8 +90,18 @@ def range_cdf(q: float, k: int, df: float) -> float:
     return float(np.trapezoid(_s_weights(df) * np.interp(q * _U, _W, _g(k), right=1.0), _V))
 
 
-@lru_cache(maxsize=4096)
+MEMO: dict[tuple[float, int, float], float] = {}  # (level, k, df to 3 significant digits) -> quantile
+
+
 def _range_q(level: float, k: int, df: float) -> float:
+    """The quantile, once per process (MEMO: a few hundred in a report, each a 50-step bisection)."""
+    q = MEMO.get((level, k, df))
+    if q is None:
+        q = MEMO[level, k, df] = _range_q_of(level, k, df)
+    return q
+
+
+def _range_q_of(level: float, k: int, df: float) -> float:
     if not df > 0:
         return math.nan  # no degrees of freedom: no quantile (half_width ignores it where the part is empty)
     if k == 2:
@@ -99,7 +115,7 @@ def _range_q(level: float, k: int, df: float) -> float:
 
 def range_quantile(level: float, k: int, df) -> np.ndarray | float:
     """The `level` quantile of the studentized range of k means with df degrees of freedom
-    (elementwise over an array of df; k = 1 has no range: 0)."""
+    (elementwise over an array of df; k = 1 has no range: 0); cached per level, k and df to 3 digits."""
     if k < 2:
         return 0.0 if np.ndim(df) == 0 else np.zeros(np.shape(df))
     if np.ndim(df) == 0:
