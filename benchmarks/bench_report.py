@@ -67,11 +67,12 @@ def _report(sweep: Path, jobs, ranked, ranking, rec, fits, moves, totals, curves
     """The Report the views read, of the parts timed here (no frontier, joint, findings or validation)."""
     import pandas as pd
 
-    from race_cli.report.records import Frontier, Joint
+    from race_cli.report.records import ConditionFit, Frontier, Joint, Target
 
     empty = pd.DataFrame()
-    return Report(options=ReportOptions((sweep,), bootstrap=1000), targets=["arithmetic"], maximize={"arithmetic": True},
-                  by=CONDITION_COLS, jobs=jobs, ranked=ranked, ranking=ranking, recommendations=rec, fits=fits,
+    return Report(options=ReportOptions((sweep,), bootstrap=1000), targets=(Target("arithmetic", True),),
+                  by=CONDITION_COLS, jobs=jobs, ranked=ranked, ranking=ranking, recommendations=rec,
+                  fits=tuple(ConditionFit(c, f) for c, f in fits.items()),
                   moves=moves, target_differences=[], totals=totals, reg_cols=[], curves=curves,
                   frontier=Frontier(empty, empty, [], [], None), predictions=None, joint=Joint(empty, empty),
                   findings=[], settles=[], validation=None)

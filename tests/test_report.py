@@ -283,7 +283,7 @@ def two_targets(tmp_path_factory) -> Path:
 
 def test_every_target_gets_its_own_section_and_recommendation(two_targets, tmp_path):
     res = _quiet(sweep_dirs=[two_targets], out=tmp_path, plots=False, bootstrap=300)
-    assert res.targets == ["arithmetic", "arithmetic-hard"]
+    assert [(t.name, t.maximize) for t in res.targets] == [("arithmetic", True), ("arithmetic-hard", True)]
     rec = res.recommendations.set_index("target")
     assert rec.loc["arithmetic", "best_regime"] == "G=8 μ=1"
     assert rec.loc["arithmetic-hard", "best_regime"] == "G=4 μ=2"

@@ -21,7 +21,7 @@ from typing import Any
 
 from race_cli import folder
 from race_cli.errors import RaceError
-from race_cli.report.records import Frontier, Joint, Totals, Validation
+from race_cli.report.records import ConditionFit, Frontier, Joint, Target, Totals, Validation
 from race_cli.report.table import CONDITION_COLS, maximize_target, read_sweeps
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -65,14 +65,13 @@ class Report:
     `ranking` and `recommendations` carry a `target` column."""
 
     options: ReportOptions
-    targets: list[str]  # the ranked evaluation targets, in order
-    maximize: dict[str, bool]  # target -> higher is better
+    targets: tuple[Target, ...]  # the ranked evaluation targets, in order, each with its direction
     by: list[str]  # the condition columns
     jobs: Any  # DataFrame: every job of the sweeps, labelled (condition, regime) and `ranked`
     ranked: Any  # Series of bool: the jobs ranked on at least one target
     ranking: Any  # DataFrame: one row per (target, condition, regime) (report/rank.py)
     recommendations: Any  # DataFrame: one row per (target, condition) (report/recommend.py)
-    fits: dict  # condition key -> response fit (report/response.py)
+    fits: tuple[ConditionFit, ...]  # each condition's response fit, in ranking order (report/response.py)
     moves: list[str]  # how the recommended split moves along each condition column
     target_differences: list[str]  # where the best regime differs between targets
     totals: Totals  # training and evaluation FLOPs per phase
@@ -303,10 +302,10 @@ def build_report(o: ReportOptions) -> Report:
 
     race, schedule, race_notes = _race(sweep_dirs, data, by, targets)  # each condition's state (report/race.py)
     validation, notes = _validation(o, data)
-    rep = Report(options=o, targets=targets, maximize=maximize, by=by, jobs=jobs, ranked=ranked, ranking=ranking,
-                 recommendations=rec, fits=fits, moves=moves, target_differences=diffs, totals=totals,
-                 reg_cols=reg_cols, curves=data.curves, frontier=front, predictions=pred, joint=joint,
-                 findings=[], settles=[], validation=validation, notes=race_notes + notes, race=race,
-                 schedule=schedule)
+    rep = Report(options=o, targets=tuple(Target(t, maximize[t]) for t in targets), by=by, jobs=jobs, ranked=ranked,
+                 ranking=ranking, recommendations=rec, fits=tuple(ConditionFit(c, f) for c, f in fits.items()),
+                 moves=moves, target_differences=diffs, totals=totals, reg_cols=reg_cols, curves=data.curves,
+                 frontier=front, predictions=pred, joint=joint, findings=[], settles=[], validation=validation,
+                 notes=race_notes + notes, race=race, schedule=schedule)
     flines, settles = _findings(rep, data.items)  # the findings read the rest of the Report
     return replace(rep, findings=flines, settles=settles)

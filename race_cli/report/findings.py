@@ -318,7 +318,8 @@ def findings(rep, samples: int = 1, workers: int = 1, launch: Launch | None = No
     job slots the settle line's wall time assumes; launch: the pilot's grid and typed overrides
     (bracket.read_launch), for the command that brackets a best at the grid's edge."""
     ranking, rec, joint, jobs = rep.ranking, rep.recommendations, rep.joint, rep.jobs
-    targets, maximize, race, schedule = rep.targets, rep.maximize, rep.race, rep.schedule
+    race, schedule = rep.race, rep.schedule
+    targets = [t.name for t in rep.targets]
     sweeps = [str(d) for d in rep.options.sweep_dirs]
     if not len(ranking) or "condition" not in ranking:
         return [], []
@@ -336,13 +337,14 @@ def findings(rep, samples: int = 1, workers: int = 1, launch: Launch | None = No
                                                     else ranking)["condition"].unique()]
     wall_of = lambda g, cond: wall.get(str(g["job_condition"][0]) if "job_condition" in g else cond)
     settled = dict(zip(order, _settle_all([(rows[c], labels[c], wall_of(rows[c], c)) for c in order], k, workers)))
-    for t in targets:
+    for target in rep.targets:
+        t = target.name
         gt = ranking[ranking["target"] == t] if "target" in ranking else ranking
         if not len(gt):
             continue
         budgets = sorted({_num(b) for b in gt.get("budget_flops", pd.Series(dtype=float))} - {math.nan})
         at = f" at {budgets[0]:.3g} FLOPs" if len(budgets) == 1 else ""
-        lines.append(f"{t} ({'higher' if maximize.get(t, True) else 'lower'} is better){at}:")
+        lines.append(f"{t} ({W.direction(target.maximize)}){at}:")
         for cond in gt["condition"].unique():
             g, label = rows[cond], labels[cond]
             st = raced.get(cond)

@@ -1,5 +1,5 @@
-"""The typed parts of a Report (report/build.py): what the frontier, the joint comparison, a validation
-sweep and the compute totals came to, each a small record with its fields documented.
+"""The typed parts of a Report (report/build.py): its targets, its response fits, what the frontier, the joint
+comparison, a validation sweep and the compute totals came to, each a small record with its fields documented.
 
 The computing modules build them (frontier.frontier_report, joint.joint_compare, validation.compare,
 recommend.compute_totals); the views (report/views/) read them by attribute, never by string key. This
@@ -18,6 +18,22 @@ MIN_RHO_REGIMES = 4  # Spearman's ρ is printed only over at least this many val
 
 # the phases of the compute totals, in the order report.json lists them
 TOTAL_PHASES = ("rollout", "update", "reward", "total", "eval", "budget")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One ranked evaluation target and its direction (report/build.py, from table.maximize_target)."""
+
+    name: str  # the <target> of eval/<target>/accuracy, e.g. "gsm8k"
+    maximize: bool  # higher is better (False: the name says it is a loss or an error rate)
+
+
+@dataclass(frozen=True)
+class ConditionFit:
+    """The response fit of one condition (recommend.fit_all, report/response.py)."""
+
+    condition: str  # the condition's key: the ranking's `condition` (its columns and its target)
+    fit: Any  # response.FitResult: the chosen curve (or none), p* with its interval, or the pilot-best fallback
 
 
 @dataclass(frozen=True)

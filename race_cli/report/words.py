@@ -51,6 +51,11 @@ def signed(v: Any) -> str:
     return "–" if not math.isfinite(x) else f"{x:+.3f}"
 
 
+def direction(maximize: bool) -> str:
+    """'higher is better' or 'lower is better': which way a target's score points (records.Target)."""
+    return f"{'higher' if maximize else 'lower'} is better"
+
+
 def verdict(winner: str | None, *, interval: bool = True, testable: bool = True, tested: bool = True) -> str:
     """The verdict of one comparison of two sides, in the report's words.
 
@@ -120,6 +125,8 @@ def race_state(state) -> str:
         return f"no gain {at}{why}"
     active = ", ".join(map(str, state.active or ())) or "–"
     nxt = f" to {state.next_seeds} seeds" if state.next_seeds else ""
+    if getattr(state, "next_items", None):  # the evaluation look: the same jobs scored on more items
+        nxt = f" to the evaluation look ({state.next_items} items, {state.next_seeds} seeds)"
     return f"racing {at}: {active} continue{nxt}{why}"
 
 

@@ -130,7 +130,7 @@ def _start_level(g: pd.DataFrame) -> float:
     return float(np.nanmean(v)) if np.isfinite(v).any() else np.nan
 
 
-def _response(plt, jobs, ranking, fits, styles: dict, path: Path) -> None:
+def _response(plt, jobs, ranking, fits: dict, styles: dict, path: Path) -> None:
     conds = list(dict.fromkeys(ranking["condition"]))[:MAX_PANELS]
     fig, axes = _grid(plt, len(conds))
     for ax, cond in zip(axes, conds):
@@ -182,7 +182,7 @@ def _response(plt, jobs, ranking, fits, styles: dict, path: Path) -> None:
     _finish(plt, fig, "Final score against the update fraction p, per condition and target", path)
 
 
-def _curves(plt, jobs, ranking, curves, reg_cols, styles: dict, path: Path) -> None:
+def _curves(plt, jobs, ranking, curves, styles: dict, path: Path) -> None:
     conds = list(dict.fromkeys(ranking["condition"]))[:MAX_PANELS]
     meta = jobs.loc[jobs["ranked"], ["sweep", "job_id", "condition", "regime"]].rename(
         columns={"condition": "job_condition"})
@@ -261,14 +261,14 @@ def write_plots(out_dir: Path, rep, styles: dict | None = None) -> list[str]:
     """Draw every figure of the Report `rep` (report/build.py) into out_dir; return the file names written.
     `styles`: the report's regime -> (colour, marker) map (regime_styles; built from the ranking when not
     given). rep.jobs carries `condition` and `regime` columns for ranked jobs (build_report labels them)."""
-    jobs, ranking, rec, fits, curves = rep.jobs, rep.ranking, rep.recommendations, rep.fits, rep.curves
-    targets, reg_cols, by = rep.targets, rep.reg_cols, rep.by
+    jobs, ranking, rec, curves, by = rep.jobs, rep.ranking, rep.recommendations, rep.curves, rep.by
+    targets = [t.name for t in rep.targets]
+    fits = {f.condition: f.fit for f in rep.fits}  # looked up per panel
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    targets = [targets] if isinstance(targets, str) else list(targets)
     styles = styles or (regime_styles(ranking["regime"]) if "regime" in ranking else {})
     written = []
     _shares(plt, jobs, ranking, out_dir / "shares.png")
@@ -277,7 +277,7 @@ def write_plots(out_dir: Path, rep, styles: dict | None = None) -> list[str]:
         _response(plt, jobs, ranking, fits, styles, out_dir / "response.png")
         written.append("response.png")
     if len(curves) and curves["target"].isin(targets).any():
-        _curves(plt, jobs, ranking, curves, reg_cols, styles, out_dir / "curves.png")
+        _curves(plt, jobs, ranking, curves, styles, out_dir / "curves.png")
         written.append("curves.png")
     if len(rec) > 1:
         _frontier(plt, rec, by + (["target"] if "target" in rec else []), out_dir / "frontier.png")

@@ -17,8 +17,8 @@ import pandas as pd
 from race_cli.fmt import pct
 from race_cli.fmt import pm as _pm
 from race_cli.io import dumps
-from race_cli.report.records import Totals
-from race_cli.report.words import CAVEAT, NOT_TESTABLE
+from race_cli.report.records import Target, Totals
+from race_cli.report.words import CAVEAT, NOT_TESTABLE, direction
 from race_cli.report.words import signed as _signed
 
 MAX_LISTED = 20  # unranked jobs shown in the terminal; runs.csv has them all
@@ -147,16 +147,16 @@ def _rows_by_condition(df: pd.DataFrame) -> dict:
     return dict(tuple(df.groupby("condition", sort=False))) if "condition" in df and len(df) else {}
 
 
-def _by_target(ranking: pd.DataFrame, targets: list[str]):
-    """(target, that target's ranking rows) in the order the targets were given."""
+def _by_target(ranking: pd.DataFrame, targets: tuple[Target, ...]):
+    """(target, that target's ranking rows) in the order the targets were given (records.Target)."""
     for t in targets:
-        yield t, ranking[ranking["target"] == t]
+        yield t, ranking[ranking["target"] == t.name]
 
 
-def _target_line(t: str, maximize: dict[str, bool], g: pd.DataFrame) -> str:
+def _target_line(t: Target, g: pd.DataFrame) -> str:
     n_cond = g["condition"].nunique()
     n_learn = int(g.groupby("condition", sort=False)["beats_start"].any().sum()) if "beats_start" in g else 0
-    return (f"Target {t} ({'higher' if maximize.get(t, True) else 'lower'} is better): "
+    return (f"Target {t.name} ({direction(t.maximize)}): "
             f"{n_cond} condition(s); in {n_learn} of them at least one regime beats its start.")
 
 
@@ -240,13 +240,12 @@ def print_report(console, rep, joint=None) -> None:
 
     jobs, ranked_mask, ranking, rec, moves, totals = rep.jobs, rep.ranked, rep.ranking, rep.recommendations, \
         rep.moves, rep.totals
-    targets, maximize, diffs, findings, full = rep.targets, rep.maximize, rep.target_differences, rep.findings, \
-        rep.options.full
+    targets, diffs, findings, full = rep.targets, rep.target_differences, rep.findings, rep.options.full
 
     counts = state_counts(jobs)
     console.print(f"[bold]race report[/]: {len(jobs)} jobs in {jobs['sweep'].nunique()} sweep(s) — "
                   + ", ".join(f"{k} {v}" for k, v in counts.items())
-                  + f"; target(s): [bold]{', '.join(targets)}[/]")
+                  + f"; target(s): [bold]{', '.join(t.name for t in targets)}[/]")
     print_findings(console, findings or [])
     if not full:
         return
@@ -262,8 +261,8 @@ def print_report(console, rep, joint=None) -> None:
             console.print(f"… and {len(un) - MAX_LISTED} more (all in runs.csv)")
     rec_of = _rows_by_condition(rec)
     for target, gt in _by_target(ranking, targets):
-        console.rule(f"[bold]target: {target}")
-        console.print(_target_line(target, maximize, gt), highlight=False)
+        console.rule(f"[bold]target: {target.name}")
+        console.print(_target_line(target, gt), highlight=False)
         for cond, g in gt.groupby("condition", sort=False):
             r = rec_of.get(cond, rec.iloc[:0])
             # heading, then this condition's note, then its table: a note printed above a table's own
@@ -283,7 +282,7 @@ def print_report(console, rep, joint=None) -> None:
             if noise_note(g.iloc[0]):
                 console.print(noise_note(g.iloc[0]), highlight=False)
             if len(r):
-                console.print(recommendation_text(r.iloc[0], maximize.get(target, True)), highlight=False)
+                console.print(recommendation_text(r.iloc[0], target.maximize), highlight=False)
     if joint is not None:
         joint(console)
     if len(rec) > 1:
@@ -341,13 +340,12 @@ def markdown_summary(rep, plots: list[str], sections: list[str] | None = None,
     frontier and more `sections`, the `plots` linked, the caveat: the order a reader drills down."""
     jobs, ranked_mask, ranking, rec, moves, totals = rep.jobs, rep.ranked, rep.ranking, rep.recommendations, \
         rep.moves, rep.totals
-    targets, maximize, n_boot, diffs, findings = rep.targets, rep.maximize, rep.options.bootstrap, \
-        rep.target_differences, rep.findings
+    targets, n_boot, diffs, findings = rep.targets, rep.options.bootstrap, rep.target_differences, rep.findings
     counts = state_counts(jobs)
     out = ["# RACE pilot-grid report", "",
            f"Sweeps: {', '.join(sorted(jobs['sweep'].unique()))}. Jobs: {len(jobs)} ("
            + ", ".join(f"{k} {v}" for k, v in counts.items()) + "). Targets: "
-           + ", ".join(f"`{t}` ({'higher' if maximize.get(t, True) else 'lower'} is better)" for t in targets)
+           + ", ".join(f"`{t.name}` ({direction(t.maximize)})" for t in targets)
            + ".", ""]
     if findings:
         out += [f"## {findings[0]}", "", "```text"] + findings[1:] + ["```", ""]
@@ -376,7 +374,7 @@ def markdown_summary(rep, plots: list[str], sections: list[str] | None = None,
     by_cond = totals.by_condition
     rec_of = _records_by_condition(rec)
     for target, gt in _by_target(ranking, targets):
-        out += [f"### Target: {target}", "", _target_line(target, maximize, gt), ""]
+        out += [f"### Target: {target.name}", "", _target_line(target, gt), ""]
         for cond, rows in _records_by_condition(gt).items():
             jc = rows[0]["job_condition"] if "job_condition" in rows[0] else cond
             t = by_cond.get(jc, Totals()) if "condition" in jobs else None
@@ -391,7 +389,7 @@ def markdown_summary(rep, plots: list[str], sections: list[str] | None = None,
             if noise_note(rows[0]):
                 out += [f"*{noise_note(rows[0])}*", ""]
             if r:
-                out += [recommendation_text(r[0], maximize.get(target, True)), ""]
+                out += [recommendation_text(r[0], target.maximize), ""]
     out += joint or []  # the joint comparison's section (views/joint.py)
     if moves or diffs:
         out += ["## Conditional frontier", ""] + [f"- {m}" for m in moves] + [""]
@@ -417,13 +415,13 @@ def to_json(rep, extra: dict | None = None, joint: dict | None = None) -> str:
     section's document. `target` is the ranked target when there is one, else null; `targets` lists them all."""
     jobs, ranking, rec, fits, moves, totals = rep.jobs, rep.ranking, rep.recommendations, rep.fits, rep.moves, \
         rep.totals
-    targets, diffs = rep.targets, rep.target_differences
+    targets, diffs = [t.name for t in rep.targets], rep.target_differences
     recs = lambda df: json.loads(df.to_json(orient="records")) if len(df) else []
     doc = {"target": targets[0] if len(targets) == 1 else None, "targets": list(targets),
            "caveat": CAVEAT, "totals": totals.to_json(), "jobs": recs(jobs),
            "ranking": recs(ranking), "recommendations": recs(rec),
-           "fits": {k: {kk: vv for kk, vv in vars(v).items() if kk not in ("curve_p", "curve_y")}
-                    for k, v in fits.items()},
+           "fits": {f.condition: {k: v for k, v in vars(f.fit).items() if k not in ("curve_p", "curve_y")}
+                    for f in fits},
            "frontier": moves, "target_differences": list(diffs or []),
            "joint": joint or {"ranking": [], "sentences": [], "across": []}}
     doc.update({k: recs(v) if isinstance(v, pd.DataFrame) else v for k, v in (extra or {}).items()})
