@@ -1,12 +1,12 @@
 """The package's layers: who may import whom (read from the source, lazy imports included).
 
-    errors, io, fmt, machine, folder       the shared bottom (folder: the sweep folder's paths)
+LAYERS declares them, bottom first: a module imports modules of its own layer and of the layers below, and
+exactly one import runs up, the fork server's deliberate import of cli (UPWARD). Within and beside them:
+
     answers -> errors                      pure answer checkers, below tasks and rewards
-    config -> tasks -> answers             what a job is
-    cost -> config (no torch, no files; the two audits measure the engine's own code)
-    plan -> cost, config, status           engine -> cost, config, tasks, rewards, status
-    pool -> plan, engine (by process), report      report -> cost, stats
+    cost -> errors (no torch, no files; the two audits, which measure the engine's own code, sit in plan/)
     stats -> errors (the inference model, numpy/scipy; plan/ and report/ take their statistics from it)
+    engine, report: peers that never import each other; report/views/ imports records, words, formats only
 
 No import cycle; engine/ imports neither plan/ nor pool/; only race_cli/folder.py spells the paths
 of a sweep folder (docs/files.md).
@@ -156,6 +156,47 @@ def test_stats_is_pure_and_below_plan_and_report():
     assert "race_cli.stats.decisions" in g["race_cli.report.rank"]
 
 
+# race_cli's top-level modules and packages in layers, bottom first; a new one is given its layer here
+LAYERS = (
+    ("errors", "io", "fmt", "machine", "lock"),  # the shared bottom
+    ("answers", "cost", "stats", "guide"),  # pure: answer checkers, FLOPs and memory, the inference model; the guide
+    ("tasks",),  # training tasks and evaluation targets
+    ("config", "rewards"),  # what a job is; its feedback
+    ("folder", "status", "regime", "zoo", "quantile_cache"),  # the sweep folder's paths and states, the regime and
+    # condition keys, the embedded models, the statistics' quantiles kept across reports
+    ("engine", "report", "plan_file"),  # race train; race report, with the reader of plan.json pool/ shares
+    ("plan",),  # race plan and validate (its audits run the engine's code, validate reads the pilot's report)
+    ("pool",),  # race run
+    ("cli",),
+    ("race_cli", "__main__"),  # the package's own __init__ and python -m race_cli
+)
+# the one import that runs up: the fork server preloads the code a forked job runs, race train's entry point
+UPWARD = [("race_cli.pool.forkserver_main", "race_cli.cli")]
+
+
+def layer_of(module: str) -> str:
+    """'race_cli.report.views.render' -> 'report'; the package's own __init__ -> 'race_cli'."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward(g: dict[str, set[str]], layers=LAYERS) -> list[tuple[str, str]]:
+    """(module, import) for each import into a higher layer than the module's own."""
+    rank = {name: i for i, layer in enumerate(layers) for name in layer}
+    return sorted((m, d) for m, deps in g.items() for d in deps if rank[layer_of(d)] > rank[layer_of(m)])
+
+
+def test_one_import_runs_up_the_layers():
+    """Every import points down (or stays in its layer) but the fork server's of cli."""
+    planted = {"race_cli.report.rank": {"race_cli.pool.run", "race_cli.stats.power"},
+               "race_cli.pool.run": {"race_cli.report.rank"}}
+    assert upward(planted) == [("race_cli.report.rank", "race_cli.pool.run")]  # the check sees one
+    g = graph()
+    placed = {name for layer in LAYERS for name in layer}
+    assert {layer_of(m) for m in g} - placed == set(), "give each top-level module or package a layer in LAYERS"
+    assert upward(g) == UPWARD
+
+
 def test_layers_point_one_way():
     g = graph()
     bad = []
@@ -276,6 +317,35 @@ def test_views_never_call_back_into_computing():
             drawn = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
             drawn |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
             assert not {d for d in drawn if d.startswith(("rich", "matplotlib"))}, m
+
+
+MAX_PARAMETERS = 6  # a renderer takes the Report or one record (and where it draws), never its fields one by one
+
+
+def parameters(path: Path) -> dict[str, int]:
+    """{function: how many parameters it takes} for every function and method defined in `path` (a method's
+    self or cls not counted; *args and **kwargs count one each)."""
+    out = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs] + [x.arg for x in (a.vararg, a.kwarg) if x]
+            out[node.name] = len([n for n in names if n not in ("self", "cls")])
+    return out
+
+
+def test_no_renderer_takes_more_than_six_parameters(tmp_path):
+    """Every function of report/views/, and the findings (report/findings.py, built from the Report), takes
+    at most MAX_PARAMETERS parameters: the Report or one of its records, not ten of its fields."""
+    (tmp_path / "v.py").write_text("def show(a, b, c, d, e, f, *, g=1):\n    pass\n\n\nclass V:\n"
+                                   "    def m(self, a, *args, **kw):\n        pass\n")
+    assert parameters(tmp_path / "v.py") == {"show": 7, "m": 3}  # the count sees keyword-only and starred ones
+    mods = modules()
+    views = {m: parameters(p) for m, p in mods.items() if under(m, "report.views")}
+    views["race_cli.report.findings"] = {"findings": parameters(mods["race_cli.report.findings"])["findings"]}
+    assert len(views) > 5 and all(views.values())
+    too_many = {f"{m}.{f}": n for m, counts in views.items() for f, n in counts.items() if n > MAX_PARAMETERS}
+    assert too_many == {}
 
 
 # wordings report/words.py holds; each must not be typed out again in a string anywhere else in the package
