@@ -15,6 +15,7 @@ and, shared by all of them: cli.py (the typer app; __main__.py runs it for `pyth
 folder.py (the sweep folder's paths and identity), plan_file.py (a race's plan.json and race record,
 checked as data), regime.py (what a regime and a condition are: the keys jobs are grouped by),
 status.py (status.json), lock.py (the sweep and job locks), io.py (atomic writes and the race cache),
+quantile_cache.py (the statistics' quantiles kept in the race cache across reports),
 guide.py (`race docs`: the guides, from a checkout or a pip install),
 fmt.py (number formats), errors.py (RaceError).
 A pure core (cost, planning, advantages and losses, rewards, ranking) inside a thin shell (CLI,

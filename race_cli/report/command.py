@@ -103,7 +103,10 @@ def run_report(options: ReportOptions, console=None) -> Report:
     """`race report`: build the report, write its files, show it (--format table: on `console`, a rich
     Console of the terminal by default; otherwise that file's text on stdout). RaceError on bad input,
     before anything is written. Returns the Report (rep.files: what was written)."""
-    rep = build_report(options)
+    from race_cli.quantile_cache import kept
+
+    with kept():  # the statistics' quantiles of earlier reports, from the race cache (race_cli/quantile_cache.py)
+        rep = build_report(options)
     texts, figs, vtexts = write_files(rep)
     main = list(texts) + figs
     if options.fmt == "table":
@@ -143,9 +146,11 @@ def print_report_top(sweep: Path, say) -> None:
     try:
         from rich.console import Console
 
+        from race_cli.quantile_cache import kept
         from race_cli.report.views import print_top
 
-        rep = build_report(ReportOptions((sweep,)))
+        with kept():  # as run_report
+            rep = build_report(ReportOptions((sweep,)))
         write_files(rep)
         for note in rep.notes:
             sys.stderr.write(note + "\n")
