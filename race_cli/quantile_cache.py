@@ -117,7 +117,7 @@ def kept() -> Iterator[None]:
     it (also when it stops on an error: every value computed is valid)."""
     try:
         path = cache_path()
-    except OSError:
+    except (OSError, RuntimeError):  # no home folder to find the cache in: nothing kept
         path = None
     known = load(path)
     try:
