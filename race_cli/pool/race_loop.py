@@ -53,13 +53,14 @@ class Look:
 
     states: list  # stats/race.RaceState per condition and target
     open: list[str]  # reserve job ids the next look needs, in plan order
+    evaluate: tuple[str, ...] = ()  # done job ids an evaluation look needs scored on the schedule's eval_items
 
 
 def decide(sweep: Path, schedule=None, plan: RacePlan | None = None) -> Look:
     """The race states of the jobs plan.json lists and the reserve jobs they ask for (a pure function of the
     folder). RaceError when a done job's files no longer say what it ran (plan_file.race_jobs)."""
     from race_cli.plan_file import race_jobs
-    from race_cli.report.race import needed_seeds, race_states
+    from race_cli.report.race import needed_evaluations, needed_seeds, race_states
     from race_cli.report.table import read_sweeps
 
     plan = read_race(sweep) if plan is None else plan
@@ -68,7 +69,24 @@ def decide(sweep: Path, schedule=None, plan: RacePlan | None = None) -> Look:
     data = race_jobs(read_sweeps([sweep]), plan, sweep)
     states = race_states(data, plan.schedule)
     need = needed_seeds(states)
-    return Look(states=states, open=reserve_to_open(plan, data.jobs, need))
+    return Look(states=states, open=reserve_to_open(plan, data.jobs, need),
+                evaluate=to_evaluate(data.jobs, needed_evaluations(states)))
+
+
+def to_evaluate(jobs, need: dict[tuple, tuple[int, int]]) -> tuple[str, ...]:
+    """Done jobs an evaluation look needs (their regime key in `need`, seed < its count) whose eval-more.json
+    does not hold exactly the items asked (report/table: eval_more_items)."""
+    out = []
+    for key, (seeds, items) in need.items():
+        match = [True] * len(jobs)
+        for col, value in key:
+            match = [m and col in jobs.columns and _same(v, value) for m, v in zip(match, jobs[col].tolist())]
+        have = jobs["eval_more_items"].tolist() if "eval_more_items" in jobs.columns else [None] * len(jobs)
+        for job_id, m, seed, state, n in zip(jobs["job_id"].tolist(), match, jobs["seed"].tolist(),
+                                             jobs["state"].tolist(), have):
+            if m and state == "done" and seed is not None and 0 <= int(seed) < seeds and not _same(n, items):
+                out.append(str(job_id))
+    return tuple(dict.fromkeys(sorted(out)))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -263,6 +281,8 @@ def next_look(sweep: Path, schedule=None, say: Callable[[str], None] = print) ->
             raise RaceError(f"{folder.plan_json(sweep)}: no race record any more; the race cannot go on. {FIX}")
         drop_unlisted(sweep, plan)
         look = decide(sweep, plan.schedule, plan)
+        if look.evaluate:  # an evaluation look: finished jobs scored on more items (no training), then decided
+            look = _evaluate(sweep, plan, look, say)
         open_jobs(sweep, look.open, plan)
     if look.open:
         open_states = [s for s in look.states if s.state == "continue"]
@@ -270,6 +290,21 @@ def next_look(sweep: Path, schedule=None, say: Callable[[str], None] = print) ->
         say(f"race: {len(look.open)} more job(s) ({' / '.join(map(str, seeds)) or '?'} seeds per active regime) "
             f"for the {len(open_states)} call(s) still open")
     return look
+
+
+def _evaluate(sweep: Path, plan: RacePlan, look: Look, say: Callable[[str], None]) -> Look:
+    """Run the re-evaluations the states ask for through the pool (pool/reeval.py), then decide again."""
+    from race_cli.pool.reeval import reevaluate_sweep
+
+    items = plan.schedule.eval_items
+    say(f"race: evaluation look: {len(look.evaluate)} finished job(s) scored on {items} items per target "
+        "(no training)")
+    results = reevaluate_sweep(sweep, items, list(look.evaluate), say=say)
+    failed = sorted(j for j, s in results.items() if s != "done")
+    if failed:
+        raise RaceError(f"race: {len(failed)} re-evaluation(s) did not finish ({', '.join(failed[:3])}; their log.txt "
+                        "says why); the race waits at the evaluation look. Rerun the same command to retry them.")
+    return decide(sweep, plan.schedule, plan)
 
 
 def stuck(sweep: Path, look: Look) -> str | None:

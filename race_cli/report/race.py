@@ -14,6 +14,8 @@ needs now.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -83,7 +85,7 @@ def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed, s
     states: list[RaceState | None] = [None] * len(conds)
     dropped: list[dict] = [{} for _ in conds]  # regime -> (look, best) where it was shown worse
     for k, s_k in enumerate(looks):
-        racing = [c for c in range(len(conds)) if final[c] is None]
+        racing = [c for c in range(len(conds)) if final[c] is None and not _evaluating(states[c])]
         if not racing:
             break
         # does look k have every job it needs?
@@ -128,7 +130,8 @@ def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed, s
             labels.append(list(active[c]))
         for c, lab, d in zip(todo, labels, decide_look(ns, gs, schedule, k, maximize)):
             seeds = {g: s_k for g in lab}
-            nxt = looks[k + 1] if d.state == "continue" else None
+            # the evaluation look next: these seeds' checkpoints on more items, no new job
+            nxt = s_k if d.evaluate else looks[k + 1] if d.state == "continue" else None
             cont = tuple(lab[i] for i in d.active)
             iv = {lab[i]: (float(d.gap[i]), float(d.gap_lo[i]), float(d.gap_hi[i])) for i in range(len(lab))}
             dropped[c].update({lab[i]: (k, lab[d.best]) for i in d.worse})
@@ -137,19 +140,83 @@ def _race_target(data, schedule: Schedule, by, target, reg_cols, regime, seed, s
             st = _state(conds[c], target, k, seeds, schedule.spent(k), d.state, cont, lab[d.best], nxt, schedule,
                         f"look {k} ({s_k} seeds, α {schedule.level(k):.4g}): {d.reason}", regs[c], iv,
                         dict(dropped[c]), gain=d.gain, best_gain=d.best_gain, job_seconds=secs_k,
-                        take=take_regime(kept, secs_k) if d.state == "equivalent" else None)
+                        take=take_regime(kept, secs_k) if d.state == "equivalent" else None,
+                        next_items=schedule.eval_items if d.evaluate else None)
             states[c] = st
             if d.state == "continue":
                 active[c] = list(cont)
             else:
                 final[c] = st
+        evaluating = [c for c in todo if _evaluating(states[c])]
+        if evaluating:
+            _evaluation_look(data, schedule, by, target, reg_cols, regime, secs, maximize, k, use, evaluating,
+                             groups, conds, regs, active, states, final, dropped)
     return [s for s in states if s is not None]
+
+
+def _evaluating(state: RaceState | None) -> bool:
+    """The condition waits for (or is at) its evaluation look: it takes no more seed looks."""
+    return state is not None and state.state == "continue" and state.next_items is not None
+
+
+def _evaluation_look(data, schedule: Schedule, by, target, reg_cols, regime, secs, maximize, k, use, conds_todo,
+                     groups, conds, regs, active, states, final, dropped) -> None:
+    """The evaluation look of the conditions that chose it at look k: the same jobs as look k (seeds < looks[k]
+    of the active regimes), their final and start scored on schedule.eval_items items (eval-more.json, report/
+    more_items.py), decided at the evaluation look's level; a condition whose jobs are not all re-evaluated
+    on exactly those items waits ("continue", next_items). The seed pool is look k's, as at the seed look."""
+    from race_cli.report.more_items import more_items_used, swap_in_more
+
+    s_k = schedule.looks[k]
+    jobs = data.jobs
+    n_more = (pd.to_numeric(jobs["eval_more_items"], errors="coerce").to_numpy(float) if "eval_more_items" in jobs
+              else np.full(len(jobs), np.nan))
+    ready, rows_of = [], {}
+    for c in conds_todo:
+        rows = [i for i in groups[c][1] if use[i] and regime[i] in active[c]]
+        rows_of[c] = rows
+        missing = [i for i in rows if n_more[i] != schedule.eval_items]
+        if missing or not more_items_used(data, target, rows):
+            prev = states[c]
+            states[c] = replace(prev, reason=f"{prev.reason}; waiting for the evaluation look: {len(missing)} "
+                                             f"job(s) to score on {schedule.eval_items} items")
+            continue
+        ready.append(c)
+    if not ready:
+        return
+    swapped = data
+    for c in ready:
+        swapped = swap_in_more(swapped, target, rows_of[c])
+    got_conds, inputs, noises = condition_noises(swapped, target, by, maximize, jobs=jobs[use], reg_cols=reg_cols)
+    index = {tuple(sorted((k2, _plain(v)) for k2, v in cd.items())): j for j, cd in enumerate(got_conds)}
+    ns, gs, labels = [], [], []
+    for c in ready:
+        j = index[tuple(sorted(conds[c].items()))]
+        names = [label(r) for r in inputs[j]["regs"]]
+        idx = [names.index(g) for g in active[c]]
+        noise, gnoise = noises[j]
+        ns.append(active_noise(noise, idx))
+        gs.append(None if gnoise is None else active_noise(gnoise, idx))
+        labels.append(list(active[c]))
+    e = schedule.eval_look
+    for c, lab, noise, d in zip(ready, labels, ns, decide_look(ns, gs, schedule, k, maximize,
+                                                                  evaluated=[True] * len(ready))):
+        iv = {lab[i]: (float(d.gap[i]), float(d.gap_lo[i]), float(d.gap_hi[i])) for i in range(len(lab))}
+        dropped[c].update({lab[i]: (e, lab[d.best]) for i in d.worse})
+        secs_k = job_seconds(rows_of[c], regime, secs, lab)
+        kept = [lab[i] for i in range(len(lab)) if i not in d.worse]
+        st = _state(conds[c], target, e, {g: s_k for g in lab}, schedule.spent(k) + schedule.level(e), d.state, (),
+                    lab[d.best], None, schedule, f"evaluation look ({noise.n} items, {s_k} seeds, α "
+                    f"{schedule.level(e):.4g}): {d.reason}", regs[c], iv, dict(dropped[c]), gain=d.gain,
+                    best_gain=d.best_gain, job_seconds=secs_k,
+                    take=take_regime(kept, secs_k) if d.state == "equivalent" else None)
+        states[c] = final[c] = st
 
 
 def _state(cond: dict, target: str, k: int, seeds: dict, spent: float, state: str, active: tuple, best,
            next_seeds, schedule: Schedule, reason: str, regs: dict, intervals: dict | None = None,
            dropped: dict | None = None, gain: str | None = None, best_gain: float = np.nan,
-           job_seconds: dict | None = None, take: str | None = None) -> RaceState:
+           job_seconds: dict | None = None, take: str | None = None, next_items: int | None = None) -> RaceState:
     act = active if state == "continue" else ()
     return RaceState(condition=condition_label(cond | {"target": target}), target=target, look=k,
                      seeds={g: int(n) for g, n in seeds.items()}, alpha_spent=float(spent), state=state,
@@ -158,7 +225,8 @@ def _state(cond: dict, target: str, k: int, seeds: dict, spent: float, state: st
                      active_values=tuple(dict(regs[g]) for g in act), intervals=intervals or {},
                      dropped=dict(dropped or {}), gain=gain,
                      best_gain=float(best_gain) if best_gain is not None and np.isfinite(best_gain) else None,
-                     job_seconds=dict(job_seconds or {}), take=take)
+                     job_seconds=dict(job_seconds or {}), take=take,
+                     next_items=next_items if state == "continue" else None)
 
 
 def needed_seeds(states: list[RaceState]) -> dict[tuple, int]:
@@ -172,4 +240,19 @@ def needed_seeds(states: list[RaceState]) -> dict[tuple, int]:
         for vals in st.active_values:
             key = tuple(cond + sorted(vals.items()))
             out[key] = max(out.get(key, 0), int(st.next_seeds))
+    return out
+
+
+def needed_evaluations(states: list[RaceState]) -> dict[tuple, tuple[int, int]]:
+    """Per regime waiting for its condition's evaluation look, (seeds whose finished jobs it needs scored, items per
+    target): the run loop re-evaluates those jobs (engine/reeval.py). Keys as needed_seeds'."""
+    out: dict[tuple, tuple[int, int]] = {}
+    for st in states:
+        if not _evaluating(st):
+            continue
+        cond = sorted(st.condition_values.items())
+        for vals in st.active_values:
+            key = tuple(cond + sorted(vals.items()))
+            seeds = max(out.get(key, (0, 0))[0], int(st.next_seeds))
+            out[key] = (seeds, int(st.next_items))
     return out

@@ -249,6 +249,7 @@ def read_job(job_dir: str | os.PathLike, sweep: str) -> tuple[dict, dict, list[d
             more = load(folder.more_eval_file(job_dir).name)
             try:
                 items |= _more_items(more)
+                row["eval_more_items"] = int(more["items"])  # the items per target it was asked for
             except (TypeError, ValueError, AttributeError, KeyError) as e:
                 problems.append(f"eval-more.json malformed ({e})")
         if ledger is not None:

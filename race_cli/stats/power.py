@@ -209,14 +209,18 @@ def with_seeds(d: Design, seeds: int) -> Design:
 
 
 def open_call_power(gap: float, parts: Parts, seeds_now: int, seeds_cap: int, regimes: int, margin: float,
-                    alpha: float, z: float = 0.0) -> float:
+                    alpha: float, z: float = 0.0, items_factor: float = 1.0) -> float:
     """Power at the cap of an open call between the best and its runner-up, measured gap `gap`: the larger
     of separating it and showing it within ±margin (both on the same Tukey–Kramer intervals at `alpha`, as
     stats/race.decide_look reads them), a normal approximation at the measured gap, as the settle line asks
     it. parts: the gap's measured variance parts now; the item × regime part stays (the same items), the
     job-mean (seed) part shrinks as seeds_now / seeds_cap and its pooled df grows as seeds − 1 (combined with HETERO_DF as
     stats/variance.moderate combines them). What a race's futility stop asks: below 80% neither outcome is
-    in reach at the cap."""
+    in reach at the cap.
+    items_factor f > 1: the finished checkpoints are also scored on f times the items (engine/reeval.py, the
+    race's evaluation look, common random numbers): the item × regime part and the residual part E shrink as
+    1/f, the pure seed part (job-mean part − E) only with seeds, so the variance is
+    inter/f + (max(seed − E, 0) + E/f)·seeds_now/seeds_cap."""
     from scipy import special
 
     from race_cli.stats.quantiles import range_quantile
@@ -224,6 +228,10 @@ def open_call_power(gap: float, parts: Parts, seeds_now: int, seeds_cap: int, re
     inter = max(float(parts.item) - float(parts.resid), 0.0)
     se_now = math.sqrt(max(inter + float(parts.seed), 0.0))
     var = inter + float(parts.seed) * seeds_now / seeds_cap
+    if items_factor > 1:
+        resid = max(float(parts.resid), 0.0)
+        pure = max(float(parts.seed) - resid, 0.0)
+        var = inter / items_factor + (pure + resid / items_factor) * seeds_now / seeds_cap
     se = math.sqrt(var) if var > 0 else 0.0
     if se == 0:
         return 1.0

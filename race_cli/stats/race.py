@@ -35,6 +35,16 @@ do. A "worse" or "winner" claim at look k is true whenever every claim made at l
 transitive), so the familywise error of the whole race is at most α. (Before issue 52 the drops came from
 the REGWQ step-down and the intervals and equivalence from Hsu's MCB bounds: two procedures whose records
 could disagree; docs/measurements/race.md compares the two.)
+
+The evaluation look (issue 52: resolution where it is cheapest), when the schedule declares `eval_items`: a
+condition still open may, once, have its finished checkpoints (final and start) scored on eval_items items per
+target instead of (or after) buying seeds; item i's k-th sample draws the same random numbers in every job
+(engine/reeval.py), so the pairing holds. Which way an open call buys precision follows the variance model's own
+split (`_route`, power.open_call_power's items_factor): more items shrink the item and residual parts as 1/n,
+more seeds the residual and pure seed parts; the evaluation costs no training, so it is taken whenever it alone
+reaches the power, or at the cap. Its error accounting is the union bound: the evaluation look has its own
+share of α (the bonferroni split over every look a condition may take, the evaluation look included), and a
+condition takes each look at most once, whichever ones the data choose.
 """
 
 from __future__ import annotations
@@ -93,6 +103,9 @@ class Schedule:
     alpha: float = DEFAULT_ALPHA  # familywise error over all looks
     margin: float = DEFAULT_MARGIN  # equivalence margin on the score scale, declared before the first job
     spending: str = DEFAULT_SPENDING  # how alpha is split over the looks
+    # the evaluation look (issue 52): items per target the finished checkpoints (final and start) are scored on
+    # at most once per condition, without training (engine/reeval.py); None: the race buys seeds only
+    eval_items: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "looks", tuple(self.looks))
@@ -110,6 +123,16 @@ class Schedule:
                             f"e.g. {DEFAULT_MARGIN}")
         if self.spending not in SPENDINGS:
             problems.append(f"race spending must be one of {', '.join(SPENDINGS)}, got {self.spending!r}")
+        if self.eval_items is not None:
+            if isinstance(self.eval_items, bool) or not isinstance(self.eval_items, (int, np.integer)) \
+                    or self.eval_items < 2:
+                problems.append(f"race eval_items must be a whole number of items per target (>= 2), got "
+                                f"{self.eval_items!r}; e.g. 1200")
+            elif self.spending != "bonferroni":
+                problems.append(f"race eval_items (an evaluation look) needs the bonferroni split, got "
+                                f"{self.spending!r}: a condition takes the evaluation look at a look the data "
+                                "choose, and only the equal split's union bound holds whichever looks it takes "
+                                "(the calibrated split was measured without it).")
         if problems:
             raise RaceError(*problems)
 
@@ -117,10 +140,21 @@ class Schedule:
     def cap(self) -> int:
         return self.looks[-1]
 
+    @property
+    def n_looks(self) -> int:
+        """Every look a condition may take: the seed looks, and the evaluation look when declared."""
+        return len(self.looks) + (1 if self.eval_items else 0)
+
+    @property
+    def eval_look(self) -> int | None:
+        """The evaluation look's index (after the seed looks' indices), None when none is declared."""
+        return len(self.looks) if self.eval_items else None
+
     def level(self, k: int) -> float:
-        """Nominal α spent at look k (the split's increment; Σ over the looks = α, calibrated: factor·α)."""
-        if not 0 <= k < len(self.looks):
-            raise IndexError(f"look {k} outside 0..{len(self.looks) - 1}")
+        """Nominal α spent at look k (the split's increment; Σ over the looks = α, calibrated: factor·α).
+        k = eval_look: the evaluation look's own share, whichever seed look a condition takes it at."""
+        if not 0 <= k < self.n_looks:
+            raise IndexError(f"look {k} outside 0..{self.n_looks - 1}")
         return self.spent(k) - self.spent(k - 1)
 
     def spent(self, k: int) -> float:
@@ -130,11 +164,11 @@ class Schedule:
             return 0.0
         if self.spending == "calibrated":
             return CALIBRATED_FACTOR * self.alpha * (min(k, len(self.looks) - 1) + 1) / len(self.looks)
-        if k >= len(self.looks) - 1:
+        if k >= self.n_looks - 1:
             return self.alpha
         t = self.looks[k] / self.cap
         if self.spending == "bonferroni":
-            return self.alpha * (k + 1) / len(self.looks)
+            return self.alpha * (k + 1) / self.n_looks
         if self.spending == "bonferroni-obf":
             from scipy import special
 
@@ -143,7 +177,8 @@ class Schedule:
         return self.alpha * math.log(1 + (math.e - 1) * t)
 
     def to_json(self) -> dict:
-        return {"looks": list(self.looks), "alpha": self.alpha, "margin": self.margin, "spending": self.spending}
+        out = {"looks": list(self.looks), "alpha": self.alpha, "margin": self.margin, "spending": self.spending}
+        return out | ({"eval_items": int(self.eval_items)} if self.eval_items else {})
 
     @classmethod
     def from_json(cls, d) -> Schedule:
@@ -151,15 +186,15 @@ class Schedule:
         if not isinstance(d, dict):
             raise RaceError(f"plan.json's race record must be an object like {cls(DEFAULT_LOOKS).to_json()}, "
                             f"got {type(d).__name__}")
-        unknown = set(d) - {"looks", "alpha", "margin", "spending"}
+        unknown = set(d) - {"looks", "alpha", "margin", "spending", "eval_items"}
         if unknown or "looks" not in d:
-            raise RaceError(f"plan.json's race record needs 'looks' and may carry alpha, margin, spending; "
-                            f"got keys {sorted(d)}")
+            raise RaceError(f"plan.json's race record needs 'looks' and may carry alpha, margin, spending, "
+                            f"eval_items; got keys {sorted(d)}")
         looks = d["looks"]
         if not isinstance(looks, list):
             raise RaceError(f"race looks must be a list of seed counts, got {looks!r}; e.g. [2, 3, 4]")
         return cls(tuple(looks), d.get("alpha", DEFAULT_ALPHA), d.get("margin", DEFAULT_MARGIN),
-                   d.get("spending", "bonferroni"))
+                   d.get("spending", "bonferroni"), d.get("eval_items"))
 
 
 def make_schedule(max_seeds: int, first: int = 2, alpha: float = DEFAULT_ALPHA, margin: float = DEFAULT_MARGIN,
@@ -205,6 +240,9 @@ class RaceState:
     best_gain: float | None = None  # the best's mean gain over its start (an improvement), None without a start
     job_seconds: dict = field(default_factory=dict)  # regime compared at this look -> mean wall seconds per job
     take: str | None = None  # equivalent: the regime to take (least wall seconds per job among those kept)
+    # "continue" to the evaluation look: the items per target the active regimes' finished jobs are to be scored
+    # on (engine/reeval.py) before it is decided; None otherwise (next_seeds then says what to run)
+    next_items: int | None = None
 
     def to_json(self) -> dict:
         return {"condition": self.condition, "target": self.target, "look": self.look, "seeds": dict(self.seeds),
@@ -215,7 +253,8 @@ class RaceState:
                 "intervals": {r: [float(x) for x in v] for r, v in self.intervals.items()},
                 "dropped": {r: [int(v[0]), v[1]] for r, v in self.dropped.items()},
                 "gain": self.gain, "best_gain": self.best_gain,
-                "job_seconds": {r: float(v) for r, v in self.job_seconds.items()}, "take": self.take}
+                "job_seconds": {r: float(v) for r, v in self.job_seconds.items()}, "take": self.take,
+                "next_items": self.next_items}
 
 
 def take_regime(kept: list[str], job_seconds: dict) -> str | None:
@@ -249,6 +288,7 @@ class LookDecision:
     reason: str
     gain: str | None = None  # one of GAINS once stopped (None: no recorded start, or still racing)
     best_gain: float = math.nan  # the best's mean gain over its start (an improvement; nan without a start)
+    evaluate: bool = False  # "continue" to the evaluation look: these seeds' checkpoints on eval_items items
 
 
 def pair_bounds(parts, R: int, alpha: float) -> np.ndarray:
@@ -262,73 +302,118 @@ def pair_bounds(parts, R: int, alpha: float) -> np.ndarray:
     return np.asarray(h, float).reshape(R, R)
 
 
-def decide_look(noises: list, gains: list, schedule: Schedule, k: int, maximize: bool = True) -> list[LookDecision]:
+def decide_look(noises: list, gains: list, schedule: Schedule, k: int, maximize: bool = True,
+                evaluated: list[bool] | None = None) -> list[LookDecision]:
     """The decision of look k for many conditions at once.
 
     noises: each condition's stats/variance.Noise restricted to its active regimes (pooled with the sweep's
     prior), all with looks[k] seeds or, for regimes that carry more, with theirs; gains: each one's gain
-    Noise (final − start, signed as an improvement) or None without a recorded start."""
+    Noise (final − start, signed as an improvement) or None without a recorded start.
+    evaluated[i] True: condition i's noise is its evaluation look's (looks[k] seeds' checkpoints scored on
+    schedule.eval_items items), decided at the evaluation look's level, and it stops there."""
+    from race_cli.stats import decisions as D
+
+    evaluated = list(evaluated) if evaluated is not None else [False] * len(noises)
+    out: list[LookDecision | None] = [None] * len(noises)
+    for ev in (False, True):  # the seed look's conditions and the evaluation look's, each at its own level
+        idx = [i for i, e in enumerate(evaluated) if bool(e) == ev]
+        if not idx:
+            continue
+        kk = schedule.eval_look if ev else k
+        alpha = schedule.level(kk)
+        has_gain = [i for i in idx if gains[i] is not None]
+        gds = dict(zip(has_gain, D.gain_decisions_many([gains[i] for i in has_gain], alpha=alpha)))
+        for i in idx:
+            out[i] = _decide_one(noises[i], gds.get(i), schedule, k, alpha, maximize, ev)
+    return out
+
+
+def _decide_one(noise, gd, schedule: Schedule, k: int, alpha: float, maximize: bool, evaluated: bool) -> LookDecision:
+    """One condition's decision at look k (see decide_look); the open call's route when still open."""
     from race_cli.stats import decisions as D
     from race_cli.stats import variance as V
     from race_cli.stats.power import open_call_power
 
-    alpha = schedule.level(k)
-    last = k == len(schedule.looks) - 1
-    has_gain = [i for i, g in enumerate(gains) if g is not None]
-    gds: list = [None] * len(noises)
-    for i, gd in zip(has_gain, D.gain_decisions_many([gains[i] for i in has_gain], alpha=alpha)):
-        gds[i] = gd
+    can_eval = bool(schedule.eval_items) and schedule.eval_items > noise.n  # more items to score: an evaluation look
+    last = evaluated or (k == len(schedule.looks) - 1 and not can_eval)
     sign = 1.0 if maximize else -1.0
-    out = []
-    for noise, gd in zip(noises, gds):
-        R = len(noise.n_seeds)
-        point = sign * np.asarray(noise.point, float)
-        best = int(np.argmax(point))
-        gap = point[best] - point
-        nan = np.full(R, np.nan)
-        if R < 2:
-            out.append(_stop(LookDecision("undecided", best, (), (), gap, nan, nan, math.nan,
-                                          "one regime: nothing to compare"), gd))
-            continue
-        if not noise.has_seed_noise:
-            st = "undecided" if last else "continue"
-            dec = LookDecision(st, best, (), () if last else tuple(range(R)), gap, nan, nan, math.nan,
-                               "no seed variance yet: nothing is testable")
-            out.append(_stop(dec, gd) if last else dec)
-            continue
-        pp = V.contrast_parts(noise, D.pair_contrasts(R))
-        h = pair_bounds(pp, R, alpha)
-        lo, hi = gap - h[best], gap + h[best]
-        lo[best] = hi[best] = 0.0
-        worse = lo > 0
-        rest = [i for i in range(R) if not worse[i]]
-        wl = tuple(i for i in range(R) if worse[i])
-        if len(rest) == 1:
-            out.append(_stop(LookDecision("winner", best, wl, (), gap, lo, hi, math.nan,
-                                          "the best is shown better than every other regime"), gd))
-            continue
-        diff = np.abs(point[:, None] - point[None, :]) + h
-        sub = diff[np.ix_(rest, rest)]
-        if np.all(sub[~np.eye(len(rest), dtype=bool)] < schedule.margin):
-            out.append(_stop(LookDecision("equivalent", best, wl, (), gap, lo, hi, math.nan,
-                                          f"every remaining regime is within ±{schedule.margin:g} of the best"), gd))
-            continue
-        if last:
-            out.append(_stop(LookDecision("undecided", best, wl, (), gap, lo, hi, math.nan,
-                                          f"open at the cap of {schedule.cap} seeds"), gd))
-            continue
-        runner = max((i for i in rest if i != best), key=lambda i: point[i])
-        s_now = int(noise.n_seeds[best])
-        pw = open_call_power(gap[runner], _pair_parts(pp, R, best, runner), s_now, schedule.cap, len(rest),
-                             schedule.margin, schedule.level(len(schedule.looks) - 1), FUTILITY_Z)
-        if pw < FUTILITY_POWER:
-            out.append(_stop(LookDecision("undecided", best, wl, (), gap, lo, hi, pw,
-                                          f"separation or equivalence reaches {pw:.2f} power at the cap of "
-                                          f"{schedule.cap} seeds (< {FUTILITY_POWER:.2f})"), gd))
-            continue
-        out.append(LookDecision("continue", best, wl, tuple(rest), gap, lo, hi, pw,
-                                f"open; {pw:.2f} power at the cap"))
-    return out
+    R = len(noise.n_seeds)
+    point = sign * np.asarray(noise.point, float)
+    best = int(np.argmax(point))
+    gap = point[best] - point
+    nan = np.full(R, np.nan)
+    if R < 2:
+        return _stop(LookDecision("undecided", best, (), (), gap, nan, nan, math.nan,
+                                  "one regime: nothing to compare"), gd)
+    if not noise.has_seed_noise:  # more items cannot help: the seed part is what is missing
+        end = last or k == len(schedule.looks) - 1
+        dec = LookDecision("undecided" if end else "continue", best, (), () if end else tuple(range(R)), gap, nan,
+                           nan, math.nan, "no seed variance yet: nothing is testable")
+        return _stop(dec, gd) if end else dec
+    pp = V.contrast_parts(noise, D.pair_contrasts(R))
+    h = pair_bounds(pp, R, alpha)
+    lo, hi = gap - h[best], gap + h[best]
+    lo[best] = hi[best] = 0.0
+    worse = lo > 0
+    rest = [i for i in range(R) if not worse[i]]
+    wl = tuple(i for i in range(R) if worse[i])
+    if len(rest) == 1:
+        return _stop(LookDecision("winner", best, wl, (), gap, lo, hi, math.nan,
+                                  "the best is shown better than every other regime"), gd)
+    diff = np.abs(point[:, None] - point[None, :]) + h
+    sub = diff[np.ix_(rest, rest)]
+    if np.all(sub[~np.eye(len(rest), dtype=bool)] < schedule.margin):
+        return _stop(LookDecision("equivalent", best, wl, (), gap, lo, hi, math.nan,
+                                  f"every remaining regime is within ±{schedule.margin:g} of the best"), gd)
+    if evaluated:
+        return _stop(LookDecision("undecided", best, wl, (), gap, lo, hi, math.nan,
+                                  f"open after the evaluation look ({noise.n} items, "
+                                  f"{int(noise.n_seeds[best])} seeds)"), gd)
+    if last:
+        return _stop(LookDecision("undecided", best, wl, (), gap, lo, hi, math.nan,
+                                  f"open at the cap of {schedule.cap} seeds"), gd)
+    runner = max((i for i in rest if i != best), key=lambda i: point[i])
+    s_now = int(noise.n_seeds[best])
+    parts = _pair_parts(pp, R, best, runner)
+    if can_eval:
+        return _route(gap, lo, hi, wl, rest, best, runner, parts, s_now, noise.n, schedule, k)
+    pw = open_call_power(gap[runner], parts, s_now, schedule.cap, len(rest),
+                         schedule.margin, schedule.level(len(schedule.looks) - 1), FUTILITY_Z)
+    if pw < FUTILITY_POWER:
+        return _stop(LookDecision("undecided", best, wl, (), gap, lo, hi, pw,
+                                  f"separation or equivalence reaches {pw:.2f} power at the cap of "
+                                  f"{schedule.cap} seeds (< {FUTILITY_POWER:.2f})"), gd)
+    return LookDecision("continue", best, wl, tuple(rest), gap, lo, hi, pw, f"open; {pw:.2f} power at the cap")
+
+
+def _route(gap, lo, hi, wl, rest, best, runner, parts, s_now: int, n_items: int, schedule: Schedule,
+           k: int) -> LookDecision:
+    """Where an open call buys its precision when the schedule declares an evaluation look: the finished
+    checkpoints scored on eval_items items now (no training: its cost is evaluation seconds only), or more
+    seeds up to the cap and then the evaluation look (new jobs, whole training runs). The evaluation route is
+    the cheaper one whenever it is enough: it is taken now when it alone reaches FUTILITY_POWER at the measured
+    gap, or at the cap; seeds are bought only when the evaluation alone falls short and the cap with it reaches
+    FUTILITY_POWER at the gap most in its favour (the futility rule's FUTILITY_Z); when neither does, the call
+    takes the evaluation look now as its last (no more jobs are bought for it).
+    Powers: power.open_call_power with items_factor = eval_items / items now, at the evaluation look's level."""
+    from race_cli.stats.power import open_call_power
+
+    f = schedule.eval_items / n_items
+    level = schedule.level(schedule.eval_look)
+    now = open_call_power(gap[runner], parts, s_now, s_now, len(rest), schedule.margin, level, 0.0,
+                          items_factor=f)
+    at_cap = k == len(schedule.looks) - 1
+    cap = now if at_cap else open_call_power(gap[runner], parts, s_now, schedule.cap, len(rest), schedule.margin,
+                                             level, FUTILITY_Z, items_factor=f)
+    where = f"{schedule.eval_items} items on these {s_now} seeds"
+    if at_cap or now >= FUTILITY_POWER or cap < FUTILITY_POWER:
+        why = ("at the cap" if at_cap else "it reaches the power alone" if now >= FUTILITY_POWER else
+               f"seeds to the cap would reach only {cap:.2f} with it (< {FUTILITY_POWER:.2f})")
+        return LookDecision("continue", best, wl, tuple(rest), gap, lo, hi, now,
+                            f"open; evaluation look next ({where}: {now:.2f} power; {why})", evaluate=True)
+    return LookDecision("continue", best, wl, tuple(rest), gap, lo, hi, cap,
+                        f"open; {cap:.2f} power at the cap of {schedule.cap} seeds and the evaluation look "
+                        f"({now:.2f} with the evaluation alone)")
 
 
 def active_noise(noise, idx: list[int]):
