@@ -150,3 +150,16 @@ def test_the_race_loop_evaluates_the_finished_jobs_and_decides_at_the_evaluation
     assert _race(sweep) == 0  # a rerun replays the same decision and re-evaluates nothing
     assert decide(sweep, sched).states[0] == st
     assert stamps == {j: (sweep / "jobs" / j / "eval-more.json").stat().st_mtime_ns for j in evaluated}
+
+
+def test_a_grid_declares_its_evaluation_look_in_its_race_block():
+    from race_cli.plan.race_plan import make_race_schedule, race_block, resolve_spending
+
+    block = race_block({"name": "g", "race": {"max_seeds": 4, "margin": 0.04, "eval_items": 1200}})
+    sched = resolve_spending(make_race_schedule(block, 2), named=False, jobs=[])
+    assert sched == Schedule((2, 3, 4), 0.05, 0.04, "bonferroni", eval_items=1200)  # not the calibrated split
+    with pytest.raises(RaceError, match="needs the bonferroni split"):
+        make_race_schedule(race_block({"name": "g", "race": {"spending": "calibrated", "eval_items": 1200}}), 2)
+    with pytest.raises(RaceError, match="race.eval_items: 1.5 is not a whole number"):
+        race_block({"name": "g", "race": {"eval_items": 1.5}})
+    assert make_race_schedule(race_block({"name": "g", "race": {"max_seeds": 2, "eval_items": 800}}), 2) is None

@@ -22,7 +22,7 @@ from typing import Any
 from race_cli.errors import RaceError
 from race_cli.regime import condition_key, is_seed, regime_key
 
-RACE_KEYS = ("looks", "max_seeds", "alpha", "margin", "spending")
+RACE_KEYS = ("looks", "max_seeds", "alpha", "margin", "spending", "eval_items")
 
 
 def _number(block: dict, key: str, where: str, problems: list[str], *, integer: bool = False) -> Any:
@@ -59,6 +59,7 @@ def race_block(grid: dict, *, no_race: bool = False, max_seeds: int | None = Non
     block["max_seeds"] = _number(raw, "max_seeds", where, problems, integer=True)
     block["alpha"] = _number(raw, "alpha", where, problems)
     block["margin"] = _number(raw, "margin", where, problems)
+    block["eval_items"] = _number(raw, "eval_items", where, problems, integer=True)  # the evaluation look
     spending = raw.get("spending")
     if spending is not None and not isinstance(spending, str):
         problems.append(f"{where} race.spending: {spending!r} is not a rule's name.")
@@ -95,6 +96,8 @@ def make_race_schedule(block: dict, first: int):
     from race_cli.stats import race as sr
 
     kwargs = {k: block[k] for k in ("alpha", "margin", "spending") if block.get(k) is not None}
+    if block.get("eval_items") is not None:  # an evaluation look: stats/race.Schedule checks it with the split
+        return _with_eval_items(make_race_schedule({**block, "eval_items": None}, first), block["eval_items"])
     try:
         if block.get("looks") is not None:
             looks = [int(x) for x in block["looks"]]
@@ -119,6 +122,13 @@ def make_race_schedule(block: dict, first: int):
         raise RaceError(f"race block {block}: {exc}") from None
 
 
+def _with_eval_items(schedule, items: int):
+    """The schedule with its evaluation look (stats/race.Schedule.eval_items); None stays a fixed design."""
+    import dataclasses
+
+    return None if schedule is None else dataclasses.replace(schedule, eval_items=int(items))
+
+
 def regimes_per_condition(jobs: list) -> int:
     """The most regimes (jobs alike up to their seed) in one condition (model, budget, reward, task)."""
     regimes: dict[tuple, set] = {}
@@ -134,7 +144,7 @@ def resolve_spending(schedule, named: bool, jobs: list):
 
     from race_cli.stats import race as sr
 
-    if named:
+    if named or schedule.eval_items:  # an evaluation look races with the bonferroni split (stats/race.Schedule)
         return schedule
     rule = sr.default_spending(schedule.looks, schedule.alpha, regimes_per_condition(jobs))
     return dataclasses.replace(schedule, spending=rule)
