@@ -17,6 +17,20 @@ from race_cli.stats import variance as V
 from race_cli.stats.power import Design, separation_power
 
 
+def test_t_quantile_of_many_df_is_elementwise_stdtrit():
+    """A simulation's thousands of df (a few distinct) are evaluated once each: the same floats as scipy's
+    stdtrit elementwise, NaN, 0, inf and the array's shape included."""
+    from scipy.special import stdtrit
+
+    rng = np.random.default_rng(4)
+    for shape in [(2000, 4), (65,), (30, 3, 3)]:
+        for df in (rng.choice([1.5, 3.0, 7.25, math.inf, math.nan, 0.0, 120.0], size=shape),
+                   rng.uniform(0.5, 50, size=shape)):
+            level = float(rng.uniform(0.5, 0.9999))
+            want = stdtrit(np.where(np.isfinite(df), df, 1e300), level)
+            assert np.array_equal(Q.t_quantile(level, df), want, equal_nan=True)
+
+
 @pytest.mark.parametrize("k,df", [(3, 3), (3, 6), (6, 10), (12, 3), (3, 199), (3, math.inf)])
 def test_range_quantile_matches_scipy(k, df):
     assert Q.range_quantile(0.95, k, df) == pytest.approx(studentized_range.ppf(0.95, k, df), rel=2e-5)

@@ -34,7 +34,11 @@ from scipy import special
 def t_quantile(level, df):
     """The `level` quantile of Student's t with df degrees of freedom (arrays broadcast; inf: normal)."""
     df = np.asarray(df, float)
-    out = special.stdtrit(np.where(np.isfinite(df), df, 1e300), level)
+    t = lambda d: special.stdtrit(np.where(np.isfinite(d), d, 1e300), level)
+    if df.size > 64 and np.ndim(level) == 0:  # a simulation's df (thousands, a few distinct): each one once
+        uniq, inv = np.unique(df, return_inverse=True)
+        return t(uniq)[inv].reshape(df.shape)
+    out = t(df)
     return float(out) if out.ndim == 0 else out
 
 
