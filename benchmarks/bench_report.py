@@ -3,6 +3,7 @@
     python benchmarks/bench_report.py [--jobs 5000] [--items 200] [--repeats 5] [--plots]
     python benchmarks/bench_report.py --conditions 834 --sweep-dir /tmp/sweep834 \
         --trees /work/base /work/main [--runs 3] [--profile] [--read-only]
+    python benchmarks/bench_report.py --real runs/tiny-<hash> --trees BEFORE AFTER [--runs 5] [--cold-runs 3]
 
 Builds the sweep once (tests/report_fixtures.py: 50 conditions × 20 regimes × 5 seeds by
 default, 200 per-item scores per job), then runs reading, ranking (1000 bootstrap draws),
@@ -24,6 +25,14 @@ The environment passes through (`race report` itself asks for one OpenBLAS threa
 OPENBLAS_NUM_THREADS is set: OPENBLAS_NUM_THREADS=2 shows what the threads cost). --busy K keeps K
 single-core busy loops running beside every timed run, as `race run` training on the same machine
 would: where OpenBLAS's threads cost most.
+
+With --real SWEEP it times `race report SWEEP --no-plots --out TMP` on a finished sweep as a user runs it (the
+default run's 55 jobs: issue 53 asks ≤ 2 s), per source tree, warm (a race cache an earlier report of the sweep
+filled: its kept quantiles) and cold (an empty race cache, a machine's first report), the trees' order reversed
+every other round. It prints each run's wall and CPU seconds (user + system of the command: on a machine shared
+with other work the honest figure; the wall time counts the neighbours' turns) with the load average beside
+it, the medians per tree and case and their ratios, and whether both trees wrote the same report files and
+printed the same lines, byte for byte. The sweep is only read.
 """
 
 from __future__ import annotations
@@ -159,10 +168,11 @@ def make_scale_sweep(root: Path, n_conditions: int, n_regimes: int, n_seeds: int
 
 READ_ONLY = "import sys; from race_cli.report.table import read_sweeps; read_sweeps([sys.argv[1]])"
 READ_ONLY_STAGE = False  # --read-only: time the reader (read_sweeps) alone, not the whole command
+CACHE_ENV: dict[str, str] = {}  # --real: the race cache of the run being timed (RACE_CACHE)
 
 
 def _report_cmd(tree: Path, sweep: Path, out: Path, prof: Path | None) -> tuple[list[str], dict]:
-    env = dict(os.environ, PYTHONPATH=str(tree), COLUMNS="160")
+    env = dict(os.environ, PYTHONPATH=str(tree), COLUMNS="160", **CACHE_ENV)
     run = ["-m", "cProfile", "-o", str(prof)] if prof else []
     if READ_ONLY_STAGE:
         return [sys.executable, *run, "-c", READ_ONLY, str(sweep)], env
@@ -185,7 +195,11 @@ def time_report(tree: Path, sweep: Path, out: Path, prof: Path | None = None) ->
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"race report ({tree}) exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    LAST_STDOUT[tree] = done.stdout.replace(str(out), "OUT")  # what it printed, the report folder's name aside
     return wall, cpu
+
+
+LAST_STDOUT: dict[Path, str] = {}
 
 
 def shutil_rm(path: Path) -> None:
@@ -279,6 +293,56 @@ def _alternate(a: argparse.Namespace, sweep: Path, trees: list[Path], walls: dic
                 print_profile(t, prof)
 
 
+# --- a real finished sweep, warm and cold (issue 53) --------------------------------------------------------
+
+
+def _same_files(a: Path, b: Path) -> bool:
+    names = sorted(p.name for p in a.iterdir())
+    return names == sorted(p.name for p in b.iterdir()) and all(
+        (a / n).read_bytes() == (b / n).read_bytes() for n in names)
+
+
+def real_main(a: argparse.Namespace) -> None:
+    sweep = Path(a.real).resolve()
+    if not (sweep / "jobs").is_dir():
+        raise SystemExit(f"--real {sweep}: not a sweep folder (no jobs/)")
+    trees = [Path(t).resolve() for t in a.trees]
+    n_jobs = sum(1 for p in (sweep / "jobs").iterdir() if p.is_dir())
+    print(f"{sweep}: {n_jobs} jobs; race report SWEEP --no-plots --out TMP, {a.runs} warm and {a.cold_runs} cold "
+          f"runs per tree, order reversed every other round")
+    got: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        outs = {i: tmp / f"out{i}" for i in range(len(trees))}
+        for i, tree in enumerate(trees):  # the warm caches: one untimed report each
+            CACHE_ENV["RACE_CACHE"] = str(tmp / f"warm{i}")
+            time_report(tree, sweep, outs[i])
+        for r in range(max(a.runs, a.cold_runs)):
+            order = list(range(len(trees)))[:: 1 if r % 2 == 0 else -1]
+            for kind, n in (("warm", a.runs), ("cold", a.cold_runs)):
+                for i in order if r < n else ():
+                    cache = tmp / (f"warm{i}" if kind == "warm" else f"cold{i}-{r}")
+                    CACHE_ENV["RACE_CACHE"] = str(cache)
+                    load = os.getloadavg()[0]
+                    wall, cpu = time_report(trees[i], sweep, outs[i])
+                    got.setdefault((kind, i), []).append((wall, cpu, load))
+                    print(f"  {kind} run {r + 1} tree {i}: {wall:.2f} s wall, {cpu:.2f} s CPU (load {load:.1f})",
+                          flush=True)
+        same = len(trees) < 2 or (_same_files(outs[0], outs[1]) and len({LAST_STDOUT[t] for t in trees}) == 1)
+    for (kind, i), xs in sorted(got.items()):
+        walls, cpus, loads = zip(*xs)
+        print(f"{kind} tree {i} ({trees[i]}): CPU median {statistics.median(cpus):.2f} s "
+              f"({', '.join(f'{c:.2f}' for c in cpus)}), wall median {statistics.median(walls):.2f} s "
+              f"({', '.join(f'{w:.2f}' for w in walls)}), load {min(loads):.1f}-{max(loads):.1f}")
+    for kind in ("warm", "cold"):
+        if (kind, 0) in got and (kind, 1) in got:
+            c0, c1 = (statistics.median(x[1] for x in got[(kind, i)]) for i in (0, 1))
+            w0, w1 = (statistics.median(x[0] for x in got[(kind, i)]) for i in (0, 1))
+            print(f"{kind}: CPU {c0:.2f} -> {c1:.2f} s (x{c0 / c1:.2f}), wall {w0:.2f} -> {w1:.2f} s (x{w0 / w1:.2f})")
+    if len(trees) == 2:
+        print(f"report files and printed lines of the two trees byte-identical: {'yes' if same else 'NO'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=5000)
@@ -294,7 +358,11 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="also one run per tree under cProfile")
     ap.add_argument("--read-only", action="store_true", help="with --conditions: time read_sweeps alone")
     ap.add_argument("--busy", type=int, default=0, help="with --conditions: single-core busy loops beside each run")
+    ap.add_argument("--real", metavar="SWEEP", help="time `race report` on this finished sweep, warm and cold")
+    ap.add_argument("--cold-runs", type=int, default=3, help="with --real: runs per tree on an empty race cache")
     a = ap.parse_args()
+    if a.real:
+        return real_main(a)
     if a.conditions:
         return scale_main(a)
     with tempfile.TemporaryDirectory() as tmp:
