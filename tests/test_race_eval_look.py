@@ -116,7 +116,8 @@ def _race(sweep: Path) -> int:
 
 
 def test_the_race_loop_evaluates_the_finished_jobs_and_decides_at_the_evaluation_look(tmp_path, monkeypatch):
-    """Item noise only (seed_sd 0), a gap of 0.03 on 400 items: seeds up to the cap leave the call open (the
+    """Item noise only (seed_sd 0), a gap of 0.03 on 400 items (and a third regime far below, dropped at the
+    first look, whose jobs keep their 400 items): seeds up to the cap leave the call open (the
     same folder replayed without an evaluation look ends undecided); the evaluation look scores the cap's jobs
     on 4000 items (the fake re-evaluation) and the better regime wins."""
     from dataclasses import replace
@@ -129,7 +130,8 @@ def test_the_race_loop_evaluates_the_finished_jobs_and_decides_at_the_evaluation
 
     monkeypatch.setattr(reeval, "reeval_command", fake_reeval.command)
     sweep = make_race_sweep(tmp_path / "s", {"m0_G4": {"model": "m0", "group_size": 4, "mean": 0.5},
-                                             "m0_G8": {"model": "m0", "group_size": 8, "mean": 0.53}},
+                                             "m0_G8": {"model": "m0", "group_size": 8, "mean": 0.53},
+                                             "m0_G2": {"model": "m0", "group_size": 2, "mean": 0.3}},
                             looks=(2, 3, 4), margin=0.02, items=400, seed_sd=0.0, seconds=0.05)
     doc = read_json(sweep / "plan.json")
     doc["race"]["eval_items"] = 4000
@@ -138,7 +140,8 @@ def test_the_race_loop_evaluates_the_finished_jobs_and_decides_at_the_evaluation
     sched = sweep_schedule(sweep)
     st, = decide(sweep, sched).states
     assert (st.look, st.state, st.best) == (sched.eval_look, "winner", "G=8")
-    assert st.reason.startswith("evaluation look (4000 items, 4 seeds, α 0.0125)")
+    assert st.reason.startswith("evaluation look (4000 items, 4 seeds, α 0.0125)")  # not the 400 G=2 kept
+    assert st.dropped["G=2"][0] < sched.eval_look  # shown worse at a seed look: never re-evaluated
     assert math.isclose(st.alpha_spent, 0.05)  # every look's share: three seed looks and the evaluation look
     evaluated = sorted(p.parent.name for p in (sweep / "jobs").glob("*/eval-more.json"))
     assert evaluated == [f"m0_G{g}_s{s}" for g in (4, 8) for s in range(4)]  # the cap's jobs, once each

@@ -164,7 +164,8 @@ def _evaluation_look(data, schedule: Schedule, by, target, reg_cols, regime, sec
     """The evaluation look of the conditions that chose it at look k: the same jobs as look k (seeds < looks[k]
     of the active regimes), their final and start scored on schedule.eval_items items (eval-more.json, report/
     more_items.py), decided at the evaluation look's level; a condition whose jobs are not all re-evaluated
-    on exactly those items waits ("continue", next_items). The seed pool is look k's, as at the seed look."""
+    on exactly those items waits ("continue", next_items). The seed pool is look k's, as at the seed look, less
+    the evaluating conditions' regimes dropped before it (their jobs are not scored on the added items)."""
     from race_cli.report.more_items import more_items_used, swap_in_more
 
     s_k = schedule.looks[k]
@@ -185,9 +186,13 @@ def _evaluation_look(data, schedule: Schedule, by, target, reg_cols, regime, sec
     if not ready:
         return
     swapped = data
+    use_e = use.copy()
     for c in ready:
         swapped = swap_in_more(swapped, target, rows_of[c])
-    got_conds, inputs, noises = condition_noises(swapped, target, by, maximize, jobs=jobs[use], reg_cols=reg_cols)
+        # only the evaluated jobs (the active regimes'): a regime dropped earlier keeps its summary's items, and a
+        # condition ranked on the items common to both would fall back to those
+        use_e[[i for i in groups[c][1] if i not in set(rows_of[c])]] = False
+    got_conds, inputs, noises = condition_noises(swapped, target, by, maximize, jobs=jobs[use_e], reg_cols=reg_cols)
     index = {tuple(sorted((k2, _plain(v)) for k2, v in cd.items())): j for j, cd in enumerate(got_conds)}
     ns, gs, labels = [], [], []
     for c in ready:
