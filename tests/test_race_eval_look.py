@@ -142,6 +142,9 @@ def test_the_race_loop_evaluates_the_finished_jobs_and_decides_at_the_evaluation
     assert (st.look, st.state, st.best) == (sched.eval_look, "winner", "G=8")
     assert st.reason.startswith("evaluation look (4000 items, 4 seeds, α 0.0125)")  # not the 400 G=2 kept
     assert st.dropped["G=2"][0] < sched.eval_look  # shown worse at a seed look: never re-evaluated
+    from race_cli.report.words import race_state
+
+    assert race_state(st) == "winner G=8 at the evaluation look (4 seeds, 4000 items)"
     assert math.isclose(st.alpha_spent, 0.05)  # every look's share: three seed looks and the evaluation look
     evaluated = sorted(p.parent.name for p in (sweep / "jobs").glob("*/eval-more.json"))
     assert evaluated == [f"m0_G{g}_s{s}" for g in (4, 8) for s in range(4)]  # the cap's jobs, once each

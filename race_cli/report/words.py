@@ -102,6 +102,7 @@ def race_schedule(schedule) -> str:
 
 
 _LOOK_PREFIX = re.compile(r"^look \d+ \([^)]*\): ")  # stats/race's reasons open with their look; said once here
+_EVAL_PREFIX = re.compile(r"^evaluation look \((\d+) items[^)]*\): ")  # report/race's evaluation look, the same
 
 
 def race_state(state) -> str:
@@ -112,6 +113,10 @@ def race_state(state) -> str:
     had = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}" if seeds else "–"
     at = f"at look {int(state.look)} ({had} seeds)"
     reason = _LOOK_PREFIX.sub("", str(state.reason or "").strip())
+    evaluated = _EVAL_PREFIX.match(reason)
+    if evaluated:  # decided at the evaluation look: the finished jobs scored on more items
+        at = f"at the evaluation look ({had} seeds, {evaluated[1]} items)"
+        reason = reason[evaluated.end():]
     why = f": {reason}" if reason else ""
     best = state.best or "–"
     gain = gain_note(state)

@@ -367,8 +367,7 @@ def _decide_one(noise, gd, schedule: Schedule, k: int, alpha: float, maximize: b
                                   f"every remaining regime is within ±{schedule.margin:g} of the best"), gd)
     if evaluated:
         return _stop(LookDecision("undecided", best, wl, (), gap, lo, hi, math.nan,
-                                  f"open after the evaluation look ({noise.n} items, "
-                                  f"{int(noise.n_seeds[best])} seeds)"), gd)
+                                  f"still open on {noise.n} items"), gd)
     if last:
         return _stop(LookDecision("undecided", best, wl, (), gap, lo, hi, math.nan,
                                   f"open at the cap of {schedule.cap} seeds"), gd)
