@@ -60,6 +60,11 @@ GRID = list(P_GRID)  # the regimes of this run (main sets it from --regimes)
 SEED_KINDS = S.SEED_KINDS
 SEED_KIND = ["uniform"]  # the seed effects of this run (main sets it from --seed-kind)
 START = 0.40
+EVAL_ITEMS = [None]  # --eval-items: the race's evaluation look scores finished runs on this many items (main sets it)
+# What the evaluation route and the seed route cost, measured on the default run (2026-12-03, docs/measurements/
+# race.md): a tiny job's final policy scored at 3.6 ms per added item (2 samples; median of 40 re-evaluations under
+# load, plus ~7 s of setup per job), a tiny job 61 s (mean of 55). Seconds below are jobs x these.
+EVAL_S_PER_ITEM, EVAL_SETUP_S, JOB_S = 0.0036, 7.0, 61.0
 START_SAMPLES = 16  # the start evaluated once per condition, 4× the samples of a job's final evaluation
 BASE = 0.45
 
@@ -81,8 +86,9 @@ def simulate_condition(rng: np.random.Generator, accs, cap: int, start_samples: 
     with the start evaluated once for the condition with `start_samples` per item: (final [R, cap, n], start
     [n]). P = acc_r + d_i + g_ri + e_rs (stats/race_sim.true_p: items ±0.2, item × regime sd 0.05, seed effects
     of SEED_KIND)."""
-    P, d = S.true_p(rng, accs, cap, N_ITEMS, SEED_SD, SEED_KIND[0])  # [R, cap, n], [n]
-    fin = S.CommonNumbers.draw(rng, N_ITEMS, SAMPLES, CRN_SHARE).scores(rng, P)  # [R, cap, n]
+    n = EVAL_ITEMS[0] or N_ITEMS  # with an evaluation look, its items: the first N_ITEMS are the seed looks'
+    P, d = S.true_p(rng, accs, cap, n, SEED_SD, SEED_KIND[0])  # [R, cap, n], [n]
+    fin = S.CommonNumbers.draw(rng, n, SAMPLES, CRN_SHARE).scores(rng, P)  # [R, cap, n]
     ini = rng.binomial(start_samples, np.clip(START + d, 0, 1)) / start_samples
     return fin, ini
 
@@ -109,24 +115,32 @@ def _cond(name: str, c: int) -> dict:
 # --- a sweep in memory (fixed designs, --memory) -------------------------------------------------------
 
 
-def memory_sweep(sims, seeds_of) -> object:
-    """A SweepData of the runs seeds_of(c, r) gives (a seed count per condition and regime)."""
+def memory_sweep(sims, seeds_of, evaluated_of=None) -> object:
+    """A SweepData of the runs seeds_of(c, r) gives (a seed count per condition and regime); with evaluated_of,
+    the runs of seeds below evaluated_of(c, r) also hold their scores on every simulated item (eval-more.json)."""
     from race_cli.report.table import SweepData
 
-    ids = [f"i{i:03d}" for i in range(N_ITEMS)]
-    rows, items, initial = [], {}, {}
+    ids = [f"i{i:05d}" for i in range(N_ITEMS)]
+    rows, items, initial, more, more0 = [], {}, {}, {}, {}
     for c, (name, _, fin, ini) in enumerate(sims):
         cond = _cond(name, c)
         for r, (mu, _) in enumerate(GRID):
             for s in range(seeds_of(c, r)):
                 jid = f"{name}_G4_mu{mu}_s{s}"
-                rows.append({"sweep": "synthetic", "job_id": jid, "state": "done", "readable": True, **cond,
-                             "group_size": 4, "updates_per_batch": mu, "seed": s,
-                             f"eval/{TARGET}": float(fin[r, s].mean()), f"eval_initial/{TARGET}": float(ini.mean())})
-                items[("synthetic", jid, TARGET)] = (ids, fin[r, s])
-                initial[("synthetic", jid, TARGET)] = (ids, ini)
+                row = {"sweep": "synthetic", "job_id": jid, "state": "done", "readable": True, **cond,
+                       "group_size": 4, "updates_per_batch": mu, "seed": s,
+                       f"eval/{TARGET}": float(fin[r, s, :N_ITEMS].mean()),
+                       f"eval_initial/{TARGET}": float(ini[:N_ITEMS].mean())}
+                items[("synthetic", jid, TARGET)] = (ids, fin[r, s, :N_ITEMS])
+                initial[("synthetic", jid, TARGET)] = (ids, ini[:N_ITEMS])
+                if evaluated_of is not None and s < evaluated_of(c, r):
+                    every = [f"i{i:05d}" for i in range(fin.shape[-1])]
+                    more[("synthetic", jid, TARGET)], more0[("synthetic", jid, TARGET)] = (every, fin[r, s]), (every, ini)
+                    row["eval_more_items"] = fin.shape[-1]
+                rows.append(row)
     return SweepData(jobs=pd.DataFrame(rows), items=items, items_initial=initial,
-                     knob_cols=["group_size", "updates_per_batch"], targets=[TARGET])
+                     knob_cols=["group_size", "updates_per_batch"], targets=[TARGET], items_more=more,
+                     items_initial_more=more0)
 
 
 # --- the race --------------------------------------------------------------------------------------
@@ -144,13 +158,16 @@ def _write(jobs_dir: Path, sims, c: int, r: int, s: int, rng) -> None:
 def run_race(sims, schedule, folder: Path | None) -> tuple[list, object, int]:
     """Race the simulated conditions: (final states, the finished sweep's SweepData, reads). folder None: in
     memory (the same states; faster)."""
-    from race_cli.report.race import needed_seeds, race_states
+    from race_cli.report.race import needed_evaluations, needed_seeds, race_states
     from race_cli.report.table import read_sweeps
 
     index = {name: c for c, (name, *_) in enumerate(sims)}
     mu_of = {mu: r for r, (mu, _) in enumerate(GRID)}
     have = np.zeros((len(sims), len(GRID)), dtype=int)
     want = np.full_like(have, schedule.looks[0])
+    evaluated = np.zeros_like(have)  # per condition and regime: runs below this seed scored on the evaluation items
+    if schedule.eval_items and folder is not None:
+        raise SystemExit("--eval-items runs the race in memory only: add --memory")
     rng = np.random.default_rng(7)
     jobs_dir = folder / "jobs" if folder is not None else None
     reads = 0
@@ -160,11 +177,21 @@ def run_race(sims, schedule, folder: Path | None) -> tuple[list, object, int]:
                 for s in range(have[c, r], want[c, r]):
                     _write(jobs_dir, sims, c, r, s, rng)
             have[c, r] = want[c, r]
-        data = read_sweeps([folder]) if folder is not None else memory_sweep(sims, lambda c, r: have[c, r])
+        data = read_sweeps([folder]) if folder is not None else memory_sweep(
+            sims, lambda c, r: have[c, r], (lambda c, r: evaluated[c, r]) if schedule.eval_items else None)
         reads += 1
         states = race_states(data, schedule)
         need = needed_seeds(states)
+        asked = 0
+        for key, (n, _) in needed_evaluations(states).items():  # the evaluation look: no new job, more items
+            kv = dict(key)
+            c, r = index[kv["model"]], mu_of[int(kv["updates_per_batch"])]
+            asked += evaluated[c, r] < n
+            evaluated[c, r] = max(evaluated[c, r], n)
+        if asked:
+            continue
         if not need:
+            run_race.evaluated = evaluated
             return states, data, reads
         for key, n in need.items():
             kv = dict(key)
@@ -249,14 +276,31 @@ def scenario(kind: str, delta: float, n: int, schedule, seed: int, memory: bool,
     states, data, reads = run_race(sims, schedule, folder)
     wall = time.perf_counter() - t0
     jobs = jobs_of(data)
-    row = {"kind": kind, "delta": delta, "design": "race", "looks": list(schedule.looks), "reads": reads,
+    row = {"kind": kind, "delta": delta, "design": "race" + (f" + eval {schedule.eval_items}" if schedule.eval_items
+                                                               else ""),
+           "looks": list(schedule.looks), "reads": reads,
            "wall_s": wall, "jobs_per_condition": jobs / n, "seeds_per_regime": jobs / (n * R)}
+    ev = int(run_race.evaluated.sum()) if schedule.eval_items else 0
+    row["evaluated_per_condition"] = ev / n  # finished runs scored on the evaluation items
+    row["job_s_per_condition"] = jobs / n * JOB_S
+    row["eval_s_per_condition"] = ev / n * (EVAL_SETUP_S + (schedule.eval_items or N_ITEMS) * EVAL_S_PER_ITEM) \
+        if ev else 0.0
     row |= score(states, sims, schedule.margin, data)
     if kind == "better" and SEED_KIND[0] == "uniform":  # what race plan prints as its expected cost (stats/race_sim.py)
         from race_cli.stats.race_sim import expected_race
 
         row["plan_seeds_per_regime"] = expected_race(schedule, delta, SEED_SD).seeds_per_regime
     out = [row]
+    if schedule.eval_items:  # the seed-only race on the same runs (its split over its own looks), for comparison
+        from dataclasses import replace
+
+        plain = replace(schedule, eval_items=None)
+        st0, d0, _ = run_race(sims, plain, None)
+        j0 = jobs_of(d0)
+        out.append({"kind": kind, "delta": delta, "design": "race (seeds only)", "jobs_per_condition": j0 / n,
+                    "seeds_per_regime": j0 / (n * R), "evaluated_per_condition": 0.0,
+                    "job_s_per_condition": j0 / n * JOB_S, "eval_s_per_condition": 0.0}
+                   | score(st0, sims, schedule.margin))
     for s in FIXED_RUN:
         fixed = Schedule((s,), alpha=schedule.alpha, margin=schedule.margin)
         fd = memory_sweep(sims, lambda c, r, s=s: s)
@@ -273,7 +317,7 @@ def print_table(rows: list[dict], schedule) -> None:
           f"seed effects {SEED_KIND[0]}\n")
     head = ["truth", "design", "separated", "equivalent", "undecided", "no gain", "false worse/winner",
             "false equiv.", "kept & worse", "cover race", "cover report", "seeds/regime", "jobs/condition",
-            "plan seeds/regime"]
+            "plan seeds/regime", "re-evaluated/condition", "job s + eval s /condition"]
     print(" | ".join(head))
     print("|".join("---" for _ in head))
     for r in rows:
@@ -284,7 +328,10 @@ def print_table(rows: list[dict], schedule) -> None:
                           f"{r['no_gain']:.3f}", f"{r['false_worse_or_winner']:.3f}", f"{r['false_equivalent']:.3f}",
                           str(r["kept_and_worse"]), f"{r['cover_race_intervals']:.3f}", cr, f"{r['seeds_per_regime']:.2f}",
                           f"{r['jobs_per_condition']:.2f}",
-                          f"{r['plan_seeds_per_regime']:.2f}" if "plan_seeds_per_regime" in r else "–"]))
+                          f"{r['plan_seeds_per_regime']:.2f}" if "plan_seeds_per_regime" in r else "–",
+                          f"{r['evaluated_per_condition']:.2f}" if "evaluated_per_condition" in r else "–",
+                          f"{r['job_s_per_condition']:.0f} + {r['eval_s_per_condition']:.0f}"
+                          if "job_s_per_condition" in r else "–"]))
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -307,12 +354,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     help="the seed effects' shape (module docstring): uniform (before issue 52), normal, t3, collapse, "
                          "spread3")
     ap.add_argument("--fixed", type=int, nargs="*", default=list(FIXED), help="fixed designs decided on the same runs")
+    ap.add_argument("--eval-items", type=int, default=None,
+                    help="the race's evaluation look: finished runs scored on this many items (> the 200 of the seed "
+                         "looks; needs --memory and the bonferroni split)")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     a = ap.parse_args(argv)
+    EVAL_ITEMS[0] = a.eval_items
     GRID[:] = ALL_REGIMES[:a.regimes]
     SEED_KIND[0] = a.seed_kind
     FIXED_RUN[:] = a.fixed
-    schedule = Schedule(tuple(a.looks), a.alpha, a.margin, a.spending)
+    schedule = Schedule(tuple(a.looks), a.alpha, a.margin, a.spending, a.eval_items)
     rows = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="race-bench-") as tmp:
