@@ -329,7 +329,9 @@ def plan(
     if (n_one := one_seed_regimes(p.jobs)):
         from rich.console import Console
 
-        n_reg = len({tuple(sorted(o for o in j.overrides if not o.startswith("seed="))) for j in p.jobs})
+        from race_cli.regime import regime_key
+
+        n_reg = len({regime_key(j.overrides) for j in p.jobs})
         Console(stderr=True).print(SEED_WARNING.format(n=n_one, r=n_reg), highlight=False)
     if p.capped:
         from rich.console import Console
@@ -476,17 +478,19 @@ def run(
     Exit code: 0 all done, 1 some job failed, 2 bad input, 130 stopped. Every option in full:
     docs/commands.md.
     """
-    from race_cli.pool.run import run_main
+    from race_cli.pool.run import RunOptions, run_main
 
     try:
         _use_config_dirs(config_dir)
         overrides, sweep_dir = _sweep_habits(overrides, sweep_dir, "--sweep-dir", multirun, cfg, each_job,
                                              max_jobs=max_jobs, yes=yes, race=not no_race, max_seeds=max_seeds)
-        code = run_main(overrides or [], sweep_dir=sweep_dir, workers=workers, gpus_per_job=gpus_per_job,
-                        launcher=launcher, retry_failed=retry_failed, yes=yes, max_jobs=max_jobs,
-                        partition=partition, time_min=time_min, array_parallelism=array_parallelism,
-                        setup=setup or [], cpus_per_task=cpus_per_task, mem_gb=mem_gb, allow_cpu=allow_cpu,
-                        wait=wait, race=not no_race, max_seeds=max_seeds)
+        options = RunOptions(overrides=tuple(overrides or ()), sweep_dir=sweep_dir, workers=workers,
+                             gpus_per_job=gpus_per_job, launcher=launcher, retry_failed=retry_failed, yes=yes,
+                             max_jobs=max_jobs, partition=partition, time_min=time_min,
+                             array_parallelism=array_parallelism, setup=tuple(setup or ()),
+                             cpus_per_task=cpus_per_task, mem_gb=mem_gb, wait=wait, allow_cpu=allow_cpu,
+                             race=not no_race, max_seeds=max_seeds)
+        code = run_main(options)
     except RaceError as exc:
         _fail(exc)
     raise typer.Exit(code)

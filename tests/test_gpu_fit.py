@@ -53,13 +53,14 @@ def test_race_run_refuses_before_the_first_job_naming_the_jobs_and_the_fix(gpu_b
     """On 45 GiB cards the 7B policy, the 7B PRM and vLLM's engine do not fit one GPU: race run exits 2 (a
     RaceError) before writing the sweep or starting a job, naming every job, --gpus-per-job 2 among the fixes,
     and what it planned with."""
-    from race_cli.pool.run import run_main
+    from race_cli.pool.run import RunOptions, run_main
 
     gpu_box["mem"] = L40S
     overrides = ["grid=pilot", "model=qwen2.5-7b", "reward=prm-7b", "grpo.group_size=4", "grpo.updates_per_batch=1",
                  "seed=0,1"]
     with pytest.raises(RaceError) as err:
-        run_main(overrides, race=False, runs_root=tmp_path / "runs", job_command=_no_job, say=lambda _: None)
+        run_main(RunOptions(overrides=overrides, race=False, runs_root=tmp_path / "runs"), job_command=_no_job,
+                 say=lambda _: None)
     problems = err.value.problems
     assert [p.split(":")[0] for p in problems[:-1]] == ["Job s0", "Job s1"]  # each job, by its id
     assert all("--gpus-per-job 2" in p and "phase needs" in p for p in problems[:-1])
@@ -76,7 +77,7 @@ def test_race_run_refuses_before_the_first_job_naming_the_jobs_and_the_fix(gpu_b
 def test_race_run_checks_a_sweep_folder_it_resumes_against_its_gpus(gpu_box, tmp_path):
     """A folder planned for 80 GB cards, resumed on 45 GiB ones: refused before anything runs."""
     from race_cli.plan.build import prepare_sweep
-    from race_cli.pool.run import run_main
+    from race_cli.pool.run import RunOptions, run_main
 
     overrides = ["grid=pilot", "model=qwen2.5-7b", "reward=prm-7b", "grpo.group_size=4", "grpo.updates_per_batch=1",
                  "seed=0"]
@@ -84,7 +85,7 @@ def test_race_run_checks_a_sweep_folder_it_resumes_against_its_gpus(gpu_box, tmp
                           gpu_mem=H100)
     gpu_box["mem"] = L40S
     with pytest.raises(RaceError) as err:
-        run_main([], sweep_dir=sweep, job_command=_no_job, say=lambda _: None)
+        run_main(RunOptions(sweep_dir=sweep), job_command=_no_job, say=lambda _: None)
     assert err.value.problems[0].startswith("Job job: the rollout phase needs") and "45.0 GiB" in err.value.problems[-1]
     assert read_json(sweep / "jobs" / "job" / "status.json")["state"] == "pending"
 

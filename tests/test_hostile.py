@@ -150,7 +150,7 @@ def test_corrupt_checkpoint_says_which_folder_to_remove(tmp_path, damage):
 
 @pytest.mark.parametrize("bad_id", ["../../escaped", "..", "/tmp/abs", ".hidden", "a/b", 7, "x\n"])
 def test_job_id_from_plan_json_cannot_leave_the_sweep(tmp_path, bad_id):
-    from race_cli.pool.run import run_main
+    from race_cli.pool.run import RunOptions, run_main
 
     sweep = make_sweep(tmp_path / "runs" / "s", {"ok-job": {"iterations": 1, "seconds": 0.0}})
     rows = json.loads((sweep / "plan.json").read_text())
@@ -163,12 +163,13 @@ def test_job_id_from_plan_json_cannot_leave_the_sweep(tmp_path, bad_id):
         (target / ".hydra" / "config.yaml").write_bytes((sweep / "jobs" / "ok-job" / ".hydra" / "config.yaml").read_bytes())
     before = snapshot(tmp_path)
     with pytest.raises(RaceError, match="is not one race writes"):
-        run_main([], sweep_dir=sweep, workers=1, report=False, live=False, job_command=fake_command, say=lambda m: None)
+        run_main(RunOptions(sweep_dir=sweep, workers=1, report=False, live=False), job_command=fake_command,
+                 say=lambda m: None)
     assert snapshot(tmp_path) == before
 
 
 def test_job_folder_that_is_a_symlink_is_refused(tmp_path):
-    from race_cli.pool.run import run_main
+    from race_cli.pool.run import RunOptions, run_main
 
     sweep = make_sweep(tmp_path / "runs" / "s", {"ok-job": {"iterations": 1, "seconds": 0.0}})
     outside = tmp_path / "outside"
@@ -176,7 +177,8 @@ def test_job_folder_that_is_a_symlink_is_refused(tmp_path):
     (sweep / "jobs" / "ok-job").symlink_to(outside)
     before = snapshot(tmp_path)
     with pytest.raises(RaceError, match="symbolic link"):
-        run_main([], sweep_dir=sweep, workers=1, report=False, live=False, job_command=fake_command, say=lambda m: None)
+        run_main(RunOptions(sweep_dir=sweep, workers=1, report=False, live=False), job_command=fake_command,
+                 say=lambda m: None)
     assert snapshot(tmp_path) == before
 
 
@@ -411,14 +413,15 @@ def test_damaged_zoo_entry_is_named_not_a_traceback(tmp_path, capsys, monkeypatc
 # --- job folders: plan.json damage, status.json garbage, a corrected race train --------------------
 
 def test_plan_json_listing_a_job_twice_is_refused(tmp_path):
-    from race_cli.pool.run import run_main
+    from race_cli.pool.run import RunOptions, run_main
 
     sweep = make_sweep(tmp_path / "s", {"a": {"iterations": 1}})
     rows = json.loads((sweep / "plan.json").read_text())
     (sweep / "plan.json").write_text(json.dumps(rows + rows))
     before = snapshot(tmp_path)
     with pytest.raises(RaceError, match="lists job 'a' twice"):
-        run_main([], sweep_dir=sweep, workers=1, report=False, live=False, job_command=fake_command, say=lambda m: None)
+        run_main(RunOptions(sweep_dir=sweep, workers=1, report=False, live=False), job_command=fake_command,
+                 say=lambda m: None)
     assert snapshot(tmp_path) == before
 
 
@@ -572,7 +575,7 @@ def test_an_interpolation_in_a_job_config_never_reads_the_environment(tmp_path, 
 
 def test_an_interpolation_in_a_sweep_job_fails_that_job_without_the_secret(tmp_path, capsys, monkeypatch):
     """race run --sweep-dir with the real job command: the job fails (status, log) and neither holds the value."""
-    from race_cli.pool.run import run_main
+    from race_cli.pool.run import RunOptions, run_main
 
     code, text = cli(monkeypatch, capsys, tmp_path, "plan", "grid=none", "--out", "S")
     assert code == 0, text
@@ -583,7 +586,7 @@ def test_an_interpolation_in_a_sweep_job_fails_that_job_without_the_secret(tmp_p
     monkeypatch.setenv("RACE_FORKSERVER", "0")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     said: list[str] = []
-    assert run_main([], sweep_dir=sweep, workers=1, report=False, live=False, say=said.append) == 1
+    assert run_main(RunOptions(sweep_dir=sweep, workers=1, report=False, live=False), say=said.append) == 1
     status = json.loads((job / "status.json").read_text())
     assert status["state"] == "failed" and "model.path holds an interpolation" in status["error"]
     assert "interpolation" in (job / "log.txt").read_text()
@@ -605,7 +608,7 @@ def test_report_does_not_write_through_a_linked_report_folder(tmp_path, capsys, 
 
 @pytest.mark.parametrize("name", ["log.txt", "metrics.jsonl", "checkpoint"])
 def test_run_does_not_append_through_a_link_in_a_job_folder(tmp_path, name):
-    from race_cli.pool.run import run_main
+    from race_cli.pool.run import RunOptions, run_main
 
     sweep = make_sweep(tmp_path / "runs" / "s", {"a": {"iterations": 1, "seconds": 0.0}})
     outside = tmp_path / "outside"
@@ -614,7 +617,8 @@ def test_run_does_not_append_through_a_link_in_a_job_folder(tmp_path, name):
     (sweep / "jobs" / "a" / name).symlink_to(outside / "victim")
     before = snapshot(tmp_path)
     with pytest.raises(RaceError, match=f"jobs/a/{name} is a symbolic link: race writes job folders itself"):
-        run_main([], sweep_dir=sweep, workers=1, report=False, live=False, job_command=fake_command, say=lambda m: None)
+        run_main(RunOptions(sweep_dir=sweep, workers=1, report=False, live=False), job_command=fake_command,
+                 say=lambda m: None)
     assert snapshot(tmp_path) == before
     assert (outside / "victim").read_text() == "precious\n"
 
@@ -918,7 +922,7 @@ def test_round_two_bad_input_gets_one_message_and_changes_nothing(tmp_path, caps
 def test_a_job_config_linked_to_dev_zero_does_not_hang_race_run(tmp_path):
     """race run --sweep-dir looks at every job's config before running (zoo, model sizes): a config
     linked to /dev/zero is refused with the link named, not read forever."""
-    from race_cli.pool.run import run_main
+    from race_cli.pool.run import RunOptions, run_main
 
     sweep = make_sweep(tmp_path / "runs" / "s", {"a": {"iterations": 1, "seconds": 0.0}})
     config = sweep / "jobs" / "a" / ".hydra" / "config.yaml"
@@ -926,7 +930,8 @@ def test_a_job_config_linked_to_dev_zero_does_not_hang_race_run(tmp_path):
     config.symlink_to("/dev/zero")
     before = snapshot(tmp_path)
     with pytest.raises(RaceError, match="config.yaml is a symbolic link"):
-        run_main([], sweep_dir=sweep, workers=1, report=False, live=False, job_command=fake_command, say=lambda m: None)
+        run_main(RunOptions(sweep_dir=sweep, workers=1, report=False, live=False), job_command=fake_command,
+                 say=lambda m: None)
     assert snapshot(tmp_path) == before
 
 

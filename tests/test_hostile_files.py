@@ -372,7 +372,7 @@ def test_trust_table_race_run_refuses_before_running(tmp_path, name, how):
     from fake_job import make_sweep
 
     from race_cli.errors import RaceError
-    from race_cli.pool.run import run_main
+    from race_cli.pool.run import RunOptions, run_main
 
     sweep = make_sweep(tmp_path / "runs" / "s", {"a": {"iterations": 1, "seconds": 0.0}})
     if name == "jobs/a/.hydra":
@@ -382,7 +382,7 @@ def test_trust_table_race_run_refuses_before_running(tmp_path, name, how):
         damage(sweep / name, how, tmp_path / "outside")
     before = snapshot(tmp_path)
     with pytest.raises(RaceError) as err:
-        run_main([], sweep_dir=sweep, workers=1, report=False, live=False, job_command=fake_command,
+        run_main(RunOptions(sweep_dir=sweep, workers=1, report=False, live=False), job_command=fake_command,
                  say=lambda m: None)
     text = " ".join(err.value.problems)
     assert Path(name).name in text or (how == "folder" and "lack .hydra/config.yaml" in text), text

@@ -22,7 +22,7 @@ from race_cli.errors import RaceError
 from race_cli.io import read_json, read_jsonl
 from race_cli import status as st
 from race_cli.plan.build import prepare_sweep
-from race_cli.pool.run import run_main
+from race_cli.pool.run import RunOptions, run_main
 from race_cli.status import select_jobs
 from race_cli.machine import visible_gpus
 from race_cli.pool.local import LocalPool, cpu_slots, gpu_slots, longest_first, make_slots
@@ -34,13 +34,14 @@ from fake_job import command, make_sweep
 ROOT = Path(__file__).resolve().parent.parent
 # a `race run` in its own process, running the fake jobs (the job command is injected, never an env hook)
 FAKE_IMPORT = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); from pathlib import Path; "
-               "from race_cli.pool.run import run_main; from fake_job import command; ")
+               "from race_cli.pool.run import RunOptions, run_main; from fake_job import command; ")
 OUTPUTS = ("metrics.jsonl", "summary.json", "ledger.json", "checkpoint/state.json")
 
 
-def run(sweep: Path, **kw) -> int:
-    kw = {"workers": 2, "report": False, "live": False, "job_command": command, **kw}
-    return run_main([], sweep_dir=sweep, **kw)
+def run(sweep: Path, job_command=command, say=print, **kw) -> int:
+    """`race run --sweep-dir SWEEP --workers 2` here, running the fake jobs (RunOptions from `kw`)."""
+    return run_main(RunOptions(sweep_dir=sweep, **{"workers": 2, "report": False, "live": False, **kw}),
+                    job_command=job_command, say=say)
 
 
 def state(sweep: Path, job: str) -> dict:
@@ -58,8 +59,8 @@ def wait_until(cond, timeout: float = 20.0, what: str = "condition") -> None:
 
 def orchestrator(sweep: Path, *extra: str) -> subprocess.Popen:
     """`race run --sweep-dir SWEEP --workers 2` in its own process (run_main, no report)."""
-    code = (FAKE_IMPORT + "sys.exit(run_main([], sweep_dir=Path(sys.argv[1]), workers=2, report=False, live=False, "
-            "job_command=command" + "".join(f", {e}" for e in extra) + "))")
+    code = (FAKE_IMPORT + "sys.exit(run_main(RunOptions(sweep_dir=Path(sys.argv[1]), workers=2, report=False, "
+            "live=False" + "".join(f", {e}" for e in extra) + "), job_command=command))")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-c", code, str(sweep)], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -298,8 +299,8 @@ def test_sigkill_worker_and_orchestrator_then_rerun_equals_uninterrupted(tmp_pat
     assert (sweep / LOCK_NAME).exists()  # left behind by the dead orchestrator
 
     rc = subprocess.run([sys.executable, "-c", FAKE_IMPORT +
-                         "sys.exit(run_main([], sweep_dir=Path(sys.argv[1]), workers=2, retry_failed=True, "
-                         "report=False, live=False, job_command=command))", str(sweep)],
+                         "sys.exit(run_main(RunOptions(sweep_dir=Path(sys.argv[1]), workers=2, retry_failed=True, "
+                         "report=False, live=False), job_command=command))", str(sweep)],
                         env={**os.environ, "PYTHONPATH": str(ROOT)},
                         cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert rc.returncode == 0, rc.stdout + rc.stderr
@@ -346,7 +347,7 @@ def test_same_overrides_same_folder_and_a_different_plan_is_refused(tmp_path):
 
 def test_bad_arguments_are_reported_together(tmp_path):
     with pytest.raises(RaceError) as e:
-        run_main([], sweep_dir=tmp_path, workers=0, gpus_per_job=-1, launcher="k8s", time_min=0)
+        run_main(RunOptions(sweep_dir=tmp_path, workers=0, gpus_per_job=-1, launcher="k8s", time_min=0))
     assert len(e.value.problems) == 4
     assert not any(tmp_path.iterdir())  # nothing written
 

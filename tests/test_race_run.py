@@ -22,7 +22,7 @@ import pytest
 
 from race_cli.errors import RaceError
 from race_cli.io import read_json
-from race_cli.pool.run import run_main
+from race_cli.pool.run import RunOptions, run_main
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_job import command
@@ -39,9 +39,9 @@ def truth_sweep(path: Path, seconds: float = 0.05) -> Path:
     return make_race_sweep(path, regimes, looks=LOOKS, seed_sd=0.02, items=400, seconds=seconds)
 
 
-def race(sweep: Path, **kw) -> int:
-    kw = {"workers": 2, "job_command": command, "report": False, "live": False, "say": lambda _: None, **kw}
-    return run_main([], sweep_dir=sweep, **kw)
+def race(sweep: Path, job_command=command, say=lambda _: None, **kw) -> int:
+    return run_main(RunOptions(sweep_dir=sweep, **{"workers": 2, "report": False, "live": False, **kw}),
+                    job_command=job_command, say=say)
 
 
 def outcome(sweep: Path) -> dict:
@@ -93,9 +93,9 @@ def test_race_adds_seeds_only_where_a_call_is_open(straight):
 
 def _start_race(sweep: Path) -> subprocess.Popen:
     code = ("import sys; sys.path.insert(0, sys.argv[2]); from fake_job import command; "
-            "from race_cli.pool.run import run_main; "
-            "sys.exit(run_main([], sweep_dir=__import__('pathlib').Path(sys.argv[1]), workers=2, "
-            "job_command=command, report=False, live=False))")
+            "from race_cli.pool.run import RunOptions, run_main; "
+            "sys.exit(run_main(RunOptions(sweep_dir=__import__('pathlib').Path(sys.argv[1]), workers=2, "
+            "report=False, live=False), job_command=command))")
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     return subprocess.Popen([sys.executable, "-c", code, str(sweep), str(ROOT / "tests")], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from race_cli.io import read_json
-from race_cli.pool.run import run_main
+from race_cli.pool.run import RunOptions, run_main
 from race_cli.pool.slurm import SUBMITIT_DIR, SUBMITTED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,10 +56,9 @@ if PROBLEM:  # the prefix is one tests/skip_guard.py allows: CI could not start 
     pytestmark = [pytest.mark.slurm, pytest.mark.skip(reason=f"SLURM cluster unavailable: {PROBLEM}")]
 
 
-def run(sweep: Path, **kw) -> int:
-    kw = {"launcher": "slurm", "gpus_per_job": 0, "partition": "debug", "time_min": 5, "report": False,
-          "job_command": command, **kw}
-    return run_main([], sweep_dir=sweep, **kw)
+def run(sweep: Path, job_command=command, **kw) -> int:
+    kw = {"launcher": "slurm", "gpus_per_job": 0, "partition": "debug", "time_min": 5, "report": False, **kw}
+    return run_main(RunOptions(sweep_dir=sweep, **kw), job_command=job_command)
 
 
 def state(sweep: Path, job: str) -> dict:

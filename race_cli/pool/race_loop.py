@@ -33,7 +33,7 @@ from race_cli import folder
 from race_cli.errors import RaceError
 from race_cli.io import atomic_write_json
 from race_cli.plan_file import FIX, RacePlan, read_race, regime_of
-from race_cli.regime import is_seed
+from race_cli.regime import is_seed, regime_key
 
 TMP = ".race-look.tmp"  # under the sweep folder: job folders being written, renamed into jobs/ when whole
 
@@ -177,7 +177,7 @@ def regime_source(sweep: Path, plan: RacePlan, regime: str) -> tuple[dict, list]
     base_row, base_dir, base, base_over = got[0]
     for r, d, config, overrides in got[1:]:
         diff = _differences({**base, "seed": None}, {**config, "seed": None})
-        same_over = [o for o in base_over if not is_seed(str(o))] == [o for o in overrides if not is_seed(str(o))]
+        same_over = regime_key(map(str, base_over)) == regime_key(map(str, overrides))
         if diff or not same_over:
             raise RaceError(f"{folder.job_config(base_dir)} and {folder.job_config(d)} differ beyond the seed "
                             f"({', '.join(diff) or 'overrides'}): the jobs of one regime share a config. A later seed "

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from race_cli import folder
 from race_cli import status as st
@@ -34,115 +35,158 @@ MAX_TIME_MIN = 60 * 24 * 30  # a month
 MAX_MEM_GB = 65536  # 64 TB: beyond any node
 
 
-def validate_args(*, launcher: str, workers: int | None, gpus_per_job: int, time_min: int,
-                  array_parallelism: int | None, cpus_per_task: int | None, grace_s: float,
-                  mem_gb: int | None = None, max_jobs: int | None = None) -> None:
+@dataclass(frozen=True)
+class RunOptions:
+    """What `race run` was asked; cli.py builds it once, every step reads it from here (as report/build.py's
+    ReportOptions for race report). The flags are those of `race run --help` (docs/commands.md)."""
+
+    overrides: tuple[str, ...] = ()  # Hydra overrides, as race plan takes them (none: the embedded grid)
+    sweep_dir: Path | None = None  # --sweep-dir: the folder to plan into or resume; None: runs/<grid>-<hash>
+    workers: int | None = None  # --workers: CPU worker processes; None: one per core
+    gpus_per_job: int = 1  # --gpus-per-job (SLURM: 0 runs CPU-only tasks)
+    launcher: str = "local"  # --launcher: local (this machine) or slurm (a submitit array)
+    retry_failed: bool = False  # --retry-failed: run failed jobs again
+    yes: bool = False  # --yes: plan sweeps larger than max_jobs
+    max_jobs: int = 512  # --max-jobs: refuse larger sweeps unless yes
+    partition: str | None = None  # --partition: SLURM partition
+    time_min: int = 60  # --time-min: SLURM minutes per task, then requeued
+    array_parallelism: int | None = None  # --array-parallelism: most SLURM tasks running at once
+    setup: tuple[str, ...] = ()  # --setup: shell lines before each SLURM task
+    cpus_per_task: int | None = None  # --cpus-per-task: SLURM CPUs per task
+    mem_gb: int | None = None  # --mem-gb: SLURM host memory per task
+    wait: bool = True  # --wait/--no-wait: wait for the SLURM tasks
+    allow_cpu: bool = False  # --allow-cpu: run hub-sized models on CPU workers
+    race: bool = True  # False: --no-race, a new plan is a fixed design even where the grid races
+    max_seeds: int | None = None  # --max-seeds: the race's cap for a new plan (plan/race_plan.py)
+    grace_s: float = 10.0  # seconds a stopped job gets between SIGTERM and SIGKILL (no flag)
+    live: bool | None = None  # the live progress table; None: when stdout is a terminal (no flag)
+    report: bool = True  # end with the report's top (tests turn it off; no flag)
+    runs_root: Path = Path("runs")  # where a new sweep folder goes when sweep_dir is None (no flag)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overrides", tuple(self.overrides))
+        object.__setattr__(self, "setup", tuple(self.setup))
+
+
+@dataclass
+class RunTiming:
+    """The wall time of the pool's passes in one `race run` (a race runs a pass per look), filled by run_local
+    and said at the end: the planned-vs-actual line, and the CPU rates kept for the next plan (plan/learned.py)."""
+
+    line: str | None = None  # the last pass's planned-vs-actual line (wall_check_line); None: no job ran
+    looks: int = 0  # passes that ran jobs
+    jobs: int = 0  # jobs run over those passes
+    actual_s: float = 0.0  # wall seconds of those passes
+    planned_s: float | None = 0.0  # the plan's seconds for the same jobs on each pass's slots; None: one unknown
+    where: str = ""  # the last pass's slots in words, e.g. "2 CPU worker(s), 1 thread(s) each"
+    cpu_slots: int = 0  # the widest pass of CPU workers (0: GPU slots only), the rates' worker count
+
+    def add_pass(self, planned: list, actual_s: float, slots: int, where: str) -> None:
+        """Add one pass of the pool (a race's look): its jobs, its seconds and the plan's seconds for them."""
+        from race_cli.cost.walltime import grid_seconds
+
+        known = None if any(p is None for p in planned) else grid_seconds([float(p) for p in planned], slots)
+        self.planned_s = None if known is None or self.planned_s is None else self.planned_s + known
+        self.looks += 1
+        self.jobs += len(planned)
+        self.actual_s += actual_s
+        self.where = where
+
+
+def validate_args(o: RunOptions) -> None:
+    """RaceError listing every value of `o` out of range (before anything is planned or run)."""
     problems = []
-    if launcher not in LAUNCHERS:
-        problems.append(f"--launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}.")
-    if workers is not None and not 1 <= workers <= MAX_WORKERS:
-        problems.append(f"--workers {workers}: expected 1 to {MAX_WORKERS} CPU worker processes.")
-    if gpus_per_job > MAX_WORKERS:
-        problems.append(f"--gpus-per-job {gpus_per_job}: expected at most {MAX_WORKERS}.")
-    elif gpus_per_job < 0 or (launcher == "local" and gpus_per_job < 1):
-        problems.append(f"--gpus-per-job {gpus_per_job}: expected at least 1 (0 is allowed with "
+    if o.launcher not in LAUNCHERS:
+        problems.append(f"--launcher {o.launcher!r}: expected one of {', '.join(LAUNCHERS)}.")
+    if o.workers is not None and not 1 <= o.workers <= MAX_WORKERS:
+        problems.append(f"--workers {o.workers}: expected 1 to {MAX_WORKERS} CPU worker processes.")
+    if o.gpus_per_job > MAX_WORKERS:
+        problems.append(f"--gpus-per-job {o.gpus_per_job}: expected at most {MAX_WORKERS}.")
+    elif o.gpus_per_job < 0 or (o.launcher == "local" and o.gpus_per_job < 1):
+        problems.append(f"--gpus-per-job {o.gpus_per_job}: expected at least 1 (0 is allowed with "
                         "--launcher slurm for CPU-only tasks).")
-    if not 1 <= time_min <= MAX_TIME_MIN:
-        problems.append(f"--time-min {time_min}: expected a SLURM time limit of 1 to {MAX_TIME_MIN} minutes.")
-    if array_parallelism is not None and not 1 <= array_parallelism <= MAX_WORKERS * 100:
-        problems.append(f"--array-parallelism {array_parallelism}: expected 1 to {MAX_WORKERS * 100} tasks at a time.")
-    if cpus_per_task is not None and not 1 <= cpus_per_task <= MAX_WORKERS:
-        problems.append(f"--cpus-per-task {cpus_per_task}: expected 1 to {MAX_WORKERS}.")
-    if max_jobs is not None and max_jobs < 1:
-        problems.append(f"--max-jobs {max_jobs}: expected at least 1.")
-    if grace_s < 0:
-        problems.append(f"grace {grace_s} s: expected >= 0.")
-    if mem_gb is not None and not 1 <= mem_gb <= MAX_MEM_GB:
-        problems.append(f"--mem-gb {mem_gb}: expected 1 to {MAX_MEM_GB} GB of host memory per SLURM task.")
+    if not 1 <= o.time_min <= MAX_TIME_MIN:
+        problems.append(f"--time-min {o.time_min}: expected a SLURM time limit of 1 to {MAX_TIME_MIN} minutes.")
+    if o.array_parallelism is not None and not 1 <= o.array_parallelism <= MAX_WORKERS * 100:
+        problems.append(f"--array-parallelism {o.array_parallelism}: expected 1 to {MAX_WORKERS * 100} tasks at "
+                        "a time.")
+    if o.cpus_per_task is not None and not 1 <= o.cpus_per_task <= MAX_WORKERS:
+        problems.append(f"--cpus-per-task {o.cpus_per_task}: expected 1 to {MAX_WORKERS}.")
+    if o.max_jobs is not None and o.max_jobs < 1:
+        problems.append(f"--max-jobs {o.max_jobs}: expected at least 1.")
+    if o.grace_s < 0:
+        problems.append(f"grace {o.grace_s} s: expected >= 0.")
+    if o.mem_gb is not None and not 1 <= o.mem_gb <= MAX_MEM_GB:
+        problems.append(f"--mem-gb {o.mem_gb}: expected 1 to {MAX_MEM_GB} GB of host memory per SLURM task.")
     if problems:
         raise RaceError(*problems)
 
 
-def run_main(overrides: Sequence[str], *, sweep_dir: Path | None = None, workers: int | None = None,
-             gpus_per_job: int = 1, launcher: str = "local", retry_failed: bool = False, yes: bool = False,
-             max_jobs: int = 512, partition: str | None = None, time_min: int = 60,
-             array_parallelism: int | None = None, setup: Sequence[str] = (), cpus_per_task: int | None = None,
-             wait: bool = True, grace_s: float = 10.0, live: bool | None = None, report: bool = True,
-             allow_cpu: bool = False, mem_gb: int | None = None, race: bool = True, max_seeds: int | None = None,
-             job_command: Callable[[Path], list[str]] | None = None, runs_root: Path = Path("runs"),
+def run_main(o: RunOptions, *, job_command: Callable[[Path], list[str]] | None = None,
              say: Callable[[str], None] = print) -> int:
     """Plan (or reopen) the sweep, run what is not done, print the outcome; returns the exit code.
 
     Raises RaceError (exit 2) on bad input before anything runs. See the module docstring. A raced sweep
-    (plan.json "race") runs look after look until no call needs more seeds (pool/race_loop.py); `race` False
-    (--no-race) and `max_seeds` (--max-seeds) shape a new plan as in race plan.
+    (plan.json "race") runs look after look until no call needs more seeds (pool/race_loop.py); `o.race` False
+    (--no-race) and `o.max_seeds` (--max-seeds) shape a new plan as in race plan. `job_command` builds a job's
+    command line (None: the real engine, pool/local.default_job_command; tests inject fake jobs).
     """
     from race_cli.pool.local import default_job_command
 
-    own_jobs = job_command is None  # the real engine (tests inject fake jobs)
-    validate_args(launcher=launcher, workers=workers, gpus_per_job=gpus_per_job, time_min=time_min,
-                  array_parallelism=array_parallelism, cpus_per_task=cpus_per_task, grace_s=grace_s, mem_gb=mem_gb,
-                  max_jobs=max_jobs)
+    own_jobs = job_command is None
+    validate_args(o)
     job_command = job_command or default_job_command
     check: Callable[[list[dict]], None] | None = None
     gpu_mem = None  # bytes per GPU the jobs will run on (None: not known here, e.g. SLURM nodes)
-    if launcher == "local":  # hub-sized models on CPU workers only when asked (--allow-cpu)
+    if o.launcher == "local":  # hub-sized models on CPU workers only when asked (--allow-cpu)
         from race_cli import machine
         from race_cli.pool.local import refuse_cpu_for_big_models
 
         gpus = machine.visible_gpus()
-        check = lambda configs: refuse_cpu_for_big_models(configs, gpus=gpus, allow_cpu=allow_cpu)
+        check = lambda configs: refuse_cpu_for_big_models(configs, gpus=gpus, allow_cpu=o.allow_cpu)
         gpu_mem = machine.gpu_total_bytes() if gpus else None  # every job must fit it, before the first one runs
 
     from race_cli.plan.build import prepare_sweep
 
-    sweep = prepare_sweep(overrides, sweep_dir, yes=yes, max_jobs=max_jobs, runs_root=runs_root, say=say,
-                          check=check, race=race, max_seeds=max_seeds, gpu_mem=gpu_mem, gpus_per_job=gpus_per_job)
+    sweep = prepare_sweep(list(o.overrides), o.sweep_dir, yes=o.yes, max_jobs=o.max_jobs, runs_root=o.runs_root,
+                          say=say, check=check, race=o.race, max_seeds=o.max_seeds, gpu_mem=gpu_mem,
+                          gpus_per_job=o.gpus_per_job)
     from race_cli.lock import SweepLock
     from race_cli.pool.race_loop import sweep_schedule
 
     schedule = sweep_schedule(sweep)  # None: a fixed design, one pass; plan.json checked (race_cli/plan_file.py)
     if schedule is None:
-        return _run_passes(sweep, None, launcher=launcher, own_jobs=own_jobs, workers=workers,
-                           gpus_per_job=gpus_per_job, retry_failed=retry_failed, grace_s=grace_s, live=live,
-                           job_command=job_command, partition=partition, time_min=time_min,
-                           array_parallelism=array_parallelism, setup=setup, cpus_per_task=cpus_per_task,
-                           mem_gb=mem_gb, wait=wait, report=report, say=say)
+        return _run_passes(sweep, None, o, own_jobs, job_command, say)
     with SweepLock(sweep, say=say, reenter=True):  # a race holds the sweep from its first pass to its end
         from race_cli.plan_file import pin_record
 
         pin_record(sweep, schedule)  # the record is fixed before the race's first job (race_cli/plan_file.py)
-        return _run_passes(sweep, schedule, launcher=launcher, own_jobs=own_jobs, workers=workers,
-                           gpus_per_job=gpus_per_job, retry_failed=retry_failed, grace_s=grace_s, live=live,
-                           job_command=job_command, partition=partition, time_min=time_min,
-                           array_parallelism=array_parallelism, setup=setup, cpus_per_task=cpus_per_task,
-                           mem_gb=mem_gb, wait=wait, report=report, say=say)
+        return _run_passes(sweep, schedule, o, own_jobs, job_command, say)
 
 
-def _run_passes(sweep: Path, schedule, *, launcher: str, own_jobs: bool, workers, gpus_per_job: int,
-                retry_failed: bool, grace_s: float, live, job_command, partition, time_min: int, array_parallelism,
-                setup, cpus_per_task, mem_gb, wait: bool, report: bool, say) -> int:
+def _run_passes(sweep: Path, schedule, o: RunOptions, own_jobs: bool, job_command, say) -> int:
     """One pass of the pool for a fixed design; for a race, a pass per look until no call needs more seeds."""
     from race_cli.pool.race_loop import end_lines, next_look, stuck
 
-    timing: dict = {}
+    timing = RunTiming()
     look = None
     while True:  # one pass per look of a race
         rows = folder.read_plan_rows(sweep)
-        if launcher == "slurm":
+        if o.launcher == "slurm":
             from race_cli.pool.slurm import run_slurm
 
-            code = run_slurm(sweep, rows, retry_failed=retry_failed, partition=partition, time_min=time_min,
-                             gpus_per_job=gpus_per_job, array_parallelism=array_parallelism, setup=list(setup),
-                             cpus_per_task=cpus_per_task, mem_gb=mem_gb, wait=wait, job_command=job_command,
+            code = run_slurm(sweep, rows, retry_failed=o.retry_failed, partition=o.partition, time_min=o.time_min,
+                             gpus_per_job=o.gpus_per_job, array_parallelism=o.array_parallelism, setup=list(o.setup),
+                             cpus_per_task=o.cpus_per_task, mem_gb=o.mem_gb, wait=o.wait, job_command=job_command,
                              say=say)
             if code is not None:
                 return code
         else:
             if own_jobs:
                 prebuild_zoo(sweep, list(rows), say)
-            stopped = run_local(sweep, rows, workers=workers, gpus_per_job=gpus_per_job, retry_failed=retry_failed,
-                                grace_s=grace_s, live=live, job_command=job_command, say=say, timing=timing)
+            stopped = run_local(sweep, rows, workers=o.workers, gpus_per_job=o.gpus_per_job,
+                                retry_failed=o.retry_failed, grace_s=o.grace_s, live=o.live, job_command=job_command,
+                                say=say, timing=timing)
             if stopped:
                 say(f"Stopped by {signal.Signals(stopped).name}: running jobs are marked interrupted. "
                     f"Resume with the same command, or: race run --sweep-dir {sweep}")
@@ -156,23 +200,23 @@ def _run_passes(sweep: Path, schedule, *, launcher: str, own_jobs: bool, workers
                 raise RaceError(why, *end_lines(look.states, schedule))
             break
     end = [*end_lines(look.states, schedule)] if look is not None else []
-    if timing.get("looks", 0) > 1:
+    if timing.looks > 1:
         end.append(race_wall_line(timing))
-    elif timing.get("line"):
-        end.append(timing["line"])
-    if launcher == "local" and own_jobs and timing.get("jobs"):
-        end.append(learn_line(sweep, timing.get("cpu_slots", 0)))
-    return finish(sweep, list(rows), retry_failed=retry_failed, report=report, say=say,
+    elif timing.line:
+        end.append(timing.line)
+    if o.launcher == "local" and own_jobs and timing.jobs:
+        end.append(learn_line(sweep, timing.cpu_slots))
+    return finish(sweep, list(rows), retry_failed=o.retry_failed, report=o.report, say=say,
                   end_line="\n".join(end) or None)
 
 
-def race_wall_line(timing: dict) -> str:
+def race_wall_line(timing: RunTiming) -> str:
     """The planned-vs-actual wall time of a race's passes: each look runs after the one before, so the
     planned time is the sum of each pass's schedule on its slots."""
     from race_cli.cost.walltime import fmt_duration
 
-    planned, actual, n = timing["planned_s"], timing["actual_s"], timing["jobs"]
-    text = f"wall time {fmt_duration(actual)} for {n} job(s) in {timing['looks']} pass(es) on {timing['where']}"
+    planned, actual, n = timing.planned_s, timing.actual_s, timing.jobs
+    text = f"wall time {fmt_duration(actual)} for {n} job(s) in {timing.looks} pass(es) on {timing.where}"
     if planned is None or planned <= 0:
         return text + "."
     return text + f"; planned {fmt_duration(planned)} for those jobs (actual / planned {actual / planned:.2f})."
@@ -273,9 +317,9 @@ def wait_for_live_trainers(sweep: Path, job_ids: list[str], say, poll_s: float =
 
 def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_per_job: int,
               retry_failed: bool, grace_s: float, live: bool | None, job_command, say,
-              timing: dict | None = None) -> int | None:
+              timing: RunTiming | None = None) -> int | None:
     """Run the jobs not yet done on this machine under the sweep lock; returns the stopping signal or None.
-    `timing["line"]` gets the planned-vs-actual wall time of the jobs run (wall_check_line)."""
+    `timing` gets this pass added (RunTiming.add_pass) and its planned-vs-actual line (wall_check_line)."""
     from race_cli.pool.display import Progress, make_display
     from race_cli import machine
     from race_cli.pool.local import LocalPool, make_slots
@@ -319,22 +363,11 @@ def run_local(sweep: Path, rows: dict[str, dict], *, workers: int | None, gpus_p
         if timing is not None:
             planned = [rows.get(j, {}).get("planned_seconds") for j in todo]
             actual = time.monotonic() - t0
-            timing["line"] = wall_check_line(planned, actual, len(slots), where)
-            _add_pass(timing, planned, actual, len(slots), where)
+            timing.line = wall_check_line(planned, actual, len(slots), where)
+            timing.add_pass(planned, actual, len(slots), where)
             if not slots[0].name.startswith("cuda"):  # the widest pass of CPU workers (plan/learned.py)
-                timing["cpu_slots"] = max(timing.get("cpu_slots", 0), len(slots))
+                timing.cpu_slots = max(timing.cpu_slots, len(slots))
         return pool.stopped_by
-
-
-def _add_pass(timing: dict, planned: list, actual_s: float, slots: int, where: str) -> None:
-    """Add one pass of the pool (a race's look) to `timing`: jobs, seconds, the plan's seconds for them."""
-    from race_cli.cost.walltime import grid_seconds
-
-    known = None if any(p is None for p in planned) else grid_seconds([float(p) for p in planned], slots)
-    before = timing.get("planned_s", 0.0)
-    timing.update(looks=timing.get("looks", 0) + 1, jobs=timing.get("jobs", 0) + len(planned),
-                  actual_s=timing.get("actual_s", 0.0) + actual_s, where=where,
-                  planned_s=None if known is None or before is None else before + known)
 
 
 def finish(sweep: Path, job_ids: list[str], *, retry_failed: bool, report: bool, say,
