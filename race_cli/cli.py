@@ -312,6 +312,9 @@ def plan(
             from race_cli.plan.race_price import price_lines, price_race
 
             head += price_lines(price_race(p, sd[0]), p.race)
+            from race_cli.plan.walltime_eval import eval_route_line  # issue 52: the evaluation route's price
+
+            head += [line for line in [eval_route_line(p.jobs, p.race)] if line]
     print_plan(p, fmt.value, head=head)
     for note in (p.race_note, p.task_note):
         if note:

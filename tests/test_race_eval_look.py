@@ -169,3 +169,28 @@ def test_a_grid_declares_its_evaluation_look_in_its_race_block():
     with pytest.raises(RaceError, match="race.eval_items: 1.5 is not a whole number"):
         race_block({"name": "g", "race": {"eval_items": 1.5}})
     assert make_race_schedule(race_block({"name": "g", "race": {"max_seeds": 2, "eval_items": 800}}), 2) is None
+
+
+def test_the_plan_prices_the_evaluation_route_beside_a_seed():
+    """By hand from the plan's own figures: per job, the completions the look adds (1200 − 400 items on each of
+    the two targets, eval.samples 2) at the wall-time model's seconds per evaluated completion (its evaluation
+    seconds over eval.at's 5 points x 800 items x 2 samples); a seed costs a job's planned seconds."""
+    from dataclasses import replace
+
+    from race_cli.plan.build import build_plan
+    from race_cli.plan.walltime_eval import eval_route_line, kept_policy_bytes
+
+    p = build_plan([], race=True)
+    sched = replace(p.race, spending="bonferroni", eval_items=1200)
+    route = sorted(j.wall.eval / (5 * 800 * 2) * (2 * 800) * 2 for j in p.jobs)[len(p.jobs) // 2]
+    seed = sorted(j.wall.total for j in p.jobs)[len(p.jobs) // 2]
+    line = eval_route_line(p.jobs, sched)
+    assert line.startswith(f"evaluation route: the race's evaluation look scores each finished job on 1200 items "
+                           f"per target without training, ~{route:.1f} s per job")
+    assert f"against ~{seed:.0f} s for each new seed" in line
+    # the kept policy is the whole model (the tiny grid fine-tunes fully): the default run's adapter/ files
+    # measured 431,544 and 1,422,872 bytes (model.safetensors: the float32 weights and a JSON header of ~3-4 KB)
+    kept = {m: kept_policy_bytes(next(j for j in p.jobs if j.config["model"]["name"] == m).memory)
+            for m in ("tiny-s", "tiny-m")}
+    assert 0 < 431_544 - kept["tiny-s"] < 5_000 and 0 < 1_422_872 - kept["tiny-m"] < 5_000
+    assert "kept final policies (adapter/, per job): tiny-m 1.4 MiB, tiny-s 0.41 MiB." in line
