@@ -6,7 +6,7 @@
 - display.py         the live rich display on a terminal, a line per event otherwise
 - reeval.py          a sweep's finished jobs scored on more items, each a process on the pool (engine/reeval.py)
 - race_loop.py       a raced sweep: run a look, decide (report/race.py), open the next look's jobs, repeat
-- run.py             `run_main`, what `race run` calls: plan -> sweep folder -> pool -> report's top
+- run.py             `run_main(RunOptions)`, what `race run` calls: plan -> sweep folder -> pool -> report's top
 
 The sweep lock and status records it keeps are race_cli/lock.py and race_cli/status.py; the
 machine's GPUs and cores come from race_cli/machine.py. Nothing here imports torch at module
