@@ -460,12 +460,12 @@ class _Progress:
 def apply_informative(config: dict, measured: dict) -> None:
     """Set grpo.expected_informative_share from a sweep's measurement (its regime, else its reward type)
     when the job leaves it null; an explicit value is kept."""
-    from race_cli.plan.measured import regime_key
+    from race_cli.plan.measured import settings_key
 
     g = config["grpo"]
     if g.get("expected_informative_share") is not None:
         return
-    key = regime_key(config["model"]["name"], reward_name(config), g["group_size"], g["updates_per_batch"])
+    key = settings_key(config["model"]["name"], reward_name(config), g["group_size"], g["updates_per_batch"])
     value = measured.get(key, measured.get(("rule" if config["reward"]["type"] == "rule" else "prm",)))
     if value is not None and value > 0:
         config["grpo"] = g = dict(g)  # the section may be shared with other jobs of the regime

@@ -101,7 +101,10 @@ def sweep_rates(sweep: Path) -> dict[str, Rates]:
     return rates
 
 
-def regime_key(model: str, reward: str, group_size: Any, updates_per_batch: Any) -> tuple:
+def settings_key(model: str, reward: str, group_size: Any, updates_per_batch: Any) -> tuple:
+    """(model, reward, G, μ): what a measured informative share is filed under. Not race_cli/regime.regime_key
+    (a job's overrides less its seed): another sweep's regimes are matched by these settings, whatever overrides
+    set them."""
     from race_cli.cost.budget import reward_label
 
     return (str(model), str(reward_label(reward)), int(group_size), int(updates_per_batch))  # old names read as new
@@ -143,7 +146,7 @@ def sweep_informative(sweep: Path) -> dict[tuple, float]:
         if v is None:
             continue
         try:
-            key = regime_key(row["model"], row["reward"], row["group_size"], row["updates_per_batch"])
+            key = settings_key(row["model"], row["reward"], row["group_size"], row["updates_per_batch"])
         except (KeyError, TypeError, ValueError):
             continue
         sums.setdefault(key, []).append(v)
