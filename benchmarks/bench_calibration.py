@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    if "--code" in sys.argv:  # before race_cli is imported: which checkout ranks
+    if "--code" in sys.argv and "RACE_CODE" not in os.environ:  # once, before race_cli is imported: which ranks
         os.environ["RACE_CODE"] = sys.argv[sys.argv.index("--code") + 1]
         os.execv(sys.executable, [sys.executable, *sys.argv])
     main()
