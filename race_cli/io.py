@@ -37,6 +37,20 @@ def cache_root() -> Path:
     return Path(os.environ.get("RACE_CACHE") or Path.home() / ".cache" / "race").expanduser()
 
 
+def hub_cache_has(repo_id: str) -> bool:
+    """Whether any folder huggingface_hub may take as its cache holds the model repo `repo_id` (Org/Name).
+
+    The library's cache is HF_HUB_CACHE, else the legacy HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, HF_HOME
+    defaulting to $XDG_CACHE_HOME/huggingface or ~/.cache/huggingface; these are checked all, a superset: False
+    means try_to_load_from_cache finds nothing, said without importing the library (~0.15 s of a plan)."""
+    cache = os.path.join(os.path.expanduser("~"), ".cache")
+    hf_home = os.getenv("HF_HOME", os.path.join(os.getenv("XDG_CACHE_HOME", cache), "huggingface"))
+    roots = [os.getenv("HF_HUB_CACHE"), os.getenv("HUGGINGFACE_HUB_CACHE"), os.path.join(hf_home, "hub"),
+             os.path.join(cache, "huggingface", "hub")]
+    folder = "models--" + repo_id.replace("/", "--")  # the library's folder of a model repo
+    return any(os.path.isdir(os.path.join(os.path.expandvars(os.path.expanduser(r)), folder)) for r in roots if r)
+
+
 def inside(path: str | os.PathLike, root: str | os.PathLike) -> Path:
     """`path`, after checking that it lies under `root` and that no folder between them (and not
     the path itself) is a symbolic link; LinkRefused otherwise. Components that do not exist

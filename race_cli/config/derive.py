@@ -173,6 +173,10 @@ def _hub_cache_file(repo_id: str, revision: Optional[str]) -> Optional[str]:
     """config.json of a hub id in the local Hugging Face cache, or None (no download, no network)."""
     if repo_id.count("/") != 1 or repo_id.startswith((".", "/", "~")):
         return None
+    from race_cli.io import hub_cache_has
+
+    if not hub_cache_has(repo_id):  # in no cache the library reads: not cached, known without importing it
+        return None
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:

@@ -169,6 +169,10 @@ def model_folder(path: Optional[str], revision: Optional[str] = None) -> Optiona
         return local
     if str(path).count("/") != 1 or str(path).startswith((".", "/", "~")):
         return None
+    from race_cli.io import hub_cache_has
+
+    if not hub_cache_has(str(path)):  # in no cache the hub library reads, known without importing it
+        return None
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
