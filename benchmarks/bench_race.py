@@ -286,10 +286,8 @@ def scenario(kind: str, delta: float, n: int, schedule, seed: int, memory: bool,
     row["eval_s_per_condition"] = ev / n * (EVAL_SETUP_S + (schedule.eval_items or N_ITEMS) * EVAL_S_PER_ITEM) \
         if ev else 0.0
     row |= score(states, sims, schedule.margin, data)
-    if kind == "better" and SEED_KIND[0] == "uniform":  # what race plan prints as its expected cost (stats/race_sim.py)
-        from race_cli.stats.race_sim import expected_race
-
-        row["plan_seeds_per_regime"] = expected_race(schedule, delta, SEED_SD).seeds_per_regime
+    if kind == "better":  # the plan's simulator (stats/race_sim) at this row's truth and seed kind
+        row["plan_seeds_per_regime"] = S.expected_race(schedule, delta, SEED_SD, kind=SEED_KIND[0]).seeds_per_regime
     out = [row]
     if schedule.eval_items:  # the seed-only race on the same runs (its split over its own looks), for comparison
         from dataclasses import replace

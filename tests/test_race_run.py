@@ -294,15 +294,16 @@ def test_seeds_typed_that_cannot_start_a_race_plan_a_fixed_design():
 def test_expected_price_agrees_with_the_harness_at_the_same_truth():
     """The plan's expected jobs against stats/race_sim.expected_race (what benchmarks/bench_race.py checks
     against whole races written as job folders) on the same design: 3 regimes, 200 items x 4 samples, two
-    conditions pooled, one better by 0.05, seed sd 0.02. Within 10% of the seeds per regime."""
+    conditions pooled, one better by 0.05, seed sd 0.02, the plan's seed kind. Within 10% of the seeds per regime."""
     from race_cli.plan.build import build_plan
-    from race_cli.plan.race_price import price_race
+    from race_cli.plan.race_price import SEED_KIND, price_race
     from race_cli.stats.race_sim import expected_race
 
     plan = build_plan(["grid=none", "model=tiny-s,tiny-m", "grpo.updates_per_batch=1,2,4", "task.num_eval=200",
                        "eval.samples=4", "eval.greedy=false", "seed=0,1"], max_seeds=4)
     assert len(plan.jobs) == 12 and list(plan.race.looks) == [2, 3, 4]
     price = price_race(plan, seed_sd=0.02, gap=0.05, n_sim=100)
-    harness = expected_race(plan.race, 0.05, 0.02, regimes=3, n_items=200, samples=4, conditions=200, pool=2)
+    harness = expected_race(plan.race, 0.05, 0.02, regimes=3, n_items=200, samples=4, conditions=200, pool=2,
+                            kind=SEED_KIND)
     assert price.expected.jobs / 6 == pytest.approx(harness.seeds_per_regime, rel=0.10)
     assert 2 < harness.seeds_per_regime < 4  # a truth the race neither settles at once nor runs to the cap

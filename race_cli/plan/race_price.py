@@ -13,8 +13,8 @@ plan's slots, longest first (cost/walltime.grid_seconds).
 
 The races are simulated and decided by stats/race_sim, the harnesses' simulator (benchmarks/bench_race.py checks
 its expected cost against whole races written as job folders), one per (condition, target) of each simulated
-sweep, on the harness's truth: item difficulties U(±ITEM_HALF) around LEVEL, an item ×
-regime interaction, a seed effect of sd `seed sd`·U(0.5, 1.5) per regime, scores the mean of eval.samples
+sweep, on the harness's truth: item difficulties U(±ITEM_HALF) around LEVEL, an item × regime interaction, a
+normal seed effect (SEED_KIND) of sd `seed sd`·U(0.5, 1.5) per regime, scores the mean of eval.samples
 Bernoulli draws, here on the plan's own conditions, regimes, items and samples, pooled per reward system
 and target as the ranking pools. Evaluation noise is drawn independently per job (no common random
 numbers): slightly more noise than the engine's, so slightly more seeds. Targets of one job are simulated
@@ -32,6 +32,8 @@ import numpy as np
 
 EXPECTED_GAP = 0.05  # the stated truth of the expected price: one regime better by this much (score scale)
 N_SIM = 40  # simulated sweeps: the expected jobs within a few percent of the range (Monte Carlo)
+SEED_KIND = "normal"  # simulated seed effects (stats/race_sim.SEED_KINDS): the variance model's own assumption
+# (uniform before issue 54: the lightest tails there are, so the most favourable price)
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ def simulate_seeds(regs: list[_Regime], schedule: Any, seed_sd: float, gap: floa
     for sim in range(n_sim):
         for cond, idx in conds.items():
             for t, n, k in regs[idx[0]].targets:  # the condition's first regime is the better one
-                scores = condition_scores(rng, len(idx), schedule.cap, n, k, gap, seed_sd)  # [R, cap, n]
+                scores = condition_scores(rng, len(idx), schedule.cap, n, k, gap, seed_sd, SEED_KIND)  # [R, cap, n]
                 races.append(SimRace(scores, pool=f"{sim}|{cond[2]}|{t}"))  # each simulated sweep pools its own
                 owners.append((sim, idx))
     run_races(races, schedule)
