@@ -45,6 +45,27 @@ more seeds the residual and pure seed parts; the evaluation costs no training, s
 reaches the power, or at the cap. Its error accounting is the union bound: the evaluation look has its own
 share of α (the bonferroni split over every look a condition may take, the evaluation look included), and a
 condition takes each look at most once, whichever ones the data choose.
+
+References
+
+- Tukey–Kramer intervals (`pair_bounds`, every look's claims): Tukey, J. W. (1953), "The problem of multiple
+  comparisons", unpublished manuscript, printed in The Collected Works of John W. Tukey, Vol. VIII (Chapman &
+  Hall, 1994); for unequal seed counts Kramer, C. Y. (1956), "Extension of multiple range tests to group means
+  with unequal numbers of replications", Biometrics 12(3):307–310; shown conservative (familywise error ≤ α
+  for any replication) by Hayter, A. J. (1984), "A proof of the conjecture that the Tukey–Kramer multiple
+  comparisons procedure is conservative", Annals of Statistics 12(1):61–75.
+- Multiple comparisons with the best (MCB, the intervals before issue 52): Hsu, J. C. (1981), "Simultaneous
+  confidence intervals for all distances from the 'best'", Annals of Statistics 9(5):1026–1034; and the book
+  Hsu, J. C. (1996), Multiple Comparisons: Theory and Methods (Chapman & Hall, London), which also treats
+  all-pairwise (Tukey–Kramer) intervals. REGWQ: stats/decisions.py.
+- The split of α over looks (`Schedule.spent`): any split summing to α holds by Bonferroni's inequality (the
+  union bound); the O'Brien–Fleming-type and Pocock-type increments are Lan, K. K. G. & DeMets, D. L. (1983),
+  "Discrete sequential boundaries for clinical trials", Biometrika 70(3):659–663, doi:10.1093/biomet/70.3.659
+  (their spending functions α₁*(t) and α₂*(t)), after O'Brien, P. C. & Fleming, T. R. (1979), "A multiple
+  testing procedure for clinical trials", Biometrics 35(3):549–556, doi:10.2307/2530245, and Pocock, S. J.
+  (1977), "Group sequential methods in the design and analysis of clinical trials", Biometrika 64(2):191–199,
+  doi:10.1093/biomet/64.2.191. The race spends each increment by the union bound, not by the joint
+  distribution of the looks' statistics as those papers do: simpler and conservative.
 """
 
 from __future__ import annotations
