@@ -127,3 +127,13 @@ def test_an_item_list_that_does_not_extend_its_start_is_refused():
     assert added_items(target, ["x-0", "x-1"], 4, {"q2"}) == ([3], ["x-2"])
     with pytest.raises(RaceError, match="not the ones summary.json holds"):
         added_items(target, ["x-1", "x-0"], 4, set())
+
+
+def test_a_rerun_skips_only_jobs_scored_on_exactly_the_items_asked(tmp_path):
+    from race_cli.pool.reeval import has_items
+
+    atomic_write_json(tmp_path / "eval-more.json", {"items": 12})
+    assert has_items(tmp_path, 12)
+    assert not has_items(tmp_path, 10) and not has_items(tmp_path, 20)  # a race's look reads exactly its own count
+    (tmp_path / "eval-more.json").write_text("{torn")
+    assert not has_items(tmp_path, 12)

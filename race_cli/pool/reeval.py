@@ -6,7 +6,7 @@ Each job runs `python -m race_cli.engine.reeval --job-dir jobs/<id> --items N` (
 slots (GPU groups or CPU workers, the cores divided among them), with the pool's logs (appended to the job's
 log.txt), sessions, parent-death signal and Ctrl-C handling. status.json stays the training job's record and
 is not touched: a re-evaluation's record is its jobs/<id>/eval-more.json, written atomically, so a killed run
-is rerun with the same command and redoes only the jobs without one (or with fewer items than asked).
+is rerun with the same command and redoes only the jobs without one (or with another item count than asked).
 """
 
 from __future__ import annotations
@@ -56,14 +56,15 @@ class ReevalPool(LocalPool):
 
 
 def has_items(job_dir: Path, items: int) -> bool:
-    """True when the job's eval-more.json already holds at least `items` items per target (asked for)."""
+    """True when the job's eval-more.json was asked for exactly `items` items per target: a race's evaluation
+    look reads exactly its own (report/race.py), so another count is scored again (the file is replaced)."""
     from race_cli.io import read_json
 
     try:
         data = read_json(folder.more_eval_file(job_dir))
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and isinstance(data.get("items"), int) and data["items"] >= items
+    return isinstance(data, dict) and isinstance(data.get("items"), int) and data["items"] == items
 
 
 def finished_jobs(sweep_dir: Path) -> list[str]:
