@@ -99,3 +99,16 @@ def test_the_file_follows_the_code_and_the_libraries(fresh, monkeypatch):
     here = QC.cache_path()
     monkeypatch.setattr(scipy, "__version__", scipy.__version__ + ".other")
     assert QC.cache_path() != here and QC.cache_path().parent == here.parent
+
+
+def test_a_full_table_keeps_the_newest(fresh, monkeypatch):
+    monkeypatch.setattr(QC, "MAX_ENTRIES", 3)
+    path = QC.cache_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"range": [[0.9, 3, float(d), 1.0] for d in (1, 2, 3)], "dunnett": []}))
+    known = QC.load(path)
+    quantiles.MEMO[0.9, 3, 4.0] = 2.0  # two quantiles this process computed
+    quantiles.MEMO[0.9, 3, 5.0] = 3.0
+    QC.save(path, known)
+    fresh()
+    assert QC.load(path) == 3 and sorted(quantiles.MEMO) == [(0.9, 3, 3.0), (0.9, 3, 4.0), (0.9, 3, 5.0)]
