@@ -69,6 +69,8 @@ def test_command_line_axis_replaces_the_grid_axis():
     (["grpo.group_size=4,abc"], "Wrong type for grpo.group_size"),
     (["budget.flops=1e9"], "smaller than one iteration"),
     (["grid=none", "seed=range(0,600)"], "more than the maximum"),
+    (["~seed=0,1"], "deleting keys is not supported"),  # swept: was refused only at composition, "Unknown key"
+    (["~grpo.lr=0.1"], "deleting keys is not supported"),
 ])
 def test_bad_sweeps_are_refused(overrides, fragment):
     with pytest.raises(RaceError) as err:

@@ -105,11 +105,11 @@ def parse_sweep(overrides: Sequence[str], group_options: dict[str, list[str]], *
                             f"more values, list them in one override ({bare}=a,b,c).")
             continue
         first[bare] = text
+        if prefix.startswith("~"):  # swept or not: a job needs every key of the schema (Axis takes "", + or ++)
+            problems.append(f"'{text}': deleting keys is not supported; every key of the schema is needed.")
+            continue
         value = ov.value()
         if not ov.is_sweep_override():
-            if prefix.startswith("~"):
-                problems.append(f"'{text}': deleting keys is not supported; every key of the schema is needed.")
-                continue
             sweep.fixed.append(text)
             continue
         if isinstance(value, IntervalSweep):
