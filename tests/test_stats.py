@@ -17,6 +17,24 @@ from race_cli.stats import variance as V
 from race_cli.stats.power import Design, separation_power
 
 
+def test_the_bracketed_bisection_is_the_plain_one_bit_for_bit():
+    """_range_q_of decides the bisection's steps outside a bracket around the quantile by monotonicity instead
+    of evaluating range_cdf there: the 50-step bisection written out here (the reference) gives the same float."""
+    def plain(level, k, df):
+        lo, hi = 1e-3, 3999.0
+        for _ in range(50):
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if Q.range_cdf(mid, k, df) < level else (lo, mid)
+        return math.sqrt(lo * hi)
+
+    rng = np.random.default_rng(5)
+    for _ in range(150):
+        level = float(rng.choice([0.95, 0.99, 0.9999, rng.uniform(0.5, 0.99999)]))
+        k = int(rng.integers(3, 20))
+        df = Q._sig(float(rng.choice([rng.uniform(0.6, 10), rng.uniform(10, 500), math.inf])))
+        assert Q._range_q_of(level, k, df) == plain(level, k, df), (level, k, df)
+
+
 def test_t_quantile_of_many_df_is_elementwise_stdtrit():
     """A simulation's thousands of df (a few distinct) are evaluated once each: the same floats as scipy's
     stdtrit elementwise, NaN, 0, inf and the array's shape included."""
