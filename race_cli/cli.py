@@ -557,6 +557,34 @@ def report(
 
 
 @app.command(cls=_Command)
+def evaluate(
+    sweep: Path = typer.Argument(..., parser=_folder, help="A sweep folder with finished jobs.", show_default=False),
+    items: int = typer.Option(..., "--items", min=1, max=10_000_000, metavar="N", rich_help_panel=WHAT,
+                              help="Items per target to score in all (e.g. 1200).", show_default=False),
+    jobs: Optional[List[str]] = typer.Option(None, "--job", metavar="ID", rich_help_panel=WHAT,
+                                             help="Only this job (repeatable; default: every finished job)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=1024, metavar="N",
+                                          rich_help_panel=RESOURCES, help="CPU workers (default: one per core)."),
+) -> None:
+    """Score finished jobs' kept policies (and their start) on more items, without training: paired, same draws.
+
+    Each job writes jobs/<id>/eval-more.json; [bold]race report[/] then ranks a condition on the added items
+    where all its jobs have them. A rerun redoes only the jobs without them. Details: docs/racing.md.
+    """
+    from race_cli.pool.reeval import reevaluate_sweep
+
+    try:
+        results = reevaluate_sweep(sweep, items, jobs, workers)
+    except RaceError as exc:
+        _fail(exc)
+    failed = sorted(j for j, st in results.items() if st != "done")
+    for j in failed:
+        typer.echo(f"{j}: {results[j]} (see jobs/{j}/log.txt)")
+    typer.echo(f"{len(results) - len(failed)} re-evaluated, {len(failed)} not")
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command(cls=_Command)
 def validate(
     pilot: Path = typer.Argument(..., parser=_folder,
                                  help="The pilot sweep folder (race report has run).", show_default=False,),

@@ -22,7 +22,8 @@ from race_cli.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = typer.main.get_command(app)
-NEEDS_ARGUMENT = {"report": ["somewhere"], "validate": ["somewhere"]}  # required positional arguments
+# what each command requires before the option under test (a repeated option: Click keeps the last one)
+NEEDS_ARGUMENT = {"report": ["somewhere"], "validate": ["somewhere"], "evaluate": ["somewhere", "--items", "5"]}
 
 
 def _kind(param) -> str:

@@ -34,7 +34,7 @@ def sweep(tmp_path_factory):
 
 
 def _pool(sweep: Path, items: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "race_cli.pool.reeval", str(sweep), "--items", str(items),
+    return subprocess.run([sys.executable, "-m", "race_cli", "evaluate", str(sweep), "--items", str(items),
                            "--workers", "1"], capture_output=True, text=True, cwd=REPO, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
 

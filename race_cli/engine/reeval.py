@@ -1,7 +1,7 @@
 """Evaluate a finished job's kept final policy on more items, common random numbers kept (issue 52).
 
     python -m race_cli.engine.reeval --job-dir runs/<sweep>/jobs/<job_id> --items 1200
-    python -m race_cli.pool.reeval runs/<sweep> --items 1200      # every finished job, through the pool
+    race evaluate runs/<sweep> --items 1200      # every finished job, through the pool (pool/reeval.py)
 
 Evaluation is cheap next to training (a tiny job spends ~1 s of ~120 s per 400-item evaluation), and part of
 every interval is the item noise of the final evaluation: a finished checkpoint scored on more items shrinks

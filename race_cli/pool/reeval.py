@@ -1,6 +1,7 @@
 """Re-evaluate a sweep's finished jobs on more items, each as its own process through the local pool.
 
-    python -m race_cli.pool.reeval runs/<sweep> --items 1200 [--jobs ID ...] [--workers N]
+    race evaluate runs/<sweep> --items 1200 [--job ID ...] [--workers N]      (cli.evaluate; race run's
+                                                                          evaluation look calls it too)
 
 Each job runs `python -m race_cli.engine.reeval --job-dir jobs/<id> --items N` (engine/reeval.py) on the pool's
 slots (GPU groups or CPU workers, the cores divided among them), with the pool's logs (appended to the job's
@@ -11,7 +12,6 @@ is rerun with the same command and redoes only the jobs without one (or with ano
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import time
@@ -93,26 +93,3 @@ def reevaluate_sweep(sweep_dir: Path, items: int, job_ids: Sequence[str] | None 
     slots = make_slots(gpus=machine.visible_gpus(), gpus_per_job=1, workers=workers, n_jobs=len(todo))
     pool = ReevalPool(sweep_dir, todo, slots, job_command=reeval_command(items))
     return pool.run()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m race_cli.pool.reeval", description=__doc__.splitlines()[0])
-    parser.add_argument("sweep", type=Path, help="the sweep folder (runs/<sweep>)")
-    parser.add_argument("--items", required=True, type=int, help="items per target to score in all (e.g. 1200)")
-    parser.add_argument("--jobs", nargs="*", default=None, help="job ids (default: every finished job)")
-    parser.add_argument("--workers", type=int, default=None, help="CPU workers (default: one per core)")
-    args = parser.parse_args(argv)
-    try:
-        results = reevaluate_sweep(args.sweep, args.items, args.jobs, args.workers)
-    except RaceError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    failed = sorted(j for j, s in results.items() if s != "done")
-    for j in failed:
-        print(f"{j}: {results[j]} (see {folder.log_file(folder.job_dir(args.sweep, j))})", flush=True)
-    print(f"{len(results) - len(failed)} re-evaluated, {len(failed)} not", flush=True)
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
