@@ -42,3 +42,22 @@ def make_race_sweep(sweep: Path, regimes: dict[str, dict], *, looks=(2, 3, 4), m
     (sweep / "multirun.yaml").write_text(yaml.safe_dump({"overrides": [], "grid": {"name": "fake"},
                                                          "num_jobs": len(jobs)}))
     return sweep
+
+
+def simulated_look(rng, n: int, regimes: int, seeds: int, items: int, gap: float, schedule, samples: int = 4,
+                   seed_sd: float = 0.02) -> list:
+    """One look decided on `n` conditions simulated item by item (stats/race_sim.condition_scores: regime 0
+    better by `gap`), their seed variances pooled two conditions to a pool as the report pools them; the
+    list of stats/race.LookDecision."""
+    import numpy as np
+
+    from race_cli.stats import variance as V
+    from race_cli.stats.race import decide_look
+    from race_cli.stats.race_sim import condition_scores
+
+    runs = [condition_scores(rng, regimes, seeds, items, samples, gap, seed_sd) for _ in range(n)]
+    codes = np.repeat(np.arange(regimes), seeds)
+    noises = [V.noise_of(codes, r.reshape(regimes * seeds, -1), regimes, own_pool=False) for r in runs]
+    keys = [f"p{c // 2}" for c in range(n)]
+    pri = V.fit_pools(noises, keys)
+    return decide_look([x.pooled(pri[k]) for x, k in zip(noises, keys)], [None] * n, schedule, 0)

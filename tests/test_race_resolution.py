@@ -9,10 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+from race_fixture import simulated_look
 
-from race_cli.stats import variance as V
 from race_cli.stats.power import Design
-from race_cli.stats.race import Schedule, decide_look
+from race_cli.stats.race import Schedule
 from race_cli.stats.race_power import smallest_margin, smallest_race_gap, winner_power
 
 # race_sim's truth: 200 items x 4 samples, item x regime sd 0.05, seed sd 0.02·U(0.5, 1.5), no common random
@@ -22,16 +22,7 @@ ALPHA = 0.05
 
 
 def _decided(gap: float, margin: float, n: int = 400, seed: int = 3) -> list:
-    from race_cli.stats.race_sim import condition_scores
-
-    rng = np.random.default_rng(seed)
-    runs = [condition_scores(rng, 3, 4, 200, 4, gap, 0.02) for _ in range(n)]
-    codes = np.repeat(np.arange(3), 4)
-    noises = [V.noise_of(codes, r.reshape(12, -1), 3, own_pool=False) for r in runs]
-    keys = [f"p{c // 2}" for c in range(n)]
-    pri = V.fit_pools(noises, keys)
-    noises = [x.pooled(pri[k]) for x, k in zip(noises, keys)]
-    return decide_look(noises, [None] * n, Schedule((4,), ALPHA, margin), 0)
+    return simulated_look(np.random.default_rng(seed), n, 3, 4, 200, gap, Schedule((4,), ALPHA, margin))
 
 
 def test_the_smallest_margin_is_shown_about_80_percent_of_the_time_when_all_are_equal():

@@ -196,19 +196,13 @@ def test_small_calibration_on_null_and_shifted_conditions():
     """400 all-equal conditions (item × regime noise, heterogeneous seed sd 0.01-0.03, 100 items, seed pools
     of 2 conditions): the look's claims are wrong in at most α of them (+3 binomial sd), and the
     (Tukey–Kramer) intervals for best − each cover the truth in >= 0.93 when one regime is better by 0.05."""
-    from race_cli.stats.race_sim import condition_scores
+    from race_fixture import simulated_look
 
     rng = np.random.default_rng(11)
     s = Schedule((3,), 0.05, 0.08)
     for gap in (0.0, 0.05):
         n = 400
-        runs = [condition_scores(rng, 3, 3, 100, 4, gap, 0.02) for _ in range(n)]
-        codes = np.repeat(np.arange(3), 3)
-        noises = [V.noise_of(codes, r.reshape(9, -1), 3, own_pool=False) for r in runs]
-        keys = [f"p{c // 2}" for c in range(n)]
-        pri = V.fit_pools(noises, keys)
-        noises = [x.pooled(pri[k]) for x, k in zip(noises, keys)]
-        decs = decide_look(noises, [None] * n, s, 0)
+        decs = simulated_look(rng, n, 3, 3, 100, gap, s)
         truth = np.array([gap, 0.0, 0.0])
         if gap == 0:
             false = np.mean([len(d.worse) > 0 or d.state == "winner" for d in decs])
