@@ -288,52 +288,17 @@ class Job:
         its own evaluation would give exactly the same scores; reading them saves one evaluation per job
         and gives the report one start per condition. Returns (evaluation, the key when shared, else None).
         A job trained on its own (race train --out) evaluates itself."""
-        from race_cli.io import LinkRefused, inside, read_json
-        from race_cli.lock import FileLock, LockBusy
-
         sweep = folder.sweep_of(self.job_dir)
         if sweep is None:
             return self._evaluate_start(), None
         key = self.start_key()
-        path = folder.start_eval_file(sweep, key)
-        try:
-            inside(path, sweep)  # start-evals/ linked elsewhere would read (and write) another sweep's file
-        except LinkRefused as exc:
-            raise RaceError(f"{exc.filename} is a symbolic link: race writes start-evals/ itself and never follows "
-                            "links in a sweep (docs/security.md). Remove the link, then rerun.") from None
-        if path.is_symlink() or (path.exists() and not path.is_file()):
-            raise RaceError(f"{path} is not a plain file (a folder, a link or a device where race writes the start "
-                            "evaluation it shares between jobs). Remove it, then rerun: the start is evaluated again.")
-        path.parent.mkdir(parents=True, exist_ok=True)
 
-        def cached() -> dict | None:
-            """The shared evaluation, or None when absent, torn or not the shape race writes (evaluated again)."""
-            try:
-                data = read_json(path)
-            except (OSError, ValueError):
-                return None
-            ev = data.get("eval") if isinstance(data, dict) and data.get("key") == key else None
-            ok = isinstance(ev, dict) and isinstance(ev.get("accuracy"), dict) and isinstance(ev.get("items"), dict)
-            return ev if ok else None
+        def ok(ev: dict) -> bool:
+            return isinstance(ev.get("accuracy"), dict) and isinstance(ev.get("items"), dict)
 
-        lock = FileLock(path.with_name(path.name + ".lock"), say=self.log)
-        while (hit := cached()) is None:
-            try:
-                lock.acquire()
-                break
-            except LockBusy:  # another job is evaluating this start right now: wait for its file
-                time.sleep(0.2)
-        if hit is not None:
-            return hit, key
-        try:
-            if (hit := cached()) is not None:  # written between our check and our lock
-                return hit, key
-            ev = self._evaluate_start()
-            atomic_write_json(path, {"key": key, "evaluated_by": self.job_id, "eval": ev})
-            self.log(f"start evaluation written for the sweep's other jobs: {path.name}")
-            return ev, key
-        finally:
-            lock.release()
+        ev = shared_evaluation(folder.start_eval_file(sweep, key), sweep, key, ok, self._evaluate_start,
+                               {"evaluated_by": self.job_id}, self.log)
+        return ev, key
 
     @staticmethod
     def eval_metrics(ev: dict) -> dict:
@@ -790,3 +755,52 @@ def _line(row: dict) -> str:
     from race_cli.io import _jsonable
 
     return json.dumps(_jsonable(row)) + "\n"
+
+
+def shared_evaluation(path: Path, sweep: Path, key: str, ok: Callable[[dict], bool], evaluate: Callable[[], dict],
+                      fields: dict, log: Callable[[str], None]) -> dict:
+    """An evaluation made once per sweep and read by every other job that needs it: `path` (under the sweep's
+    start-evals/) holds {"key": key, **fields, "eval": ...}. The first job to need it evaluates and writes it
+    atomically under that file's lock (race_cli/lock.py); the others wait for the file and read it. A file
+    that is absent, torn, of another key or failing `ok` is evaluated again. With common random numbers every
+    job would get exactly the same scores, so reading them saves one evaluation per job."""
+    from race_cli.io import LinkRefused, atomic_write_json, inside, read_json
+    from race_cli.lock import FileLock, LockBusy
+
+    try:
+        inside(path, sweep)  # start-evals/ linked elsewhere would read (and write) another sweep's file
+    except LinkRefused as exc:
+        raise RaceError(f"{exc.filename} is a symbolic link: race writes start-evals/ itself and never follows "
+                        "links in a sweep (docs/security.md). Remove the link, then rerun.") from None
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise RaceError(f"{path} is not a plain file (a folder, a link or a device where race writes the start "
+                        "evaluation it shares between jobs). Remove it, then rerun: the start is evaluated again.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def cached() -> dict | None:
+        """The shared evaluation, or None when absent, torn or not the shape race writes (evaluated again)."""
+        try:
+            data = read_json(path)
+        except (OSError, ValueError):
+            return None
+        ev = data.get("eval") if isinstance(data, dict) and data.get("key") == key else None
+        return ev if isinstance(ev, dict) and ok(ev) else None
+
+    lock = FileLock(path.with_name(path.name + ".lock"), say=log)
+    while (hit := cached()) is None:
+        try:
+            lock.acquire()
+            break
+        except LockBusy:  # another job is evaluating it right now: wait for its file
+            time.sleep(0.2)
+    if hit is not None:
+        return hit
+    try:
+        if (hit := cached()) is not None:  # written between our check and our lock
+            return hit
+        ev = evaluate()
+        atomic_write_json(path, {"key": key, **fields, "eval": ev})
+        log(f"shared evaluation written for the sweep's other jobs: {path.name}")
+        return ev
+    finally:
+        lock.release()

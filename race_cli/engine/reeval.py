@@ -133,8 +133,7 @@ def _only(job: Any, plan: dict[str, list[int]]) -> None:
 def _start_added(job: Any, plan: dict[str, list[int]], log: Callable[[str], None]) -> tuple[dict, str | None]:
     """The starting policy's scores on the added items, shared by the sweep's jobs of the same start
     (start-evals/<key>.json, written under its lock as engine/job.Job.start_evaluation does)."""
-    from race_cli.io import atomic_write_json, read_json
-    from race_cli.lock import FileLock, LockBusy
+    from race_cli.engine.job import shared_evaluation
 
     sweep = folder.sweep_of(job.job_dir)
     key = job.start_key()  # the extended targets' items are part of it
@@ -145,38 +144,15 @@ def _start_added(job: Any, plan: dict[str, list[int]], log: Callable[[str], None
 
     if sweep is None:
         return evaluate(), None
-    path = folder.start_eval_file(sweep, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
     want = {t: [job.all_targets_by_name[t].items[i].id for i in idx] for t, idx in plan.items()}
 
-    def cached() -> dict | None:
-        try:
-            data = read_json(path)
-        except (OSError, ValueError):
-            return None
-        ev = data.get("eval") if isinstance(data, dict) and data.get("key") == key else None
-        ok = isinstance(ev, dict) and isinstance(ev.get("items"), dict) and all(
+    def ok(ev: dict) -> bool:
+        return isinstance(ev.get("items"), dict) and all(
             isinstance(ev["items"].get(t), dict) and ev["items"][t].get("ids") == ids for t, ids in want.items())
-        return ev if ok else None
 
-    lock = FileLock(path.with_name(path.name + ".lock"), say=log)
-    while (hit := cached()) is None:
-        try:
-            lock.acquire()
-            break
-        except LockBusy:
-            time.sleep(0.2)
-    if hit is not None:
-        return hit, key
-    try:
-        if (hit := cached()) is not None:
-            return hit, key
-        ev = evaluate()
-        atomic_write_json(path, {"key": key, "evaluated_by": job.job_id, "added_items": True, "eval": ev})
-        log(f"start evaluation of the added items written for the sweep's other jobs: {path.name}")
-        return ev, key
-    finally:
-        lock.release()
+    ev = shared_evaluation(folder.start_eval_file(sweep, key), sweep, key, ok, evaluate,
+                           {"evaluated_by": job.job_id, "added_items": True}, log)
+    return ev, key
 
 
 def _joined(base: dict, added: dict, name: str) -> dict:
