@@ -181,7 +181,6 @@ def test_the_tutorials_findings_are_what_race_report_prints(tmp_path):
     """docs/tutorial.md quotes the findings of `race report` on the synthetic sweep scripts/tutorial_sweep.py
     writes (a known truth of the default grid's shape): the quote must be what the command prints today."""
     import os
-    import shlex
 
     blocks = quoted_outputs(DOCS / "tutorial.md")
     assert [c for c, _ in blocks] == ["COLUMNS=100 race report runs/tiny-demo --no-plots"]
@@ -190,13 +189,22 @@ def test_the_tutorials_findings_are_what_race_report_prints(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr[-2000:]
     for command, quoted in blocks:
-        words = shlex.split(command)
-        env["COLUMNS"] = words.pop(0).partition("=")[2]
-        done = subprocess.run([sys.executable, "-m", "race_cli", *words[1:]], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        missing = follows(quoted, done.stdout.splitlines())
+        missing = follows(quoted, _printed(command, tmp_path).splitlines())
         assert missing is None, f"docs/tutorial.md quotes a line `{command}` no longer prints: {missing!r}"
+
+
+def _printed(command: str, cwd: Path) -> str:
+    """What `COLUMNS=N race ...` (a quoted block's command) prints in `cwd`, run from this checkout."""
+    import os
+    import shlex
+
+    words = shlex.split(command)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1",
+           "COLUMNS": words.pop(0).partition("=")[2]}
+    done = subprocess.run([sys.executable, "-m", "race_cli", *words[1:]], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
 
 
 def test_the_readmes_findings_are_what_race_report_prints_for_that_run(tmp_path):
@@ -204,8 +212,6 @@ def test_the_readmes_findings_are_what_race_report_prints_for_that_run(tmp_path)
     must be what the command prints today for that run. tests/data/readme-run.tar.xz holds every file the
     report reads of it (scripts/readme_run.py packs a sweep so; a new run in the README means a new archive).
     The rule rich draws after the findings' title fills the terminal's width; the README shows the title."""
-    import os
-    import shlex
     import tarfile
 
     blocks = quoted_outputs(ROOT / "README.md")
@@ -214,14 +220,8 @@ def test_the_readmes_findings_are_what_race_report_prints_for_that_run(tmp_path)
     assert archive.stat().st_size <= 2_000_000  # a fixture, not a run: adapters, checkpoints and logs stay out
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path / "runs", filter="data")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1"}
     for command, quoted in blocks:
-        words = shlex.split(command)
-        env["COLUMNS"] = words.pop(0).partition("=")[2]
-        done = subprocess.run([sys.executable, "-m", "race_cli", *words[1:]], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        printed = [re.sub(r" ─+$", "", line.rstrip()) for line in done.stdout.splitlines()]
+        printed = [re.sub(r" ─+$", "", line.rstrip()) for line in _printed(command, tmp_path).splitlines()]
         assert printed[1].startswith("Findings: ")  # the title, once its rule is cut, is what the README shows
         missing = follows(quoted, printed)
         assert missing is None, f"README.md quotes a line `{command}` no longer prints: {missing!r}"
