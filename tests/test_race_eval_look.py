@@ -172,20 +172,22 @@ def test_a_grid_declares_its_evaluation_look_in_its_race_block():
 
 
 def test_the_plan_prices_the_evaluation_route_beside_a_seed():
-    """By hand from the plan's own figures: per job, the completions the look adds (1200 − 400 items on each of
-    the two targets, eval.samples 2) at the wall-time model's seconds per evaluated completion (its evaluation
-    seconds over eval.at's 5 points x 800 items x 2 samples); a seed costs a job's planned seconds."""
+    """By hand from the plan's own figures: per job, the completions the look adds (3 x the grid's n items, so
+    2n more on each of the two targets, eval.samples 2) at the wall-time model's seconds per evaluated
+    completion (its evaluation seconds over eval.at's 5 points x 2n items x 2 samples); a seed costs a job's
+    planned seconds."""
     from dataclasses import replace
 
     from race_cli.plan.build import build_plan
     from race_cli.plan.walltime_eval import eval_route_line, kept_policy_bytes
 
     p = build_plan([], race=True)
-    sched = replace(p.race, spending="bonferroni", eval_items=1200)
-    route = sorted(j.wall.eval / (5 * 800 * 2) * (2 * 800) * 2 for j in p.jobs)[len(p.jobs) // 2]
+    n = p.jobs[0].config["task"]["num_eval"]  # the grid's items per target (1200 on grid=tiny)
+    sched = replace(p.race, spending="bonferroni", eval_items=3 * n)
+    route = sorted(j.wall.eval / (5 * 2 * n * 2) * (2 * 2 * n) * 2 for j in p.jobs)[len(p.jobs) // 2]
     seed = sorted(j.wall.total for j in p.jobs)[len(p.jobs) // 2]
     line = eval_route_line(p.jobs, sched)
-    assert line.startswith(f"evaluation route: the race's evaluation look scores each finished job on 1200 items "
+    assert line.startswith(f"evaluation route: the race's evaluation look scores each finished job on {3 * n} items "
                            f"per target without training, ~{route:.1f} s per job")
     assert f"against ~{seed:.0f} s for each new seed" in line
     # the kept policy is the whole model (the tiny grid fine-tunes fully): the default run's adapter/ files
