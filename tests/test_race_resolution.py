@@ -82,3 +82,8 @@ def test_designs_that_differ_get_a_line_each():
     lines = resolution_lines(rows, 0.08)
     assert lines[1:3] == ["  a C=1e+12 rule   t: margin ±0.100, gap 0.090", "  bb C=1e+12 rule  t: margin ±0.070, gap 0.060"]
     assert lines[3].startswith("note: the declared margin ±0.08 lies below what the race can show at its cap in 1 of 2")
+    # ±0.08 is above the effect the price assumes (one regime better by 0.05): said, with what to declare
+    assert lines[4].startswith("note: the declared margin ±0.08 is larger than the effect the price assumes (0.05)")
+    assert "cannot answer the allocation question" in lines[4]
+    for margin in (0.04, 0.05):  # at or below it (a 0.05 effect is never shown within ±0.05): no note
+        assert not any("larger than the effect" in x for x in resolution_lines(rows, margin))

@@ -291,7 +291,8 @@ def _resolve(d, alpha: float) -> tuple[float, float]:
 
 def resolution_lines(rows: list[Resolution], margin: float) -> list[str]:
     """What `race plan` prints under the price: per condition the margin and gap the race resolves at its cap,
-    then a note where the declared margin lies below what the cap can show (such calls end undecided)."""
+    then a note where the declared margin lies below what the cap can show (such calls end undecided), and one
+    where it is larger than the effect the price assumes (EXPECTED_GAP: equivalence could lump that effect)."""
     if not rows:
         return []
     fmt = lambda v: f"{v:.3f}" if v == v else "–"
@@ -313,4 +314,9 @@ def resolution_lines(rows: list[Resolution], margin: float) -> list[str]:
                    f"of {len(rows)} condition(s): there equivalence cannot be shown and an open call ends undecided "
                    "with its price (more items, samples or a larger cap would reach it; a larger margin would not "
                    "mean the same question).")
+    if margin > EXPECTED_GAP:  # at the margin itself equivalence cannot be shown (it needs |θ| < margin)
+        out.append(f"note: the declared margin ±{margin:g} is larger than the effect the price assumes "
+                   f"({EXPECTED_GAP:g}): a regime that much better than the rest may end 'equivalent' to them, so "
+                   "equivalence there cannot answer the allocation question; declare the smallest difference that "
+                   "matters, at most that effect.")
     return out
