@@ -333,6 +333,7 @@ def print_table(rows: list[dict], schedule) -> None:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
+    global N_ITEMS, SAMPLES, SEED_SD  # --items, --samples, --seed-sd: what every simulated job gets
     from race_cli.stats.race import DEFAULT_ALPHA, DEFAULT_LOOKS, DEFAULT_MARGIN, DEFAULT_SPENDING, Schedule
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -355,8 +356,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--eval-items", type=int, default=None,
                     help="the race's evaluation look: finished runs scored on this many items (> the 200 of the seed "
                          "looks; needs --memory and the bonferroni split)")
+    ap.add_argument("--items", type=int, default=N_ITEMS, help="items per job's evaluation (grid=tiny: 1200)")
+    ap.add_argument("--samples", type=int, default=SAMPLES, help="sampled completions per item (grid=tiny: 2)")
+    ap.add_argument("--seed-sd", type=float, default=SEED_SD, help="each regime's seed sd is this x U(0.5, 1.5)")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     a = ap.parse_args(argv)
+    N_ITEMS, SAMPLES, SEED_SD = a.items, a.samples, a.seed_sd
     EVAL_ITEMS[0] = a.eval_items
     GRID[:] = ALL_REGIMES[:a.regimes]
     SEED_KIND[0] = a.seed_kind
