@@ -100,7 +100,7 @@ SPENDING_WORDS = {"bonferroni": "equal split, union bound", "bonferroni-obf": "O
 # Where the calibrated split was measured to keep the familywise error at or below α, all-equal and two-tied
 # truths, 1,000-2,000 conditions each (docs/measurements/race.md): (looks, α) -> the most regimes per condition
 # measured. A grid that names no split races with the calibrated one there, and with Bonferroni elsewhere.
-CALIBRATED_MEASURED = {((2, 3, 4), 0.05): 6}
+CALIBRATED_MEASURED = {((2, 3, 4), 0.05): 6, ((2, 3, 4, 6, 8), 0.05): 6}
 
 FUTILITY_POWER = 0.80  # an open call stops as undecided below this power at the cap
 FUTILITY_Z = 2.0  # ... at the gap most in its favour within the look's one-sided 90% bounds (power.open_call_power)
