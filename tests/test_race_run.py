@@ -211,9 +211,9 @@ def test_no_race_is_the_fixed_plan():
 
 
 def test_a_plan_races_with_the_calibrated_split_only_where_it_was_measured():
-    """A grid that names no split of α gets the calibrated one for the measured schedule (looks 2-3-4, α 0.05,
-    at most 6 regimes per condition: the default grid has 4 (G x μ), the GPU pilot 6) and Bonferroni otherwise; a
-    split the grid names is kept whatever the measurement covers."""
+    """A grid that names no split of α gets the calibrated one for the measured schedules (looks 2-3-4 and
+    2-3-4-6-8, α 0.05, at most 6 regimes per condition: the default grid has 4 (G x μ), the GPU pilot 6) and
+    Bonferroni otherwise; a split the grid names is kept whatever the measurement covers."""
     import dataclasses
 
     from race_cli.plan.build import build_plan
@@ -221,6 +221,8 @@ def test_a_plan_races_with_the_calibrated_split_only_where_it_was_measured():
 
     default = build_plan([])
     assert regimes_per_condition(default.jobs) == 4 and default.race.spending == "calibrated"
+    assert list(default.race.looks) == [2, 3, 4, 6, 8]  # conf/grid/tiny.yaml's max_seeds 8
+    assert build_plan([], max_seeds=4).race.spending == "calibrated"  # looks 2-3-4: measured
     assert build_plan([], max_seeds=6).race.spending == "bonferroni"  # looks 2-3-4-6: not measured
     seven = build_plan(["grid=none", "model=tiny-s", "grpo.updates_per_batch=1,2,3,4,5,6,7", "seed=0,1"], max_seeds=4)
     assert list(seven.race.looks) == [2, 3, 4] and regimes_per_condition(seven.jobs) == 7

@@ -222,7 +222,7 @@ def price_lines(price: RacePrice, schedule: Any) -> list[str]:
     from race_cli.report.words import race_schedule_brief
 
     return [race_schedule_brief(schedule) + f"; expected = {price.n_sim} simulated sweeps, one regime per condition "
-            f"better by {price.gap:g}, seed sd {price.seed_sd:g}",
+            f"better by {price.gap:g}, normal seed effects of sd {price.seed_sd:g}",
             fmt(price.minimum, "minimum") + ": all stop at look 0",
             fmt(price.expected, "expected"),
             fmt(price.maximum, "maximum") + ": all to the cap"] + resolution_lines(list(price.resolution), schedule.margin)
