@@ -208,14 +208,14 @@ def _printed(command: str, cwd: Path) -> str:
 
 
 def test_the_readmes_findings_are_what_race_report_prints_for_that_run(tmp_path):
-    """README.md quotes the findings of `race report` on a real default run (`race run`, 47 jobs): the quote
+    """README.md quotes the findings of `race report` on a real default run (`race run`, 56 jobs): the quote
     must be what the command prints today for that run. tests/data/readme-run.tar.xz holds every file the
     report reads of it (scripts/readme_run.py packs a sweep so; a new run in the README means a new archive).
     The rule rich draws after the findings' title fills the terminal's width; the README shows the title."""
     import tarfile
 
     blocks = quoted_outputs(ROOT / "README.md")
-    assert [c for c, _ in blocks] == ["COLUMNS=300 race report runs/tiny-d832f5d3 --no-plots"]
+    assert [c for c, _ in blocks] == ["COLUMNS=300 race report runs/tiny-fb84d474 --no-plots"]
     archive = ROOT / "tests" / "data" / "readme-run.tar.xz"
     assert archive.stat().st_size <= 2_000_000  # a fixture, not a run: adapters, checkpoints and logs stay out
     with tarfile.open(archive) as tar:
