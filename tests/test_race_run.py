@@ -206,7 +206,7 @@ def test_no_race_is_the_fixed_plan():
     assert plan_hash(fixed) == old_hash and default_sweep_dir(fixed).name == f"tiny-{old_hash}"
     assert raced.rows() == fixed.rows()
     assert plan_hash(raced) != plan_hash(fixed)  # a race and a fixed design never share a folder
-    assert list(raced.race.looks) == [2, 3, 4] and len(raced.reserve) == 32
+    assert list(raced.race.looks) == [2, 3, 4, 6, 8] and len(raced.reserve) == 16 * 6  # seeds 2-7 of 16 regimes
     assert build_plan([], max_seeds=2).race is None  # one look: fixed
 
 
