@@ -30,7 +30,9 @@ from typing import Any, Sequence
 
 POWER = 0.80
 ALPHA = 0.05
-SEED_SD_DEFAULT = 0.02  # the default grid's measured seed spread: 0.016-0.026 (docs/measurements/embedded-study.md)
+SEED_SD_DEFAULT = 0.02  # assumed where nothing is measured: an earlier default (mu in {1, 2, 4}) measured 0.016-0.026 under the rule
+# (docs/measurements/embedded-study.md); the 1200-item G x mu default's job means spread 0.004-0.014, so for it the
+# price is conservative (race plan --seed-sd runs/<a finished run> prices at that run's spread)
 ITEMS_OF = {"gsm8k": 1319, "math500": 500}  # standard sets; arithmetic targets use task.num_eval
 ARITHMETIC_DEFAULT_ITEMS = 200  # an arithmetic target of another task: conf/task/arithmetic.yaml's num_eval
 
