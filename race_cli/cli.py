@@ -220,7 +220,8 @@ def plan(
                                  help="Refuse sweeps larger than this unless --yes."),
     yes: bool = typer.Option(False, "--yes", "-y", rich_help_panel=WHAT, help="Plan sweeps larger than --max-jobs."),
     seed_sd: Optional[str] = typer.Option(None, "--seed-sd", metavar="SD|DIR", rich_help_panel=WHAT,
-                                          help="Seed spread for the power table (default 0.02)."),
+                                          help="Seed spread for the power table and race price "
+                                               "(default: the grid's seed_sd, else 0.02)."),
     no_race: bool = typer.Option(False, "--no-race", rich_help_panel=WHAT, help=NO_RACE_HELP),
     max_seeds: Optional[int] = typer.Option(None, "--max-seeds", min=2, max=1000, metavar="N", rich_help_panel=WHAT,
                                             help=MAX_SEEDS_HELP),
@@ -296,6 +297,8 @@ def plan(
         p = build_plan(overrides or [], max_jobs=max_jobs, yes=yes, gpu_mem=device_bytes, rates=rates,
                        informative=informative, gpu=spec, gpus_per_job=gpus_per_job, assume_gpu=True,
                        race=not no_race, max_seeds=max_seeds)
+        if seed_sd is None:  # checked above; now the grid's own declared spread, where it has one
+            sd = seed_sd_from(None, p.grid)
         if out is not None:
             written = write_sweep(p, out)
     except RaceError as exc:

@@ -48,8 +48,8 @@ DETAILS = {
         ("A finished sweep folder: plan each job's update on the share of rows its jobs really updated on (per "
          'regime, else per reward type), where grpo.expected_informative_share is null.'),
     'plan --seed-sd':
-        ('Seed spread for the power table: a number (0.02) or an earlier sweep whose report measured it (default '
-         "0.02, the default grid's measured spread)."),
+        ("Seed spread for the power table and the race's price: a number (0.02) or an earlier sweep whose report "
+         "measured it (default: the grid's seed_sd, its own run's, e.g. grid=tiny's 0.0077; else 0.02, assumed)."),
     'plan --gpus-per-job':
         ('GPUs each GPU job will hold, as race run --gpus-per-job gives them: that many GPU-hours per job-hour, '
          "GPUs // N jobs at once, and with 2 or more the PRM planned on the job's second GPU."),

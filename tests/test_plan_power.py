@@ -134,8 +134,9 @@ def test_race_plan_prints_the_joint_power_line_with_the_power_table():
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "race_cli", "plan", "--power-table"], capture_output=True, text=True,
-                       timeout=300)
+    # at seed sd 0.02, the spread the hand calculation above uses (grid=tiny declares its own run's 0.0077)
+    p = subprocess.run([sys.executable, "-m", "race_cli", "plan", "--power-table", "--seed-sd", "0.02"],
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     flat = " ".join((p.stdout + p.stderr).split())
     # the default grid's 2 x 2 allocations (G in {4, 8} x mu in {1, 2}) per size and reward system
@@ -194,3 +195,17 @@ def test_race_plan_imports_neither_scipy_stats_nor_scipy_optimize():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "'scipy.stats'" not in p.stdout.splitlines()[-1] and "'scipy.optimize'" not in p.stdout.splitlines()[-1]
+
+
+def test_the_seed_spread_is_the_flags_else_the_grids_declared_else_assumed():
+    """race plan prices at --seed-sd when given, else at the spread the grid declares (`seed_sd:`, its own run's:
+    grid=tiny 0.0077), else at SEED_SD_DEFAULT, said to be assumed."""
+    from race_cli.plan.build import load_grid
+    from race_cli.plan.power import SEED_SD_DEFAULT, seed_sd_from
+
+    tiny, pilot = load_grid("tiny"), load_grid("pilot")
+    assert tiny["seed_sd"] == 0.0077 and pilot["seed_sd"] is None
+    sd, where = seed_sd_from(None, tiny)
+    assert sd == 0.0077 and where.startswith("declared by grid 'tiny'")
+    assert seed_sd_from(None, pilot) == (SEED_SD_DEFAULT, f"assumed {SEED_SD_DEFAULT} (--seed-sd to set it)")
+    assert seed_sd_from("0.03", tiny) == (0.03, "--seed-sd")  # the flag wins over the grid

@@ -197,6 +197,7 @@ class GridConf:
     axes: dict[str, str] = d(factory=dict, domain=MapOf(Text(1, 100_000)))  # e.g. {"grpo.group_size": "4,8"}
     fixed: dict[str, Any] = d(factory=dict, domain=MapOf(AnyPlain()))  # e.g. {"budget.flops": 2e12}
     race: dict[str, Any] = d(factory=dict, domain=MapOf(AnyPlain()))  # e.g. {"max_seeds": 4}; plan/race_plan.py
+    seed_sd: Optional[float] = d(None, Real(0.0, 1.0, null=True))  # race plan's seed spread without --seed-sd; plan/power.py
 
 
 @dataclass

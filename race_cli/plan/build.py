@@ -208,8 +208,14 @@ def load_grid(name: str) -> dict:
         raise RaceError(f"Unknown grid option '{name}'. Available: {', '.join(group_options('grid'))}.")
     with open(path, encoding="utf-8") as f:
         grid = yaml.safe_load(f) or {}
+    seed_sd = grid.get("seed_sd")  # the seed spread `race plan` prices at without --seed-sd (plan/power.py)
+    if seed_sd is not None and (isinstance(seed_sd, bool) or not isinstance(seed_sd, (int, float))
+                                or not 0 <= seed_sd < 1):
+        raise RaceError(f"grid '{name}': seed_sd {seed_sd!r} is not a spread on the score scale; expected a number "
+                        "in [0, 1) such as 0.01 (a finished run's: race plan --seed-sd runs/<sweep>), or none.")
     return {"name": grid.get("name", name), "description": grid.get("description", ""),
-            "axes": dict(grid.get("axes") or {}), "fixed": dict(grid.get("fixed") or {}), "race": grid.get("race")}
+            "axes": dict(grid.get("axes") or {}), "fixed": dict(grid.get("fixed") or {}), "race": grid.get("race"),
+            "seed_sd": seed_sd}
 
 
 def _fixed_override(key: str, value: Any) -> str:

@@ -314,15 +314,18 @@ def plan_power(jobs: Sequence[Any], seed_sd: float) -> list[Power]:
     return out
 
 
-def seed_sd_from(arg: str | None) -> tuple[float, str]:
+def seed_sd_from(arg: str | None, grid: dict | None = None) -> tuple[float, str]:
     """--seed-sd: a number, or an earlier sweep whose report/ranking.csv has the measured seed spread
-    (the median over its conditions); None: the default grid's measured value. Returns (sd, where from)."""
+    (the median over its conditions); None: the spread the grid declares (its `seed_sd:`, measured on its own
+    run), else SEED_SD_DEFAULT, assumed. Returns (sd, where from)."""
     from pathlib import Path
 
     from race_cli.errors import RaceError
 
     if arg is None:
-        return SEED_SD_DEFAULT, f"assumed {SEED_SD_DEFAULT} (the default grid's measured 0.016-0.026; --seed-sd to set it)"
+        if grid is not None and grid.get("seed_sd") is not None:
+            return float(grid["seed_sd"]), f"declared by grid '{grid['name']}', its own run's; --seed-sd to set it"
+        return SEED_SD_DEFAULT, f"assumed {SEED_SD_DEFAULT} (--seed-sd to set it)"
     if not arg.strip():
         raise RaceError(f"--seed-sd {arg!r} is empty: give a spread such as 0.02, or a sweep folder with a report.")
     try:
