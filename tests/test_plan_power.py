@@ -209,3 +209,20 @@ def test_the_seed_spread_is_the_flags_else_the_grids_declared_else_assumed():
     assert sd == 0.0077 and where.startswith("declared by grid 'tiny'")
     assert seed_sd_from(None, pilot) == (SEED_SD_DEFAULT, f"assumed {SEED_SD_DEFAULT} (--seed-sd to set it)")
     assert seed_sd_from("0.03", tiny) == (0.03, "--seed-sd")  # the flag wins over the grid
+
+
+@pytest.mark.parametrize("value", ["lots", "1.5", "-0.01"])
+def test_a_grid_whose_seed_sd_is_not_a_spread_is_refused_in_one_line(tmp_path, value):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tiny = (Path(__file__).resolve().parents[1] / "conf" / "grid" / "tiny.yaml").read_text()
+    (tmp_path / "grid").mkdir()
+    (tmp_path / "grid" / "mine.yaml").write_text(tiny.replace("name: tiny", "name: mine").replace(
+        "seed_sd: 0.0077", f"seed_sd: {value}"))
+    p = subprocess.run([sys.executable, "-m", "race_cli", "plan", "--config-dir", str(tmp_path), "grid=mine"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert f"grid 'mine': seed_sd {value}" in p.stderr.replace("'lots'", "lots")
+    assert "expected a number in [0, 1)" in p.stderr and len(p.stderr.strip().splitlines()) == 1
