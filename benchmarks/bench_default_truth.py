@@ -11,7 +11,7 @@ variance of its regimes' job means (the two targets' spreads averaged). Sweeps a
 stats/race_sim (the simulator behind `race plan`'s price and the harnesses): items ±0.2 and an item ×
 regime interaction, each run's luck `seed_effects` of --seed-kind, both targets scored from the same runs,
 items × samples as the run evaluated them with common random numbers. The simulated job spread is made to
-match the measured one: with the measured alike share (race_sim.CommonNumbers, 1/3) the item sampling alone
+match the measured one: with the measured alike share (stats/power.CRN_SHARE, 1/3) the item sampling alone
 puts (2/3)·p(1−p)/(items·samples) of variance between two runs of one regime; the seed sd supplies the
 rest, and where the measured spread is below that floor (tiny-s: its runs' evaluations stay more alike)
 the alike share is raised to meet it and the seed sd is 0. Seed variance is pooled per reward system on a
@@ -38,9 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 from race_cli.stats import race_sim as S  # noqa: E402
+from race_cli.stats.power import CRN_SHARE as ALIKE  # noqa: E402  (the measured share two policies answer alike)
 from race_cli.stats.race import Schedule, default_spending  # noqa: E402
-
-ALIKE = 1 / 3  # race_sim.CommonNumbers' measured share of (item, sample) pairs two policies answer alike
 
 
 def read_truth(sweep: Path) -> tuple[dict, list[str], int, int]:
@@ -92,11 +91,7 @@ def simulate(truth: dict, targets: list[str], items: int, samples: int, schedule
         sd, alike = noise_of(t["job_var"], [a for v in t["acc"].values() for a in v], items, samples)
         e = S.seed_effects(rng, R, schedule.cap, sd * scale, kind) if sd > 0 else np.zeros((R, schedule.cap))
         for target in targets:
-            d = rng.uniform(-S.ITEM_HALF, S.ITEM_HALF, items)
-            g = rng.normal(0.0, S.ITEM_REGIME_SD, (R, items))
-            g -= g.mean(axis=1, keepdims=True)
-            acc = np.asarray(t["acc"][target])
-            P = np.clip(acc[:, None, None] + d + g[:, None, :] + e[:, :, None], 0.0, 1.0)
+            P, _ = S.true_p(rng, t["acc"][target], schedule.cap, items, effects=e)  # both targets: the same runs
             scores = S.CommonNumbers.draw(rng, items, samples, alike).scores(rng, P)
             races.append(S.SimRace(scores, f"{reward} {target}"))  # the report's pool: a reward system on a target
             names.append((model, reward, target))

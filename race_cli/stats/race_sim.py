@@ -68,14 +68,16 @@ def seed_effects(rng: np.random.Generator, R: int, cap: int, seed_sd: float = SE
 
 
 def true_p(rng: np.random.Generator, accs, seeds: int, n: int, seed_sd: float = SEED_SD,
-           kind: str = "uniform") -> tuple[np.ndarray, np.ndarray]:
-    """One condition's probabilities of a correct sample P [R, seeds, n] and its item difficulties d [n]."""
+           kind: str = "uniform", effects: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One condition's probabilities of a correct sample P [R, seeds, n] and its item difficulties d [n].
+    effects [R, seeds]: the runs' luck already drawn (one set of runs scored on several targets), else drawn
+    here by `seed_effects`."""
     accs = np.asarray(accs, float)  # [R]
     R = len(accs)
     d = rng.uniform(-ITEM_HALF, ITEM_HALF, n)  # [n]
     g = rng.normal(0.0, ITEM_REGIME_SD, (R, n))  # [R, n]
     g -= g.mean(axis=1, keepdims=True)
-    e = seed_effects(rng, R, seeds, seed_sd, kind)  # [R, seeds]
+    e = seed_effects(rng, R, seeds, seed_sd, kind) if effects is None else effects  # [R, seeds]
     return np.clip(accs[:, None, None] + d + g[:, None, :] + e[:, :, None], 0.0, 1.0), d
 
 
